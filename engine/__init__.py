@@ -1,0 +1,35 @@
+"""Chinwag's engine: models, per-conversation KV caches, and one MLX thread.
+
+Importing this package is cheap: MLX and mlx-lm are imported on the engine thread.
+"""
+
+from engine.errors import ChinwagError, ContextOverflowError, ModelError
+from engine.types import (
+    EngineState,
+    GenerationParams,
+    LoadProgress,
+    ModelInfo,
+    TextDelta,
+    TurnStats,
+)
+
+__all__ = [
+    "ChinwagError",
+    "ContextOverflowError",
+    "ModelError",
+    "EngineState",
+    "GenerationParams",
+    "LoadProgress",
+    "ModelInfo",
+    "TextDelta",
+    "TurnStats",
+    "Engine",
+]
+
+
+def __getattr__(name):
+    if name == "Engine":
+        from engine.api import Engine
+
+        return Engine
+    raise AttributeError(name)

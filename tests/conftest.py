@@ -1,0 +1,42 @@
+"""Shared fixtures: every test gets its own data dir; the tiny model is built once."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Set before Qt or huggingface_hub are imported anywhere.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(autouse=True)
+def chinwag_home(tmp_path, monkeypatch):
+    """Redirect the data dir (and the Hugging Face cache) into a temporary folder."""
+    home = tmp_path / "chinwag-home"
+    home.mkdir()
+    monkeypatch.setenv("CHINWAG_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory) -> Path:
+    from tests.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_path):
+    """(model, tokenizer) loaded with mlx_lm, shared by the tests that run on this thread."""
+    import mlx_lm
+
+    return mlx_lm.load(str(tiny_model_path))

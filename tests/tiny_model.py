@@ -1,0 +1,89 @@
+"""The tiny-model fixture: a real mlx-lm llama with random weights and a real BPE tokenizer.
+
+Built offline in a second or two, so most tests run on it instead of the starter model.
+"""
+
+import json
+from pathlib import Path
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = """
+The quick brown fox jumps over the lazy dog. A chat app keeps every conversation.
+Hello, how are you today? I am fine, thank you. What is the capital of France?
+The capital of France is Paris. Tell me a story about a cat and a long journey.
+Numbers 0 1 2 3 4 5 6 7 8 9 and code: def f(x): return x * 2 # comment
+Markdown has headings, lists, tables, links and `inline code` blocks.
+"""
+
+CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 2048,
+}
+
+
+def build_tokenizer(vocab_size: int = 400):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    return tok
+
+
+def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048) -> Path:
+    """Write an MLX model folder that mlx_lm.load opens; returns the folder."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer()
+    tok.save(str(path / "tokenizer.json"))
+    config = dict(CONFIG, vocab_size=tok.get_vocab_size(), max_position_embeddings=context_length)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "chat_template": CHATML_TEMPLATE,
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "bos_token": None,
+                "model_max_length": context_length,
+            },
+            indent=2,
+        )
+    )
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    # Default-scale random weights make greedy decoding repeat one token forever;
+    # larger projections make the output depend on position and context.
+    weights = {
+        k: (v * 4 if "proj" in k and k.endswith("weight") else v)
+        for k, v in tree_flatten(model.parameters())
+    }
+    mx.save_safetensors(str(path / "model.safetensors"), weights)
+    return path
