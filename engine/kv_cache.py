@@ -1,0 +1,152 @@
+"""A growing, contiguous KV cache for one attention layer of one conversation.
+
+From SGLang's MLX backend (`ContiguousAttentionKVCache`), whose decode path wrote past
+the buffer's end once a sequence outgrew `max_seq_len`. On MLX a slice assignment past
+an array's end raises nothing and writes nothing, so both write paths here grow first.
+
+It is the cache object of any mlx-lm attention layer (`offset`, `update_and_fetch`,
+`make_mask`). It must not define `bits`: that routes mlx-lm to quantized attention.
+"""
+
+import mlx.core as mx
+from mlx_lm.models.cache import create_attention_mask
+
+DEFAULT_MAX_SEQ_LEN = 4096
+
+
+class ContiguousAttentionKVCache:
+    def __init__(self, n_kv_heads, head_dim, max_seq_len=DEFAULT_MAX_SEQ_LEN, dtype=mx.float16, v_head_dim=None):
+        if max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be at least 1, got {max_seq_len}")
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.v_head_dim = v_head_dim or head_dim
+        self.initial_capacity = max_seq_len
+        self.max_seq_len = max_seq_len
+        self.dtype = dtype
+        self.offset = 0
+        self.peak = 0  # the most tokens ever held
+        self.bytes_copied = 0  # by growth, for the benchmarks
+        self.keys = mx.zeros((1, n_kv_heads, max_seq_len, head_dim), dtype)
+        self.values = mx.zeros((1, n_kv_heads, max_seq_len, self.v_head_dim), dtype)
+
+    # --- writing -----------------------------------------------------------
+
+    def update_and_fetch(self, keys, values):
+        """Prefill path (any length); single tokens go through `write_token`."""
+        n = keys.shape[2]
+        self._match_dtype(keys.dtype)
+        if n == 1:
+            self.write_token(keys, values)
+        else:
+            self._reserve(self.offset + n)
+            start = self.offset
+            self.keys[..., start : start + n, :] = keys.astype(self.dtype)
+            self.values[..., start : start + n, :] = values.astype(self.dtype)
+            self._advance(n)
+        return self.get_kv()
+
+    def write_token(self, k, v):
+        """Decode path: one token of shape (1, n_kv_heads, 1, head_dim)."""
+        if k.shape[2] != 1:
+            raise ValueError(f"write_token takes one token, got {k.shape[2]}")
+        self._match_dtype(k.dtype)
+        self._reserve(self.offset + 1)
+        pos = self.offset
+        self.keys[..., pos : pos + 1, :] = k.astype(self.dtype)
+        self.values[..., pos : pos + 1, :] = v.astype(self.dtype)
+        self._advance(1)
+
+    def _advance(self, n):
+        self.offset += n
+        self.peak = max(self.peak, self.offset)
+
+    def _reserve(self, required):
+        if required > self.max_seq_len:
+            self._grow(required)
+
+    def _grow(self, required):
+        """Double the capacity until `required` fits; copy only the valid prefix."""
+        capacity = self.max_seq_len
+        while capacity < required:
+            capacity *= 2
+        keys = mx.zeros((1, self.n_kv_heads, capacity, self.head_dim), self.dtype)
+        values = mx.zeros((1, self.n_kv_heads, capacity, self.v_head_dim), self.dtype)
+        if self.offset:
+            keys[..., : self.offset, :] = self.keys[..., : self.offset, :]
+            values[..., : self.offset, :] = self.values[..., : self.offset, :]
+            per_token = (self.head_dim + self.v_head_dim) * self.n_kv_heads * self.dtype.size
+            self.bytes_copied += self.offset * per_token
+        self.keys, self.values = keys, values
+        self.max_seq_len = capacity
+
+    def _match_dtype(self, dtype):
+        # An empty cache takes the model's dtype: storing float32 keys as float16
+        # would silently change the model's outputs. Later writes are cast.
+        if self.offset == 0 and dtype != self.dtype:
+            self.dtype = dtype
+            self.keys = self.keys.astype(dtype)
+            self.values = self.values.astype(dtype)
+
+    # --- reading -----------------------------------------------------------
+
+    def get_kv(self):
+        """The valid prefix: (keys, values) of shape (1, heads, offset, dim)."""
+        return self.keys[..., : self.offset, :], self.values[..., : self.offset, :]
+
+    def make_mask(self, N, return_array=False, window_size=None):
+        return create_attention_mask(N, self.offset, return_array, window_size)
+
+    def size(self):
+        return self.offset
+
+    def empty(self):
+        return self.offset == 0
+
+    @property
+    def nbytes(self):
+        """Bytes reserved (capacity, not just the valid prefix)."""
+        return self.keys.nbytes + self.values.nbytes
+
+    # --- editing -----------------------------------------------------------
+
+    def is_trimmable(self):
+        return True
+
+    def trim(self, n) -> int:
+        """Drop the last n tokens (regenerate, edit); returns how many were dropped."""
+        n = max(0, min(self.offset, n))
+        self.offset -= n
+        return n
+
+    # --- saving ------------------------------------------------------------
+
+    @property
+    def state(self):
+        keys, values = self.get_kv()
+        return keys, values
+
+    @state.setter
+    def state(self, v):
+        keys, values = v
+        _, heads, n, head_dim = keys.shape
+        self.n_kv_heads, self.head_dim, self.v_head_dim = heads, head_dim, values.shape[-1]
+        self.dtype = keys.dtype
+        self.initial_capacity = self.max_seq_len = max(n, 1)
+        self.keys = mx.zeros((1, heads, self.max_seq_len, head_dim), keys.dtype)
+        self.values = mx.zeros((1, heads, self.max_seq_len, self.v_head_dim), values.dtype)
+        if n:
+            self.keys[..., :n, :] = keys
+            self.values[..., :n, :] = values
+        self.offset = self.peak = n
+        self.bytes_copied = 0
+
+    @classmethod
+    def from_state(cls, state, max_seq_len=None):
+        """Restore a cache from `state`, reserving `max_seq_len` if given."""
+        obj = cls.__new__(cls)
+        obj.state = state
+        if max_seq_len and max_seq_len > obj.max_seq_len:
+            obj._grow(max_seq_len)
+            obj.bytes_copied = 0
+        return obj
