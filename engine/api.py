@@ -1,0 +1,231 @@
+"""The engine's async API: one long-lived MLX thread, a job queue, per-request event queues.
+
+Like mlx-lm's server: exceptions go back to the awaiting caller and the thread never dies.
+Only ints, strings and the dataclasses of engine/types.py reach the caller's loop.
+"""
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from typing import AsyncIterator, Callable, Optional
+
+from engine.errors import ChinwagError
+from engine.types import EngineState, GenerationParams, LoadProgress, ModelInfo
+
+_DONE = object()
+
+
+class EngineThread:
+    """Runs submitted callables one at a time on a single thread that owns every MLX array."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="chinwag-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _run(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # never let a job kill the thread
+                future.set_exception(e)
+
+    def shutdown(self, timeout: float = 10.0):
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+class Engine:
+    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+        self._options = (kv_initial_capacity, memory_budget_bytes)
+        self._thread: Optional[EngineThread] = None
+        self._session = None
+        self._started: Optional[concurrent.futures.Future] = None
+        self._stops: dict = {}
+        self._generating = 0
+        self._loading = False
+        self.current_model: Optional[ModelInfo] = None
+        self.last_kv_bytes = 0
+        # Called on the caller's loop with an EngineState whenever the state changes.
+        self.on_state_changed: Optional[Callable[[EngineState], None]] = None
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def _ensure_thread(self) -> concurrent.futures.Future:
+        if self._thread is None:
+            from engine.session import Session
+
+            self._thread = EngineThread()
+            self._session = Session(*self._options)
+            self._started = self._thread.submit(self._session.warm_up)
+        return self._started
+
+    async def start(self) -> None:
+        """Start the thread and import MLX there; cheap to call again."""
+        await asyncio.wrap_future(self._ensure_thread())
+
+    async def _call(self, fn, *args):
+        await self.start()
+        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+
+    async def close(self) -> None:
+        self.stop()
+        if self._thread is not None:
+            thread, self._thread = self._thread, None
+            await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
+
+    # --- state -------------------------------------------------------------
+
+    @property
+    def state(self) -> EngineState:
+        if self._loading:
+            name = "loading"
+        elif self._generating:
+            name = "generating"
+        elif self.current_model is not None:
+            name = "ready"
+        else:
+            name = "idle"
+        return EngineState(name, self.current_model, kv_bytes_total=self.last_kv_bytes)
+
+    def _changed(self):
+        if self.on_state_changed is not None:
+            self.on_state_changed(self.state)
+
+    @staticmethod
+    def _on_loop(callback):
+        """Wrap a callback so the engine thread can call it and it runs on this loop."""
+        if callback is None:
+            return None
+        loop = asyncio.get_running_loop()
+
+        def call(*args):
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+            except RuntimeError:  # the loop has closed; nobody is listening
+                pass
+
+        return call
+
+    # --- models ------------------------------------------------------------
+
+    async def list_models(self) -> list:
+        from engine import registry
+
+        # Off the engine thread: listing reads files only, and must not wait for a reply.
+        return await asyncio.to_thread(registry.list_models)
+
+    async def load_model(self, spec: str, progress: Optional[Callable[[LoadProgress], None]] = None) -> ModelInfo:
+        """Load a model (registry id, MLX folder or GGUF file); stops generation first.
+
+        A model that fails to load leaves the previous one loaded.
+        """
+        self.stop()
+        self._loading = True
+        self._changed()
+        try:
+            info = await self._call(self._session_load, spec, self._on_loop(progress))
+            self.current_model = info
+            self.last_kv_bytes = 0
+            return info
+        finally:
+            self._loading = False
+            self._changed()
+
+    def _session_load(self, spec, progress):
+        return self._session.load(spec, progress)
+
+    async def import_gguf(self, path: str, progress=None) -> ModelInfo:
+        from engine.gguf_import import import_gguf
+
+        return await self._call(import_gguf, str(path), self._on_loop(progress))
+
+    async def add_model_folder(self, path: str) -> ModelInfo:
+        from engine import registry
+
+        return await asyncio.to_thread(registry.add_model_folder, str(path))
+
+    async def download_model(self, repo_id: str, progress=None, cancel: Optional[threading.Event] = None) -> ModelInfo:
+        from engine.download import download_model
+
+        # Network only, no MLX: its own thread, so chats go on while it downloads.
+        return await asyncio.to_thread(download_model, repo_id, self._on_loop(progress), cancel)
+
+    # --- chat --------------------------------------------------------------
+
+    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator:
+        """Yield TextDelta events, then one TurnStats.
+
+        Problems found before generation starts (no model, bad messages, a prompt
+        longer than the context) raise ChinwagError. A failure mid-generation ends the
+        stream with TurnStats(finish_reason="error", error=...), the cache repaired.
+        """
+        await self.start()
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        self.stop(conversation_id)  # a new turn replaces a running one
+        stop = threading.Event()
+        self._stops[conversation_id] = stop
+
+        def emit(event):
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the loop is gone: stop generating for nobody
+                stop.set()
+
+        future = self._thread.submit(
+            self._session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
+        )
+        future.add_done_callback(lambda f: emit(_DONE))
+        self._generating += 1
+        self._changed()
+        try:
+            while True:
+                event = await events.get()
+                if event is _DONE:
+                    break
+                yield event
+            stats = future.result()  # raises what the engine thread raised
+            self.last_kv_bytes = await asyncio.wrap_future(self._thread.submit(self._session.kv_bytes))
+            yield stats
+        finally:
+            if not future.done():
+                stop.set()
+            if self._stops.get(conversation_id) is stop:
+                del self._stops[conversation_id]
+            self._generating -= 1
+            self._changed()
+
+    def stop(self, conversation_id: Optional[str] = None) -> None:
+        """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
+        targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]
+        for event in targets:
+            if event is not None:
+                event.set()
+
+    async def forget(self, conversation_id: str) -> None:
+        """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
+        self.stop(conversation_id)
+        if self._thread is not None:
+            await self._call(self._session.forget, conversation_id)
+
+    def require_model(self) -> ModelInfo:
+        if self.current_model is None:
+            raise ChinwagError("no model is loaded")
+        return self.current_model

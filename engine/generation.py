@@ -1,0 +1,158 @@
+"""One chat turn on the engine thread: trim to the common prefix, prefill the rest, decode.
+
+Invariant: when a turn ends for any reason, the conversation's cache holds exactly its
+`token_ids`: the prompt plus every token emitted.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from engine.conversation import ConversationCache, common_prefix
+from engine.types import GenerationParams, TextDelta, TurnStats
+
+PREFILL_STEP = 256
+REPETITION_CONTEXT = 64
+
+
+@dataclass
+class TurnInput:
+    prompt_ids: list
+    context_limit: int
+    dropped_messages: int = 0
+
+
+def _sampler(params: GenerationParams):
+    return make_sampler(
+        temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0,
+        min_p=params.min_p, top_k=params.top_k,
+    )
+
+
+def _processors(params: GenerationParams):
+    if params.repetition_penalty and params.repetition_penalty != 1.0:
+        return make_logits_processors(
+            repetition_penalty=params.repetition_penalty, repetition_context_size=REPETITION_CONTEXT
+        )
+    return []
+
+
+def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False):
+    """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
+
+    Logits are None if `should_stop` said so between chunks.
+    """
+    reused = common_prefix(conv.token_ids, prompt_ids)
+    reused = min(reused, len(prompt_ids) - 1)  # always compute at least one token
+    if not conv.trimmable() and reused < len(conv.token_ids):
+        conv.reset()
+        reused = 0
+    conv.truncate(reused)
+    rest = prompt_ids[reused:]
+    logits = None
+    for start in range(0, len(rest), PREFILL_STEP):
+        if start and should_stop():
+            return None, reused, start
+        chunk = rest[start : start + PREFILL_STEP]
+        logits = model(mx.array(chunk)[None], cache=conv.layers)[:, -1, :]
+        mx.eval(logits)  # bounded memory per chunk; the ids follow only once computed
+        conv.token_ids.extend(chunk)
+    return logits, reused, len(rest)
+
+
+def run_turn(
+    model, tokenizer, conv: ConversationCache, turn: TurnInput, params: GenerationParams,
+    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None],
+) -> TurnStats:
+    started = time.perf_counter()
+    prompt_ids = turn.prompt_ids
+    if params.seed is not None:
+        mx.random.seed(params.seed)
+    sampler, processors = _sampler(params), _processors(params)
+    eos = set(tokenizer.eos_token_ids)
+    max_new = max(0, min(params.max_tokens, turn.context_limit - len(prompt_ids)))
+    history = mx.array(prompt_ids[-REPETITION_CONTEXT:]) if processors else None
+
+    def sample(logits):
+        nonlocal history
+        if processors:
+            for p in processors:
+                logits = p(history, logits)
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return sampler(logprobs)
+
+    detok = tokenizer.detokenizer
+    detok.reset()
+    emitted, finish, ttft, first_at, error = [], "length", 0.0, None, ""
+    reused = prefilled = 0
+    prefill_done = started
+    try:
+        logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop)
+        prefill_done = time.perf_counter()
+        if logits is None:
+            finish = "cancelled"
+        y = sample(logits) if max_new and logits is not None else None
+        if y is not None:
+            mx.async_eval(y)
+        while y is not None:
+            # Feed y before reading it, so the next step overlaps the hand-off (mlx-lm's pipelining).
+            # The forward pass writes y's keys and values: every emitted token is in the cache.
+            next_logits = model(y[None], cache=conv.layers)[:, -1, :]
+            if processors:
+                history = mx.concatenate([history, y])[-REPETITION_CONTEXT:]
+            next_y = sample(next_logits)
+            mx.async_eval(next_y)
+            tok = y.item()
+            emitted.append(tok)
+            conv.token_ids.append(tok)
+            if first_at is None:
+                first_at = time.perf_counter()
+                ttft = first_at - started
+            if tok in eos:
+                finish = "stop"
+                break
+            detok.add_token(tok)
+            # One event per token, text or not: a partial UTF-8 character has none yet.
+            emit(TextDelta(detok.last_segment, (tok,)))
+            if should_stop():
+                finish = "cancelled"
+                break
+            if len(emitted) >= max_new:
+                finish = "length" if max_new == params.max_tokens else "context"
+                break
+            y = next_y
+        conv.eval()
+    except Exception as e:
+        finish, error = "error", f"{type(e).__name__}: {e}"
+        conv.repair()
+    detok.finalize()
+    tail = detok.last_segment
+    if tail:
+        emit(TextDelta(tail, ()))
+    if finish == "length" and max_new == 0 and params.max_tokens:
+        finish = "context"
+    now = time.perf_counter()
+    decode_time = now - first_at if first_at else 0.0
+    decoded = max(0, len(emitted) - 1)
+    prefill_time = prefill_done - started
+    return TurnStats(
+        prompt_tokens=len(prompt_ids),
+        reused_tokens=reused,
+        prefilled_tokens=prefilled,
+        generated_tokens=len(emitted),
+        ttft_s=ttft,
+        decode_tps=decoded / decode_time if decode_time > 0 else 0.0,
+        prefill_tps=prefilled / prefill_time if prefill_time > 0 else 0.0,
+        kv_capacity=conv.capacity,
+        kv_offset=conv.offset,
+        kv_bytes=conv.nbytes,
+        context_limit=turn.context_limit,
+        finish_reason=finish,
+        dropped_messages=turn.dropped_messages,
+        prompt_ids=tuple(prompt_ids),
+        reply_ids=tuple(emitted),
+        error=error,
+    )
