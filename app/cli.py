@@ -1,0 +1,242 @@
+"""The `chinwag` command line. With no subcommand it opens the window; subcommands never import Qt
+(except `export --format pdf`, which needs Qt to print)."""
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from engine import ChinwagError, Engine, GenerationParams, TextDelta
+
+PROG = "chinwag"
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
+    p.add_argument("--temperature", type=float, default=temperature)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=_positive, default=512)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--context-cap", type=_positive, default=None, help="a context limit below the model's own")
+    p.add_argument("--kv-initial-capacity", type=_positive, default=None,
+                   help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+
+
+def _params(args) -> GenerationParams:
+    return GenerationParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
+        context_cap=args.context_cap,
+    )
+
+
+def _progress(p) -> None:
+    print(f"[{p.stage}]", file=sys.stderr)
+
+
+# --- chinwag models / import -------------------------------------------------
+
+
+def cmd_models(args) -> int:
+    from engine import registry
+
+    models = registry.list_models()
+    if args.json:
+        print(json.dumps([m.to_json() for m in models], indent=2))
+        return 0
+    for m in models:
+        size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
+        detail = m.reason if m.status == "unusable" else (m.quantization or "")
+        print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
+    return 0
+
+
+async def _import(args) -> int:
+    engine = Engine()
+    try:
+        info = await engine.import_gguf(args.path, progress=_progress)
+    finally:
+        await engine.close()
+    print(f"imported {info.name} as {info.id} in {info.path}")
+    return 0
+
+
+# --- chinwag chat ------------------------------------------------------------
+
+
+async def _chat(args) -> int:
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    try:
+        info = await engine.load_model(args.model, progress=_progress)
+        print(f"Chatting with {info.name}. /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply.")
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        conv, turn = "cli", 0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                line = await loop.run_in_executor(None, lambda: input("> "))
+            except EOFError:
+                print()
+                return 0
+            if not line.strip():
+                continue
+            if line.strip() == "/exit":
+                return 0
+            if line.strip() == "/new":
+                await engine.forget(conv)
+                turn += 1
+                conv = f"cli-{turn}"
+                messages = messages[:1] if args.system else []
+                continue
+            messages.append({"role": "user", "content": line})
+            reply, stats = await _stream(engine, conv, messages, _params(args))
+            messages.append({"role": "assistant", "content": reply})
+            print(f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+                  f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
+                  + (f" [{stats.note}]" if stats.note else ""))
+    finally:
+        await engine.close()
+
+
+async def _stream(engine, conv, messages, params):
+    reply, stats = [], None
+    try:
+        async for ev in engine.chat(conv, messages, params):
+            if isinstance(ev, TextDelta):
+                reply.append(ev.text)
+                print(ev.text, end="", flush=True)
+            else:
+                stats = ev
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        engine.stop(conv)
+    return "".join(reply), stats
+
+
+# --- chinwag replay ----------------------------------------------------------
+
+
+def load_script(path: str) -> dict:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from None
+    try:
+        script = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
+        raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
+    turns = script["turns"]
+    if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise ChinwagError(f"script {path} needs a non-empty list of non-empty string turns")
+    if not isinstance(script.get("system", ""), str):
+        raise ChinwagError(f"script {path}: system must be a string")
+    return script
+
+
+async def _replay(args) -> int:
+    script = load_script(args.script)
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    try:
+        await engine.load_model(args.model)
+        messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
+        for i, user in enumerate(script["turns"]):
+            messages.append({"role": "user", "content": user})
+            conv = f"replay-{i}" if args.no_cache else "replay"
+            reply, stats = [], None
+            async for ev in engine.chat(conv, messages, _params(args)):
+                if isinstance(ev, TextDelta):
+                    reply.append(ev.text)
+                else:
+                    stats = ev
+            if args.no_cache:
+                await engine.forget(conv)
+            text = "".join(reply)
+            messages.append({"role": "assistant", "content": text})
+            print(json.dumps({
+                "turn": i, "reply": text, "prompt_ids": list(stats.prompt_ids), "reply_ids": list(stats.reply_ids),
+                "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens,
+                "generated_tokens": stats.generated_tokens, "ttft_s": stats.ttft_s, "decode_tps": stats.decode_tps,
+                "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
+                "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
+                "error": stats.error,
+            }), flush=True)
+    finally:
+        await engine.close()
+    return 0
+
+
+# --- wiring ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.registry import STARTER_ID
+
+    parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("chat", help="chat in the terminal")
+    p.add_argument("--model", default=STARTER_ID, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--system", default="", help="a system prompt")
+    _add_sampling(p, temperature=0.7)
+    p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
+
+    p = sub.add_parser("models", help="list the models you can pick")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("import", help="import a GGUF file as an MLX model")
+    p.add_argument("path")
+    p.set_defaults(func=lambda a: asyncio.run(_import(a)))
+
+    p = sub.add_parser("replay", help="replay a scripted chat and print one JSON object per turn")
+    p.add_argument("script")
+    p.add_argument("--model", required=True, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
+    _add_sampling(p, temperature=0.0)
+    p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
+
+    try:
+        from app.transcripts_cli import add_commands
+    except ImportError:  # the conversation commands live beside the store
+        add_commands = None
+    if add_commands:
+        add_commands(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        from app.main import run_app
+
+        return run_app(argv)
+    try:
+        return args.func(args) or 0
+    except ChinwagError as e:
+        return fail(str(e))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
