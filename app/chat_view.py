@@ -1,0 +1,160 @@
+"""The transcript: a scrolling column of MessageWidgets, one per message.
+
+Streaming text goes to the live message only. Deltas are buffered and a single-shot
+QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
+"""
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from app.message_widget import MessageWidget
+
+RENDER_HZ = 30
+
+
+class ChatView(QScrollArea):
+    copyRequested = Signal(object)
+    editRequested = Signal(object)
+    regenerateRequested = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._inner = QWidget()
+        self._inner.setObjectName("chatInner")
+        self._layout = QVBoxLayout(self._inner)
+        self._layout.setContentsMargins(16, 12, 16, 12)
+        self._layout.setSpacing(10)
+        self.empty_label = QLabel("Type a message below to start the conversation.")
+        self.empty_label.setObjectName("emptyChat")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.addWidget(self.empty_label)
+        self._layout.addStretch(1)
+        self.setWidget(self._inner)
+        self._widgets: list[MessageWidget] = []
+        self._stick = True
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+
+        self._live: MessageWidget | None = None
+        self._live_text = ""
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(1000 // RENDER_HZ)
+        self._timer.timeout.connect(self._flush)
+        self.render_count = 0  # live re-renders, for tests and benches
+
+    # --- messages -------------------------------------------------------
+    def clear(self):
+        self.end_stream()
+        for widget in self._widgets:
+            self._layout.removeWidget(widget)
+            widget.deleteLater()
+        self._widgets.clear()
+        self.empty_label.setVisible(True)
+
+    def set_messages(self, messages, model_name: str = ""):
+        """Show a stored conversation: messages with id, role, content, status, model_id, stats."""
+        self.clear()
+        for m in messages:
+            if m.role == "system":
+                continue
+            self.add_message(m.id, m.role, m.content, m.status, m.model_id or model_name, m.stats)
+        self._stick = True
+        self.scroll_to_bottom()
+
+    def add_message(self, message_id, role, text="", status="complete", model="", stats=None) -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, status, model, stats)
+        widget.copyRequested.connect(self.copyRequested)
+        widget.editRequested.connect(self.editRequested)
+        widget.regenerateRequested.connect(self.regenerateRequested)
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+        self._widgets.append(widget)
+        self.empty_label.setVisible(False)
+        self._update_regenerate()
+        return widget
+
+    def remove_from(self, message_id):
+        """Remove that message's widget and every later one."""
+        ids = [w.message_id for w in self._widgets]
+        if message_id not in ids:
+            return
+        for widget in self._widgets[ids.index(message_id):]:
+            if widget is self._live:
+                self.end_stream()
+            self._layout.removeWidget(widget)
+            widget.deleteLater()
+        del self._widgets[ids.index(message_id):]
+        self.empty_label.setVisible(not self._widgets)
+        self._update_regenerate()
+
+    def widget_for(self, message_id) -> MessageWidget | None:
+        for widget in self._widgets:
+            if widget.message_id == message_id:
+                return widget
+        return None
+
+    def message_widgets(self) -> list[MessageWidget]:
+        return list(self._widgets)
+
+    def set_actions_enabled(self, on: bool):
+        for widget in self._widgets:
+            widget.edit_button.setEnabled(on)
+            widget.regen_button.setEnabled(on)
+
+    def _update_regenerate(self):
+        last = self._widgets[-1] if self._widgets else None
+        for widget in self._widgets:
+            widget.set_can_regenerate(widget is last and widget.role == "assistant")
+
+    # --- streaming ------------------------------------------------------
+    def begin_stream(self, widget: MessageWidget):
+        self.end_stream()
+        self._live = widget
+        self._live_text = widget.text()
+        self._stick = True
+        self.scroll_to_bottom()
+
+    def append_delta(self, text: str):
+        if self._live is None:
+            return
+        self._live_text += text
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def live_text(self) -> str:
+        return self._live_text
+
+    def is_streaming(self) -> bool:
+        return self._live is not None
+
+    def _flush(self):
+        if self._live is not None and self._live.text() != self._live_text:
+            self._live.set_text(self._live_text)
+            self.render_count += 1
+
+    def end_stream(self, status: str | None = None, stats=None, error: str = ""):
+        """Render what is left, then freeze the live message."""
+        if self._live is None:
+            return
+        self._timer.stop()
+        self._flush()
+        if status:
+            self._live.set_status(status, error)
+        if stats is not None:
+            self._live.set_stats(stats)
+        self._live = None
+
+    # --- scrolling ------------------------------------------------------
+    def scroll_to_bottom(self):
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _on_range(self, _lo, hi):
+        if self._stick:
+            self.verticalScrollBar().setValue(hi)
+
+    def _on_scroll(self, value):
+        self._stick = value >= self.verticalScrollBar().maximum() - 4

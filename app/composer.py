@@ -1,0 +1,120 @@
+"""Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+
+class _Editor(QPlainTextEdit):
+    enterPressed = Signal()
+
+    def keyPressEvent(self, event):
+        key = event.key()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = event.modifiers()
+            if mods & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
+                self.insertPlainText("\n")
+                return
+            self.enterPressed.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    sendRequested = Signal(str)
+    stopRequested = Signal()
+    editCancelled = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("composer")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(12, 6, 12, 10)
+        outer.setSpacing(4)
+        self.reason_label = QLabel()
+        self.reason_label.setObjectName("composerReason")
+        self.reason_label.setWordWrap(True)
+        self.reason_label.setVisible(False)
+        outer.addWidget(self.reason_label)
+        edit_row = QHBoxLayout()
+        self.edit_label = QLabel("Editing a message: sending replaces it and every later message.")
+        self.edit_label.setObjectName("composerEditing")
+        self.cancel_edit_button = QPushButton("Cancel Edit")
+        self.cancel_edit_button.clicked.connect(self.editCancelled)
+        edit_row.addWidget(self.edit_label, 1)
+        edit_row.addWidget(self.cancel_edit_button)
+        self.edit_bar = QWidget()
+        self.edit_bar.setLayout(edit_row)
+        edit_row.setContentsMargins(0, 0, 0, 0)
+        self.edit_bar.setVisible(False)
+        outer.addWidget(self.edit_bar)
+        row = QHBoxLayout()
+        self.editor = _Editor()
+        self.editor.setObjectName("composerEdit")
+        self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.editor.setTabChangesFocus(True)
+        self.editor.enterPressed.connect(self.submit)
+        self.editor.textChanged.connect(self._update_buttons)
+        self.editor.textChanged.connect(self._fit)
+        row.addWidget(self.editor, 1)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("sendButton")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self.submit)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button.clicked.connect(self.stopRequested)
+        self.stop_button.setVisible(False)
+        row.addWidget(self.send_button)
+        row.addWidget(self.stop_button)
+        outer.addLayout(row)
+        self._ready = True
+        self._generating = False
+        self._update_buttons()
+        self._fit()
+
+    def _fit(self):
+        """Grow with the text from 2 to 8 lines; longer text scrolls."""
+        line = self.editor.fontMetrics().lineSpacing()
+        lines = min(8, max(2, int(self.editor.document().size().height())))
+        height = lines * line + 16
+        if height != self.editor.height():
+            self.editor.setFixedHeight(height)
+
+    def text(self) -> str:
+        return self.editor.toPlainText()
+
+    def set_text(self, text: str):
+        self.editor.setPlainText(text)
+        self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+        self.editor.setFocus()
+
+    def submit(self):
+        text = self.text()
+        if not self._ready or self._generating or not text.strip():
+            return
+        self.editor.clear()
+        self.sendRequested.emit(text)
+
+    def set_ready(self, ready: bool, reason: str = ""):
+        """Enable sending, or disable it and show why (no model loaded, still loading...)."""
+        # Typing ahead stays possible; sending waits for a model.
+        self._ready = ready
+        self.reason_label.setText(reason)
+        self.reason_label.setVisible(bool(reason) and not ready)
+        self._update_buttons()
+
+    def set_generating(self, on: bool):
+        self._generating = on
+        self.stop_button.setVisible(on)
+        self.send_button.setVisible(not on)
+        self._update_buttons()
+
+    def set_editing(self, on: bool):
+        self.edit_bar.setVisible(on)
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def _update_buttons(self):
+        self.send_button.setEnabled(self._ready and not self._generating and bool(self.text().strip()))

@@ -1,0 +1,255 @@
+"""The Qt side of the async Engine: coroutines in, Qt signals out.
+
+Every engine call runs as an asyncio task on the qasync loop (the GUI thread); the
+bridge keeps a reference to each task (qasync keeps none, and an unreferenced task
+can be garbage-collected mid-flight) and reports results and failures as signals.
+The engine runs MLX on its own thread and hands results back to this loop, so the
+GUI thread never waits on it.
+"""
+
+import asyncio
+import logging
+import threading
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.errors import ChinwagError
+from engine.types import TextDelta, TurnStats
+
+log = logging.getLogger(__name__)
+
+
+def default_engine():
+    from engine.api import Engine  # cheap by contract; mlx is imported on the engine thread
+
+    return Engine()
+
+
+class EngineBridge(QObject):
+    stateChanged = Signal(str)  # "starting", "idle", "loading", "ready", "generating", "error"
+    started = Signal()
+    startFailed = Signal(str)
+    modelsListed = Signal(list)  # list[ModelInfo]
+    loadProgress = Signal(object)  # LoadProgress
+    modelLoaded = Signal(object)  # ModelInfo
+    loadFailed = Signal(str, str)  # spec, one-line reason
+    delta = Signal(object, str)  # conv_id, text
+    turnFinished = Signal(object, object)  # conv_id, TurnStats
+    turnFailed = Signal(object, str)  # conv_id, reason
+    taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
+    taskFinished = Signal(str, object)  # kind, ModelInfo
+    taskFailed = Signal(str, str)  # kind, reason
+
+    def __init__(self, engine=None, engine_factory=default_engine, parent=None):
+        super().__init__(parent)
+        self._engine = engine
+        self._factory = engine_factory
+        self._tasks: set[asyncio.Task] = set()
+        self._generating: set = set()
+        self._loading = False
+        self._started = False
+        self._cancel_download: threading.Event | None = None
+        self.state = "starting"
+        self.last_error = ""
+
+    # --- plumbing -------------------------------------------------------
+    @property
+    def engine(self):
+        if self._engine is None:
+            self._engine = self._factory()
+        return self._engine
+
+    @property
+    def current_model(self):
+        return getattr(self._engine, "current_model", None) if self._engine is not None else None
+
+    def run(self, coro) -> asyncio.Task:
+        """Schedule coro on the running loop and keep the task alive until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task):
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("engine task failed", exc_info=task.exception())
+
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    def is_generating(self, conv_id=None) -> bool:
+        return bool(self._generating) if conv_id is None else conv_id in self._generating
+
+    def _set_state(self):
+        if not self._started:
+            state = "starting"
+        elif self._loading:
+            state = "loading"
+        elif self._generating:
+            state = "generating"
+        elif self.current_model is not None:
+            state = "ready"
+        else:
+            state = "idle"
+        if state != self.state:
+            self.state = state
+            self.stateChanged.emit(state)
+
+    def kv_bytes(self) -> int:
+        try:
+            return int(getattr(self.engine.state, "kv_bytes_total", 0) or 0)
+        except Exception:
+            return 0
+
+    # --- start and models ----------------------------------------------
+    def start(self, model_spec: str | None = None, fallback: str | None = None) -> asyncio.Task:
+        return self.run(self._start(model_spec, fallback))
+
+    async def _start(self, spec, fallback):
+        try:
+            await self.engine.start()
+        except Exception as e:  # the engine could not start at all: say why
+            self.last_error = _reason(e)
+            self.startFailed.emit(self.last_error)
+            self.state = "error"
+            self.stateChanged.emit("error")
+            return
+        self._started = True
+        self._set_state()
+        self.started.emit()
+        await self._list_models()
+        if spec:
+            ok = await self._load(spec)
+            if not ok and fallback and fallback != spec:
+                await self._load(fallback)
+
+    def refresh_models(self) -> asyncio.Task:
+        return self.run(self._list_models())
+
+    async def _list_models(self):
+        try:
+            models = await self.engine.list_models()
+        except Exception as e:
+            log.warning("listing models failed: %s", _reason(e))
+            models = []
+        self.modelsListed.emit(list(models))
+        return models
+
+    def load_model(self, spec: str) -> asyncio.Task:
+        return self.run(self._load(spec))
+
+    async def _load(self, spec) -> bool:
+        self._loading = True
+        self._set_state()
+        try:
+            info = await self.engine.load_model(spec, progress=self.loadProgress.emit)
+        except Exception as e:
+            self.last_error = _reason(e)
+            self.loadFailed.emit(str(spec), self.last_error)
+            return False
+        finally:
+            self._loading = False
+            self._set_state()
+        self.modelLoaded.emit(info)
+        await self._list_models()
+        return True
+
+    def import_gguf(self, path: str) -> asyncio.Task:
+        return self.run(self._model_task("import", self.engine.import_gguf, path, progress=True))
+
+    def add_model_folder(self, path: str) -> asyncio.Task:
+        return self.run(self._model_task("folder", self.engine.add_model_folder, path))
+
+    def download_model(self, repo_id: str) -> asyncio.Task:
+        self._cancel_download = threading.Event()
+        return self.run(
+            self._model_task("download", self.engine.download_model, repo_id, progress=True,
+                             cancel=self._cancel_download)
+        )
+
+    def cancel_download(self):
+        if self._cancel_download is not None:
+            self._cancel_download.set()
+
+    async def _model_task(self, kind, method, arg, progress=False, **kwargs):
+        if progress:
+            kwargs["progress"] = lambda p: self.taskProgress.emit(kind, p)
+        try:
+            info = await method(arg, **kwargs)
+        except Exception as e:
+            self.taskFailed.emit(kind, _reason(e))
+            return None
+        self.taskFinished.emit(kind, info)
+        await self._list_models()
+        return info
+
+    # --- chat ------------------------------------------------------------
+    def chat(self, conv_id, messages: list[dict], params) -> asyncio.Task:
+        self._generating.add(conv_id)
+        self._set_state()
+        return self.run(self._chat(conv_id, messages, params))
+
+    async def _chat(self, conv_id, messages, params):
+        stats = None
+        try:
+            async for event in self.engine.chat(conv_id, messages, params):
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        self.delta.emit(conv_id, event.text)
+                elif isinstance(event, TurnStats):
+                    stats = event
+        except asyncio.CancelledError:
+            self.turnFailed.emit(conv_id, "cancelled")
+            raise
+        except Exception as e:
+            self._generating.discard(conv_id)
+            self._set_state()
+            self.turnFailed.emit(conv_id, _reason(e))
+            return
+        self._generating.discard(conv_id)
+        self._set_state()
+        if stats is None:
+            self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
+        else:
+            self.turnFinished.emit(conv_id, stats)
+
+    def stop(self, conv_id=None):
+        if self._engine is not None:
+            self._engine.stop(conv_id)
+
+    def forget(self, conv_id):
+        if self._engine is not None and self._started:
+            self.run(self._forget(conv_id))
+
+    async def _forget(self, conv_id):
+        try:
+            await self.engine.forget(conv_id)
+        except Exception as e:
+            log.warning("forget %s: %s", conv_id, _reason(e))
+
+    # --- shutdown -------------------------------------------------------
+    async def aclose(self, timeout: float = 10.0):
+        """Stop generating, let running tasks finish (briefly), then close the engine."""
+        if self._engine is None:
+            return
+        self.cancel_download()
+        try:
+            self._engine.stop(None)
+        except Exception:
+            pass
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        try:
+            await asyncio.wait_for(self._engine.close(), timeout)
+        except Exception as e:
+            log.warning("closing the engine: %s", _reason(e))
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, ChinwagError):
+        return str(e)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

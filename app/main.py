@@ -1,0 +1,65 @@
+"""`chinwag` with no subcommand: the desktop window.
+
+Order matters for a fast start: Qt and the window first (painted before anything
+heavy), then the engine thread starts and imports MLX while the window is already
+usable, and the last used model loads in the background with progress shown.
+"""
+
+import asyncio
+import logging
+import sys
+
+
+def run_app(argv=None, model: str | None = None) -> int:
+    """Show the window and run the Qt/asyncio loop until it closes; returns the exit code."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    import qasync
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = list(sys.argv[:1] if argv is None else argv) or ["chinwag"]
+    app = QApplication.instance() or QApplication(argv)
+    app.setApplicationName("Chinwag")
+    app.setApplicationDisplayName("Chinwag")
+    app.setOrganizationName("Chinwag")
+    app.setDesktopFileName("chinwag")
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+
+    from app.store import Store
+    from engine.errors import ChinwagError
+
+    try:
+        store = Store()
+    except ChinwagError as e:
+        # Not inside a coroutine: the loop has not started, so a modal box is fine here.
+        QMessageBox.critical(None, "Chinwag", f"Chinwag cannot open its conversations:\n{e}")
+        return 1
+
+    from app.window import MainWindow
+
+    window = MainWindow(store)
+    window.show()
+    window.repaint()  # painted now, before the engine (and mlx) is even imported
+    app.processEvents()
+    # The engine starts once the loop runs: its thread imports mlx, the model loads after.
+    QTimer.singleShot(0, lambda: window.start_engine(model))
+
+    code = 0
+    with loop:
+        code = loop.run_forever() or 0
+        try:
+            loop.run_until_complete(window.shutdown())
+        except Exception as e:  # closing must not hide the window's own exit code
+            logging.getLogger(__name__).warning("shutdown: %s", e)
+    store.close()
+    return int(code)
+
+
+def main():
+    sys.exit(run_app(sys.argv))
+
+
+if __name__ == "__main__":
+    main()

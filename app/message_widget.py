@@ -1,0 +1,158 @@
+"""One chat message: who said it, the text, its stats and its actions.
+
+A message owns its own document (GPT4All-style): streaming updates touch only the live
+message, and a finished message is frozen (its text is not re-rendered again).
+"""
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
+
+from app.markdown_view import MarkdownView, ProseView
+
+# Longer user messages show their start only; Copy and the engine still get all of it.
+USER_DISPLAY_LIMIT = 20_000
+
+STATUS_NOTES = {
+    "stopped": "Stopped",
+    "failed": "Failed",
+    "streaming": "",
+    "complete": "",
+}
+
+
+def format_bytes(n: int) -> str:
+    size = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def format_stats(stats) -> str:
+    """'42 tokens · 31.5 tok/s · first token 0.21 s' from a TurnStats or its dict."""
+    if not stats:
+        return ""
+    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
+    parts = [f"{get('generated_tokens', 0)} tokens"]
+    tps = get("decode_tps", 0) or 0
+    parts.append(f"{tps:.1f} tok/s")
+    ttft = get("ttft_s", 0) or 0
+    parts.append(f"first token {ttft:.2f} s")
+    dropped = get("dropped_messages", 0) or 0
+    if dropped:
+        parts.append(f"dropped {dropped} old message(s) to fit the context")
+    reason = get("finish_reason", "")
+    if reason == "length":
+        parts.append("hit max tokens")
+    elif reason == "context":
+        parts.append("hit the context limit")
+    return " · ".join(parts)
+
+
+class MessageWidget(QFrame):
+    copyRequested = Signal(object)
+    editRequested = Signal(object)
+    regenerateRequested = Signal(object)
+
+    def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
+                 model: str = "", stats=None, parent=None):
+        super().__init__(parent)
+        self.message_id = message_id
+        self.role = role
+        self.status = status
+        self._text = text
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+        self.setProperty("role", role)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        head = QHBoxLayout()
+        who = "You" if role == "user" else (model or "Assistant")
+        self.who_label = QLabel(who)
+        self.who_label.setObjectName("messageAuthor")
+        head.addWidget(self.who_label)
+        head.addStretch(1)
+        self.copy_button = self._action(head, "Copy", "Copy this message", self.copyRequested)
+        self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
+        self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
+        self.edit_button.setVisible(role == "user")
+        self.regen_button.setVisible(False)
+        layout.addLayout(head)
+
+        if role == "user":
+            self.body = ProseView()
+            self.body.setObjectName("userText")
+        else:
+            self.body = MarkdownView()
+        layout.addWidget(self.body)
+        self.stats_label = QLabel()
+        self.stats_label.setObjectName("messageStats")
+        self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.stats_label)
+        self._render()
+        self.set_stats(stats)
+        self.set_status(status)
+
+    def _action(self, layout, text, tip, signal):
+        button = QToolButton(text=text)
+        button.setObjectName(f"{text.lower()}Button")
+        button.setToolTip(tip)
+        button.setAutoRaise(True)
+        button.clicked.connect(lambda: signal.emit(self.message_id))
+        layout.addWidget(button)
+        return button
+
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str):
+        """Replace the text and re-render (only blocks that changed are re-parsed)."""
+        self._text = text
+        self._render()
+
+    def _render(self):
+        if self.role == "user":
+            text = self._text
+            if len(text) > USER_DISPLAY_LIMIT:
+                more = len(text) - USER_DISPLAY_LIMIT
+                text = text[:USER_DISPLAY_LIMIT] + f"\n\n… {more:,} more characters not shown (Copy copies all)"
+            self.body.set_plain(text)
+        else:
+            self.body.set_text(self._text)
+
+    def set_status(self, status: str, error: str = ""):
+        self.status = status
+        self.setProperty("status", status)
+        self._refresh_footer(error)
+        self.copy_button.setEnabled(status != "streaming")
+        self.edit_button.setEnabled(status != "streaming")
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def set_stats(self, stats):
+        self._stats_text = format_stats(stats)
+        self._refresh_footer()
+
+    def _refresh_footer(self, error: str = ""):
+        parts = []
+        note = STATUS_NOTES.get(self.status, "")
+        if self.status == "streaming" and self.role == "assistant":
+            note = "Writing…"
+        if note:
+            parts.append(note + (f": {error}" if error else ""))
+        elif error:
+            parts.append(error)
+        if getattr(self, "_stats_text", ""):
+            parts.append(self._stats_text)
+        self.stats_label.setText(" — ".join(parts))
+        self.stats_label.setVisible(bool(parts))
+
+    def set_can_regenerate(self, on: bool):
+        self.regen_button.setVisible(on and self.role == "assistant")
+
+    def copy_to_clipboard(self):
+        QGuiApplication.clipboard().setText(self._text)

@@ -1,0 +1,152 @@
+"""Generation settings: per conversation (overrides) and Preferences (the defaults).
+
+Defaults come from resources/default_settings.json, overlaid by what the user saved in
+Preferences (store state "default_settings"). A conversation stores only the keys that
+differ from the defaults, so changing a default reaches every chat that did not override it.
+"""
+
+import json
+from importlib import resources as importlib_resources
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
+
+from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
+
+DEFAULTS_KEY = "default_settings"
+KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap")
+
+
+def builtin_defaults() -> dict:
+    text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def load_defaults(store) -> dict:
+    defaults = builtin_defaults()
+    try:
+        saved = store.get_state(DEFAULTS_KEY, {}) or {}
+    except Exception:
+        saved = {}
+    defaults.update({k: v for k, v in saved.items() if k in KEYS})
+    return defaults
+
+
+def effective(conv_settings: dict | None, defaults: dict) -> dict:
+    values = dict(defaults)
+    values.update({k: v for k, v in (conv_settings or {}).items() if k in KEYS and v is not None})
+    return values
+
+
+def overrides(values: dict, defaults: dict) -> dict:
+    """Keys to write with store.update_settings: changed values, None for back-to-default."""
+    return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
+
+
+def params_from_settings(values: dict) -> GenerationParams:
+    cap = int(values.get("context_cap") or 0)
+    return GenerationParams(
+        temperature=float(values.get("temperature", 0.7)),
+        top_p=float(values.get("top_p", 1.0)),
+        top_k=int(values.get("top_k", 0)),
+        min_p=float(values.get("min_p", 0.0)),
+        repetition_penalty=float(values.get("repetition_penalty", 1.0)),
+        max_tokens=int(values.get("max_tokens") or DEFAULT_MAX_TOKENS),
+        context_cap=cap if cap > 0 else None,
+    )
+
+
+def engine_messages(messages, system_prompt: str) -> list[dict]:
+    """What the engine gets: the system prompt first, then the turns that have text."""
+    out = []
+    if system_prompt.strip():
+        out.append({"role": "system", "content": system_prompt})
+    for m in messages:
+        if m.role == "system" or m.status == "failed" or (m.role == "assistant" and not m.content):
+            continue
+        out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def _double(lo, hi, step, decimals=2):
+    box = QDoubleSpinBox()
+    box.setRange(lo, hi)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    return box
+
+
+def _int(lo, hi, special=""):
+    box = QSpinBox()
+    box.setRange(lo, hi)
+    if special:
+        box.setSpecialValueText(special)
+    return box
+
+
+class SettingsDialog(QDialog):
+    """Edits one settings dict. Show it with open() (never exec() from a coroutine)."""
+
+    def __init__(self, values: dict, defaults: dict, title: str, parent=None, note: str = ""):
+        super().__init__(parent)
+        self.setObjectName("settingsDialog")
+        self.setWindowTitle(title)
+        self.setWindowModality(Qt.WindowModality.WindowModal)
+        self._defaults = dict(defaults)
+        layout = QVBoxLayout(self)
+        if note:
+            label = QLabel(note)
+            label.setWordWrap(True)
+            layout.addWidget(label)
+        form = QFormLayout()
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
+        self.system_prompt.setMinimumHeight(80)
+        self.fields = {
+            "temperature": _double(0.0, 2.0, 0.05),
+            "top_p": _double(0.0, 1.0, 0.05),
+            "top_k": _int(0, 1000, "off"),
+            "min_p": _double(0.0, 1.0, 0.01),
+            "repetition_penalty": _double(0.5, 2.0, 0.05),
+            "max_tokens": _int(1, 131072),
+            "context_cap": _int(0, 1 << 20, "model's limit"),
+        }
+        form.addRow("System prompt", self.system_prompt)
+        labels = {
+            "temperature": "Temperature", "top_p": "Top p", "top_k": "Top k", "min_p": "Min p",
+            "repetition_penalty": "Repetition penalty", "max_tokens": "Max tokens", "context_cap": "Context cap",
+        }
+        for key, box in self.fields.items():
+            box.setObjectName(key)
+            form.addRow(labels[key], box)
+        layout.addLayout(form)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.reset_button = QPushButton("Reset to Defaults")
+        buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)
+        self.reset_button.clicked.connect(lambda: self.set_values(self._defaults))
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.set_values(values)
+
+    def set_values(self, values: dict):
+        self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))
+        for key, box in self.fields.items():
+            value = values.get(key, self._defaults.get(key, 0)) or 0
+            box.setValue(float(value) if isinstance(box, QDoubleSpinBox) else int(value))
+
+    def values(self) -> dict:
+        out = {"system_prompt": self.system_prompt.toPlainText()}
+        for key, box in self.fields.items():
+            out[key] = round(box.value(), 4) if isinstance(box, QDoubleSpinBox) else int(box.value())
+        return out

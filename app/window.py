@@ -1,0 +1,494 @@
+"""The main window: sidebar | notices + chat + composer, menus, status bar.
+
+The window gets its Store and Engine from outside (`MainWindow(store, engine)`), so tests
+can give it the real engine on the tiny model or a fake. Nothing here blocks: dialogs are
+opened with open(), engine work runs as tasks kept by the EngineBridge.
+"""
+
+from pathlib import Path
+
+from PySide6.QtCore import QStandardPaths, Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import export
+from app.chat_controller import ChatController
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.engine_bridge import EngineBridge
+from app.message_widget import format_bytes
+from app.model_menu import DownloadDialog, ModelMenu
+from app.notices import NoticeArea
+from app.settings_dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
+from engine.errors import ChinwagError
+
+STARTER_ID = "smollm2-135m-instruct"  # engine.registry.STARTER_ID, without importing it early
+STATE_LABELS = {
+    "starting": "Starting engine…", "idle": "No model", "loading": "Loading model…",
+    "ready": "Ready", "generating": "Generating…", "error": "Engine error",
+}
+EXPORT_FILTERS = {
+    "md": "Markdown (*.md)", "json": "Chinwag JSON (*.json)", "html": "Web page (*.html)",
+    "txt": "Plain text (*.txt)", "pdf": "PDF (*.pdf)",
+}
+
+
+def open_url(url: QUrl) -> bool:
+    """Indirection so tests can replace the desktop call."""
+    return QDesktopServices.openUrl(url)
+
+
+def load_stylesheet() -> str:
+    from importlib import resources
+
+    try:
+        return resources.files("resources").joinpath("style.qss").read_text("utf-8")
+    except OSError:
+        return ""
+
+
+def starter_id() -> str:
+    try:
+        from engine.registry import STARTER_ID as sid
+
+        return sid
+    except Exception:
+        return STARTER_ID
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store, engine=None, engine_factory=None, parent=None):
+        super().__init__(parent)
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Chinwag")
+        self.resize(1100, 760)
+        self.setStyleSheet(load_stylesheet())
+        self.store = store
+        kwargs = {"engine_factory": engine_factory} if engine_factory else {}
+        self.bridge = EngineBridge(engine, parent=self, **kwargs)
+        self._models = []
+        self._loading_spec = ""
+        self._dialogs = []  # non-modal dialogs kept alive while open
+
+        from app.sidebar import Sidebar
+
+        self.sidebar = Sidebar()
+        self.chat_view = ChatView()
+        self.composer = Composer()
+        self.notices = NoticeArea()
+        right = QWidget()
+        column = QVBoxLayout(right)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.notices)
+        column.addWidget(self.chat_view, 1)
+        column.addWidget(self.composer)
+        splitter = QSplitter()
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 840])
+        splitter.setChildrenCollapsible(False)
+        self.setCentralWidget(splitter)
+
+        self.chat = ChatController(store, self.bridge, self.chat_view, self.composer, self.sidebar, self)
+        self.chat.error.connect(self.show_error)
+        self.chat.conversationChanged.connect(self._on_conversation_changed)
+        self.chat.statsChanged.connect(self._show_stats)
+        self.chat.generatingChanged.connect(self._on_generating)
+        self.chat.deletedUndoable.connect(self._offer_undo)
+
+        self._build_status_bar()
+        self._build_menus()
+        self._connect_bridge()
+        self._update_composer()
+
+        if store.notice:
+            kind = "warning" if store.read_only else "info"
+            self.notices.show_notice("store", store.notice[0].upper() + store.notice[1:] + ".", kind)
+        self.chat.refresh_list()
+        last = store.get_state("last_conversation")
+        if last and last in self.sidebar.ids():
+            self.chat.open_conversation(last)
+
+    # --- building -------------------------------------------------------
+    def _build_status_bar(self):
+        bar = self.statusBar()
+        self.model_label = QLabel("No model")
+        self.model_label.setObjectName("statusModel")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("loadProgress")
+        self.progress.setMaximumWidth(180)
+        self.progress.setVisible(False)
+        self.context_label = QLabel("")
+        self.context_label.setObjectName("statusContext")
+        self.kv_label = QLabel("")
+        self.kv_label.setObjectName("statusKV")
+        self.state_label = QLabel(STATE_LABELS["starting"])
+        self.state_label.setObjectName("statusState")
+        bar.addWidget(self.model_label)
+        bar.addWidget(self.progress)
+        for label in (self.context_label, self.kv_label, self.state_label):
+            bar.addPermanentWidget(label)
+
+    def _action(self, menu, text, slot, shortcut=None, role=None, name=None):
+        action = QAction(text, self)
+        if shortcut is not None:
+            keys = shortcut if isinstance(shortcut, list) else [shortcut]
+            action.setShortcuts([QKeySequence(k) for k in keys if not QKeySequence(k).isEmpty()])
+        if role is not None:
+            action.setMenuRole(role)
+        action.triggered.connect(lambda _checked=False: slot())
+        action.setObjectName(name or text)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self):
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, QKeySequence.StandardKey.New)
+        file_menu.addSeparator()
+        self.import_action = self._action(file_menu, "Import Conversation…", self.import_dialog)
+        self.export_action = self._action(file_menu, "Export Conversation…", self.export_dialog, "Ctrl+Shift+E")
+        file_menu.addSeparator()
+        prefs = QKeySequence(QKeySequence.StandardKey.Preferences)
+        self.prefs_action = self._action(
+            file_menu, "Preferences…", self.preferences_dialog,
+            prefs if not prefs.isEmpty() else "Ctrl+,", QAction.MenuRole.PreferencesRole,
+        )
+        file_menu.addSeparator()
+        self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
+
+        edit_menu = bar.addMenu("&Edit")
+        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, QKeySequence.StandardKey.Find)
+
+        chat_menu = bar.addMenu("&Chat")
+        self.stop_action = self._action(chat_menu, "Stop", self.escape, "Esc")
+        self.stop_action.setEnabled(False)
+        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, "Ctrl+R")
+        chat_menu.addSeparator()
+        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), "F2")
+        self._action(chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id)
+                     if self.chat.conv_id else None)
+        chat_menu.addSeparator()
+        self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
+
+        self.model_menu = ModelMenu(self)
+        bar.addMenu(self.model_menu)
+        self.model_menu.modelChosen.connect(self.load_model)
+        self.model_menu.importGgufRequested.connect(self.import_gguf_dialog)
+        self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
+        self.model_menu.downloadRequested.connect(self.download_dialog)
+        self.model_menu.showFolderRequested.connect(self.show_models_folder)
+
+    def _connect_bridge(self):
+        b = self.bridge
+        b.stateChanged.connect(self._on_state)
+        b.startFailed.connect(lambda reason: self.show_error(f"The engine could not start: {reason}"))
+        b.modelsListed.connect(self._on_models)
+        b.loadProgress.connect(self._on_load_progress)
+        b.modelLoaded.connect(self._on_model_loaded)
+        b.loadFailed.connect(self._on_load_failed)
+        b.taskProgress.connect(self._on_task_progress)
+        b.taskFinished.connect(self._on_task_finished)
+        b.taskFailed.connect(self._on_task_failed)
+
+    # --- engine ---------------------------------------------------------
+    def start_engine(self, model_spec: str | None = None):
+        """Start the engine in the background and load the last used model (or the starter)."""
+        default = starter_id()
+        spec = model_spec or self.store.get_state("last_model") or default
+        self._loading_spec = spec
+        return self.bridge.start(spec, fallback=default if not model_spec else None)
+
+    def load_model(self, spec: str):
+        if self.bridge.state == "loading":
+            return None
+        self._loading_spec = spec
+        return self.bridge.load_model(spec)
+
+    def _on_state(self, state):
+        label = STATE_LABELS.get(state, state)
+        if state == "loading" and self._loading_spec:
+            label = f"Loading {self._model_name(self._loading_spec)}…"
+        self.state_label.setText(label)
+        self.model_menu.set_busy(state == "loading")
+        self.progress.setVisible(state == "loading")
+        if state == "loading":
+            self.progress.setRange(0, 0)
+        self._update_composer()
+
+    def _on_models(self, models):
+        self._models = models
+        current = self.bridge.current_model
+        self.model_menu.set_models(models, current.id if current else None)
+
+    def _model_name(self, spec):
+        for m in self._models:
+            if m.id == spec:
+                return m.name or m.id
+        return Path(str(spec)).name or str(spec)
+
+    def _on_load_progress(self, p):
+        self.progress.setVisible(True)
+        if p.total:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
+        else:
+            self.progress.setRange(0, 0)
+        self.state_label.setText(p.stage or "Loading…")
+
+    def _on_model_loaded(self, info):
+        self.progress.setVisible(False)
+        self.model_label.setText(info.name or info.id)
+        self.model_label.setToolTip(info.path)
+        self.model_menu.set_current(info.id)
+        self.notices.dismiss("load")
+        if not self.store.read_only:
+            try:
+                self.store.set_state("last_model", info.id)
+            except ChinwagError:
+                pass
+        self._show_stats(None)
+        self._update_composer()
+
+    def _on_load_failed(self, spec, reason):
+        self.progress.setVisible(False)
+        current = self.bridge.current_model
+        keep = f" {current.name or current.id} is still loaded." if current else ""
+        self.notices.show_notice("load", f"Could not load {self._model_name(spec)}: {reason}.{keep}", "error")
+        self.statusBar().showMessage(f"Could not load {self._model_name(spec)}", 8000)
+        self._update_composer()
+
+    def _update_composer(self):
+        state = self.bridge.state
+        if self.store.read_only:
+            self.composer.set_ready(False, "Conversations are read-only, so new messages cannot be saved.")
+        elif state == "starting":
+            self.composer.set_ready(False, "Starting the engine…")
+        elif state == "error":
+            self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
+        elif state == "loading" and self.bridge.current_model is None:
+            self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}…")
+        elif self.bridge.current_model is None:
+            why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
+            self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
+        elif state == "loading":
+            self.composer.set_ready(False, f"Switching to {self._model_name(self._loading_spec)}…")
+        else:
+            self.composer.set_ready(True)
+
+    # --- status ---------------------------------------------------------
+    def _show_stats(self, stats):
+        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
+        model = self.bridge.current_model
+        limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+        used = get("kv_offset", 0) if get else 0
+        self.context_label.setText(f"Context {used:,} / {limit:,}" if limit else "")
+        kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
+        if get and not kv:
+            kv = get("kv_bytes", 0)
+        self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
+
+    def _on_generating(self, on):
+        self.stop_action.setEnabled(on or self.chat.editing is not None)
+        self.regen_action.setEnabled(not on)
+
+    def _on_conversation_changed(self, conv_id):
+        title = ""
+        if conv_id:
+            try:
+                title = self.store.get_conversation(conv_id).title
+            except ChinwagError:
+                pass
+        self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
+        self._show_stats(None)
+
+    def escape(self):
+        if self.chat.gen is not None:
+            self.chat.stop()
+        else:
+            self.chat.cancel_edit()
+
+    def show_error(self, text):
+        self.notices.show_notice("error", text, "error")
+        self.statusBar().showMessage(text.split("\n")[0][:200], 10000)
+
+    def _offer_undo(self, conv_id, title):
+        self.notices.show_notice(
+            "undo", f"Deleted “{title}”.", "info", ("Undo", lambda: self.chat.undo_delete(conv_id)),
+            timeout_ms=8000,
+        )
+
+    # --- dialogs ----------------------------------------------------------
+    def _keep(self, dialog):
+        self._dialogs.append(dialog)
+        dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
+        dialog.open()
+        return dialog
+
+    def _file_dialog(self, title, mode, filters, on_selected, save_name=""):
+        dialog = QFileDialog(self, title)
+        dialog.setFileMode(mode)
+        if mode == QFileDialog.FileMode.AnyFile:
+            dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        if filters:
+            dialog.setNameFilters(filters)
+        docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        dialog.setDirectory(docs or str(Path.home()))
+        if save_name:
+            dialog.selectFile(save_name)
+        dialog.fileSelected.connect(lambda path: on_selected(path, dialog.selectedNameFilter()))
+        return self._keep(dialog)
+
+    def export_dialog(self):
+        if not self.chat.conv_id:
+            self.show_error("There is no conversation to export yet.")
+            return None
+        conv = self.store.get_conversation(self.chat.conv_id)
+        filters = list(EXPORT_FILTERS.values())
+
+        def chosen(path, name_filter):
+            fmt = next((k for k, v in EXPORT_FILTERS.items() if v == name_filter), "md")
+            if Path(path).suffix.lower().lstrip(".") in EXPORT_FILTERS:
+                fmt = Path(path).suffix.lower().lstrip(".")
+            elif not Path(path).suffix:
+                path = f"{path}.{fmt}"
+            self.export_to(path, fmt)
+
+        return self._file_dialog("Export Conversation", QFileDialog.FileMode.AnyFile, filters, chosen,
+                                 export.suggested_filename(conv, "md"))
+
+    def export_to(self, path, fmt=None) -> bool:
+        if not self.chat.conv_id:
+            self.show_error("There is no conversation to export yet.")
+            return False
+        self.chat.save_partial()
+        fmt = fmt or Path(path).suffix.lstrip(".") or "md"
+        try:
+            conv = self.store.get_conversation(self.chat.conv_id)
+            written = export.export_conversation(conv, fmt, path)
+        except ChinwagError as e:
+            self.show_error(f"Export failed: {e}")
+            return False
+        except OSError as e:
+            self.show_error(f"Export failed: cannot write {path}: {e.strerror or e}")
+            return False
+        self.statusBar().showMessage(f"Exported to {written}", 8000)
+        return True
+
+    def import_dialog(self):
+        return self._file_dialog("Import Conversation", QFileDialog.FileMode.ExistingFile,
+                                 ["Chinwag JSON (*.json)", "All files (*)"], lambda p, _f: self.import_from(p))
+
+    def import_from(self, path) -> bool:
+        try:
+            conv = export.import_conversation(self.store, path)
+        except ChinwagError as e:
+            self.show_error(f"Import failed: {e}")
+            return False
+        self.chat.refresh_list()
+        self.chat.open_conversation(conv.id)
+        self.statusBar().showMessage(f"Imported “{conv.title}”", 8000)
+        return True
+
+    def preferences_dialog(self):
+        defaults = load_defaults(self.store)
+        dialog = SettingsDialog(defaults, defaults, "Preferences", self,
+                                "Defaults for every chat that does not set its own.")
+        dialog.accepted.connect(lambda: self.save_preferences(dialog.values()))
+        return self._keep(dialog)
+
+    def save_preferences(self, values: dict):
+        try:
+            self.store.set_state(DEFAULTS_KEY, values)
+        except ChinwagError as e:
+            self.show_error(f"Preferences not saved: {e}")
+
+    def chat_settings_dialog(self):
+        try:
+            conv_id = self.chat.ensure_conversation()
+            conv = self.store.get_conversation(conv_id)
+        except ChinwagError as e:
+            self.show_error(str(e))
+            return None
+        defaults = load_defaults(self.store)
+        dialog = SettingsDialog(effective(conv.settings, defaults), defaults, f"Settings for “{conv.title}”", self)
+        dialog.accepted.connect(lambda: self.save_chat_settings(conv_id, dialog.values()))
+        return self._keep(dialog)
+
+    def save_chat_settings(self, conv_id, values: dict):
+        try:
+            self.store.update_settings(conv_id, overrides(values, load_defaults(self.store)))
+        except ChinwagError as e:
+            self.show_error(f"Settings not saved: {e}")
+
+    # --- models: import, add, download, folder -----------------------------
+    def import_gguf_dialog(self):
+        return self._file_dialog("Import GGUF", QFileDialog.FileMode.ExistingFile,
+                                 ["GGUF models (*.gguf)", "All files (*)"],
+                                 lambda p, _f: self.bridge.import_gguf(p))
+
+    def add_folder_dialog(self):
+        return self._file_dialog("Add Model Folder", QFileDialog.FileMode.Directory, [],
+                                 lambda p, _f: self.bridge.add_model_folder(p))
+
+    def download_dialog(self):
+        dialog = DownloadDialog(self)
+        dialog.downloadRequested.connect(self.bridge.download_model)
+        dialog.cancelRequested.connect(self.bridge.cancel_download)
+        self._download = dialog
+        dialog.finished.connect(lambda *_: setattr(self, "_download", None))
+        return self._keep(dialog)
+
+    def show_models_folder(self):
+        from engine.paths import models_dir
+
+        if not open_url(QUrl.fromLocalFile(str(models_dir()))):
+            self.show_error(f"Could not open {models_dir()}")
+
+    def _on_task_progress(self, kind, p):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_progress(p)
+            return
+        self.progress.setVisible(True)
+        if p.total:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
+        self.statusBar().showMessage(p.stage, 5000)
+
+    def _on_task_finished(self, kind, info):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_finished(info)
+        self.progress.setVisible(self.bridge.state == "loading")
+        verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
+        self.notices.show_notice("model-task", f"{verb} {info.name or info.id}.", "info",
+                                 ("Load It", lambda: self.load_model(info.id)))
+
+    def _on_task_failed(self, kind, reason):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_failed(reason)
+        self.progress.setVisible(self.bridge.state == "loading")
+        what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
+        self.show_error(f"{what} failed: {reason}")
+
+    # --- closing --------------------------------------------------------
+    def closeEvent(self, event):
+        self.chat.abandon()
+        super().closeEvent(event)
+
+    async def shutdown(self):
+        """Close the engine (after the window closed); run it on the loop."""
+        self.chat.abandon()
+        await self.bridge.aclose()

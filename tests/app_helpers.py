@@ -1,0 +1,164 @@
+"""Shared by the window tests: a qasync loop on the pytest-qt app, and a fake engine.
+
+The fake engine is for behaviour that belongs to the UI alone (streaming cadence, stop,
+failures); the main flow runs on the real Engine with the tiny model.
+"""
+
+import asyncio
+import threading
+
+import pytest
+
+from engine.errors import ChinwagError
+from engine.types import EngineState, LoadProgress, ModelInfo, TextDelta, TurnStats
+
+
+@pytest.fixture
+def qloop(qapp):
+    """A qasync loop driven by Qt's own event processing (qtbot.waitUntil spins it)."""
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    # Let callbacks queued by finished tasks run, then detach the loop from this thread.
+    qapp.processEvents()
+    asyncio.events._set_running_loop(None)
+    loop._QEventLoop__is_running = False  # qasync has no public way to end an already_running loop
+    try:
+        qapp.aboutToQuit.disconnect(loop._after_run_forever)
+    except (RuntimeError, TypeError):
+        pass
+    loop._after_run_forever()
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def run(qtbot, coro, timeout=60_000):
+    """Run a coroutine as a task on the qasync loop and wait for it without blocking it."""
+    task = asyncio.ensure_future(coro)
+    qtbot.waitUntil(task.done, timeout=timeout)
+    return task.result()
+
+
+FAKE_MODELS = [
+    ModelInfo("fake-small", "Fake Small", "/models/fake-small", "llama", 270 * 1024 * 1024, "Q8_0", 2048,
+              source="starter"),
+    ModelInfo("fake-big", "Fake Big", "/models/fake-big", "llama", 4 * 1024**3, "4-bit", 8192, source="folder"),
+    ModelInfo("broken", "Broken Model", "/models/broken", status="unusable",
+              reason="config.json is missing", source="folder"),
+]
+
+
+class FakeEngine:
+    """The Engine contract (docs/ARCHITECTURE.md) with scripted replies."""
+
+    def __init__(self, reply="Hello **there**! How can I help?", token_delay=0.005, models=None):
+        self.reply = reply
+        self.token_delay = token_delay
+        self.models = list(models or FAKE_MODELS)
+        self.current_model = None
+        self.calls = []  # (conv_id, messages, params)
+        self.started = False
+        self.closed = False
+        self.fail_load = {}  # spec -> reason
+        self.load_delay = 0.0
+        self._stops = {}
+        self._generating = 0
+        self.forgotten = []
+
+    @property
+    def state(self):
+        name = "generating" if self._generating else ("ready" if self.current_model else "idle")
+        return EngineState(name, self.current_model, kv_bytes_total=12345 if self.current_model else 0)
+
+    async def start(self):
+        self.started = True
+
+    async def list_models(self):
+        return list(self.models)
+
+    async def load_model(self, spec, progress=None):
+        if progress:
+            progress(LoadProgress("Loading weights", 1, 2))
+        await asyncio.sleep(self.load_delay)
+        if spec in self.fail_load:
+            raise ChinwagError(self.fail_load[spec])
+        info = next((m for m in self.models if m.id == spec), None)
+        if info is None:
+            info = ModelInfo(str(spec), str(spec).rsplit("/", 1)[-1], str(spec), context_length=2048)
+        if info.status == "unusable":
+            raise ChinwagError(f"{info.name}: {info.reason}")
+        if progress:
+            progress(LoadProgress("Loading weights", 2, 2))
+        self.current_model = info
+        return info
+
+    def tokens(self, text):
+        out, word = [], ""
+        for ch in text:
+            word += ch
+            if ch in " \n":
+                out.append(word)
+                word = ""
+        return out + ([word] if word else [])
+
+    async def chat(self, conv_id, messages, params=None):
+        if self.current_model is None:
+            raise ChinwagError("no model is loaded")
+        self.calls.append((conv_id, list(messages), params))
+        stop = threading.Event()
+        self._stops[conv_id] = stop
+        self._generating += 1
+        reply = self.reply(messages) if callable(self.reply) else self.reply
+        n = 0
+        reason = "stop"
+        try:
+            for piece in self.tokens(reply):
+                if stop.is_set():
+                    reason = "cancelled"
+                    break
+                await asyncio.sleep(self.token_delay)
+                if stop.is_set():
+                    reason = "cancelled"
+                    break
+                n += 1
+                yield TextDelta(piece, (n,))
+            prompt = sum(len(m["content"]) // 4 + 4 for m in messages)
+            yield TurnStats(prompt, 0, prompt, n, 0.05, 40.0, 400.0, 4096, prompt + n, 65536,
+                            self.current_model.context_length or 2048, reason)
+        finally:
+            self._generating -= 1
+            self._stops.pop(conv_id, None)
+
+    def stop(self, conv_id=None):
+        for key, event in list(self._stops.items()):
+            if conv_id is None or key == conv_id:
+                event.set()
+
+    async def forget(self, conv_id):
+        self.forgotten.append(conv_id)
+
+    async def import_gguf(self, path, progress=None):
+        if progress:
+            progress(LoadProgress("Converting", 1, 1))
+        if not str(path).endswith(".gguf"):
+            raise ChinwagError(f"{path}: not a GGUF file")
+        info = ModelInfo("imported-x", "Imported X", str(path), source="imported")
+        self.models.append(info)
+        return info
+
+    async def add_model_folder(self, path):
+        info = ModelInfo("folder-x", "Folder X", str(path), source="folder")
+        self.models.append(info)
+        return info
+
+    async def download_model(self, repo_id, progress=None, cancel=None):
+        if progress:
+            progress(LoadProgress(f"Connecting to Hugging Face for {repo_id}", 0, 0))
+        await asyncio.sleep(0.01)
+        raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
+
+    async def close(self):
+        self.stop()
+        self.closed = True
