@@ -150,6 +150,7 @@ class ChatController(QObject):
                 self.store.delete_messages_from(self.conv_id, self.editing)
                 self.chat_view.remove_from(self.editing)
                 self.cancel_edit()
+            first = self.conv_id is None or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
             msg = self.store.add_message(conv_id, "user", text)  # saved before the engine sees it
         except ChinwagError as e:
@@ -157,6 +158,8 @@ class ChatController(QObject):
             self.composer.set_text(text)
             return False
         self.chat_view.add_message(msg.id, "user", text)
+        if first:
+            self.conversationChanged.emit(conv_id)  # it has a title now
         return self._start_reply()
 
     def _start_reply(self) -> bool:
@@ -288,6 +291,8 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
         self.refresh_list()
+        if conv_id == self.conv_id:
+            self.conversationChanged.emit(conv_id)
 
     def delete(self, conv_id):
         """Hide the conversation now; delete it for good when the Undo offer runs out."""
