@@ -1,0 +1,603 @@
+"""Conversations and messages in SQLite (stdlib sqlite3); no Qt.
+
+Threading: a Store is used from the Qt/asyncio main thread only. sqlite3's
+check_same_thread stays on, so a call from another thread fails loudly.
+
+Durability: WAL with synchronous=NORMAL, so every commit survives a crash of the
+app (kill -9); a power cut may lose the last second or so of writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import sqlite3
+import time
+import unicodedata
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from engine import paths
+from engine.errors import ChinwagError
+
+DEFAULT_TITLE = "New chat"
+TITLE_MAX = 60
+STATUSES = ("complete", "streaming", "stopped", "failed")
+APPLICATION_ID = 0x43687767  # "Chwg": marks the file as ours
+
+# Each entry upgrades the schema by one version; user_version = len(applied).
+MIGRATIONS = [
+    f"""
+    PRAGMA application_id = {APPLICATION_ID};
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        model_id TEXT NOT NULL DEFAULT '',
+        settings TEXT NOT NULL DEFAULT '{{}}'
+    );
+    CREATE INDEX conversations_by_activity ON conversations(updated_at);
+    CREATE TABLE messages (
+        -- AUTOINCREMENT: an id the window still holds never points at a newer message.
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('complete', 'streaming', 'stopped', 'failed')),
+        created_at REAL NOT NULL,
+        model_id TEXT NOT NULL DEFAULT '',
+        stats TEXT,
+        UNIQUE (conversation_id, position)
+    );
+    CREATE INDEX messages_streaming ON messages(status) WHERE status = 'streaming';
+    CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class NotFoundError(ChinwagError):
+    """A conversation or message id that is not in the store (e.g. deleted meanwhile)."""
+
+
+@dataclass
+class Message:
+    id: int
+    conversation_id: str
+    position: int
+    role: str
+    content: str
+    status: str = "complete"
+    created_at: float = 0.0
+    model_id: str = ""
+    stats: Optional[dict] = None
+
+
+@dataclass
+class Conversation:
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    model_id: str = ""
+    settings: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)  # list[Message], by position
+
+
+@dataclass
+class ConversationSummary:
+    id: str
+    title: str
+    updated_at: float
+    model_id: str = ""
+    snippet: str = ""  # text around the first match when searching, else ""
+    message_count: int = 0
+
+
+def title_from_message(text: str) -> str:
+    """A conversation title from its first user message: first non-blank line, ≤ 60 chars."""
+    line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    if not line:
+        return DEFAULT_TITLE
+    if len(line) <= TITLE_MAX:
+        return line
+    cut = line[: TITLE_MAX - 1]
+    # Do not leave half a grapheme (a combining mark or joiner whose base was cut).
+    while cut and (unicodedata.combining(cut[-1]) or cut[-1] in "\u200d\ufe0f"):
+        cut = cut[:-1]
+    return cut.rstrip() + "…"
+
+
+def _db_errors(method):
+    """Turn sqlite failures (locked, disk full, I/O) into one-line ChinwagErrors."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise ChinwagError(f"conversation database {self.path}: {e}") from e
+
+    return wrapper
+
+
+def _contains(haystack, needle) -> bool:
+    # Python's casefold handles non-ASCII case (Ä/ä, Σ/σ) that SQLite's LIKE does not.
+    return haystack is not None and needle in haystack.casefold()
+
+
+def _clean(text) -> str:
+    """Text SQLite can store: lone surrogates (which UTF-8 cannot encode) become U+FFFD."""
+    text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _snippet(text: str, needle: str, width: int = 80) -> str:
+    flat = " ".join(text.split())
+    i = flat.casefold().find(needle)
+    if i < 0:
+        return flat[:width] + ("…" if len(flat) > width else "")
+    start = max(0, i - width // 3)
+    end = min(len(flat), start + width)
+    start = max(0, min(start, end - width))
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+class Store:
+    """All of Chinwag's conversations. See docs/ARCHITECTURE.md for the contract."""
+
+    def __init__(self, path=None):
+        self.requested_path = Path(path) if path else paths.data_dir() / "chinwag.db"
+        self.path = self.requested_path  # the file in use (a recovered one if unreadable)
+        self.read_only = False
+        self.notice = ""  # why the store is read-only or not the usual file; "" if normal
+        self._last_now = 0.0
+        self._conn = self._open()
+
+    # -- opening ---------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.requested_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}")
+        problem, version = _inspect(self.requested_path)
+        if problem is None and version > SCHEMA_VERSION:
+            self.read_only = True
+            self.notice = (
+                f"conversations are read-only: {self.requested_path} was written by a newer version "
+                f"of Chinwag (schema {version}; this one knows {SCHEMA_VERSION}), so nothing in it is changed"
+            )
+            return self._connect_read_only()
+        if problem is not None:
+            self.path = self._recovery_path()
+            self.notice = (
+                f"could not read {self.requested_path} ({problem}); it was left untouched "
+                f"and conversations are saved to {self.path.name} beside it"
+            )
+        try:
+            return self._connect_writable()
+        except sqlite3.Error as e:
+            raise ChinwagError(f"cannot open conversation database {self.path}: {e}") from e
+
+    def _recovery_path(self) -> Path:
+        """Reuse the newest healthy recovered file beside the original, else name a new one."""
+        folder, stem = self.requested_path.parent, self.requested_path.stem
+        for old in sorted(folder.glob(f"{stem}-recovered-*.db"), key=_mtime, reverse=True):
+            problem, version = _inspect(old)
+            if problem is None and version <= SCHEMA_VERSION:
+                return old
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        candidate, n = folder / f"{stem}-recovered-{stamp}.db", 1
+        while candidate.exists():
+            n += 1
+            candidate = folder / f"{stem}-recovered-{stamp}-{n}.db"
+        return candidate
+
+    def _connect_writable(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=5, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            # Deleted text is overwritten with zeros rather than left in free pages.
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA temp_store=MEMORY")  # no sort spill files with message text
+            self._register(conn)
+            self._migrate(conn)
+            # Whatever was streaming when the app died is no longer streaming.
+            conn.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = self.requested_path.resolve().as_uri()
+        try:
+            conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=5, isolation_level=None)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error:
+            # e.g. a WAL file in a folder we cannot write: read the file as it is.
+            conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
+        conn.execute("PRAGMA query_only=ON")
+        self._register(conn)
+        return conn
+
+    @staticmethod
+    def _register(conn):
+        conn.create_function("chinwag_contains", 2, _contains, deterministic=True)
+
+    @staticmethod
+    def _migrate(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number in range(version, SCHEMA_VERSION):
+            # executescript commits first, so wrap each step in its own transaction.
+            conn.executescript(
+                f"BEGIN IMMEDIATE; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;"
+            )
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ChinwagError(f"conversation database {self.path} is closed")
+        return self._conn
+
+    def _write(self):
+        """A write transaction; refused on a read-only store."""
+        if self.read_only:
+            raise ChinwagError(f"cannot save changes: {self.notice}")
+        return _Transaction(self._db())
+
+    def _now(self) -> float:
+        # Strictly increasing, so "newest activity first" is stable even on coarse clocks.
+        self._last_now = max(time.time(), self._last_now + 1e-6)
+        return self._last_now
+
+    # -- conversations ---------------------------------------------------------
+
+    @_db_errors
+    def create_conversation(self, title=DEFAULT_TITLE, model_id="", settings=None) -> Conversation:
+        now = self._now()
+        conv = Conversation(str(uuid.uuid4()), _clean(title), now, now, model_id or "", dict(settings or {}))
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, model_id, settings)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (conv.id, conv.title, now, now, conv.model_id, _dumps(conv.settings)),
+            )
+        return conv
+
+    @_db_errors
+    def list_conversations(self, search="") -> list[ConversationSummary]:
+        """Newest activity first; with search, only those whose title or text contains it."""
+        raw = " ".join(str(search or "").split())
+        needle = raw.casefold()
+        count = "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+        if not needle:
+            rows = self._db().execute(
+                f"SELECT c.id, c.title, c.updated_at, c.model_id, {count}, NULL FROM conversations c"
+                " ORDER BY c.updated_at DESC, c.rowid DESC"
+            )
+            return [ConversationSummary(r[0], r[1], r[2], r[3], "", r[4]) for r in rows]
+        if raw.isascii():
+            # LIKE runs in C; for ASCII needles its ASCII-only case folding is enough.
+            pattern = "%" + _like_escape(raw) + "%"
+            test = "{} LIKE :p ESCAPE '\\'"
+        else:
+            pattern = needle
+            test = "chinwag_contains({}, :p)"
+        hit = (
+            "SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND "
+            + test.format("m.content")
+        )
+        rows = self._db().execute(
+            f"SELECT c.id, c.title, c.updated_at, c.model_id, {count},"
+            f" ({hit} ORDER BY m.position LIMIT 1) AS hit FROM conversations c"
+            f" WHERE {test.format('c.title')} OR EXISTS ({hit})"
+            " ORDER BY c.updated_at DESC, c.rowid DESC",
+            {"p": pattern},
+        )
+        return [
+            ConversationSummary(r[0], r[1], r[2], r[3], _snippet(r[5] if r[5] is not None else r[1], needle), r[4])
+            for r in rows
+        ]
+
+    @_db_errors
+    def get_conversation(self, conv_id) -> Conversation:
+        db = self._db()
+        row = db.execute(
+            "SELECT id, title, created_at, updated_at, model_id, settings FROM conversations WHERE id=?",
+            (conv_id,),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no conversation with id {conv_id}")
+        conv = Conversation(row[0], row[1], row[2], row[3], row[4], _loads(row[5]) or {})
+        conv.messages = [
+            _message(r)
+            for r in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,))
+        ]
+        return conv
+
+    @_db_errors
+    def resolve_conversation_id(self, prefix) -> str:
+        """The id that equals or uniquely starts with prefix (for the CLI)."""
+        prefix = str(prefix).strip()
+        if not prefix:
+            raise ChinwagError("no conversation id given")
+        pattern = _like_escape(prefix) + "%"
+        ids = [r[0] for r in self._db().execute(
+            "SELECT id FROM conversations WHERE id LIKE ? ESCAPE '\\' LIMIT 11", (pattern,)
+        )]
+        if prefix in ids:
+            return prefix
+        if not ids:
+            raise NotFoundError(f"no conversation with id {prefix}")
+        if len(ids) > 1:
+            many = "more than 10" if len(ids) > 10 else str(len(ids))
+            raise ChinwagError(f"conversation id {prefix} is ambiguous: it matches {many} conversations")
+        return ids[0]
+
+    @_db_errors
+    def rename_conversation(self, conv_id, title):
+        with self._write() as db:
+            if not db.execute("UPDATE conversations SET title=? WHERE id=?", (_clean(title), conv_id)).rowcount:
+                raise NotFoundError(f"no conversation with id {conv_id}")
+
+    @_db_errors
+    def set_model(self, conv_id, model_id):
+        """The model a conversation last used (shown in the list, restored on open)."""
+        with self._write() as db:
+            if not db.execute("UPDATE conversations SET model_id=? WHERE id=?", (model_id or "", conv_id)).rowcount:
+                raise NotFoundError(f"no conversation with id {conv_id}")
+
+    @_db_errors
+    def update_settings(self, conv_id, settings: dict):
+        """Merge settings into the conversation's; a key set to None is removed."""
+        with self._write() as db:
+            row = db.execute("SELECT settings FROM conversations WHERE id=?", (conv_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no conversation with id {conv_id}")
+            merged = _loads(row[0]) or {}
+            for key, value in dict(settings).items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            db.execute("UPDATE conversations SET settings=? WHERE id=?", (_dumps(merged), conv_id))
+
+    @_db_errors
+    def delete_conversation(self, conv_id):
+        """Delete it and its messages; the text is zeroed on disk, not just unlinked."""
+        with self._write() as db:
+            if not db.execute("DELETE FROM conversations WHERE id=?", (conv_id,)).rowcount:
+                raise NotFoundError(f"no conversation with id {conv_id}")
+        self._scrub()
+
+    def _scrub(self):
+        # Older copies of the deleted pages live in the WAL until a checkpoint; TRUNCATE
+        # copies the zeroed pages into the database and empties the WAL file.
+        self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+    @_db_errors
+    def insert_conversation(self, conv: Conversation) -> Conversation:
+        """Copy conv (with its messages) under a new id in one transaction; for import."""
+        new = Conversation(
+            str(uuid.uuid4()), _clean(conv.title), conv.created_at, conv.updated_at,
+            conv.model_id or "", dict(conv.settings or {}),
+        )
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, model_id, settings)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (new.id, new.title, new.created_at, new.updated_at, new.model_id, _dumps(new.settings)),
+            )
+            for position, m in enumerate(conv.messages):
+                _check_status(m.status)
+                cur = db.execute(
+                    "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (new.id, position, _clean(m.role), _clean(m.content), m.status, m.created_at,
+                     m.model_id or "", _dumps(m.stats) if m.stats is not None else None),
+                )
+                new.messages.append(dataclasses.replace(m, id=cur.lastrowid, conversation_id=new.id, position=position))
+        return new
+
+    # -- messages --------------------------------------------------------------
+
+    @_db_errors
+    def add_message(self, conv_id, role, content, status="complete", model_id="", stats=None) -> Message:
+        """Append a message, committed at once. The first user message titles a "New chat"."""
+        _check_status(status)
+        content, stats = _clean(content), _stats(stats)
+        with self._write() as db:
+            row = db.execute("SELECT title FROM conversations WHERE id=?", (conv_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no conversation with id {conv_id}")
+            position = db.execute(
+                "SELECT coalesce(max(position) + 1, 0) FROM messages WHERE conversation_id=?", (conv_id,)
+            ).fetchone()[0]
+            now = self._now()
+            cur = db.execute(
+                "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conv_id, position, _clean(role), content, status, now, model_id or "", _dumps(stats) if stats is not None else None),
+            )
+            title = row[0]
+            if role == "user" and title == DEFAULT_TITLE and not db.execute(
+                "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)
+            ).fetchone():
+                title = title_from_message(content)
+            db.execute("UPDATE conversations SET updated_at=?, title=? WHERE id=?", (now, title, conv_id))
+        return Message(cur.lastrowid, conv_id, position, _clean(role), content, status, now, model_id or "", stats)
+
+    @_db_errors
+    def update_message(self, msg_id, content=None, status=None, stats=None):
+        """Replace a message's content/status/stats (None = keep). Cheap: call it while streaming."""
+        sets, values = [], []
+        if content is not None:
+            sets.append("content=?")
+            values.append(_clean(content))
+        if status is not None:
+            _check_status(status)
+            sets.append("status=?")
+            values.append(status)
+        if stats is not None:
+            sets.append("stats=?")
+            values.append(_dumps(_stats(stats)))
+        with self._write() as db:
+            row = db.execute("SELECT conversation_id FROM messages WHERE id=?", (msg_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no message with id {msg_id}")
+            if sets:
+                db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*values, msg_id))
+            db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (self._now(), row[0]))
+
+    @_db_errors
+    def get_message(self, msg_id) -> Message:
+        row = self._db().execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id=?", (msg_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no message with id {msg_id}")
+        return _message(row)
+
+    @_db_errors
+    def delete_messages_from(self, conv_id, msg_id):
+        """Delete that message and every later one (edit, regenerate)."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT position FROM messages WHERE id=? AND conversation_id=?", (msg_id, conv_id)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"no message with id {msg_id} in conversation {conv_id}")
+            db.execute("DELETE FROM messages WHERE conversation_id=? AND position>=?", (conv_id, row[0]))
+        self._scrub()
+
+    # -- app state -------------------------------------------------------------
+
+    @_db_errors
+    def get_state(self, key, default=None):
+        row = self._db().execute("SELECT value FROM state WHERE key=?", (key,)).fetchone()
+        return default if row is None else _loads(row[0])
+
+    @_db_errors
+    def set_state(self, key, value):
+        """Any JSON value (last model, last conversation, window geometry...)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (key, _dumps(value)),
+            )
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+def _inspect(path: Path):
+    """(problem, user_version): problem is None for a usable (or absent/empty) file."""
+    try:
+        if path.is_dir():
+            return "it is a folder", 0
+        if not path.exists() or path.stat().st_size == 0:
+            return None, 0
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        return e.strerror or str(e), 0
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return "not an SQLite database", 0
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as e:
+        return str(e), 0
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        return f"corrupt: {e}", 0
+    finally:
+        conn.close()
+    if check != "ok":
+        return "corrupt: " + " ".join(check.replace("*** in database main ***", "").split())[:160], version
+    if tables and app_id != APPLICATION_ID:
+        return "not a Chinwag database", version
+    return None, version
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _like_escape(text: str) -> str:
+    return re.sub(r"([\\%_])", r"\\\1", text)
+
+
+_MESSAGE_COLUMNS = "id, conversation_id, position, role, content, status, created_at, model_id, stats"
+
+
+def _message(row) -> Message:
+    return Message(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]))
+
+
+def _check_status(status):
+    if status not in STATUSES:
+        raise ChinwagError(f"unknown message status {status!r} (expected one of {', '.join(STATUSES)})")
+
+
+def _stats(stats):
+    if stats is not None and dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        stats = dataclasses.asdict(stats)
+    return stats
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text):
+    return None if text is None else json.loads(text)
