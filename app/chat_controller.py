@@ -130,6 +130,7 @@ class ChatController(QObject):
             self._remember("last_conversation", conv.id)
             self.refresh_list()
             self.conversationChanged.emit(conv.id)
+            self.statsChanged.emit(None)
         return self.conv_id
 
     def _remember(self, key, value):
@@ -175,7 +176,8 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(reply.id, "assistant", "", "streaming", model.name or model.id)
+        widget = self.chat_view.add_message(reply.id, "assistant", "", "streaming", model.name or model.id,
+                                            model_id=model.id)
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()

@@ -45,6 +45,7 @@ class ChatView(QScrollArea):
         self._timer.setInterval(1000 // RENDER_HZ)
         self._timer.timeout.connect(self._flush)
         self.render_count = 0  # live re-renders, for tests and benches
+        self.model_name = lambda model_id: model_id  # the window maps ids to display names
 
     # --- messages -------------------------------------------------------
     def clear(self):
@@ -61,12 +62,14 @@ class ChatView(QScrollArea):
         for m in messages:
             if m.role == "system":
                 continue
-            self.add_message(m.id, m.role, m.content, m.status, m.model_id or model_name, m.stats)
+            name = self.model_name(m.model_id) if m.model_id else model_name
+            self.add_message(m.id, m.role, m.content, m.status, name, m.stats, m.model_id)
         self._stick = True
         self.scroll_to_bottom()
 
-    def add_message(self, message_id, role, text="", status="complete", model="", stats=None) -> MessageWidget:
-        widget = MessageWidget(message_id, role, text, status, model, stats)
+    def add_message(self, message_id, role, text="", status="complete", model="", stats=None,
+                    model_id="") -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
@@ -98,6 +101,11 @@ class ChatView(QScrollArea):
 
     def message_widgets(self) -> list[MessageWidget]:
         return list(self._widgets)
+
+    def refresh_model_names(self):
+        for widget in self._widgets:
+            if widget.role == "assistant" and widget.model_id:
+                widget.who_label.setText(self.model_name(widget.model_id))
 
     def set_actions_enabled(self, on: bool):
         for widget in self._widgets:

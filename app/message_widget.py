@@ -57,9 +57,10 @@ class MessageWidget(QFrame):
     regenerateRequested = Signal(object)
 
     def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
-                 model: str = "", stats=None, parent=None):
+                 model: str = "", stats=None, parent=None, model_id: str = ""):
         super().__init__(parent)
         self.message_id = message_id
+        self.model_id = model_id
         self.role = role
         self.status = status
         self._text = text

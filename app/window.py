@@ -75,6 +75,7 @@ class MainWindow(QMainWindow):
         kwargs = {"engine_factory": engine_factory} if engine_factory else {}
         self.bridge = EngineBridge(engine, parent=self, **kwargs)
         self._models = []
+        self._stats = None  # the stats shown in the status bar (TurnStats or dict)
         self._loading_spec = ""
         self._dialogs = []  # non-modal dialogs kept alive while open
 
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
 
         self.sidebar = Sidebar()
         self.chat_view = ChatView()
+        self.chat_view.model_name = self._model_name
         self.composer = Composer()
         self.notices = NoticeArea()
         right = QWidget()
@@ -230,6 +232,7 @@ class MainWindow(QMainWindow):
         self._models = models
         current = self.bridge.current_model
         self.model_menu.set_models(models, current.id if current else None)
+        self.chat_view.refresh_model_names()
 
     def _model_name(self, spec):
         for m in self._models:
@@ -257,7 +260,7 @@ class MainWindow(QMainWindow):
                 self.store.set_state("last_model", info.id)
             except ChinwagError:
                 pass
-        self._show_stats(None)
+        self._show_stats(self._stats)
         self._update_composer()
 
     def _on_load_failed(self, spec, reason):
@@ -288,6 +291,7 @@ class MainWindow(QMainWindow):
 
     # --- status ---------------------------------------------------------
     def _show_stats(self, stats):
+        self._stats = stats
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
         model = self.bridge.current_model
         limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
@@ -310,7 +314,8 @@ class MainWindow(QMainWindow):
             except ChinwagError:
                 pass
         self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
-        self._show_stats(None)
+        if not conv_id:
+            self._show_stats(None)
 
     def escape(self):
         if self.chat.gen is not None:

@@ -1,0 +1,26 @@
+"""`python -m app.screenshots` renders the window and the open Model menu."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.qt
+
+
+def test_screenshots_are_written(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "app.screenshots", "--out", str(tmp_path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from PySide6.QtGui import QImage
+
+    for name in ("window.png", "model-menu.png"):
+        image = QImage(str(tmp_path / name))
+        assert not image.isNull() and image.width() >= 1000 and image.height() >= 700
+    # The menu picture differs from the plain window where the menu is drawn.
+    assert QImage(str(tmp_path / "window.png")) != QImage(str(tmp_path / "model-menu.png"))
