@@ -5,11 +5,12 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 """
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.message_widget import MessageWidget
 
 RENDER_HZ = 30
+PAGE = 40  # messages shown when a conversation opens; older ones on request
 
 
 class ChatView(QScrollArea):
@@ -31,7 +32,14 @@ class ChatView(QScrollArea):
         self.empty_label.setObjectName("emptyChat")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._layout.addWidget(self.empty_label)
+        self.more_button = QPushButton()
+        self.more_button.setObjectName("earlierButton")
+        self.more_button.setFlat(True)
+        self.more_button.clicked.connect(self.show_earlier)
+        self.more_button.setVisible(False)
+        self._layout.addWidget(self.more_button)
         self._layout.addStretch(1)
+        self._hidden: list = []  # older stored messages not turned into widgets yet
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
         self._stick = True
@@ -54,29 +62,61 @@ class ChatView(QScrollArea):
             self._layout.removeWidget(widget)
             widget.deleteLater()
         self._widgets.clear()
+        self._hidden = []
+        self.more_button.setVisible(False)
         self.empty_label.setVisible(True)
 
     def set_messages(self, messages, model_name: str = ""):
-        """Show a stored conversation: messages with id, role, content, status, model_id, stats."""
+        """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
         self.clear()
-        for m in messages:
-            if m.role == "system":
-                continue
-            name = self.model_name(m.model_id) if m.model_id else model_name
-            self.add_message(m.id, m.role, m.content, m.status, name, m.stats, m.model_id)
+        messages = [m for m in messages if m.role != "system"]
+        self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
+        self._model_fallback = model_name
+        for m in shown:
+            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+        self._update_more()
         self._stick = True
         self.scroll_to_bottom()
 
+    def _name(self, m):
+        return self.model_name(m.model_id) if m.model_id else getattr(self, "_model_fallback", "")
+
+    def show_earlier(self):
+        """Insert the previous PAGE stored messages above the ones shown."""
+        batch, self._hidden = self._hidden[-PAGE:], self._hidden[:-PAGE]
+        self._stick = False
+        bar = self.verticalScrollBar()
+        from_bottom = bar.maximum() - bar.value()
+        first = self._layout.indexOf(self._widgets[0]) if self._widgets else self._layout.count() - 1
+        new = []
+        for offset, m in enumerate(batch):
+            widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            self._layout.insertWidget(first + offset, widget)
+            new.append(widget)
+        self._widgets[:0] = new
+        self._update_more()
+        self._inner.adjustSize()
+        bar.setValue(bar.maximum() - from_bottom)  # keep the message that was in view in view
+
+    def _update_more(self):
+        n = len(self._hidden)
+        self.more_button.setText(f"Show {min(n, PAGE)} earlier messages ({n} not shown)")
+        self.more_button.setVisible(n > 0)
+
     def add_message(self, message_id, role, text="", status="complete", model="", stats=None,
                     model_id="") -> MessageWidget:
-        widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
-        widget.copyRequested.connect(self.copyRequested)
-        widget.editRequested.connect(self.editRequested)
-        widget.regenerateRequested.connect(self.regenerateRequested)
+        widget = self._make(message_id, role, text, status, model, stats, model_id)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
         self.empty_label.setVisible(False)
         self._update_regenerate()
+        return widget
+
+    def _make(self, message_id, role, text, status, model, stats, model_id) -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
+        widget.copyRequested.connect(self.copyRequested)
+        widget.editRequested.connect(self.editRequested)
+        widget.regenerateRequested.connect(self.regenerateRequested)
         return widget
 
     def remove_from(self, message_id):

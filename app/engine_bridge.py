@@ -240,7 +240,7 @@ class EngineBridge(QObject):
             pass
         pending = [t for t in self._tasks if not t.done()]
         if pending:
-            await asyncio.wait(pending, timeout=timeout)
+            await asyncio.wait(pending, timeout=min(timeout, 5.0))
         try:
             await asyncio.wait_for(self._engine.close(), timeout)
         except Exception as e:

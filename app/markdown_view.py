@@ -75,6 +75,17 @@ def split_blocks(text: str) -> list[Block]:
     return blocks
 
 
+def merge_prose(blocks: list[Block]) -> list[Block]:
+    """Fewer widgets for a message that will not change: one document per run of prose."""
+    out: list[Block] = []
+    for block in blocks:
+        if block.kind == "prose" and out and out[-1].kind == "prose":
+            out[-1] = Block("prose", out[-1].text + "\n\n" + block.text)
+        else:
+            out.append(block)
+    return out
+
+
 def _markdown_blocks(text: str) -> list[Block]:
     blocks: list[Block] = []
     prose: list[str] = []
@@ -344,8 +355,11 @@ class MarkdownView(QWidget):
         self._widgets: list[QWidget] = []
         self.renders = 0  # how many block widgets were re-rendered (for tests and benches)
 
-    def set_text(self, text: str):
+    def set_text(self, text: str, merge: bool = False):
+        """Show text. merge=True (a finished message) renders adjacent prose as one document."""
         blocks = split_blocks(text)
+        if merge:
+            blocks = merge_prose(blocks)
         for i, block in enumerate(blocks):
             if i < len(self._blocks) and self._blocks[i] == block:
                 continue

@@ -62,7 +62,7 @@ class MessageWidget(QFrame):
         self.message_id = message_id
         self.model_id = model_id
         self.role = role
-        self.status = status
+        self.status = status  # before the first render: finished text renders merged
         self._text = text
         self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self.setProperty("role", role)
@@ -123,7 +123,7 @@ class MessageWidget(QFrame):
                 text = text[:USER_DISPLAY_LIMIT] + f"\n\n… {more:,} more characters not shown (Copy copies all)"
             self.body.set_plain(text)
         else:
-            self.body.set_text(self._text)
+            self.body.set_text(self._text, merge=self.status != "streaming")
 
     def set_status(self, status: str, error: str = ""):
         self.status = status

@@ -65,7 +65,8 @@ class Sidebar(QWidget):
         for s in summaries:
             item = QListWidgetItem(s.title or "Untitled")
             item.setData(ID_ROLE, s.id)
-            item.setToolTip(s.title or "")
+            snippet = getattr(s, "snippet", "")
+            item.setToolTip(f"{s.title}\n{snippet}" if snippet and snippet != s.title else (s.title or ""))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if s.id == current_id:
