@@ -11,15 +11,19 @@ import sys
 
 
 def run_app(argv=None, model: str | None = None) -> int:
-    """Show the window and run the Qt/asyncio loop until it closes; returns the exit code."""
+    """Show the window and run the Qt/asyncio loop until it closes; returns the exit code.
+
+    argv: arguments after the program name, as argparse takes them (Qt options allowed).
+    model: a model to load instead of the last used one.
+    """
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
     import qasync
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    argv = list(sys.argv[:1] if argv is None else argv) or ["chinwag"]
-    app = QApplication.instance() or QApplication(argv)
+    qt_argv = [sys.argv[0] if sys.argv and sys.argv[0] else "chinwag"] + list(argv or [])
+    app = QApplication.instance() or QApplication(qt_argv)
     app.setApplicationName("Chinwag")
     app.setApplicationDisplayName("Chinwag")
     app.setOrganizationName("Chinwag")
@@ -58,7 +62,7 @@ def run_app(argv=None, model: str | None = None) -> int:
 
 
 def main():
-    sys.exit(run_app(sys.argv))
+    sys.exit(run_app(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def paintEvent(self, event):
 
 W.MainWindow.paintEvent = paintEvent
 from app.main import run_app
-code = run_app(["chinwag"], model=sys.argv[1])
+code = run_app([], model=sys.argv[1])
 record["exit_code"] = code
 print("RECORD " + json.dumps(record), flush=True)
 """
