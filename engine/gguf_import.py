@@ -23,6 +23,8 @@ from engine.types import LoadProgress, ModelInfo
 Progress = Optional[Callable[[LoadProgress], None]]
 
 SUPPORTED_ARCHITECTURES = ("llama",)
+# GGUF tokenizer.ggml.model values: byte-level BPE, and SentencePiece BPE (Llama 2, Mistral).
+TOKENIZER_MODELS = ("gpt2", "llama")
 INFO_FILE = "chinwag.json"
 TMP_PREFIX = ".tmp-import-"
 
@@ -37,8 +39,9 @@ GGML_TYPES = {
 }
 # MLX loads these as MLX quantized triples (group size 32) or as plain arrays.
 NATIVE_TYPES = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
-# MLX dequantizes these to float16 (gguflib); we re-quantize them to keep the size down.
-REQUANT_BITS = {"Q2_K": 4, "Q3_K": 4, "Q4_K": 4, "Q5_K": 6, "Q6_K": 6, "Q8_K": 8}
+# MLX dequantizes these to float16 (gguflib: not Q3_K, Q5_K, Q5_0, ...); we re-quantize
+# them so that a Q4_K_M file stays about its size instead of growing 4x.
+REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
 
 # Metadata value types: struct format (None = special).
 _VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
@@ -229,17 +232,38 @@ def check_importable(header: GGUFHeader) -> None:
             f"(only {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files can be imported): {path}"
         )
     tok_model = header.metadata.get("tokenizer.ggml.model", "")
-    if tok_model != "gpt2":
+    if tok_model not in TOKENIZER_MODELS:
         raise ModelError(
             f"cannot import {path.name}: tokenizer model '{tok_model or 'none'}' is not supported "
-            f"(only byte-level BPE 'gpt2' tokenizers): {path}"
+            f"(only {' and '.join(TOKENIZER_MODELS)}): {path}"
         )
+    if int(header.metadata.get("split.count", 1) or 1) > 1:
+        raise ModelError(f"cannot import {path.name}: it is one part of a split GGUF "
+                         f"(merge the parts with llama-gguf-split --merge first): {path}")
     bad = sorted({t.type_name for t in header.tensors
                   if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS})
     if bad:
         raise ModelError(
             f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}"
         )
+    missing = _missing_tensors(header)
+    if missing:
+        raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} "
+                         f"missing: {path}")
+
+
+def _missing_tensors(header: GGUFHeader) -> list:
+    names = {t.name for t in header.tensors}
+    try:
+        layers = int(header.arch_value("block_count", 0) or 0)
+    except (TypeError, ValueError):
+        layers = 0
+    if not layers:
+        return [f"{header.architecture}.block_count (metadata)"]
+    want = ["token_embd.weight", "output_norm.weight"] + [
+        f"blk.{i}.{part}.weight" for i in range(layers) for part in _LAYER_NAMES
+    ]
+    return [n for n in want if n not in names]
 
 
 # --- import -------------------------------------------------------------------------------
@@ -270,6 +294,7 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
             report("Imported", 5)
             return info
 
+    _remove_stale_temps(root)
     tmp = root / f"{TMP_PREFIX}{dest.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -282,6 +307,16 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
         raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
     report("Imported", 5)
     return info_from_folder(dest)
+
+
+def _remove_stale_temps(root: Path, max_age_s: float = 86400) -> None:
+    """Temp folders a crash left behind (a day old, so never a running import's)."""
+    for p in root.glob(f"{TMP_PREFIX}*"):
+        try:
+            if time.time() - p.stat().st_mtime > max_age_s:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _reporter(progress: Progress):
@@ -353,7 +388,7 @@ def _convert(src: Path, st, out: Path, report) -> None:
     report("Reading GGUF", 1)
     header = read_gguf_header(src, keep_arrays=True)
     try:
-        weights, _ = mx.load(str(src), return_metadata=True)
+        weights = mx.load(str(src))  # metadata comes from our own reader
     except Exception as e:
         raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from None
 
@@ -377,7 +412,7 @@ def _convert(src: Path, st, out: Path, report) -> None:
         "architecture": header.architecture,
         "quantization": quantization_label(header.type_counts()),
         "mlx_quantization": mlx_quantization_label(config),
-        "dtype": str(next(v.dtype for k, v in weights.items() if k.endswith("norm.weight"))).split(".")[-1],
+        "dtype": str(weights["model.norm.weight"].dtype).split(".")[-1],
         "name": header.name,
         "context_length": header.context_length,
         "imported_at": time.time(),
@@ -462,10 +497,6 @@ def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
     kv_heads = get("attention.head_count_kv", heads)
     if isinstance(kv_heads, list):
         raise ModelError(f"cannot import {header.path.name}: per-layer KV head counts: {header.path}")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab = get("vocab_size") or (len(tokens) if isinstance(tokens, list) else None)
-    if vocab is None:
-        vocab = _rows(weights, "model.embed_tokens")
     config = {
         "model_type": arch,
         "architectures": ["LlamaForCausalLM"],
@@ -475,7 +506,8 @@ def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": int(kv_heads),
         "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-        "vocab_size": int(vocab),
+        # The embedding's rows, not llama.vocab_size: they must match for mlx-lm.
+        "vocab_size": int(weights["model.embed_tokens.weight"].shape[0]),
         "max_position_embeddings": header.context_length or 4096,
         "rope_theta": float(get("rope.freq_base", 10000.0)),
         # GGUF stores Q/K rows permuted for interleaved ("traditional") RoPE.
@@ -499,10 +531,6 @@ def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
     if quant:
         config["quantization"] = _quant_config(quant)
     return config
-
-
-def _rows(weights, module) -> int:
-    return int(weights[f"{module}.weight"].shape[0])
 
 
 def _quant_config(quant: dict) -> dict:
@@ -592,32 +620,84 @@ def _pre_tokenizer(pre: str):
 
 
 def build_tokenizer(meta: dict):
-    """A `tokenizers.Tokenizer` from GGUF byte-level BPE metadata."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata."""
+    from tokenizers import AddedToken, Tokenizer, processors
 
     tokens = meta["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    vocab = {}
-    for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
-    tok.decoder = decoders.ByteLevel()
-    # type 3 = control (special), 4 = user-defined (added, shown in text).
+    if meta.get("tokenizer.ggml.model") == "llama":
+        tok = _sentencepiece_bpe(meta, tokens)
+        special_types = (2, 3)  # unknown, control
+    else:
+        tok = _byte_level_bpe(meta, tokens)
+        special_types = (3,)
+    # 3 = control (special), 4 = user-defined (an added token that shows in text).
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                            for i, t in enumerate(types) if t == 3])
+                            for i, t in enumerate(types) if t in special_types])
     tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
                     for i, t in enumerate(types) if t == 4])
     bos_id = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and isinstance(bos_id, int):
+    add_bos = meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
+    if add_bos and isinstance(bos_id, int):
         bos = tokens[bos_id]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
         )
-    else:
+    elif meta.get("tokenizer.ggml.model") != "llama":
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok
+
+
+def _vocab(tokens) -> dict:
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    return vocab
+
+
+def _byte_level_bpe(meta: dict, tokens):
+    from tokenizers import Tokenizer, decoders, models
+
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+    tok = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=merges, fuse_unk=False))
+    tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece_bpe(meta: dict, tokens):
+    """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    vocab = _vocab(tokens)
+    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    merges = _merges_from_scores(tokens, scores, vocab)
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
+    unk = tokens[unk_id] if isinstance(unk_id, int) and unk_id < len(tokens) else None
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
+                               byte_fallback=True))
+    steps = [normalizers.Replace(" ", "\u2581")]
+    if meta.get("tokenizer.ggml.add_space_prefix", True):
+        steps.insert(0, normalizers.Prepend("\u2581"))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.decoder = decoders.Sequence([
+        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(" ", 1, 0),
+    ])
+    return tok
+
+
+def _merges_from_scores(tokens, scores, vocab) -> list:
+    """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
+    pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
+    merges = []
+    for piece_id, piece in enumerate(tokens):
+        local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
+                 if piece[:i] in vocab and piece[i:] in vocab]
+        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        merges.extend((scores[piece_id], piece_id, m) for m in local)
+    merges.sort(key=lambda m: (-m[0], m[1]))
+    return [m for _, _, m in merges]
 
 
 def build_tokenizer_config(meta: dict, config: dict) -> dict:
@@ -635,7 +715,8 @@ def build_tokenizer_config(meta: dict, config: dict) -> dict:
         "eos_token": eot or token("eos"),
         "pad_token": token("padding") or token("eos"),
         "unk_token": token("unknown"),
-        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token",
+                                       meta.get("tokenizer.ggml.model") == "llama")),
         "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
         "model_max_length": config["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,

@@ -200,10 +200,16 @@ def _context_length(config: dict) -> int:
 
 def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
     """Describe a folder for mlx_lm.load: status "ready", or "unusable" with the reason."""
-    from engine.gguf_import import mlx_quantization_label
-
     folder = Path(folder)
     base = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
+    try:
+        return _inspect(folder, base)
+    except Exception as e:  # a listing must survive any odd folder
+        return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
+
+
+def _inspect(folder: Path, base: dict) -> ModelInfo:
+    from engine.gguf_import import mlx_quantization_label
 
     def unusable(reason, **extra):
         return ModelInfo(**base, **extra, status="unusable", reason=reason)

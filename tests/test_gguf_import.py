@@ -283,3 +283,128 @@ def test_starter_gguf_imports_and_answers_paris():
     )
     text = mlx_lm.generate(model, tokenizer, prompt, max_tokens=12, sampler=make_sampler(0.0))
     assert "Paris" in text
+
+
+def _spm_meta():
+    pieces = {"ll": -1.0, "▁w": -2.0, "or": -3.0, "he": -4.0, "llo": -5.0, "▁he": -6.0,
+              "▁hello": -7.0, "ld": -8.0}
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += ["▁", "h", "e", "l", "o", "w", "r", "d"] + list(pieces)
+    scores = [0.0] * (len(tokens) - len(pieces)) + list(pieces.values())
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259)
+    return {
+        "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    }
+
+
+def test_sentencepiece_tokenizer(tmp_path):
+    from mlx_lm.tokenizer_utils import SPMStreamingDetokenizer
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+    from engine.gguf_import import build_tokenizer, build_tokenizer_config
+
+    meta = _spm_meta()
+    tok = build_tokenizer(meta)
+    enc = tok.encode("hello world é")
+    assert enc.tokens == ["<s>", "▁hello", "▁w", "or", "ld", "▁", "<0xC3>", "<0xA9>"]
+    assert tok.decode(enc.ids) == "hello world é"
+    assert tok.encode("<s>hello", add_special_tokens=False).tokens == ["<s>", "▁hello"]
+
+    tok.save(str(tmp_path / "tokenizer.json"))
+    cfg = build_tokenizer_config(meta, {"max_position_embeddings": 64})
+    assert (cfg["bos_token"], cfg["eos_token"], cfg["unk_token"]) == ("<s>", "</s>", "<unk>")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    wrapper = load_tokenizer(tmp_path)
+    assert wrapper.encode("hello world") == [1] + [tok.token_to_id(t)
+                                                   for t in ("▁hello", "▁w", "or", "ld")]
+    assert isinstance(wrapper.detokenizer, SPMStreamingDetokenizer)
+    assert wrapper.eos_token_ids == {2}
+
+
+def test_missing_tensor_is_refused(tiny_model_path, tmp_path):
+    import mlx.core as mx
+
+    from engine.gguf_import import import_gguf
+
+    src = write_tiny_gguf(tiny_model_path, tmp_path / "full.gguf")
+    weights, meta = mx.load(str(src), return_metadata=True)
+    del weights["blk.1.ffn_up.weight"]
+    mx.save_gguf(str(tmp_path / "holey.gguf"), weights, meta)
+    with pytest.raises(ModelError, match="blk.1.ffn_up.weight"):
+        import_gguf(tmp_path / "holey.gguf")
+    assert _leftovers() == []
+
+
+def test_stale_temp_folders_are_cleaned(tiny_gguf):
+    from engine.gguf_import import TMP_PREFIX, import_gguf
+
+    stale = paths.models_dir() / f"{TMP_PREFIX}crashed"
+    stale.mkdir()
+    os.utime(stale, (0, 0))
+    import_gguf(tiny_gguf)
+    assert not stale.exists()
+
+
+def _one_tensor_gguf(path: Path, type_id: int, nbytes: int, shape=(256, 4), cut: int = 0):
+    """A hand-written GGUF (v3) holding one zero-filled tensor of any GGML type."""
+    import struct
+
+    def s(x):
+        return struct.pack("<Q", len(x.encode())) + x.encode()
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + s("general.architecture")
+    head += struct.pack("<I", 8) + s("llama") + s("w.weight") + struct.pack("<I", len(shape))
+    head += struct.pack(f"<{len(shape)}Q", *shape) + struct.pack("<IQ", type_id, 0)
+    data = head + b"\0" * ((-len(head)) % 32) + b"\0" * nbytes
+    path.write_bytes(data[: len(data) - cut])
+    return path
+
+
+@pytest.mark.parametrize("name,type_id,block,nbytes", [
+    ("Q4_K", 12, 256, 144), ("Q6_K", 14, 256, 210), ("Q2_K", 10, 256, 84),
+    ("Q8_0", 8, 32, 34), ("Q4_0", 2, 32, 18), ("F16", 1, 1, 2),
+])
+def test_tensor_sizes_agree_with_mlx(tmp_path, name, type_id, block, nbytes):
+    import mlx.core as mx
+
+    from engine.gguf_import import read_gguf_header
+
+    size = 1024 // block * nbytes
+    path = _one_tensor_gguf(tmp_path / "one.gguf", type_id, size)
+    header = read_gguf_header(path)
+    assert header.tensors[0].type_name == name
+    assert mx.load(str(path))["w.weight"].shape[0] == 4
+    short = _one_tensor_gguf(tmp_path / "short.gguf", type_id, size, cut=1)
+    with pytest.raises(ModelError, match="past the end"):
+        read_gguf_header(short)
+
+
+def test_k_quants_are_requantized():
+    import mlx.core as mx
+
+    from engine.gguf_import import convert_weights
+
+    w = mx.random.normal((64, 128)).astype(mx.float16)
+    out, quant = convert_weights({"blk.0.ffn_up.weight": w, "blk.0.ffn_down.weight": w},
+                                 {"blk.0.ffn_up.weight": "Q4_K", "blk.0.ffn_down.weight": "Q6_K"},
+                                 Path("k.gguf"), float_dtype=mx.float32)
+    assert quant["model.layers.0.mlp.up_proj"] == {"group_size": 32, "bits": 4}
+    assert quant["model.layers.0.mlp.down_proj"] == {"group_size": 32, "bits": 6}
+    back = mx.dequantize(out["model.layers.0.mlp.down_proj.weight"],
+                         out["model.layers.0.mlp.down_proj.scales"],
+                         out["model.layers.0.mlp.down_proj.biases"], group_size=32, bits=6)
+    assert mx.abs(back - w.astype(mx.float32)).max().item() < 0.1
+
+
+def test_unsupported_tensor_type_is_refused(tmp_path):
+    from engine.gguf_import import check_importable, read_gguf_header
+
+    path = _one_tensor_gguf(tmp_path / "q5k.gguf", 13, 4 * 176)
+    header = read_gguf_header(path)
+    header.metadata["tokenizer.ggml.model"] = "gpt2"
+    with pytest.raises(ModelError, match="Q5_K"):
+        check_importable(header)
