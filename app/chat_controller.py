@@ -40,6 +40,7 @@ class ChatController(QObject):
     conversationChanged = Signal(object)  # conv id or None
     statsChanged = Signal(object)  # TurnStats or a stats dict (context used, KV memory)
     generatingChanged = Signal(bool)
+    editingChanged = Signal(bool)
     error = Signal(str)
     deletedUndoable = Signal(object, str)  # conv id, title
 
@@ -273,12 +274,14 @@ class ChatController(QObject):
         self.editing = msg_id
         self.composer.set_text(widget.text())
         self.composer.set_editing(True)
+        self.editingChanged.emit(True)
 
     def cancel_edit(self):
         if self.editing is not None:
             self.editing = None
             self.composer.set_editing(False)
             self.composer.editor.clear()
+            self.editingChanged.emit(False)
 
     def copy_message(self, msg_id):
         widget = self.chat_view.widget_for(msg_id)

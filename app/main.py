@@ -6,6 +6,7 @@ usable, and the last used model loads in the background with progress shown.
 """
 
 import asyncio
+import gc
 import logging
 import sys
 
@@ -16,7 +17,7 @@ def run_app(argv=None, model: str | None = None) -> int:
     argv: arguments after the program name, as argparse takes them (Qt options allowed).
     model: a model to load instead of the last used one.
     """
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QEvent, QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
     import qasync
@@ -57,6 +58,15 @@ def run_app(argv=None, model: str | None = None) -> int:
             loop.run_until_complete(window.shutdown())
         except Exception as e:  # closing must not hide the window's own exit code
             logging.getLogger(__name__).warning("shutdown: %s", e)
+        # Delete the window here, on the GUI thread: left to the garbage collector it could
+        # be collected on another thread (the engine's), which Qt does not allow.
+        window.deleteLater()
+        app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        del window
+        gc.collect()
+    # qasync's loop keeps Qt timers for cancelled handles; free it here, on this thread.
+    del loop
+    gc.collect()
     store.close()
     return int(code)
 

@@ -49,6 +49,8 @@ class Sidebar(QWidget):
         self.list.currentItemChanged.connect(self._on_current)
         self.list.itemChanged.connect(self._on_item_changed)
         self.list.setWordWrap(False)
+        self.list.setUniformItemSizes(True)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         layout.addWidget(self.list, 1)
         self._debounce = QTimer(self)

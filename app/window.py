@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
         self.chat.conversationChanged.connect(self._on_conversation_changed)
         self.chat.statsChanged.connect(self._show_stats)
         self.chat.generatingChanged.connect(self._on_generating)
+        self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
 
         self._build_status_bar()
@@ -117,6 +118,11 @@ class MainWindow(QMainWindow):
             kind = "warning" if store.read_only else "info"
             self.notices.show_notice("store", store.notice[0].upper() + store.notice[1:] + ".", kind)
         self.chat.refresh_list()
+        geometry = store.get_state("window_geometry")
+        if geometry:
+            from PySide6.QtCore import QByteArray
+
+            self.restoreGeometry(QByteArray.fromBase64(geometry.encode("ascii")))
         last = store.get_state("last_conversation")
         if last and last in self.sidebar.ids():
             self.chat.open_conversation(last)
@@ -233,6 +239,7 @@ class MainWindow(QMainWindow):
         current = self.bridge.current_model
         self.model_menu.set_models(models, current.id if current else None)
         self.chat_view.refresh_model_names()
+        self._suggest_conversation_model()
 
     def _model_name(self, spec):
         for m in self._models:
@@ -262,6 +269,7 @@ class MainWindow(QMainWindow):
                 pass
         self._show_stats(self._stats)
         self._update_composer()
+        self._suggest_conversation_model()
 
     def _on_load_failed(self, spec, reason):
         self.progress.setVisible(False)
@@ -316,6 +324,24 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
         if not conv_id:
             self._show_stats(None)
+        self._suggest_conversation_model()
+
+    def _suggest_conversation_model(self):
+        """A chat that last used another model offers to switch back to it (never automatic)."""
+        self.notices.dismiss("conv-model")
+        conv_id, current = self.chat.conv_id, self.bridge.current_model
+        if not conv_id or current is None:
+            return
+        try:
+            wanted = self.store.get_conversation(conv_id).model_id
+        except ChinwagError:
+            return
+        info = next((m for m in self._models if m.id == wanted), None)
+        if info is None or wanted == current.id or info.status == "unusable":
+            return
+        name = info.name or info.id
+        self.notices.show_notice("conv-model", f"This chat last used {name}.", "info",
+                                 (f"Switch to {name}", lambda: self.load_model(info.id)))
 
     def escape(self):
         if self.chat.gen is not None:
@@ -491,6 +517,11 @@ class MainWindow(QMainWindow):
     # --- closing --------------------------------------------------------
     def closeEvent(self, event):
         self.chat.abandon()
+        if not self.store.read_only:
+            try:
+                self.store.set_state("window_geometry", bytes(self.saveGeometry().toBase64()).decode("ascii"))
+            except ChinwagError:
+                pass
         super().closeEvent(event)
 
     async def shutdown(self):

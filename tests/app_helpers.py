@@ -30,8 +30,37 @@ def qloop(qapp):
     except (RuntimeError, TypeError):
         pass
     loop._after_run_forever()
+    timer = loop._timer
     loop.close()
     asyncio.set_event_loop(None)
+    # qasync's timer object still holds Qt timers of cancelled handles (e.g. asyncio.wait
+    # timeouts). Delete it here: collected later on another thread, Qt would complain or crash.
+    import gc
+
+    import shiboken6
+
+    shiboken6.delete(timer)
+    del loop
+    gc.collect()
+
+
+def dispose(qtbot, window, store=None):
+    """Close a window, its engine and store, and delete the window now, on this thread.
+
+    Left to Python's garbage collector, a window in a reference cycle could be deleted
+    by whichever thread happens to run the collector (the engine's), which Qt forbids.
+    """
+    import gc
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    window.close()
+    run(qtbot, window.shutdown(), timeout=60_000)
+    window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    if store is not None:
+        store.close()
+    gc.collect()
 
 
 def run(qtbot, coro, timeout=60_000):

@@ -5,7 +5,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from tests.app_helpers import qloop, run  # noqa: F401  (qloop is a fixture)
+from tests.app_helpers import dispose, qloop, run  # noqa: F401  (qloop is a fixture)
 
 pytestmark = [pytest.mark.qt, pytest.mark.qt_log_ignore("propagateSizeHints")]
 
@@ -16,8 +16,7 @@ def open_window(qtbot, model_path=None):
     from engine.api import Engine
 
     store = Store()
-    window = MainWindow(store, Engine())
-    qtbot.addWidget(window)
+    window = MainWindow(store, Engine())  # not qtbot.addWidget: dispose() deletes it
     window.show()
     task = window.start_engine(str(model_path) if model_path else None)
     qtbot.waitUntil(task.done, timeout=120_000)
@@ -26,9 +25,7 @@ def open_window(qtbot, model_path=None):
 
 
 def close_window(qtbot, store, window):
-    window.close()
-    run(qtbot, window.shutdown(), timeout=60_000)
-    store.close()
+    dispose(qtbot, window, store)
 
 
 def idle(window):
@@ -106,4 +103,20 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
     assert window.bridge.current_model is not None and window.bridge.current_model.id == model_id
     assert window.import_from(str(tmp_path / "chat.json"))
     assert window.chat.conv_id != conv_id and len(window.sidebar.ids()) == 2
+    close_window(qtbot, store, window)
+
+
+@pytest.mark.starter
+def test_starter_model_loads_by_default_and_answers(qtbot, qloop):
+    from app.settings_dialog import DEFAULTS_KEY
+
+    store, window = open_window(qtbot)
+    info = window.bridge.current_model
+    assert info is not None and info.id == "smollm2-135m-instruct", window.notices.texts()
+    assert window.model_menu.action_for(info.id).isChecked()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 12, "temperature": 0.0})
+    send(qtbot, window, "What is the capital of France?")
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    assert reply.status == "complete" and reply.content.strip() and reply.model_id == info.id
+    assert window.chat_view.message_widgets()[-1].who_label.text() == info.name
     close_window(qtbot, store, window)

@@ -152,3 +152,25 @@ def test_search_shows_where_it_matched(qtbot, window, store, engine):
     assert window.sidebar.titles() == ["capital question"]
     window.sidebar.search.setText("london")
     qtbot.waitUntil(lambda: window.sidebar.titles() == [], timeout=2000)
+
+
+def test_a_chat_offers_its_own_model_and_esc_cancels_an_edit(qtbot, window, store, engine):
+    engine.reply = "from small"
+    send(qtbot, window, "small chat")
+    small_chat = window.chat.conv_id
+    window.model_menu.action_for("fake-big").trigger()
+    qtbot.waitUntil(lambda: window.model_label.text() == "Fake Big", timeout=3000)
+    assert window.notices.bar("conv-model").text() == "This chat last used Fake Small."
+    window.new_action.trigger()
+    assert window.notices.bar("conv-model") is None
+    window.chat.open_conversation(small_chat)
+    window.notices.bar("conv-model").action_button.click()
+    qtbot.waitUntil(lambda: engine.current_model.id == "fake-small" and window.bridge.state == "ready", timeout=3000)
+    assert window.notices.bar("conv-model") is None
+
+    assert not window.stop_action.isEnabled()
+    window.chat_view.message_widgets()[0].edit_button.click()
+    assert window.stop_action.isEnabled() and window.composer.text() == "small chat"
+    window.stop_action.trigger()  # Esc
+    assert window.chat.editing is None and window.composer.text() == ""
+    assert not window.composer.edit_bar.isVisible() and not window.stop_action.isEnabled()
