@@ -254,6 +254,8 @@ class ChatController(QObject):
         if self.gen is not None or self.conv_id is None or self.bridge.current_model is None:
             return False
         widgets = self.chat_view.message_widgets()
+        if widgets and widgets[-1].role == "user" and msg_id is None:
+            return self._start_reply()  # the last message never got its reply
         if not widgets or widgets[-1].role != "assistant":
             return False
         msg_id = widgets[-1].message_id if msg_id is None else msg_id

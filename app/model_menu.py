@@ -171,9 +171,14 @@ class DownloadDialog(QDialog):
         self.repo.setEnabled(True)
         self.buttons.button(QDialogButtonBox.StandardButton.Close).setText("Close")
 
+    def reject(self):
+        if self.running:  # closing the dialog cancels the download
+            self.cancelRequested.emit()
+        super().reject()
+
     def _close_or_cancel(self):
         if self.running:
             self.message.setText("Cancelling…")
             self.cancelRequested.emit()
         else:
-            self.reject()
+            super().reject()

@@ -119,6 +119,7 @@ class Sidebar(QWidget):
         if item is None:
             return
         menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         conv_id = item.data(ID_ROLE)
         menu.addAction("Rename", lambda: self.list.editItem(item))
         menu.addAction("Delete", lambda: self.deleteRequested.emit(conv_id))

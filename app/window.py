@@ -254,7 +254,8 @@ class MainWindow(QMainWindow):
             self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
         else:
             self.progress.setRange(0, 0)
-        self.state_label.setText(p.stage or "Loading…")
+        stage = p.stage or "loading"
+        self.state_label.setText(stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else ""))
 
     def _on_model_loaded(self, info):
         self.progress.setVisible(False)
@@ -363,6 +364,7 @@ class MainWindow(QMainWindow):
     def _keep(self, dialog):
         self._dialogs.append(dialog)
         dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
+        dialog.finished.connect(dialog.deleteLater)
         dialog.open()
         return dialog
 
