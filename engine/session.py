@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from engine import paths, registry
+from engine import loading, paths, registry
 from engine.conversation import ConversationCache, initial_capacity
-from engine.errors import ChinwagError, ModelError
+from engine.errors import ChinwagError
 from engine.generation import TurnInput, run_turn
 from engine.memory import ConversationCaches, default_budget_bytes
 from engine.prompt import check_messages, fit
@@ -48,12 +48,7 @@ class Session:
         report(LoadProgress("finding model"))
         path, info = registry.resolve_model(spec, progress=progress)
         report(LoadProgress("loading weights", 0, 1))
-        import mlx_lm
-
-        try:
-            model, tokenizer = mlx_lm.load(str(path))
-        except Exception as e:  # mlx-lm raises many kinds for a bad folder
-            raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from None
+        model, tokenizer = loading.load(path)
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.context_length = info.context_length or context_length_of(path)

