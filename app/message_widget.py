@@ -72,6 +72,7 @@ class MessageWidget(QFrame):
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(4)
         head = QHBoxLayout()
+        layout.addLayout(head)  # first: a widget shown before it has a parent becomes a window
         who = "You" if role == "user" else (model or "Assistant")
         self.who_label = QLabel(who)
         self.who_label.setObjectName("messageAuthor")
@@ -82,7 +83,6 @@ class MessageWidget(QFrame):
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
         self.edit_button.setVisible(role == "user")
         self.regen_button.setVisible(False)
-        layout.addLayout(head)
 
         if role == "user":
             self.body = ProseView()

@@ -75,6 +75,10 @@ def test_send_streams_saves_and_shows_stats(qtbot, window, store, engine):
     assert window.state_label.text() == "Ready"
     assert window.sidebar.titles() == ["Hi there, first message"]
     assert window.windowTitle().startswith("Hi there, first message")
+    from PySide6.QtWidgets import QApplication
+
+    strays = [w for w in QApplication.topLevelWidgets() if w.isVisible() and w is not window]
+    assert strays == []  # no widget was shown before it had a parent
 
 
 def test_streaming_rerenders_at_most_30_times_a_second(qtbot, window, store, engine):

@@ -174,3 +174,23 @@ def test_a_chat_offers_its_own_model_and_esc_cancels_an_edit(qtbot, window, stor
     window.stop_action.trigger()  # Esc
     assert window.chat.editing is None and window.composer.text() == ""
     assert not window.composer.edit_bar.isVisible() and not window.stop_action.isEnabled()
+
+
+def test_real_key_presses_for_shortcuts(qtbot, window, store, engine):
+    window.activateWindow()
+    window.composer.editor.setFocus()
+    qtbot.waitUntil(lambda: window.composer.editor.hasFocus(), timeout=2000)
+    engine.reply = " ".join(f"w{i}" for i in range(400))
+    engine.token_delay = 0.01
+    send(qtbot, window, "go", wait=False)
+    qtbot.waitUntil(lambda: len(window.chat.gen.text) > 10, timeout=5000)
+    from PySide6.QtWidgets import QApplication
+
+    assert QApplication.activeWindow() is window  # no stray top-level widget took over
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: window.chat.gen is None, timeout=5000)
+    assert store.get_conversation(window.chat.conv_id).messages[-1].status == "stopped"
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.chat.conv_id is None
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert window.sidebar.search.hasFocus()
