@@ -134,6 +134,17 @@ def _starts_new_chunk(prose: list[str], line: str) -> bool:
     return not _LIST_OR_INDENT.match(line)
 
 
+SAFE_SCHEMES = ("http", "https", "mailto")
+
+
+def open_link(url) -> bool:
+    if url.scheme().lower() not in SAFE_SCHEMES:
+        return False
+    from PySide6.QtGui import QDesktopServices
+
+    return QDesktopServices.openUrl(url)
+
+
 def mono_font():
     font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
     font.setStyleHint(QFont.StyleHint.TypeWriter)
@@ -175,8 +186,10 @@ class ProseView(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setOpenExternalLinks(True)
-        self.setOpenLinks(True)
+        # Links from a model open in the browser only if they are web or mail links; the
+        # view never navigates itself and never loads files or images a reply points at.
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(open_link)
         self.viewport().setAutoFillBackground(False)
         self.setAutoFillBackground(False)
         self.document().setDocumentMargin(2)
@@ -190,6 +203,9 @@ class ProseView(QTextBrowser):
             self.setPalette(pal)
         self.setFixedHeight(self._doc_height(400))
         self._source = None
+
+    def loadResource(self, kind, url):
+        return None
 
     def set_markdown(self, text: str):
         if text == self._source:

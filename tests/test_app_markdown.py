@@ -81,8 +81,27 @@ def test_links_tables_and_headings_render(qtbot):
     view.set_text("## Head\n\nSee [docs](https://example.com).\n\n| a | b |\n|---|---|\n| 1 | 2 |")
     head, link, table = view.widgets()
     assert head.document().firstBlock().blockFormat().headingLevel() == 2
-    assert "https://example.com" in link.document().toHtml() and link.openExternalLinks()
+    assert "https://example.com" in link.document().toHtml() and not link.openLinks()
     assert table.document().rootFrame().childFrames()  # a QTextTable
     # Raw HTML from a model is shown as text, not interpreted.
     view.set_text("<b>not bold</b>")
     assert "<b>not bold</b>" in view.widgets()[0].toPlainText()
+
+
+def test_only_web_links_are_opened(qtbot, monkeypatch):
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QDesktopServices
+
+    from app.markdown_view import ProseView, open_link
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()) or True)
+    assert open_link(QUrl("https://example.com/a"))
+    assert not open_link(QUrl("file:///etc/passwd")) and not open_link(QUrl("javascript:alert(1)"))
+    assert not open_link(QUrl("notes.md"))
+    assert opened == ["https://example.com/a"]
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.set_markdown("![secret](/etc/hostname) and [rel](other.md)")
+    view.anchorClicked.emit(QUrl("other.md"))
+    assert "rel" in view.toPlainText() and opened == ["https://example.com/a"]
