@@ -342,7 +342,7 @@ def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
     dialog.reject()
 
     opened = []
-    monkeypatch.setattr("app.window.open_url", lambda url: opened.append(url.toLocalFile()) or True)
+    monkeypatch.setattr("app.window_dialogs.open_url", lambda url: opened.append(url.toLocalFile()) or True)
     window.show_models_folder()
     from engine.paths import models_dir
 
