@@ -101,3 +101,38 @@ def test_subcommands_never_import_qt(tiny_model_path, tmp_path, chinwag_home):
     env = dict(os.environ, CHINWAG_HOME=str(chinwag_home))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_import_gguf_then_replay_it_by_id(tmp_path, tiny_model_path, capsys, chinwag_home):
+    from tests.test_gguf_import import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tiny_model_path, tmp_path / "Tiny-Llama.F32.gguf")
+    assert main(["import", str(gguf)]) == 0
+    out = capsys.readouterr().out
+    assert "imported" in out
+    assert main(["models", "--json"]) == 0
+    imported = [m for m in json.loads(capsys.readouterr().out) if m["source"] == "imported"]
+    assert len(imported) == 1 and imported[0]["status"] == "ready"
+    script = write_script(tmp_path, ["Hi"])
+    # A GGUF path works as --model too (already imported: reused, not imported again).
+    for model in (imported[0]["id"], str(gguf)):
+        assert main(["replay", str(script), "--model", model, "--max-tokens", "2"]) == 0
+        assert lines(capsys.readouterr().out)[0]["turn"] == 0
+    assert len(list((chinwag_home / "models").iterdir())) == 1
+
+
+@pytest.mark.parametrize("content", [b"", b"GGUF\x03\x00\x00\x00 truncated", b"not a gguf at all"])
+def test_import_bad_file_is_one_line_and_writes_nothing(tmp_path, capsys, chinwag_home, content):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    assert main(["import", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("chinwag: error: ") and str(bad) in err[-1]
+    assert sum(line.startswith("chinwag:") for line in err) == 1  # the rest is [progress]
+    models = chinwag_home / "models"
+    assert not models.exists() or not any(models.iterdir())
+
+
+def test_import_missing_file(tmp_path, capsys):
+    assert main(["import", str(tmp_path / "missing.gguf")]) == 2
+    assert "missing.gguf" in capsys.readouterr().err
