@@ -1,23 +1,25 @@
 """GGUF → MLX model folder that `mlx_lm.load` opens.
 
-The header reader is pure Python (no MLX) so the registry can describe a GGUF cheaply,
-and so a truncated file is refused before MLX memory-maps it.
+The header reader (engine/gguf_header.py) is pure Python and MLX loads only inside the
+functions here, so the registry can import this module to describe a GGUF cheaply.
+The tokenizer is built in engine/gguf_tokenizer.py.
 """
 
 import json
-import mmap
 import os
 import re
 import shutil
-import struct
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from engine import paths
 from engine.errors import ChinwagError, ModelError
+# Re-exported: callers and tests import these names from engine.gguf_import, and _convert
+# looks build_tokenizer up here at call time (a test monkeypatches it on this module).
+from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
+from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config
 from engine.types import LoadProgress, ModelInfo
 
 Progress = Optional[Callable[[LoadProgress], None]]
@@ -28,184 +30,11 @@ TOKENIZER_MODELS = ("gpt2", "llama")
 INFO_FILE = "chinwag.json"
 TMP_PREFIX = ".tmp-import-"
 
-# GGUF tensor types: name, elements per block, bytes per block.
-GGML_TYPES = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8),
-    28: ("F64", 1, 8), 30: ("BF16", 1, 2),
-}
 # MLX loads these as MLX quantized triples (group size 32) or as plain arrays.
 NATIVE_TYPES = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
 # MLX dequantizes these to float16 (gguflib: not Q3_K, Q5_K, Q5_0, ...); we re-quantize
 # them so that a Q4_K_M file stays about its size instead of growing 4x.
 REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
-
-# Metadata value types: struct format (None = special).
-_VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
-                  7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
-
-
-@dataclass
-class GGUFTensor:
-    name: str
-    shape: tuple  # GGUF order: fastest-varying dimension first
-    type_id: int
-    offset: int
-
-    @property
-    def type_name(self) -> str:
-        return GGML_TYPES.get(self.type_id, (f"type {self.type_id}",))[0]
-
-
-@dataclass
-class GGUFHeader:
-    path: Path
-    version: int
-    metadata: dict
-    tensors: list = field(default_factory=list)
-    data_offset: int = 0
-
-    @property
-    def architecture(self) -> str:
-        return str(self.metadata.get("general.architecture", ""))
-
-    def arch_value(self, key, default=None):
-        return self.metadata.get(f"{self.architecture}.{key}", default)
-
-    @property
-    def context_length(self) -> int:
-        return int(self.arch_value("context_length", 0) or 0)
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("general.name") or self.path.stem)
-
-    def type_counts(self) -> dict:
-        """Parameter count per tensor type name, for the quantization label."""
-        counts = {}
-        for t in self.tensors:
-            n = 1
-            for d in t.shape:
-                n *= d
-            counts[t.type_name] = counts.get(t.type_name, 0) + n
-        return counts
-
-
-class _Reader:
-    def __init__(self, buf):
-        self.buf, self.pos = buf, 0
-
-    def unpack(self, fmt):
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def string(self) -> str:
-        n = self.unpack("<Q")
-        if self.pos + n > len(self.buf):
-            raise ValueError("string runs past the end of the file")
-        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
-        self.pos += n
-        return s
-
-    def value(self, vtype, keep_arrays):
-        if vtype == _STRING:
-            return self.string()
-        if vtype == _ARRAY:
-            item_type, n = self.unpack("<I"), self.unpack("<Q")
-            if item_type == _STRING:
-                if not keep_arrays:
-                    for _ in range(n):
-                        self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
-                    if self.pos > len(self.buf):
-                        raise ValueError("array runs past the end of the file")
-                    return _Skipped(n)
-                return [self.string() for _ in range(n)]
-            fmt = _VALUE_FORMATS.get(item_type)
-            if fmt is None:
-                raise ValueError(f"unsupported metadata array type {item_type}")
-            size = struct.calcsize(fmt)
-            if self.pos + n * size > len(self.buf):
-                raise ValueError("array runs past the end of the file")
-            if not keep_arrays:
-                self.pos += n * size
-                return _Skipped(n)
-            values = list(struct.unpack_from(f"<{n}{fmt[1]}", self.buf, self.pos))
-            self.pos += n * size
-            return values
-        fmt = _VALUE_FORMATS.get(vtype)
-        if fmt is None:
-            raise ValueError(f"unknown metadata value type {vtype}")
-        return self.unpack(fmt)
-
-
-@dataclass(frozen=True)
-class _Skipped:
-    """An array the caller did not ask for (only its length is kept)."""
-
-    length: int
-
-
-def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
-    """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            if size < 24:
-                raise ValueError("file is too small")
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse_header(path, buf, size, keep_arrays)
-    except ChinwagError:
-        raise
-    except FileNotFoundError:
-        raise ModelError(f"GGUF file not found: {path}") from None
-    except IsADirectoryError:
-        raise ModelError(f"not a GGUF file (it is a folder): {path}") from None
-    except (ValueError, struct.error, OverflowError, MemoryError, OSError) as e:
-        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from None
-
-
-def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
-    r = _Reader(buf)
-    if bytes(buf[:4]) != b"GGUF":
-        raise ValueError("no GGUF magic bytes")
-    r.pos = 4
-    version = r.unpack("<I")
-    if version < 2:
-        raise ValueError(f"GGUF version {version} is too old")
-    n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
-    if n_tensors > 1_000_000 or n_kv > 1_000_000:
-        raise ValueError("implausible header counts")
-    metadata = {}
-    for _ in range(n_kv):
-        key = r.string()
-        metadata[key] = r.value(r.unpack("<I"), keep_arrays)
-    tensors = []
-    for _ in range(n_tensors):
-        name = r.string()
-        n_dims = r.unpack("<I")
-        if n_dims > 8:
-            raise ValueError(f"tensor {name} has {n_dims} dimensions")
-        shape = tuple(r.unpack("<Q") for _ in range(n_dims))
-        tensors.append(GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q")))
-    align = int(metadata.get("general.alignment", 32) or 32)
-    data_offset = (r.pos + align - 1) // align * align
-    for t in tensors:
-        info = GGML_TYPES.get(t.type_id)
-        if info is None:
-            continue  # unknown size; the type check refuses it later with a clear message
-        n = 1
-        for d in t.shape:
-            n *= d
-        end = data_offset + t.offset + (n // info[1]) * info[2]
-        if end > size:
-            raise ValueError(f"tensor {t.name} runs past the end of the file ({size} bytes)")
-    return GGUFHeader(path, version, metadata, tensors, data_offset)
 
 
 def quantization_label(type_counts: dict) -> str:
@@ -579,152 +408,6 @@ def mlx_quantization_label(config: dict) -> str:
             return str(q["quant_method"])
     dtype = config.get("torch_dtype") or config.get("dtype")
     return str(dtype) if isinstance(dtype, str) else ""
-
-
-# --- tokenizer ----------------------------------------------------------------------------
-
-_GPT2 = "gpt2"
-_DIGITS = "digits"
-_LLAMA3_RE = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_TEKKEN_RE = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
-    r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# llama.cpp's tokenizer.ggml.pre names → the HF pre-tokenizer they stand for.
-_PRE_TOKENIZERS = {
-    "default": _GPT2, "gpt2": _GPT2, "gpt-2": _GPT2, "olmo": _GPT2, "jais": _GPT2,
-    "smollm": _DIGITS, "starcoder": _DIGITS, "refact": _DIGITS, "command-r": _DIGITS,
-    "codeshell": _DIGITS, "exaone": _DIGITS, "minerva-7b": _DIGITS,
-    "llama-bpe": _LLAMA3_RE, "llama3": _LLAMA3_RE, "smaug-bpe": _LLAMA3_RE,
-    "tekken": _TEKKEN_RE,
-}
-
-
-def _pre_tokenizer(pre: str):
-    from tokenizers import Regex, pre_tokenizers
-
-    kind = _PRE_TOKENIZERS.get(pre or "default", _GPT2)
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    if kind == _GPT2:
-        return byte_level
-    if kind == _DIGITS:
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(kind), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
-
-
-def build_tokenizer(meta: dict):
-    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata."""
-    from tokenizers import AddedToken, Tokenizer, processors
-
-    tokens = meta["tokenizer.ggml.tokens"]
-    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    if meta.get("tokenizer.ggml.model") == "llama":
-        tok = _sentencepiece_bpe(meta, tokens)
-        special_types = (2, 3)  # unknown, control
-    else:
-        tok = _byte_level_bpe(meta, tokens)
-        special_types = (3,)
-    # 3 = control (special), 4 = user-defined (an added token that shows in text).
-    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                            for i, t in enumerate(types) if t in special_types])
-    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
-                    for i, t in enumerate(types) if t == 4])
-    bos_id = meta.get("tokenizer.ggml.bos_token_id")
-    add_bos = meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
-    if add_bos and isinstance(bos_id, int):
-        bos = tokens[bos_id]
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
-        )
-    elif meta.get("tokenizer.ggml.model") != "llama":
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    return tok
-
-
-def _vocab(tokens) -> dict:
-    vocab = {}
-    for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)
-    return vocab
-
-
-def _byte_level_bpe(meta: dict, tokens):
-    from tokenizers import Tokenizer, decoders, models
-
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
-    tok = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=merges, fuse_unk=False))
-    tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def _sentencepiece_bpe(meta: dict, tokens):
-    """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers
-
-    vocab = _vocab(tokens)
-    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-    merges = _merges_from_scores(tokens, scores, vocab)
-    unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
-    unk = tokens[unk_id] if isinstance(unk_id, int) and unk_id < len(tokens) else None
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
-                               byte_fallback=True))
-    steps = [normalizers.Replace(" ", "\u2581")]
-    if meta.get("tokenizer.ggml.add_space_prefix", True):
-        steps.insert(0, normalizers.Prepend("\u2581"))
-    tok.normalizer = normalizers.Sequence(steps)
-    tok.decoder = decoders.Sequence([
-        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-        decoders.Strip(" ", 1, 0),
-    ])
-    return tok
-
-
-def _merges_from_scores(tokens, scores, vocab) -> list:
-    """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
-    pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
-    merges = []
-    for piece_id, piece in enumerate(tokens):
-        local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
-                 if piece[:i] in vocab and piece[i:] in vocab]
-        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
-        merges.extend((scores[piece_id], piece_id, m) for m in local)
-    merges.sort(key=lambda m: (-m[0], m[1]))
-    return [m for _, _, m in merges]
-
-
-def build_tokenizer_config(meta: dict, config: dict) -> dict:
-    tokens = meta["tokenizer.ggml.tokens"]
-
-    def token(kind):
-        i = meta.get(f"tokenizer.ggml.{kind}_token_id")
-        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
-
-    eot = token("eot")
-    result = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": token("bos"),
-        # The chat turn ends with EOT when a GGUF has one (Llama 3's <|eot_id|>).
-        "eos_token": eot or token("eos"),
-        "pad_token": token("padding") or token("eos"),
-        "unk_token": token("unknown"),
-        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token",
-                                       meta.get("tokenizer.ggml.model") == "llama")),
-        "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
-        "model_max_length": config["max_position_embeddings"],
-        "clean_up_tokenization_spaces": False,
-    }
-    template = meta.get("tokenizer.chat_template")
-    if isinstance(template, str) and template:
-        result["chat_template"] = template
-    return result
 
 
 # --- describing an imported folder --------------------------------------------------------

@@ -1,0 +1,186 @@
+"""Pure-Python GGUF header reader: metadata, tensor table, and a size check per tensor.
+
+No MLX here (nor in anything this imports): the registry describes GGUFs with it while
+listing models, and a truncated file must be refused before MLX memory-maps it.
+"""
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import ChinwagError, ModelError
+
+# GGUF tensor types: name, elements per block, bytes per block.
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8),
+    28: ("F64", 1, 8), 30: ("BF16", 1, 2),
+}
+
+# Metadata value types: struct format (None = special).
+_VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
+                  7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass
+class GGUFTensor:
+    name: str
+    shape: tuple  # GGUF order: fastest-varying dimension first
+    type_id: int
+    offset: int
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES.get(self.type_id, (f"type {self.type_id}",))[0]
+
+
+@dataclass
+class GGUFHeader:
+    path: Path
+    version: int
+    metadata: dict
+    tensors: list = field(default_factory=list)
+    data_offset: int = 0
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", ""))
+
+    def arch_value(self, key, default=None):
+        return self.metadata.get(f"{self.architecture}.{key}", default)
+
+    @property
+    def context_length(self) -> int:
+        return int(self.arch_value("context_length", 0) or 0)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("general.name") or self.path.stem)
+
+    def type_counts(self) -> dict:
+        """Parameter count per tensor type name, for the quantization label."""
+        counts = {}
+        for t in self.tensors:
+            n = 1
+            for d in t.shape:
+                n *= d
+            counts[t.type_name] = counts.get(t.type_name, 0) + n
+        return counts
+
+
+class _Reader:
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def unpack(self, fmt):
+        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.unpack("<Q")
+        if self.pos + n > len(self.buf):
+            raise ValueError("string runs past the end of the file")
+        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def value(self, vtype, keep_arrays):
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            item_type, n = self.unpack("<I"), self.unpack("<Q")
+            if item_type == _STRING:
+                if not keep_arrays:
+                    for _ in range(n):
+                        self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
+                    if self.pos > len(self.buf):
+                        raise ValueError("array runs past the end of the file")
+                    return _Skipped(n)
+                return [self.string() for _ in range(n)]
+            fmt = _VALUE_FORMATS.get(item_type)
+            if fmt is None:
+                raise ValueError(f"unsupported metadata array type {item_type}")
+            size = struct.calcsize(fmt)
+            if self.pos + n * size > len(self.buf):
+                raise ValueError("array runs past the end of the file")
+            if not keep_arrays:
+                self.pos += n * size
+                return _Skipped(n)
+            values = list(struct.unpack_from(f"<{n}{fmt[1]}", self.buf, self.pos))
+            self.pos += n * size
+            return values
+        fmt = _VALUE_FORMATS.get(vtype)
+        if fmt is None:
+            raise ValueError(f"unknown metadata value type {vtype}")
+        return self.unpack(fmt)
+
+
+@dataclass(frozen=True)
+class _Skipped:
+    """An array the caller did not ask for (only its length is kept)."""
+
+    length: int
+
+
+def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
+    """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if size < 24:
+                raise ValueError("file is too small")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _parse_header(path, buf, size, keep_arrays)
+    except ChinwagError:
+        raise
+    except FileNotFoundError:
+        raise ModelError(f"GGUF file not found: {path}") from None
+    except IsADirectoryError:
+        raise ModelError(f"not a GGUF file (it is a folder): {path}") from None
+    except (ValueError, struct.error, OverflowError, MemoryError, OSError) as e:
+        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from None
+
+
+def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
+    r = _Reader(buf)
+    if bytes(buf[:4]) != b"GGUF":
+        raise ValueError("no GGUF magic bytes")
+    r.pos = 4
+    version = r.unpack("<I")
+    if version < 2:
+        raise ValueError(f"GGUF version {version} is too old")
+    n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+    if n_tensors > 1_000_000 or n_kv > 1_000_000:
+        raise ValueError("implausible header counts")
+    metadata = {}
+    for _ in range(n_kv):
+        key = r.string()
+        metadata[key] = r.value(r.unpack("<I"), keep_arrays)
+    tensors = []
+    for _ in range(n_tensors):
+        name = r.string()
+        n_dims = r.unpack("<I")
+        if n_dims > 8:
+            raise ValueError(f"tensor {name} has {n_dims} dimensions")
+        shape = tuple(r.unpack("<Q") for _ in range(n_dims))
+        tensors.append(GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q")))
+    align = int(metadata.get("general.alignment", 32) or 32)
+    data_offset = (r.pos + align - 1) // align * align
+    for t in tensors:
+        info = GGML_TYPES.get(t.type_id)
+        if info is None:
+            continue  # unknown size; the type check refuses it later with a clear message
+        n = 1
+        for d in t.shape:
+            n *= d
+        end = data_offset + t.offset + (n // info[1]) * info[2]
+        if end > size:
+            raise ValueError(f"tensor {t.name} runs past the end of the file ({size} bytes)")
+    return GGUFHeader(path, version, metadata, tensors, data_offset)

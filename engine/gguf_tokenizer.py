@@ -1,0 +1,148 @@
+"""A Hugging Face `tokenizers.Tokenizer` and tokenizer_config.json from GGUF metadata.
+
+`tokenizers` is imported inside the functions, so importing this module stays cheap
+(the registry imports gguf_import, and with it this, while listing models).
+"""
+
+_GPT2 = "gpt2"
+_DIGITS = "digits"
+_LLAMA3_RE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_TEKKEN_RE = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+    r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# llama.cpp's tokenizer.ggml.pre names → the HF pre-tokenizer they stand for.
+_PRE_TOKENIZERS = {
+    "default": _GPT2, "gpt2": _GPT2, "gpt-2": _GPT2, "olmo": _GPT2, "jais": _GPT2,
+    "smollm": _DIGITS, "starcoder": _DIGITS, "refact": _DIGITS, "command-r": _DIGITS,
+    "codeshell": _DIGITS, "exaone": _DIGITS, "minerva-7b": _DIGITS,
+    "llama-bpe": _LLAMA3_RE, "llama3": _LLAMA3_RE, "smaug-bpe": _LLAMA3_RE,
+    "tekken": _TEKKEN_RE,
+}
+
+
+def _pre_tokenizer(pre: str):
+    from tokenizers import Regex, pre_tokenizers
+
+    kind = _PRE_TOKENIZERS.get(pre or "default", _GPT2)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    if kind == _GPT2:
+        return byte_level
+    if kind == _DIGITS:
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(kind), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+
+
+def build_tokenizer(meta: dict):
+    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata."""
+    from tokenizers import AddedToken, Tokenizer, processors
+
+    tokens = meta["tokenizer.ggml.tokens"]
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    if meta.get("tokenizer.ggml.model") == "llama":
+        tok = _sentencepiece_bpe(meta, tokens)
+        special_types = (2, 3)  # unknown, control
+    else:
+        tok = _byte_level_bpe(meta, tokens)
+        special_types = (3,)
+    # 3 = control (special), 4 = user-defined (an added token that shows in text).
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i, t in enumerate(types) if t in special_types])
+    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
+                    for i, t in enumerate(types) if t == 4])
+    bos_id = meta.get("tokenizer.ggml.bos_token_id")
+    add_bos = meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
+    if add_bos and isinstance(bos_id, int):
+        bos = tokens[bos_id]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
+    elif meta.get("tokenizer.ggml.model") != "llama":
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def _vocab(tokens) -> dict:
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    return vocab
+
+
+def _byte_level_bpe(meta: dict, tokens):
+    from tokenizers import Tokenizer, decoders, models
+
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+    tok = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=merges, fuse_unk=False))
+    tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece_bpe(meta: dict, tokens):
+    """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    vocab = _vocab(tokens)
+    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    merges = _merges_from_scores(tokens, scores, vocab)
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
+    unk = tokens[unk_id] if isinstance(unk_id, int) and unk_id < len(tokens) else None
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
+                               byte_fallback=True))
+    steps = [normalizers.Replace(" ", "\u2581")]
+    if meta.get("tokenizer.ggml.add_space_prefix", True):
+        steps.insert(0, normalizers.Prepend("\u2581"))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.decoder = decoders.Sequence([
+        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(" ", 1, 0),
+    ])
+    return tok
+
+
+def _merges_from_scores(tokens, scores, vocab) -> list:
+    """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
+    pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
+    merges = []
+    for piece_id, piece in enumerate(tokens):
+        local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
+                 if piece[:i] in vocab and piece[i:] in vocab]
+        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        merges.extend((scores[piece_id], piece_id, m) for m in local)
+    merges.sort(key=lambda m: (-m[0], m[1]))
+    return [m for _, _, m in merges]
+
+
+def build_tokenizer_config(meta: dict, config: dict) -> dict:
+    tokens = meta["tokenizer.ggml.tokens"]
+
+    def token(kind):
+        i = meta.get(f"tokenizer.ggml.{kind}_token_id")
+        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+    eot = token("eot")
+    result = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": token("bos"),
+        # The chat turn ends with EOT when a GGUF has one (Llama 3's <|eot_id|>).
+        "eos_token": eot or token("eos"),
+        "pad_token": token("padding") or token("eos"),
+        "unk_token": token("unknown"),
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token",
+                                       meta.get("tokenizer.ggml.model") == "llama")),
+        "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+        "model_max_length": config["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+    }
+    template = meta.get("tokenizer.chat_template")
+    if isinstance(template, str) and template:
+        result["chat_template"] = template
+    return result
