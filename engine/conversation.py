@@ -58,6 +58,8 @@ class ConversationCache:
     token_ids: list = field(default_factory=list)
     # Reply text -> the ids the model generated for it: the truth for the next turn.
     replies: dict = field(default_factory=dict)
+    # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
+    fresh_layers: object = None
 
     @classmethod
     def create(cls, model, capacity: int) -> "ConversationCache":
@@ -66,7 +68,7 @@ class ConversationCache:
         else:
             from mlx_lm.models.cache import make_prompt_cache
 
-            layers = make_prompt_cache(model)
+            return cls(layers=make_prompt_cache(model), fresh_layers=lambda: make_prompt_cache(model))
         return cls(layers=layers)
 
     @property
@@ -98,10 +100,11 @@ class ConversationCache:
         del self.token_ids[n_tokens:]
 
     def reset(self) -> None:
-        for c in self.layers:
-            c.trim(c.offset) if c.is_trimmable() else None
-        if not self.trimmable():
-            self.layers = [type(c)() for c in self.layers]
+        if self.trimmable():
+            for c in self.layers:
+                c.trim(c.offset)
+        else:
+            self.layers = self.fresh_layers()
         self.token_ids.clear()
 
     def repair(self) -> None:

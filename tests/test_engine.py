@@ -279,3 +279,34 @@ def test_all_mlx_work_stays_on_the_engine_thread(engine_with, monkeypatch):
 
     engine_with(body)
     assert seen == {"chinwag-engine"}
+
+
+def test_models_with_sliding_window_caches_chat_and_follow_up(tmp_path, tiny_model_path):
+    """Gemma 3's rotating caches can't be trimmed once wrapped: the engine re-prefills instead."""
+    import mlx_lm
+
+    from tests.tiny_model import GEMMA3_CONFIG, build_tiny_model
+
+    path = build_tiny_model(tmp_path / "gemma", config=GEMMA3_CONFIG)
+    model, tokenizer = mlx_lm.load(str(path))
+
+    async def main():
+        engine = Engine()
+        try:
+            await engine.load_model(str(path))
+            msgs, out = [{"role": "user", "content": "Hello there, tell me something"}], []
+            for i in range(3):
+                text, stats = await turn(engine, "g", msgs, GenerationParams(temperature=0, max_tokens=6))
+                out.append(stats)
+                msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"more {i}"}]
+            # Regenerate the last reply: the same messages again.
+            _, again = await turn(engine, "g", msgs[:-2], GenerationParams(temperature=0, max_tokens=6))
+            out.append(again)
+            return out
+        finally:
+            await engine.close()
+
+    results = run(main())
+    for stats in results:
+        assert stats.finish_reason in ("length", "stop"), stats.error
+        assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 6, tokenizer.eos_token_ids)

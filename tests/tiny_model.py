@@ -52,17 +52,35 @@ def build_tokenizer(vocab_size: int = 400):
     return tok
 
 
-def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048) -> Path:
+# A model whose mlx-lm cache is not a plain KVCache per layer: sliding-window layers
+# use RotatingKVCache, which Chinwag cannot trim once it has wrapped.
+GEMMA3_CONFIG = {
+    "model_type": "gemma3_text",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "query_pre_attn_scalar": 16,
+    "sliding_window": 8,
+    "sliding_window_pattern": 2,
+    "rms_norm_eps": 1e-6,
+}
+
+
+def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048, config: dict = CONFIG) -> Path:
     """Write an MLX model folder that mlx_lm.load opens; returns the folder."""
+    import importlib
+
     import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm.models import llama
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer()
     tok.save(str(path / "tokenizer.json"))
-    config = dict(CONFIG, vocab_size=tok.get_vocab_size(), max_position_embeddings=context_length)
+    config = dict(config, vocab_size=tok.get_vocab_size(), max_position_embeddings=context_length)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     (path / "tokenizer_config.json").write_text(
         json.dumps(
@@ -78,7 +96,8 @@ def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048) -> P
         )
     )
     mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    arch = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    model = arch.Model(arch.ModelArgs.from_dict(config))
     # Default-scale random weights make greedy decoding repeat one token forever;
     # larger projections make the output depend on position and context.
     weights = {
