@@ -114,7 +114,7 @@ def dark_palette():
 def take(out_dir: Path, dark: bool = False) -> list[Path]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ["CHINWAG_HOME"] = tempfile.mkdtemp(prefix="chinwag-shots-")
-    from PySide6.QtCore import QPoint, QTimer
+    from PySide6.QtCore import QPoint
     from PySide6.QtGui import QPainter
     from PySide6.QtWidgets import QApplication
 

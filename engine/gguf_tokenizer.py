@@ -42,7 +42,7 @@ def _pre_tokenizer(pre: str):
 
 def build_tokenizer(meta: dict):
     """A `tokenizers.Tokenizer` from GGUF tokenizer metadata."""
-    from tokenizers import AddedToken, Tokenizer, processors
+    from tokenizers import AddedToken, processors
 
     tokens = meta["tokenizer.ggml.tokens"]
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)

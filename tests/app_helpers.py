@@ -191,3 +191,33 @@ class FakeEngine:
     async def close(self):
         self.stop()
         self.closed = True
+
+
+@pytest.fixture
+def engine():
+    return FakeEngine()
+
+
+@pytest.fixture
+def window(qtbot, qloop, store, engine):
+    """A shown main window on the fake engine, with the fake model loaded."""
+    from app.window import MainWindow
+
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    run(qtbot, w.start_engine("fake-small"))
+    yield w
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def send(qtbot, w, text, wait=True):
+    """Type `text` and press Enter; by default wait until the reply has finished."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    w.composer.set_text(text)
+    QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
+    if wait:
+        qtbot.waitUntil(lambda: w.chat.gen is None and not w.bridge.is_generating(), timeout=10_000)

@@ -11,6 +11,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The window tests' fixtures: qloop (qasync on the pytest-qt app), engine (fake), window.
+pytest_plugins = ["tests.app_helpers"]
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -40,3 +43,13 @@ def tiny_model(tiny_model_path):
     import mlx_lm
 
     return mlx_lm.load(str(tiny_model_path))
+
+
+@pytest.fixture
+def store(chinwag_home):
+    """The conversation store in this test's data dir."""
+    from app.store import Store
+
+    s = Store()
+    yield s
+    s.close()

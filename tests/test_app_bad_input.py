@@ -10,9 +10,9 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 
 from engine.errors import ContextOverflowError
-from tests.app_helpers import FakeEngine, qloop, run  # noqa: F401  (qloop is a fixture)
+from tests.app_helpers import FakeEngine, run
 
-pytestmark = [pytest.mark.qt, pytest.mark.qt_log_ignore("propagateSizeHints")]
+pytestmark = pytest.mark.qt
 
 
 def make_window(qtbot, store, engine):
@@ -23,15 +23,6 @@ def make_window(qtbot, store, engine):
     w.show()
     run(qtbot, w.start_engine("fake-small"))
     return w
-
-
-@pytest.fixture
-def store():
-    from app.store import Store
-
-    s = Store()
-    yield s
-    s.close()
 
 
 @pytest.fixture

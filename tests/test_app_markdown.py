@@ -6,7 +6,7 @@ import pytest
 
 from app.markdown_view import Block, split_blocks
 
-pytestmark = [pytest.mark.qt, pytest.mark.qt_log_ignore("propagateSizeHints")]
+pytestmark = pytest.mark.qt
 
 
 def kinds(text):

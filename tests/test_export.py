@@ -20,7 +20,6 @@ from app.export import (
     split_think,
     suggested_filename,
 )
-from app.store import Store
 from engine.errors import ChinwagError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +39,6 @@ for i in range(3):
 - two with [a link](https://example.com/a_b)
 
 <script>alert("x")</script>"""
-
-
-@pytest.fixture
-def store():
-    s = Store()
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -25,13 +25,6 @@ from engine.types import TurnStats
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def store():
-    s = Store()
-    yield s
-    s.close()
-
-
 def db_files(home: Path) -> dict:
     return {p.name: p.read_bytes() for p in home.iterdir() if p.name.startswith("chinwag.db")}
 

@@ -5,9 +5,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from tests.app_helpers import dispose, qloop, run  # noqa: F401  (qloop is a fixture)
+from tests.app_helpers import dispose
 
-pytestmark = [pytest.mark.qt, pytest.mark.qt_log_ignore("propagateSizeHints")]
+pytestmark = pytest.mark.qt
 
 
 def open_window(qtbot, model_path=None):

@@ -7,43 +7,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from engine.errors import CancelledDownload
-from tests.app_helpers import FakeEngine, qloop, run  # noqa: F401  (qloop is a fixture)
+from tests.app_helpers import send
 
-pytestmark = [pytest.mark.qt, pytest.mark.qt_log_ignore("propagateSizeHints")]
-
-
-@pytest.fixture
-def store():
-    from app.store import Store
-
-    s = Store()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def engine():
-    return FakeEngine()
-
-
-@pytest.fixture
-def window(qtbot, qloop, store, engine):
-    from app.window import MainWindow
-
-    w = MainWindow(store, engine)
-    qtbot.addWidget(w)
-    w.show()
-    run(qtbot, w.start_engine("fake-small"))
-    yield w
-    w.close()
-    run(qtbot, w.shutdown())
-
-
-def send(qtbot, w, text, wait=True):
-    w.composer.set_text(text)
-    QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
-    if wait:
-        qtbot.waitUntil(lambda: w.chat.gen is None and not w.bridge.is_generating(), timeout=10_000)
+pytestmark = pytest.mark.qt
 
 
 def test_switching_chats_while_a_reply_streams(qtbot, window, store, engine):
