@@ -14,7 +14,9 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from engine.conversation import ConversationCache, common_prefix
 from engine.types import GenerationParams, TextDelta, TurnStats
 
-PREFILL_STEP = 256
+# Tokens per prefill chunk. A stop request is checked between chunks, and the CPU
+# backend computes ~9 tokens/s here, so its chunks are small.
+PREFILL_STEP = 32 if mx.default_device() == mx.cpu else 512
 REPETITION_CONTEXT = 64
 
 

@@ -310,3 +310,30 @@ def test_models_with_sliding_window_caches_chat_and_follow_up(tmp_path, tiny_mod
     for stats in results:
         assert stats.finish_reason in ("length", "stop"), stats.error
         assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 6, tokenizer.eos_token_ids)
+
+
+def test_stop_during_a_long_prefill_keeps_the_computed_prefix(engine_with, monkeypatch):
+    from engine import generation
+
+    async def body(engine):
+        model = engine._session.model
+        real = type(model).__call__
+        chunks = []
+
+        def slow(self, *args, **kwargs):
+            chunks.append(1)
+            if len(chunks) == 2:
+                engine.stop("long")  # as if the user pressed Stop mid-prefill
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(model), "__call__", slow)
+        msgs = [{"role": "user", "content": "word " * (3 * generation.PREFILL_STEP)}]
+        _, stats = await turn(engine, "long", msgs, GenerationParams(temperature=0, max_tokens=5))
+        monkeypatch.setattr(type(model), "__call__", real)
+        assert stats.finish_reason == "cancelled" and stats.generated_tokens == 0
+        assert stats.kv_offset == 2 * generation.PREFILL_STEP < stats.prompt_tokens
+        _, resumed = await turn(engine, "long", msgs, GenerationParams(temperature=0, max_tokens=2))
+        assert resumed.reused_tokens == stats.kv_offset
+        return True
+
+    assert engine_with(body)
