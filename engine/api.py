@@ -10,7 +10,6 @@ import queue
 import threading
 from typing import AsyncIterator, Callable, Optional
 
-from engine.errors import ChinwagError
 from engine.types import EngineState, GenerationParams, LoadProgress, ModelInfo
 
 _DONE = object()
@@ -62,8 +61,6 @@ class Engine:
         self._loading = False
         self.current_model: Optional[ModelInfo] = None
         self.last_kv_bytes = 0
-        # Called on the caller's loop with an EngineState whenever the state changes.
-        self.on_state_changed: Optional[Callable[[EngineState], None]] = None
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -104,10 +101,6 @@ class Engine:
             name = "idle"
         return EngineState(name, self.current_model, kv_bytes_total=self.last_kv_bytes)
 
-    def _changed(self):
-        if self.on_state_changed is not None:
-            self.on_state_changed(self.state)
-
     @staticmethod
     def _on_loop(callback):
         """Wrap a callback so the engine thread can call it and it runs on this loop."""
@@ -138,7 +131,6 @@ class Engine:
         """
         self.stop()
         self._loading = True
-        self._changed()
         try:
             info = await self._call(self._session_load, spec, self._on_loop(progress))
             self.current_model = info
@@ -146,7 +138,6 @@ class Engine:
             return info
         finally:
             self._loading = False
-            self._changed()
 
     def _session_load(self, spec, progress):
         return self._session.load(spec, progress)
@@ -194,7 +185,6 @@ class Engine:
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
-        self._changed()
         try:
             while True:
                 event = await events.get()
@@ -210,7 +200,6 @@ class Engine:
             if self._stops.get(conversation_id) is stop:
                 del self._stops[conversation_id]
             self._generating -= 1
-            self._changed()
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
         """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
@@ -225,7 +214,3 @@ class Engine:
         if self._thread is not None:
             await self._call(self._session.forget, conversation_id)
 
-    def require_model(self) -> ModelInfo:
-        if self.current_model is None:
-            raise ChinwagError("no model is loaded")
-        return self.current_model

@@ -3,7 +3,7 @@
 Only ints, floats, strings and tuples live here: never an MLX array.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 DEFAULT_MAX_TOKENS = 512
@@ -97,5 +97,3 @@ class EngineState:
     model: Optional[ModelInfo] = None
     detail: str = ""
     kv_bytes_total: int = 0
-    conversations_cached: int = 0
-    extra: dict = field(default_factory=dict)
