@@ -54,14 +54,20 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
         reused = 0
     conv.truncate(reused)
     rest = prompt_ids[reused:]
-    logits = None
-    for start in range(0, len(rest), PREFILL_STEP):
+    body, last = rest[:-1], rest[-1:]
+    for start in range(0, len(body), PREFILL_STEP):
         if start and should_stop():
             return None, reused, start
-        chunk = rest[start : start + PREFILL_STEP]
-        logits = model(mx.array(chunk)[None], cache=conv.layers)[:, -1, :]
-        mx.eval(logits)  # bounded memory per chunk; the ids follow only once computed
-        conv.token_ids.extend(chunk)
+        chunk = body[start : start + PREFILL_STEP]
+        model(mx.array(chunk)[None], cache=conv.layers)
+        # Evaluate the cache alone: the output layer's logits at these positions are never used.
+        conv.eval()
+        conv.token_ids.extend(chunk)  # the ids follow only once computed
+    if body and should_stop():
+        return None, reused, len(body)
+    logits = model(mx.array(last)[None], cache=conv.layers)[:, -1, :]
+    mx.eval(logits)
+    conv.token_ids.extend(last)
     return logits, reused, len(rest)
 
 
