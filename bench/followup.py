@@ -1,0 +1,196 @@
+"""Figure 2: time to first token of each turn of a 12-turn chat, against the history's length.
+
+Three ways to answer the same chat on the starter model, greedy, interleaved turn by turn
+(the order rotates every turn):
+
+  chinwag     one Engine conversation: its cache keeps the history, a turn prefills only
+              its new tokens (the previous reply's ids are spliced in, never re-tokenized)
+  re-prefill  the Engine with a new conversation id for every turn: the whole history is
+              prefilled (what `chinwag replay --no-cache` does); measured on a subset of the
+              turns, since each costs the whole history (the curve is linear in its length)
+  mlx-lm      mlx_lm.server's pattern: LRUPromptCache.fetch_nearest_cache, stream_generate
+              on the rest of the prompt, insert_cache with the prompt and the reply's tokens
+
+Each side chats with its own replies; re-prefill is given chinwag's history. The chat runs
+--passes times (fresh conversations each time, the order of the sides rotated); a turn's
+TTFT is the median over the passes.
+
+    python -m bench.followup [--turns 12] [--reply-tokens 16] [--passes 2]
+"""
+
+import argparse
+import asyncio
+import time
+import uuid
+
+from bench import common  # first: preloads OpenBLAS before mlx is imported
+from bench.common import log, median
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Tell me one fact about its history.",
+    "Which river runs through it?",
+    "Name a famous museum there.",
+    "What is a typical food from that region?",
+    "How do people usually travel around the city?",
+    "What is the weather like in spring?",
+    "Suggest a short day trip from the city.",
+    "Which language is spoken there?",
+    "Give me a useful phrase in that language.",
+    "What is a good souvenir to bring home?",
+    "Summarise our conversation in one sentence.",
+]
+
+
+def reprefill_turns(turns: int) -> list:
+    """The turns (1-based) measured with a full re-prefill: first, every third, last."""
+    return sorted({1, turns} | set(range(3, turns + 1, 3)))
+
+
+async def chinwag_turn(engine, conv, messages, max_tokens):
+    from engine import GenerationParams, TextDelta
+
+    params = GenerationParams(temperature=0.0, max_tokens=max_tokens)
+    t0 = time.perf_counter()
+    first, parts, stats = None, [], None
+    async for ev in engine.chat(conv, messages, params):
+        if isinstance(ev, TextDelta):
+            if first is None and ev.token_ids:
+                first = time.perf_counter()
+            parts.append(ev.text)
+        else:
+            stats = ev
+    return {"ttft_s": first - t0, "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
+            "prefilled_tokens": stats.prefilled_tokens, "engine_ttft_s": stats.ttft_s}, "".join(parts)
+
+
+class MlxLmChat:
+    """mlx_lm.server's prompt cache reuse, one request at a time."""
+
+    def __init__(self, model, tokenizer):
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self.model, self.tokenizer = model, tokenizer
+        self.cache = LRUPromptCache()
+
+    def turn(self, messages, max_tokens):
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+        from mlx_lm.models.cache import make_prompt_cache
+
+        t0 = time.perf_counter()
+        prompt = list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        cache, rest = self.cache.fetch_nearest_cache("starter", prompt)
+        cached = len(prompt) - len(rest)
+        if cache is None:
+            cache = make_prompt_cache(self.model)
+        key = prompt[:]
+        first, text = None, []
+        for r in stream_generate(self.model, self.tokenizer, prompt[cached:], max_tokens=max_tokens,
+                                 prompt_cache=cache):
+            if first is None:
+                first = time.perf_counter()
+            text.append(r.text)
+            if r.finish_reason is None or r.token not in self.tokenizer.eos_token_ids:
+                key.append(r.token)
+        self.cache.insert_cache("starter", key, cache)
+        mx.clear_cache()
+        return {"ttft_s": first - t0, "prompt_tokens": len(prompt), "reused_tokens": cached,
+                "prefilled_tokens": len(prompt) - cached}, "".join(text)
+
+
+async def main_async(args):
+    from engine import Engine, loading, registry
+
+    started = time.perf_counter()
+    path = common.starter_path()
+    engine = Engine()
+    await engine.load_model(registry.STARTER_ID)
+    model, tokenizer = loading.load(path)
+    questions = (QUESTIONS * ((args.turns + len(QUESTIONS) - 1) // len(QUESTIONS)))[: args.turns]
+    subset = reprefill_turns(args.turns)
+
+    log("warm-up")
+    warm = [{"role": "user", "content": "Hi"}]
+    await chinwag_turn(engine, "bench-warm", warm, 2)
+    await engine.forget("bench-warm")
+    MlxLmChat(model, tokenizer).turn(warm, 2)
+
+    raw = {"chinwag": [], "reprefill": [], "mlx_lm": []}
+    same_replies = True
+    for pass_ in range(args.passes):
+        conv = f"bench-followup-{uuid.uuid4().hex[:8]}"
+        mlx_chat = MlxLmChat(model, tokenizer)
+        history = {"chinwag": [], "mlx_lm": []}
+        rows = {"chinwag": [], "reprefill": [], "mlx_lm": []}
+        for i, q in enumerate(questions):
+            turn = i + 1
+            for side in history:
+                history[side].append({"role": "user", "content": q})
+            sides = ["chinwag", "mlx_lm"] + (["reprefill"] if turn in subset and pass_ == 0 else [])
+            k = (i + pass_) % len(sides)
+            for side in sides[k:] + sides[:k]:
+                if side == "chinwag":
+                    r, reply = await chinwag_turn(engine, conv, history["chinwag"], args.reply_tokens)
+                elif side == "reprefill":
+                    # chinwag's history so far (the reply to this turn is not in it yet)
+                    once = f"bench-reprefill-{uuid.uuid4().hex[:8]}"
+                    r, _ = await chinwag_turn(engine, once, list(history["chinwag"]), 1)
+                    await engine.forget(once)
+                else:
+                    r, reply = mlx_chat.turn(history["mlx_lm"], args.reply_tokens)
+                r.update(turn=turn, pass_=pass_)
+                rows[side].append(r)
+                if side != "reprefill":
+                    r["_reply"] = reply
+                log(f"pass {pass_} turn {turn} {side}: prompt {r['prompt_tokens']}, prefilled "
+                    f"{r['prefilled_tokens']}, ttft {r['ttft_s']:.2f}s")
+            for side in history:
+                row = next(x for x in rows[side] if x["turn"] == turn)
+                history[side].append({"role": "assistant", "content": row.pop("_reply")})
+        await engine.forget(conv)
+        same_replies = same_replies and history["chinwag"] == history["mlx_lm"]
+        for side in raw:
+            raw[side] += rows[side]
+    await engine.close()
+
+    # Per turn: the median TTFT over the passes; token counts from the first pass.
+    turns = {}
+    for side, rs in raw.items():
+        turns[side] = []
+        for t in sorted({r["turn"] for r in rs}):
+            at = [r for r in rs if r["turn"] == t]
+            turns[side].append({**at[0], "ttft_s": median([r["ttft_s"] for r in at]),
+                                "ttft_each_s": [r["ttft_s"] for r in at]})
+    cw = turns["chinwag"]
+    summary = {
+        "chinwag_first_ttft_s": cw[0]["ttft_s"],
+        "chinwag_last_ttft_s": cw[-1]["ttft_s"],
+        "chinwag_last_over_first": cw[-1]["ttft_s"] / cw[0]["ttft_s"],
+        "mlx_lm_last_over_first": turns["mlx_lm"][-1]["ttft_s"] / turns["mlx_lm"][0]["ttft_s"],
+        "last_turn": {side: rs[-1] for side, rs in turns.items()},
+        "last_turn_reprefill_over_chinwag": turns["reprefill"][-1]["ttft_s"] / cw[-1]["ttft_s"],
+        "last_turn_mlx_lm_over_chinwag": turns["mlx_lm"][-1]["ttft_s"] / cw[-1]["ttft_s"],
+        "median_followup_ttft_ratio_mlx_lm_over_chinwag": median(
+            [m["ttft_s"] / c["ttft_s"] for c, m in zip(cw[1:], turns["mlx_lm"][1:])]),
+        "same_replies": same_replies,
+    }
+    common.save("followup", {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens,
+                                        "reprefill_turns": subset, "passes": args.passes},
+                             "rows": turns, "raw": raw, "summary": summary},
+                f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
+                f"--passes {args.passes}", started)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--turns", type=int, default=4 if common.QUICK else 12)
+    p.add_argument("--reply-tokens", type=int, default=4 if common.QUICK else 16)
+    p.add_argument("--passes", type=int, default=common.reps(2), help="chats (re-prefill runs in the first only)")
+    args = p.parse_args(argv)
+    asyncio.run(main_async(args))
+    common.finish()
+
+
+if __name__ == "__main__":
+    main()

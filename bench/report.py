@@ -1,0 +1,712 @@
+"""Writes docs/BENCHMARKS.md and docs/bench/*.png from bench/results/*.json.
+
+    python -m bench.report        # no measuring: just the document and the plots
+"""
+
+import json
+import math
+import time
+
+from bench.common import DOCS, PLOTS, RESULTS, ROOT
+
+FIGURES = ["decode", "followup", "growth", "memory", "ui", "linux_blas"]
+TITLES = {
+    "decode": "1. Decode speed and time to first token",
+    "followup": "2. Follow-up turns",
+    "growth": "3. KV cache growth",
+    "memory": "4. Memory across conversations",
+    "ui": "5. The window",
+    "linux_blas": "6. Linux CPU: BLAS and dequantizing",
+}
+
+
+def load() -> dict:
+    out = {}
+    for name in FIGURES:
+        path = RESULTS / f"{name}.json"
+        if path.exists():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+# --- formatting ---------------------------------------------------------------------------
+
+
+def f(x, digits=2):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:,.{digits}f}"
+
+
+def mb(n):
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def ratio_word(r, higher_is_better=True):
+    """'1.05x (Chinwag faster)' style, from Chinwag / mlx-lm."""
+    if r is None or math.isnan(r):
+        return "–"
+    good = r >= 1 if higher_is_better else r <= 1
+    return f"{r:.2f}x"  + ("" if abs(r - 1) < 0.005 else (" (Chinwag better)" if good else " (mlx-lm better)"))
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_note(d):
+    return (f"Ran {d['machine']['date']} in {d['seconds']:.0f} s, load average "
+            f"{d['machine']['loadavg_at_start'][0]:.1f} at start and {d['loadavg_at_end'][0]:.1f} at end"
+            + (" (CHINWAG_BENCH_QUICK: smoke-test sizes, not for quoting)" if d.get("quick") else "") + ".")
+
+
+def blas_label(machine) -> str:
+    b = machine["blas"]
+    if b.get("loaded"):
+        return f"system OpenBLAS ({b.get('config', b['library'])}, core {b.get('core', '?')})"
+    return f"the reference BLAS bundled with mlx[cpu] ({b['reason']})"
+
+
+# --- plots --------------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+COLORS = {"chinwag": "#1f77b4", "mlx_lm": "#ff7f0e", "reprefill": "#7f7f7f", "proposed": "#2ca02c"}
+
+
+def plot_decode(d, path):
+    plt = _plt()
+    s, runs = d["summary"], d["runs"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    sides = [("chinwag", "Chinwag"), ("mlx_lm", "mlx-lm")]
+    for i, (k, label) in enumerate(sides):
+        a1.bar(i, s[k]["decode_tps"], color=COLORS[k], alpha=0.8)
+        a1.scatter([i] * len(runs[k]), [r["decode_tps"] for r in runs[k]], color="k", s=10, zorder=3)
+    a1.set_xticks(range(2), [l for _, l in sides])
+    a1.set_ylabel("decode tokens/s (median, dots: repetitions)")
+    a1.set_title(f"Decode, {int(s['chinwag']['tokens'])} tokens: ratio {s['decode_ratio']:.2f}")
+    ttft_sides = sides
+    for i, (k, label) in enumerate(ttft_sides):
+        a2.bar(i, s[k]["ttft_s"], color=COLORS[k], alpha=0.8)
+        a2.scatter([i] * len(runs[k]), [r["ttft_s"] for r in runs[k]], color="k", s=10, zorder=3)
+    a2.set_xticks(range(len(ttft_sides)), [l for _, l in ttft_sides])
+    a2.set_ylabel("time to first token, s")
+    a2.set_title(f"TTFT, {s['chinwag']['prompt_tokens']}-token prompt")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_followup(d, path):
+    plt = _plt()
+    rows = d["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for k, label, style in (("reprefill", "full re-prefill every turn", "s--"),
+                            ("mlx_lm", "mlx-lm LRUPromptCache (server pattern)", "^-"),
+                            ("chinwag", "Chinwag per-conversation cache", "o-")):
+        rs = rows[k]
+        ax.plot([r["prompt_tokens"] for r in rs], [r["ttft_s"] for r in rs], style, color=COLORS[k], label=label)
+    ax.set_xlabel("history (prompt tokens of the turn)")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title(f"{len(rows['chinwag'])}-turn chat on the starter model")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _rolling_median(xs, w):
+    import statistics
+
+    out = []
+    for i in range(0, len(xs), max(1, w // 4)):
+        window = xs[max(0, i - w // 2): i + w // 2 + 1]
+        out.append((i, statistics.median(window)))
+    return out
+
+
+def plot_growth(d, path):
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    labels = {"contiguous": "ContiguousAttentionKVCache (doubling)", "kvcache": "mlx-lm KVCache (+256)"}
+    colors = {"contiguous": COLORS["chinwag"], "kvcache": COLORS["mlx_lm"]}
+    for r in d["runs"]:
+        if "latency_us" not in r:
+            continue
+        lat = [x / 1e3 for x in r["latency_us"]]
+        a1.scatter(range(len(lat)), lat, s=1, alpha=0.15, color=colors[r["kind"]])
+        pts = _rolling_median(lat, 256)
+        a1.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[r["kind"]], label=labels[r["kind"]] + ", rolling median")
+        for g in r["growth_steps"] if r["kind"] == "contiguous" else []:
+            a1.axvline(g, color=colors["contiguous"], lw=0.5, ls=":")
+        # cumulative positions copied by growth
+        per = r["kv_bytes_per_token"]
+        copied, xs, ys = 0, [0], [0]
+        for g in r["growth_steps"]:
+            copied += g + 4  # positions held when it grew (4 prompt positions): both copy them
+            xs += [g, g]
+            ys += [ys[-1], copied * per / 2**20]
+        xs.append(len(lat))
+        ys.append(ys[-1])
+        a2.plot(xs, ys, color=colors[r["kind"]], label=labels[r["kind"]])
+    a1.set_yscale("log")
+    a1.set_xlabel("tokens decoded (dotted: doublings)")
+    a1.set_ylabel("per-token latency, ms (log)")
+    a1.legend(fontsize=7, loc="upper left")
+    a1.set_title("Per-token decode latency, tiny model")
+    a2.set_xlabel("tokens decoded")
+    a2.set_ylabel("KV bytes copied by growth, MiB (cumulative)")
+    a2.set_title("Copying done by growth")
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_memory(d, path):
+    plt = _plt()
+    tl, per = d["timeline"], d["kv_bytes_per_token"]
+    budget = d["params"]["budget_bytes"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.4))
+    xs = [r["tokens_held"] for r in tl]
+    a1.scatter(xs, [r["kv_bytes"] / 2**20 for r in tl], color=COLORS["chinwag"], s=14, label="KV bytes held (reserved)")
+    top = max(xs) * 1.05
+    a1.plot([0, top], [0, top * per / 2**20], color="k", lw=1, label="exactly the tokens held")
+    a1.plot([0, top], [0, 2 * top * per / 2**20], color="k", lw=1, ls=":", label="twice that")
+    a1.axhline(budget / 2**20, color="r", lw=1, ls="--", label="budget")
+    a1.set_xlabel("tokens held in memory (all conversations)")
+    a1.set_ylabel("MiB")
+    a1.set_title("KV memory against tokens held (tiny model)")
+    a1.legend(fontsize=7)
+    steps = [r["step"] for r in tl]
+    a2.plot(steps, [r["kv_bytes"] / 2**20 for r in tl], "o-", color=COLORS["chinwag"], label="KV bytes held")
+    a2.axhline(budget / 2**20, color="r", lw=1, ls="--", label="budget")
+    a2b = a2.twinx()
+    a2b.plot(steps, [r["evictions"] for r in tl], "-", color="#9467bd", label="evictions (cumulative)")
+    a2b.plot(steps, [r["restores"] for r in tl], "-", color="#8c564b", label="restores (cumulative)")
+    a2b.set_ylabel("count")
+    a2b.grid(False)
+    a2.axvline(len(tl) / 2 + 0.5, color="k", lw=0.5)
+    a2.set_xlabel("turn (1-10: new chats; 11-20: a follow-up in each)", labelpad=1)
+    a2.set_ylabel("MiB")
+    a2.set_title("Over the session")
+    lines = a2.get_legend_handles_labels()
+    lines2 = a2b.get_legend_handles_labels()
+    a2.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_ui(d, path):
+    plt = _plt()
+    s = d["summary"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    cases = list(s["start"])
+    for i, c in enumerate(cases):
+        a1.bar(i, s["start"][c]["to_first_paint_s"], color=COLORS["chinwag"], alpha=0.8)
+        a1.scatter([i] * len(d["starts"][c]), [r["to_first_paint_s"] for r in d["starts"][c]], color="k", s=10, zorder=3)
+    a1.set_xticks(range(len(cases)), [f"{c}" for c in cases])
+    a1.set_ylabel("process start to first paint, s")
+    a1.set_title("Cold start")
+    labels = ["p50", "p99", "max"]
+    keys = ["p50_gap_ms", "p99_gap_ms", "max_gap_ms"]
+    width = 0.38
+    for j, (mode, color) in enumerate((("idle", "#7f7f7f"), ("streaming", COLORS["chinwag"]))):
+        a2.bar([i + (j - 0.5) * width for i in range(3)], [s[mode][k] for k in keys], width, color=color, label=mode)
+    a2.axhline(d["params"]["probe_ms"], color="k", lw=0.8, ls=":", label="timer interval")
+    a2.set_xticks(range(3), labels)
+    a2.set_ylabel("gap between 5 ms timer ticks, ms")
+    a2.set_title(f"Event loop while streaming {int(s['streaming']['tokens'])} tokens")
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_blas(d, path):
+    plt = _plt()
+    s = d["summary"]
+    names = list(s)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 4))
+    short = [n.replace(", ", "\n").replace(" f32", "\nfloat32") for n in names]
+    colors = ["#7f7f7f", "#aec7e8", "#ffbb78", COLORS["proposed"]]
+    for ax, key, title in ((axes[0], "prefill_tps", "prefill tokens/s (log)"),
+                           (axes[1], "decode_tps", "decode tokens/s"),
+                           (axes[2], "ttft_s", "time to first token, s (log)")):
+        ax.bar(range(len(names)), [s[n][key] for n in names], color=colors[: len(names)])
+        for i, n in enumerate(names):
+            ax.scatter([i] * len(d["runs"][n]), [r[key] for r in d["runs"][n]], color="k", s=8, zorder=3)
+        ax.set_xticks(range(len(names)), short, fontsize=7)
+        ax.set_title(title)
+        if "log" in title:
+            ax.set_yscale("log")
+    fig.suptitle(f"Starter model through the Engine, {s[names[0]]['prompt_tokens']}-token prompt")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+PLOTTERS = {"decode": plot_decode, "followup": plot_followup, "growth": plot_growth, "memory": plot_memory,
+            "ui": plot_ui, "linux_blas": plot_blas}
+
+
+# --- sections -----------------------------------------------------------------------------
+
+
+def section_decode(d):
+    s = d["summary"]
+    c, m = s["chinwag"], s["mlx_lm"]
+    p = d["params"]
+    faster = "Chinwag" if s["decode_ratio"] >= 1 else "mlx-lm"
+    out = [
+        f"Chinwag's `Engine.chat` against `mlx_lm.stream_generate` on the starter model, in one process. "
+        f"Both load it with `engine.loading.load`, which on the CPU casts every floating parameter "
+        f"(norms, quantization scales and biases) to **float32** (float16 is ~40x slower in quantized "
+        f"matmuls on the MLX CPU backend and gave wrong answers); the weights stay 4-bit (embeddings 8-bit). "
+        f"Same chat-templated prompt ({c['prompt_tokens']} tokens), greedy, {p['tokens']} new tokens, "
+        f"{p['reps']} repetitions, sides alternating. Both timed from the caller: call (template and "
+        f"tokenizing included) to each token's arrival; decode tok/s = (tokens − 1) / (last − first arrival).",
+        "",
+        table(["", "Chinwag", "mlx-lm", "Chinwag / mlx-lm"], [
+            ["decode tok/s (median)", f(c["decode_tps"]), f(m["decode_tps"]), ratio_word(s["decode_ratio"])],
+            ["decode tok/s, each side's own counter", f(c["own_decode_tps"]), f(m["own_decode_tps"]),
+             f(c["own_decode_tps"] / m["own_decode_tps"]) + "x"],
+            ["per-repetition decode ratio", ", ".join(f(x) for x in s["per_rep_decode_ratio"]), "", ""],
+            ["time to first token, s", f(c["ttft_s"]), f(m["ttft_s"]), ratio_word(s["ttft_ratio"], higher_is_better=False)],
+            ["tokens generated", int(c["tokens"]), int(m["tokens"]), "same ids" if s["same_tokens"] else "ids differ"],
+        ]),
+        "",
+        f"Decode: goal ≥ 1.0, measured **{s['decode_ratio']:.2f}** ({faster} faster"
+        + (", within the noise of this shared machine" if abs(s["decode_ratio"] - 1) < 0.03 else "") + "). "
+        "The two run the same pipelined loop (the next step is queued before the current token is read), "
+        "so parity is what to expect; Chinwag's tokens also cross a thread and an asyncio queue. Run-to-run "
+        "variation on this machine is about ±10% (standalone runs of mlx-lm on the same prompt gave 6.1–7.9 tok/s "
+        "across processes while this was written), so read a ratio between 0.9 and 1.1 as parity.",
+    ]
+    slower = s["ttft_ratio"] > 1.03
+    out += [
+        "",
+        (f"Time to first token: **mlx-lm is faster**, {f(m['ttft_s'])} s against {f(c['ttft_s'])} s "
+         f"({s['ttft_ratio']:.2f}x). " if slower else
+         f"Time to first token: Chinwag {f(c['ttft_s'])} s, mlx-lm {f(m['ttft_s'])} s ({s['ttft_ratio']:.2f}x). ")
+        + "History: the first runs of this figure (commit 8fbd0dd) had Chinwag's TTFT at 1.30x mlx-lm's "
+        "(7.28 s against 5.61 s): the engine's prefill took the logits of every prompt position, so the output "
+        "layer (49152 × 576, the starter's largest matrix) ran once per prompt token. With that patched into the "
+        "benchmark (all positions but the last evaluate only the cache, as mlx-lm's `generate_step` does) TTFT "
+        "was 5.58 s, and the engine adopted the change in d154c9c; it also prefills in chunks of 32 tokens on "
+        "the CPU so that Stop takes effect mid-prefill.",
+    ]
+    return out
+
+
+def section_followup(d):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    by_turn = {k: {r["turn"]: r for r in v} for k, v in rows.items()}
+    table_rows = []
+    for r in rows["chinwag"]:
+        t = r["turn"]
+        m = by_turn["mlx_lm"].get(t, {})
+        rp = by_turn["reprefill"].get(t)
+        table_rows.append([t, r["prompt_tokens"], r["prefilled_tokens"], f(r["ttft_s"]),
+                           f"{m.get('prefilled_tokens', '–')}", f(m.get("ttft_s")),
+                           f(rp["ttft_s"]) if rp else "(not run)"])
+    ok = s["chinwag_last_over_first"] <= 1.5
+    last = s["last_turn"]
+    mlx_vs = s["last_turn_mlx_lm_over_chinwag"]
+    out = [
+        f"A {p['turns']}-turn chat on the starter model (short questions, greedy replies of up to "
+        f"{p['reply_tokens']} tokens), three ways, interleaved turn by turn: **Chinwag** (one Engine "
+        f"conversation: its cache holds the history and the previous reply's own token ids are spliced "
+        f"back in), **re-prefill** (the Engine with a new conversation id each turn: the whole history "
+        f"is prefilled, as `chinwag replay --no-cache` does; run on turns {', '.join(map(str, p['reprefill_turns']))} "
+        f"only, since each costs the full history and the curve is linear in it), and **mlx-lm** "
+        f"(`mlx_lm.server`'s pattern: `LRUPromptCache.fetch_nearest_cache`, `stream_generate` on the rest, "
+        f"`insert_cache` with prompt + reply tokens; it re-tokenizes the reply text it is sent back). "
+        f"The chat ran {p.get('passes', 1)} time(s) with fresh conversations (re-prefill in the first only); "
+        f"a turn's TTFT is the median over the passes.",
+        "",
+        table(["turn", "history tokens", "Chinwag prefilled", "Chinwag TTFT s", "mlx-lm prefilled",
+               "mlx-lm TTFT s", "re-prefill TTFT s"], table_rows),
+        "",
+        f"Goal: Chinwag's last-turn TTFT within 1.5x of its first. Measured: first {f(s['chinwag_first_ttft_s'])} s, "
+        f"last {f(s['chinwag_last_ttft_s'])} s, **{s['chinwag_last_over_first']:.2f}x** — "
+        + ("met." if ok else "**not met**.")
+        + f" At the last turn ({last['chinwag']['prompt_tokens']} history tokens) a full re-prefill takes "
+        f"{f(last['reprefill']['ttft_s'])} s, {s['last_turn_reprefill_over_chinwag']:.1f}x Chinwag's. "
+        + (f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so), and "
+           f"**its TTFT is faster at the last turn**: {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)."
+           if mlx_vs < 0.97 else
+           f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so); its "
+           f"last-turn TTFT is {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)")
+        + (f", and over turns 2–{len(rows['chinwag'])} its TTFT is {s['median_followup_ttft_ratio_mlx_lm_over_chinwag']:.2f}x "
+           "Chinwag's (median)." if "median_followup_ttft_ratio_mlx_lm_over_chinwag" in s else ".")
+        + (" Both sides gave the same replies." if s.get("same_replies") else
+           " The two sides' replies diverged at some turn (re-tokenized reply text), so their histories differ slightly."),
+    ]
+    return out
+
+
+def section_growth(d):
+    s, p = d["summary"], d["params"]
+    c, k = s["contiguous"], s["kvcache"]
+    return [
+        f"The tiny model (tests/tiny_model.py: 2 layers, 2 KV heads of 16) decodes one token per synchronous "
+        f"step until {p['tokens'] + 4:,} positions are held, with each layer's cache either "
+        f"`ContiguousAttentionKVCache` starting at {p['initial_capacity']} positions (a short chat's start; it "
+        f"doubles) or mlx-lm's `KVCache` (grows by 256 with a concatenation). {p['reps']} repetitions of each, "
+        f"alternating (A B B A). Bytes copied: the cache's `bytes_copied` counter, and for `KVCache` the positions "
+        f"held at each concatenation. Peak memory: MLX's allocator peak during the run. The tiny model holds 512 "
+        f"bytes per position; the last column scales the positions copied to the starter's 46,080 bytes per position.",
+        "",
+        table(["", "p50 ms/token", "p99 ms/token", "max ms", "mean ms", "growths", "median ms of a growth step",
+               "bytes copied", "peak MLX memory", "copied, starter-sized"], [
+            ["ContiguousAttentionKVCache", f(c["p50_ms"], 3), f(c["p99_ms"], 3), f(c["max_ms"], 1), f(c["mean_ms"], 3),
+             int(c["growths"]), f(c["growth_median_ms"], 2), mb(c["bytes_copied"]), mb(c["peak_memory_bytes"]),
+             mb(c["starter_bytes_copied"])],
+            ["mlx-lm KVCache", f(k["p50_ms"], 3), f(k["p99_ms"], 3), f(k["max_ms"], 1), f(k["mean_ms"], 3),
+             int(k["growths"]), f(k["growth_median_ms"], 2), mb(k["bytes_copied"]), mb(k["peak_memory_bytes"]),
+             mb(k["starter_bytes_copied"])],
+        ]),
+        "",
+        f"KVCache / Contiguous: p50 {s['p50_ratio']:.2f}x, p99 {s['p99_ratio']:.2f}x, mean {s['mean_ratio']:.2f}x "
+        f"(above 1: the contiguous cache is faster). Doubling copies "
+        f"{k['bytes_copied'] / max(1, c['bytes_copied']):.0f}x fewer bytes ({int(c['growths'])} growths against "
+        f"{int(k['growths'])}). On the tiny model a growth step is lost in the noise (slowest growth step "
+        f"{f(c.get('growth_max_ms'), 1)} ms against {f(k.get('growth_max_ms'), 1)} ms; the slowest steps overall, "
+        f"{f(c['max_ms'], 1)} and {f(k['max_ms'], 1)} ms, are the machine's noise). "
+        + ("Peak memory is higher for the contiguous cache: a doubling briefly holds the old and the new buffer. "
+           if c["peak_memory_bytes"] > k["peak_memory_bytes"] else
+           f"Peak memory is not higher for the contiguous cache here (both end exactly full at {p['tokens'] + 4:,} positions; "
+           "between doublings up to half of its buffer is reserved but unused, figure 4). ")
+        + "Per-token latency is dominated by attention over the growing context on both; on this shared machine "
+        "differences of ~10% in p50 between runs of the same cache are common (bench/results/growth.json has each run).",
+    ] + _starter_growth(c, k)
+
+
+def _starter_growth(c, k):
+    if "starter_grow_ms" not in c:
+        return []
+    n = int(c["starter_growth_at"])
+    per = 30 * 3 * 64 * 2 * 4
+    return [
+        "",
+        f"At the starter's size the growth step is not noise. One KV write into 30 starter-shaped layers holding "
+        f"{n:,} positions (full, so the write grows them; writes alone, no model):",
+        "",
+        table(["", "growth step ms", "next write ms", "tokens until the next growth", "growth ms per token decoded"], [
+            ["ContiguousAttentionKVCache (to " + f"{2 * n:,})", f(c["starter_grow_ms"], 0), f(c["starter_next_write_ms"], 1),
+             f"{n:,}", f(c["starter_grow_ms"] / n, 3)],
+            ["mlx-lm KVCache (to " + f"{n + 256:,})", f(k["starter_grow_ms"], 0), f(k["starter_next_write_ms"], 1),
+             "256", f(k["starter_grow_ms"] / 256, 3)],
+        ]),
+        "",
+        f"A doubling at {n:,} positions is one pause of {f(c['starter_grow_ms'], 0)} ms (it writes a "
+        f"{mb(2 * n * per)} buffer), once per {n:,} tokens; KVCache pauses {f(k['starter_grow_ms'], 0)} ms every 256 "
+        f"tokens, {k['starter_grow_ms'] / 256 / max(1e-9, c['starter_grow_ms'] / n):.0f}x more growth time per token.",
+    ]
+
+
+def section_memory(d):
+    s, p, tl = d["summary"], d["params"], d["timeline"]
+    per = d["kv_bytes_per_token"]
+    rows = [[r["step"], r["conv"], r["kind"], r["prompt_tokens"], r["reused_tokens"], r["kv_capacity"],
+             r["tokens_held"], mb(r["kv_bytes"]), r["in_memory"], r["evictions"], r["restores"],
+             f(r["ttft_s"] * 1e3, 0)] for r in tl]
+    sr = d["starter_save_restore"]
+    out = [
+        f"The Engine on the tiny model with `memory_budget_bytes` = {mb(p['budget_bytes'])}: ten new conversations "
+        f"of {', '.join(map(str, p['lengths']))}-ish tokens (greedy replies of {p['reply_tokens']}), then one "
+        f"follow-up in each, oldest first, so evicted caches come back from disk. After each turn: the tokens "
+        f"held and the bytes reserved by the caches in memory (read from the engine's `ConversationCaches`; the "
+        f"Engine has no public hook for it yet, see below).",
+        "",
+        table(["turn", "conversation", "kind", "prompt", "reused", "its capacity", "tokens held (all)",
+               "KV held (all)", "in memory", "evictions", "restores", "TTFT ms"], rows),
+        "",
+        f"Bytes reserved per byte needed (median over the turns): **{s['bytes_over_exact']:.2f}x** — each cache "
+        f"reserves a power of two of positions, so up to 2x just after a doubling. Peak held: "
+        f"{mb(s['peak_kv_bytes'])} for {s['peak_tokens_held']:,} tokens (exact: {mb(s['peak_tokens_held'] * per)}). "
+        f"{s['evictions']} evictions at {f(s['save_ms_per_eviction'], 1)} ms each and {s['restores']} restores at "
+        f"{f(s['restore_ms_per_restore'], 1)} ms each (engine's `MemoryStats`; tiny caches). A follow-up whose cache "
+        f"was restored had a median TTFT of {f(s['followup_ttft_restored_s'] * 1e3, 0)} ms; "
+        + (f"one still in memory {f(s['followup_ttft_in_memory_s'] * 1e3, 0)} ms. " if not math.isnan(s['followup_ttft_in_memory_s']) else "none was still in memory. ")
+        + f"Peak process memory (RSS) of the benchmark process, Engine and tiny model included: "
+        f"{mb(s['peak_rss_bytes'])}." + _restored_capacity_note(tl),
+        "",
+        "Save and restore of caches shaped like the starter's (30 layers, 3 KV heads of 64, float32; random "
+        "contents) through `engine.memory.ConversationCaches`, against the prefill they spare at the quantized "
+        "engine's prefill speed (figure 2's re-prefill turns):",
+        "",
+    ]
+    rate = None
+    try:
+        fu = json.loads((RESULTS / "followup.json").read_text())
+        rp = fu["rows"]["reprefill"][-1]
+        rate = rp["prompt_tokens"] / rp["ttft_s"]
+    except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError):
+        pass
+    out.append(table(["tokens", "cache size", "save (evict) ms", "restore ms (read included)",
+                      "restore ms as the engine counts it", "re-prefill instead, s"],
+                     [[f"{r['tokens']:,}", mb(r["bytes"]), f(r["save_s"] * 1e3, 0), f(r["restore_s"] * 1e3, 0),
+                       f(r["engine_counted_restore_s"] * 1e3, 1),
+                       f(r["tokens"] / rate, 0) if rate else "–"] for r in sr]))
+    out += ["", "`mx.load` is lazy: the engine's `restore_seconds` stops before the file is read; the read happens "
+            "at the restored turn's first evaluation. The column with the read included is the real cost."]
+    return out
+
+
+def _restored_capacity_note(tl) -> str:
+    saved = {}
+    for r in tl:
+        if r["kind"] == "new":
+            saved[r["conv"]] = (r["kv_capacity"], r["kv_offset"])
+        elif r.get("restored") and r["conv"] in saved:
+            cap, held = saved[r["conv"]]
+            if r["kv_capacity"] > cap and r["kv_offset"] <= cap:
+                return (f" Restored caches come back larger than they were saved: `ContiguousAttentionKVCache.from_state` "
+                        f"doubles from the positions held until the saved capacity fits, instead of allocating that "
+                        f"capacity (e.g. {r['conv']}: {held:,} positions saved at capacity {cap:,}, back at "
+                        f"{r['kv_capacity']:,}), hence the capacities that are not powers of two.")
+    return ""
+
+
+def section_ui(d):
+    s, p = d["summary"], d["params"]
+    st, idle = s["streaming"], s["idle"]
+    starts = s["start"]
+    return [
+        f"Offscreen Qt (QT_QPA_PLATFORM=offscreen: no display on this machine), a fresh process and a throwaway "
+        f"CHINWAG_HOME for every measurement. Cold start: from the parent's clock before it spawns "
+        f"`python -m bench.ui_start` (which calls `app.main.run_app` as `chinwag` does) to the main window's first "
+        f"Paint event; {p['reps']} repetitions of each case, alternating. Streaming: `MainWindow(store, Engine())` "
+        f"on the tiny model, one reply of {p['tokens']} tokens sent through the composer, with a {p['probe_ms']} ms "
+        f"QTimer (precise) probing the GUI thread; the same probe over 3 s with the window idle for comparison; "
+        f"{len(d['streams'])} streamed replies.",
+        "",
+        table(["cold start", "to first paint, s (median)", "message widgets built"],
+              [[c, f(v["to_first_paint_s"]), v["messages_shown"]] for c, v in starts.items()]),
+        "",
+        table(["event loop", "p50 gap ms", "p99 gap ms", "longest stall (max gap) ms", "gaps > 50 ms"], [
+            ["idle", f(idle["p50_gap_ms"]), f(idle["p99_gap_ms"]), f(idle["max_gap_ms"]), int(idle["stalls_over_50ms"])],
+            ["streaming", f(st["p50_gap_ms"]), f(st["p99_gap_ms"]), f(st["max_gap_ms"]), int(st["stalls_over_50ms"])],
+        ]),
+        "",
+        f"While streaming at {f(st['engine_decode_tps'], 0)} tok/s (engine), {f(st['deltas_per_s'], 0)} text deltas a "
+        f"second reached the GUI thread and the streaming message re-rendered {f(st['renders_per_s'], 1)} times a "
+        f"second (`ChatView` caps it at 30); the reply was {int(st['reply_chars']):,} characters. The longest stall "
+        f"of the event loop was {f(st['max_gap_ms'], 1)} ms ({f(idle['max_gap_ms'], 1)} ms idle). A 50-message "
+        f"conversation opens on its latest {starts.get('50 messages', {}).get('messages_shown', '?')} messages and "
+        f"adds {f((starts.get('50 messages', {}).get('to_first_paint_s', float('nan')) - starts.get('empty', {}).get('to_first_paint_s', float('nan'))) * 1e3, 0)} ms "
+        "to the first paint.",
+    ]
+
+
+BEST = "OpenBLAS, dequantized f32"
+
+
+def section_blas(d):
+    s = d["summary"]
+    names = list(s)
+    base = s[names[0]]
+    m = d["machine"]
+    rows = [[n, s[n]["blas_core"], f(s[n]["matmul_1024_ms"], 1), f(s[n]["prefill_tps"], 1), f(s[n]["decode_tps"], 2),
+             f(s[n]["ttft_s"]), f(s[n]["load_s"], 1), mb(s[n]["peak_rss_bytes"]),
+             "yes" if s[n]["same_tokens_as_reference"] else "no"] for n in names]
+    core = m["blas"].get("OPENBLAS_CORETYPE") or "not set"
+    out = [
+        f"The mlx[cpu] wheel links the reference (netlib) BLAS it bundles (`mlx_cpu.libs/libblas-*.so.3.10.0`); "
+        f"MLX calls `cblas_sgemm` through the dynamic linker, so an OpenBLAS loaded with RTLD_GLOBAL before mlx "
+        f"is imported takes over (`engine/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
+        f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS, and the starter model as "
+        f"imported (quantized, float32 parameters) or dequantized to float32 (`engine.blas.dequantize`, patched "
+        f"into `engine.loading.load` in the child only). The Engine end to end: load, a warm-up turn, then one "
+        f"turn with a {base['prompt_tokens']}-token prompt and {d['params']['tokens']} greedy tokens; the "
+        f"engine's own prefill and decode rates (TurnStats).",
+        "",
+        table(["configuration", "BLAS core", "1024² f32 matmul ms", "prefill tok/s", "decode tok/s", "TTFT s",
+               "load s", "peak RSS", "same tokens"], rows),
+        "",
+    ]
+    deq = s.get("reference BLAS, dequantized f32")
+    if BEST not in s:
+        out.append("**No system OpenBLAS was found on this machine**, so only the reference BLAS was measured. "
+                   "Install it (Debian/Ubuntu: `apt-get install libopenblas0-pthread`) and rerun "
+                   "`python -m bench.linux_blas`.")
+    else:
+        best, ob = s[BEST], s.get("OpenBLAS, quantized")
+        out.append(
+            (f"OpenBLAS alone changes little for the quantized model: quantized matmuls do not go through BLAS "
+             f"(prefill {ob['prefill_speedup']:.2f}x, decode {ob['decode_speedup']:.2f}x). " if ob else "")
+            + (f"Dequantized without OpenBLAS changes little too (prefill {deq['prefill_speedup']:.2f}x, decode "
+               f"{deq['decode_speedup']:.2f}x): the reference BLAS is as slow as the quantized kernels. " if deq else "")
+            + f"**OpenBLAS with the model dequantized to float32: prefill {best['prefill_speedup']:.1f}x, decode "
+            f"{best['decode_speedup']:.2f}x, time to first token {best['ttft_speedup']:.1f}x faster** "
+            f"({f(base['ttft_s'])} s → {f(best['ttft_s'])} s), at {mb(best['peak_rss_bytes'] - base['peak_rss_bytes'])} "
+            f"more memory (the 135M parameters in float32). The 1024² matmul: {base['matmul_1024_ms']:.0f} ms → "
+            f"{best['matmul_1024_ms']:.0f} ms ({best['matmul_speedup']:.0f}x). "
+            + ("The generated tokens were the same in all configurations."
+               if all(s[n]["same_tokens_as_reference"] for n in names)
+               else "The generated tokens differed between configurations: see the table."))
+    out += [
+        "",
+        f"OpenBLAS here: {m['blas'].get('config', 'not loaded')}; OPENBLAS_CORETYPE: {core}; "
+        f"OPENBLAS_L2_SIZE: {m['blas'].get('OPENBLAS_L2_SIZE') or 'not set'} (recorded from the environment, never "
+        f"changed). OpenBLAS is not a Python dependency: on Debian/Ubuntu `apt-get install libopenblas0-pthread` "
+        f"(Fedora: `openblas-threads`). A machine without it (CI, a fresh clone) keeps the bundled BLAS and this "
+        f"figure's first row; the machine table at the top says which BLAS a run had.",
+    ]
+    return out
+
+
+SECTIONS = {"decode": section_decode, "followup": section_followup, "growth": section_growth,
+            "memory": section_memory, "ui": section_ui, "linux_blas": section_blas}
+
+
+def headline(res) -> list:
+    rows = []
+    if "decode" in res:
+        s = res["decode"]["summary"]
+        rows.append(["1", "decode tok/s, Chinwag / mlx-lm (goal ≥ 1.0)", f"**{s['decode_ratio']:.2f}**",
+                     f"{f(s['chinwag']['decode_tps'])} vs {f(s['mlx_lm']['decode_tps'])} tok/s"])
+        rows.append(["1", "time to first token, Chinwag / mlx-lm", f"{s['ttft_ratio']:.2f}",
+                     f"{f(s['chinwag']['ttft_s'])} vs {f(s['mlx_lm']['ttft_s'])} s (mlx-lm better above 1)"])
+    if "followup" in res:
+        s = res["followup"]["summary"]
+        rows.append(["2", "Chinwag last-turn TTFT / first-turn (goal ≤ 1.5)", f"**{s['chinwag_last_over_first']:.2f}**",
+                     f"{f(s['chinwag_first_ttft_s'])} → {f(s['chinwag_last_ttft_s'])} s"])
+        rows.append(["2", "last turn: re-prefill / Chinwag", f"{s['last_turn_reprefill_over_chinwag']:.1f}",
+                     f"{s['last_turn']['chinwag']['prompt_tokens']} history tokens"])
+        rows.append(["2", "last turn: mlx-lm prompt cache / Chinwag", f"{s['last_turn_mlx_lm_over_chinwag']:.2f}",
+                     "below 1: mlx-lm faster"])
+    if "growth" in res:
+        s = res["growth"]["summary"]
+        rows.append(["3", "bytes copied by growth to 16K, KVCache / Contiguous",
+                     f"{s['kvcache']['bytes_copied'] / max(1, s['contiguous']['bytes_copied']):.0f}",
+                     f"p99 latency ratio {s['p99_ratio']:.2f}, p50 {s['p50_ratio']:.2f} (above 1: Contiguous faster)"])
+    if "memory" in res:
+        s = res["memory"]["summary"]
+        rows.append(["4", "KV bytes reserved / bytes needed", f"{s['bytes_over_exact']:.2f}",
+                     f"{s['evictions']} evictions, {s['restores']} restores under the budget"])
+    if "ui" in res:
+        s = res["ui"]["summary"]
+        rows.append(["5", "longest event-loop stall while streaming, ms", f(s["streaming"]["max_gap_ms"], 1),
+                     f"{f(s['streaming']['renders_per_s'], 0)} renders/s at {f(s['streaming']['engine_decode_tps'], 0)} tok/s"])
+        rows.append(["5", "cold start to first paint, s (empty / 50 messages)",
+                     " / ".join(f(v["to_first_paint_s"]) for v in s["start"].values()), ""])
+    if "linux_blas" in res:
+        s = res["linux_blas"]["summary"]
+        names = list(s)
+        if BEST in s:
+            b = s[BEST]
+            rows.append(["6", "OpenBLAS + dequantized f32 vs today: prefill / decode / TTFT",
+                         f"**{b['prefill_speedup']:.1f}x / {b['decode_speedup']:.2f}x / {b['ttft_speedup']:.1f}x**",
+                         f"{f(s[names[0]]['prefill_tps'], 1)} → {f(b['prefill_tps'], 1)} prefill tok/s"])
+        else:
+            rows.append(["6", "OpenBLAS + dequantized f32", "not measured", "no system OpenBLAS on this machine"])
+    return ["| fig. | measure | result | detail |", "|---|---|---|---|"] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def machine_table(res) -> list:
+    any_result = next(iter(res.values()))
+    m = any_result["machine"]
+    rows = [
+        ["CPU", f"{m['cpu']} ({m['cpu_flags']})"],
+        ["cores", f"{m['cores']} ({m['usable_cores']} usable), shared with other engineers' jobs"],
+        ["memory", f"{m['ram_gib']} GiB"],
+        ["OS", m["os"]],
+        ["Python / MLX / mlx-lm / PySide6", f"{m['python']} / {m['mlx']} / {m['mlx_lm']} / {m['pyside6']}"],
+        ["BLAS used by figures 1–5", blas_label(m)],
+        ["OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE", f"{m['blas'].get('OPENBLAS_CORETYPE') or 'not set'} / "
+                                                  f"{m['blas'].get('OPENBLAS_L2_SIZE') or 'not set'}"],
+        ["commit measured", m["commit"]],
+    ]
+    return ["| | |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]
+
+
+def main():
+    res = load()
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    total = sum(d["seconds"] for d in res.values())
+    lines = [
+        "# Chinwag benchmarks",
+        "",
+        "Written by `make bench` (`python -m bench.run_all`), which runs every script in `bench/` and then "
+        "`python -m bench.report`. Each figure's own command re-measures it alone and rewrites this file; "
+        "the raw numbers are in `bench/results/*.json`. "
+        + (f"The last full run took {total / 60:.0f} minutes." if res else ""),
+        "",
+        "This machine is shared and noisy (2 cores, other engineers' test suites running at the same time). "
+        "So every comparison runs both sides in the same run, interleaved, with repetitions where affordable, "
+        "and reports medians and the ratio; the load average at the start and end of each figure is given. "
+        "Sizes were cut to keep `make bench` near 20 minutes, and each section says what it ran.",
+        "",
+        "## The machine",
+        "",
+    ]
+    if not res:
+        lines.append("No results yet: run `make bench`.")
+    else:
+        lines += machine_table(res)
+        lines += ["", "## Headline numbers", ""] + headline(res)
+    for name in FIGURES:
+        lines += ["", f"## {TITLES[name]}", ""]
+        d = res.get(name)
+        if d is None:
+            lines.append(f"Not measured yet: `python -m bench.{name}`.")
+            continue
+        try:
+            PLOTTERS[name](d, PLOTS / f"{name}.png")
+            lines += [f"![{TITLES[name]}](bench/{name}.png)", ""]
+        except Exception as e:  # a broken plot must not lose the tables
+            lines += [f"(plot failed: {type(e).__name__}: {e})", ""]
+        lines += [f"Reproduce: `{d['command']}`. {run_note(d)}", ""]
+        try:
+            lines += SECTIONS[name](d)
+        except Exception as e:
+            lines.append(f"(section failed: {type(e).__name__}: {e})")
+    lines += ["", "## Recommendations for the engine", ""] + RECOMMENDATIONS
+    (DOCS / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {(DOCS / 'BENCHMARKS.md').relative_to(ROOT)} and {len(res)} plots", flush=True)
+
+
+RECOMMENDATIONS = [
+    "1. **Preload OpenBLAS on Linux**: call `engine.blas.preload_openblas()` first thing in "
+    "`engine/session.py:Session.warm_up`, before its `import mlx.core` (the engine thread is where the app and "
+    "the CLI first import mlx; it must come before any import of mlx in the process, or it does nothing and "
+    "says why in `openblas_info()`). It is a no-op off Linux, without a system OpenBLAS, or with "
+    "`CHINWAG_NO_OPENBLAS=1`. The README's Linux section should say `apt-get install libopenblas0-pthread` "
+    "(Debian/Ubuntu). Alone it changes little for quantized models (figure 6); it is what makes 2 worth doing.",
+    "2. **Dequantize small models to float32 on the CPU backend when OpenBLAS is loaded**: in "
+    "`engine/loading.py:load`, after `model.set_dtype(mx.float32)`, "
+    "`if blas.should_dequantize(model): model = blas.dequantize(model)`. `should_dequantize` says yes on the "
+    "CPU only when OpenBLAS is loaded and the float32 weights fit in 10% of RAM (the starter: ~0.55 GB more); "
+    "`CHINWAG_CPU_DEQUANTIZE=1`/`0` forces it either way. Figure 6: prefill ~20x, decode ~2x, same tokens. The "
+    "model's label (\"4-bit\") should then say it runs dequantized.",
+    "3. **Restore caches at their saved capacity**: `ContiguousAttentionKVCache.from_state(state, max_seq_len)` "
+    "grows by doubling from the positions held, so a restored cache can reserve up to 2x its saved capacity "
+    "(figure 4); allocate `max_seq_len` positions directly and copy the state in.",
+    "4. **A public memory hook**: `Engine.memory_stats()` returning per conversation the tokens held and bytes "
+    "reserved, and the budget's evictions, restores and their seconds; figure 4 reads `ConversationCaches` "
+    "through private attributes today. `MemoryStats.restore_seconds` should include the read (`mx.eval` of the "
+    "restored arrays before the clock stops), since `mx.load` is lazy. Evictions are saved synchronously on the "
+    "engine thread after a turn: for a starter-sized cache of 8K tokens that is up to ~0.5–0.8 s before the next "
+    "turn can start.",
+    "5. Done already: the prefill change that closed figure 1's TTFT gap (d154c9c).",
+]
+
+
+if __name__ == "__main__":
+    main()
