@@ -111,16 +111,24 @@ def plot_decode(d, path):
 def plot_followup(d, path):
     plt = _plt()
     rows = d["rows"]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, (ax, az) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
     for k, label, style in (("reprefill", "full re-prefill every turn", "s--"),
                             ("mlx_lm", "mlx-lm LRUPromptCache (server pattern)", "^-"),
                             ("chinwag", "Chinwag per-conversation cache", "o-")):
         rs = rows[k]
         ax.plot([r["prompt_tokens"] for r in rs], [r["ttft_s"] for r in rs], style, color=COLORS[k], label=label)
+        if k != "reprefill":
+            az.plot([r["prompt_tokens"] for r in rs], [r["ttft_s"] for r in rs], style, color=COLORS[k], label=label)
+            for r in rs:
+                each = r.get("ttft_each_s", [])
+                az.scatter([r["prompt_tokens"]] * len(each), each, color=COLORS[k], s=6, alpha=0.5)
     ax.set_xlabel("history (prompt tokens of the turn)")
     ax.set_ylabel("time to first token, s")
     ax.set_title(f"{len(rows['chinwag'])}-turn chat on the starter model")
-    ax.legend()
+    ax.legend(fontsize=8)
+    az.set_ylim(0, max(r["ttft_s"] for k in ("chinwag", "mlx_lm") for r in rows[k]) * 1.15)
+    az.set_xlabel("history (prompt tokens of the turn)")
+    az.set_title("the two caches, zoomed (dots: each pass)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -198,7 +206,7 @@ def plot_memory(d, path):
     a2b.set_ylabel("count")
     a2b.grid(False)
     a2.axvline(len(tl) / 2 + 0.5, color="k", lw=0.5)
-    a2.set_xlabel("turn (1-10: new chats; 11-20: a follow-up in each)", labelpad=1)
+    a2.set_xlabel("turn (1-10: new chats; then a follow-up in each, the last one twice)", labelpad=1)
     a2.set_ylabel("MiB")
     a2.set_title("Over the session")
     lines = a2.get_legend_handles_labels()
@@ -223,9 +231,14 @@ def plot_ui(d, path):
     a1.set_title("Cold start")
     labels = ["p50", "p99", "max"]
     keys = ["p50_gap_ms", "p99_gap_ms", "max_gap_ms"]
-    width = 0.38
-    for j, (mode, color) in enumerate((("idle", "#7f7f7f"), ("streaming", COLORS["chinwag"]))):
-        a2.bar([i + (j - 0.5) * width for i in range(3)], [s[mode][k] for k in keys], width, color=color, label=mode)
+    modes = [("idle", "#7f7f7f", "idle")]
+    if "streaming_first" in s:
+        modes.append(("streaming_first", COLORS["mlx_lm"], "first reply after start"))
+    modes.append(("streaming", COLORS["chinwag"], "a later reply"))
+    width = 0.8 / len(modes)
+    for j, (mode, color, label) in enumerate(modes):
+        a2.bar([i + (j - (len(modes) - 1) / 2) * width for i in range(3)], [s[mode][k] for k in keys], width,
+               color=color, label=label)
     a2.axhline(d["params"]["probe_ms"], color="k", lw=0.8, ls=":", label="timer interval")
     a2.set_xticks(range(3), labels)
     a2.set_ylabel("gap between 5 ms timer ticks, ms")
@@ -335,7 +348,7 @@ def section_followup(d):
         f"only, since each costs the full history and the curve is linear in it), and **mlx-lm** "
         f"(`mlx_lm.server`'s pattern: `LRUPromptCache.fetch_nearest_cache`, `stream_generate` on the rest, "
         f"`insert_cache` with prompt + reply tokens; it re-tokenizes the reply text it is sent back). "
-        f"The chat ran {p.get('passes', 1)} time(s) with fresh conversations (re-prefill in the first only); "
+        f"The chat ran {p.get('passes', 1)} times with fresh conversations (re-prefill in the first only); "
         f"a turn's TTFT is the median over the passes.",
         "",
         table(["turn", "history tokens", "Chinwag prefilled", "Chinwag TTFT s", "mlx-lm prefilled",
@@ -485,33 +498,52 @@ def _restored_capacity_note(tl) -> str:
 
 def section_ui(d):
     s, p = d["summary"], d["params"]
-    st, idle = s["streaming"], s["idle"]
+    st, idle, first = s["streaming"], s["idle"], s.get("streaming_first")
     starts = s["start"]
-    return [
+
+    def row(label, x):
+        return [label, f(x["p50_gap_ms"]), f(x["p99_gap_ms"]), f(x["max_gap_ms"]), int(x["stalls_over_50ms"]),
+                x.get("max_gap_at", ""), f(x["ttft_in_window_s"] * 1e3, 0) if "ttft_in_window_s" in x else ""]
+
+    rows = [row("idle", idle)]
+    if first:
+        rows.append(row("streaming, first reply after start", first))
+    rows.append(row("streaming, a later reply", st))
+    out = [
         f"Offscreen Qt (QT_QPA_PLATFORM=offscreen: no display on this machine), a fresh process and a throwaway "
         f"CHINWAG_HOME for every measurement. Cold start: from the parent's clock before it spawns "
         f"`python -m bench.ui_start` (which calls `app.main.run_app` as `chinwag` does) to the main window's first "
         f"Paint event; {p['reps']} repetitions of each case, alternating. Streaming: `MainWindow(store, Engine())` "
-        f"on the tiny model, one reply of {p['tokens']} tokens sent through the composer, with a {p['probe_ms']} ms "
-        f"QTimer (precise) probing the GUI thread; the same probe over 3 s with the window idle for comparison; "
-        f"{len(d['streams'])} streamed replies.",
+        f"on the tiny model, replies of {p['tokens']} tokens sent through the composer (`Composer.submit`), with a "
+        f"{p['probe_ms']} ms QTimer (precise) probing the GUI thread; two replies per window, each in a new "
+        f"conversation (the first after start, then a later one), {len(d['streams'])} windows; the same probe over "
+        f"3 s with the window idle for comparison.",
         "",
         table(["cold start", "to first paint, s (median)", "message widgets built"],
               [[c, f(v["to_first_paint_s"]), v["messages_shown"]] for c, v in starts.items()]),
         "",
-        table(["event loop", "p50 gap ms", "p99 gap ms", "longest stall (max gap) ms", "gaps > 50 ms"], [
-            ["idle", f(idle["p50_gap_ms"]), f(idle["p99_gap_ms"]), f(idle["max_gap_ms"]), int(idle["stalls_over_50ms"])],
-            ["streaming", f(st["p50_gap_ms"]), f(st["p99_gap_ms"]), f(st["max_gap_ms"]), int(st["stalls_over_50ms"])],
-        ]),
+        table(["event loop", "p50 gap ms", "p99 gap ms", "longest stall (max gap) ms", "gaps > 50 ms",
+               "longest stall was", "send to first token ms"], rows),
         "",
         f"While streaming at {f(st['engine_decode_tps'], 0)} tok/s (engine), {f(st['deltas_per_s'], 0)} text deltas a "
         f"second reached the GUI thread and the streaming message re-rendered {f(st['renders_per_s'], 1)} times a "
         f"second (`ChatView` caps it at 30); the reply was {int(st['reply_chars']):,} characters. The longest stall "
-        f"of the event loop was {f(st['max_gap_ms'], 1)} ms ({f(idle['max_gap_ms'], 1)} ms idle). A 50-message "
-        f"conversation opens on its latest {starts.get('50 messages', {}).get('messages_shown', '?')} messages and "
-        f"adds {f((starts.get('50 messages', {}).get('to_first_paint_s', float('nan')) - starts.get('empty', {}).get('to_first_paint_s', float('nan'))) * 1e3, 0)} ms "
-        "to the first paint.",
+        f"of the event loop during a reply was {f(st['max_gap_ms'], 1)} ms ({f(idle['max_gap_ms'], 1)} ms idle).",
     ]
+    if first:
+        out[-1] += (
+            f" The first reply after start is different: one stall of {f(first['max_gap_ms'], 0)} ms, "
+            f"{first.get('max_gap_at', '')}. The send itself (`Composer.submit`: store writes, widgets, the engine "
+            f"call) took {f(first.get('submit_call_ms'), 0)} ms on the GUI thread, against "
+            f"{f(st.get('submit_call_ms'), 0)} ms for a later reply; the rest was not isolated here (likely "
+            "candidates: first-use work of the engine thread's first turn, such as the chat template's first "
+            "rendering and lazy imports, which holds the GIL).")
+    out[-1] += (
+        f" A 50-message conversation opens on its latest {starts.get('50 messages', {}).get('messages_shown', '?')} "
+        f"messages and adds "
+        f"{f((starts.get('50 messages', {}).get('to_first_paint_s', float('nan')) - starts.get('empty', {}).get('to_first_paint_s', float('nan'))) * 1e3, 0)} ms "
+        "to the first paint.")
+    return out
 
 
 BEST = "OpenBLAS, dequantized f32"
@@ -602,8 +634,11 @@ def headline(res) -> list:
                      f"{s['evictions']} evictions, {s['restores']} restores under the budget"])
     if "ui" in res:
         s = res["ui"]["summary"]
+        first = s.get("streaming_first")
         rows.append(["5", "longest event-loop stall while streaming, ms", f(s["streaming"]["max_gap_ms"], 1),
-                     f"{f(s['streaming']['renders_per_s'], 0)} renders/s at {f(s['streaming']['engine_decode_tps'], 0)} tok/s"])
+                     f"{f(s['streaming']['renders_per_s'], 0)} renders/s at {f(s['streaming']['engine_decode_tps'], 0)} tok/s"
+                     + (f"; first reply after start: one {f(first['max_gap_ms'], 0)} ms stall before its first token"
+                        if first else "")])
         rows.append(["5", "cold start to first paint, s (empty / 50 messages)",
                      " / ".join(f(v["to_first_paint_s"]) for v in s["start"].values()), ""])
     if "linux_blas" in res:
@@ -660,6 +695,10 @@ def main():
         lines.append("No results yet: run `make bench`.")
     else:
         lines += machine_table(res)
+        if next(iter(res.values()))["machine"]["blas"].get("loaded"):
+            lines += ["", "The benchmark processes preload OpenBLAS (`engine/blas.py`) before importing mlx, as "
+                      "recommendation 1 below would have the app do; the app does not do it yet. Both sides of every "
+                      "comparison run with the same BLAS, and for the quantized starter it changes little (figure 6)."]
         lines += ["", "## Headline numbers", ""] + headline(res)
     for name in FIGURES:
         lines += ["", f"## {TITLES[name]}", ""]
@@ -693,8 +732,12 @@ RECOMMENDATIONS = [
     "`engine/loading.py:load`, after `model.set_dtype(mx.float32)`, "
     "`if blas.should_dequantize(model): model = blas.dequantize(model)`. `should_dequantize` says yes on the "
     "CPU only when OpenBLAS is loaded and the float32 weights fit in 10% of RAM (the starter: ~0.55 GB more); "
-    "`CHINWAG_CPU_DEQUANTIZE=1`/`0` forces it either way. Figure 6: prefill ~20x, decode ~2x, same tokens. The "
-    "model's label (\"4-bit\") should then say it runs dequantized.",
+    "`CHINWAG_CPU_DEQUANTIZE=1`/`0` forces it either way. Figure 6 gives the gain (same tokens). The model's "
+    "label (\"4-bit\") should then say it runs dequantized. With it, the CPU's `PREFILL_STEP = 32` "
+    "(engine/generation.py, sized for ~9 tok/s so Stop is checked often) costs prefill speed: a standalone check "
+    "while writing this, 145 prompt tokens dequantized with OpenBLAS, gave ~170 tok/s in 32-token chunks, ~215 "
+    "in 128 and ~255 in 256 (one pass). A chunk sized to about half a second of prefill (e.g. 128 when "
+    "dequantized) keeps Stop prompt.",
     "3. **Restore caches at their saved capacity**: `ContiguousAttentionKVCache.from_state(state, max_seq_len)` "
     "grows by doubling from the positions held, so a restored cache can reserve up to 2x its saved capacity "
     "(figure 4); allocate `max_seq_len` positions directly and copy the state in.",
