@@ -66,6 +66,9 @@ class Engine:
 
     def _ensure_thread(self) -> concurrent.futures.Future:
         if self._thread is None:
+            from engine import blas
+
+            blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
             from engine.session import Session
 
             self._thread = EngineThread()

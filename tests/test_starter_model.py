@@ -58,3 +58,21 @@ def test_models_json_shows_the_imported_starter(starter_home, monkeypatch, capsy
     starter = next(m for m in json.loads(capsys.readouterr().out) if m["id"] == registry.STARTER_ID)
     assert starter["status"] == "ready"
     assert (starter_home / "models").exists() and starter["path"].startswith(str(starter_home / "models"))
+
+
+def test_command_line_answers_on_this_platform(starter_home, tmp_path):
+    """As a user runs it: a fresh process (OpenBLAS preloaded and the model dequantized
+    where the system has it, quantized otherwise) answers correctly."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "one.json"
+    script.write_text(json.dumps({"turns": ["What is the capital of France?"]}))
+    env = dict(os.environ, CHINWAG_HOME=str(starter_home))
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Paris" in json.loads(proc.stdout)["reply"]
