@@ -147,6 +147,8 @@ def machine() -> dict:
         "mlx_lm": _version("mlx-lm"),
         "pyside6": _version("PySide6-Essentials"),
         "blas": blas.openblas_info(),
+        "env": {k: os.environ[k] for k in ("CHINWAG_NO_OPENBLAS", "CHINWAG_CPU_DEQUANTIZE", "CHINWAG_CPU_FLOAT32")
+                if k in os.environ},
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M"),

@@ -1,11 +1,13 @@
 """Figure 1: decode speed and time to first token, Chinwag's Engine against mlx_lm.stream_generate.
 
 Same process, same starter model loaded the same way (engine.loading.load: float32
-parameters on CPU), same prompt token ids, greedy, N new tokens. The two sides alternate
+parameters on CPU and, with OpenBLAS loaded, the weights dequantized to float32; --quantized
+keeps them quantized, as on a machine without OpenBLAS), same prompt token ids, greedy, N
+new tokens. The two sides alternate
 within each repetition (the first side swaps every repetition). Both are timed from the
 caller's side: from the call (chat template and tokenizing included) to each token.
 
-    python -m bench.decode [--reps 3] [--tokens 128]
+    python -m bench.decode [--reps 5] [--tokens 128] [--quantized]
 """
 
 import argparse
@@ -112,16 +114,34 @@ async def main_async(args):
     summary["ttft_ratio"] = ratio(summary["chinwag"]["ttft_s"], summary["mlx_lm"]["ttft_s"])
     summary["per_rep_decode_ratio"] = per_rep
     summary["same_tokens"] = same
-    common.save("decode", {"params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT},
-                           "runs": runs, "summary": summary},
-                f"python -m bench.decode --reps {args.reps} --tokens {args.tokens}", started)
+    name = "decode_quantized" if args.quantized else "decode"
+    common.save(name, {"params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT,
+                                  "quantized": args.quantized},
+                       "model": describe(model), "runs": runs, "summary": summary},
+                f"python -m bench.decode --reps {args.reps} --tokens {args.tokens}"
+                + (" --quantized" if args.quantized else ""), started)
+
+
+def describe(model) -> dict:
+    """How engine.loading.load left the model: quantized or not, and the dtype of its weights."""
+    import mlx.nn as nn
+
+    quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())
+    dtype = str(model.model.embed_tokens.weight.dtype if not quantized else model.model.embed_tokens.scales.dtype)
+    return {"quantized": quantized, "dtype": dtype.replace("mlx.core.", "")}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=common.reps(3))
+    p.add_argument("--reps", type=int, default=common.reps(5))
     p.add_argument("--tokens", type=int, default=16 if common.QUICK else 128)
+    p.add_argument("--quantized", action="store_true",
+                   help="keep the model quantized (CHINWAG_CPU_DEQUANTIZE=0): the engine's path without OpenBLAS")
     args = p.parse_args(argv)
+    if args.quantized:
+        import os
+
+        os.environ["CHINWAG_CPU_DEQUANTIZE"] = "0"
     asyncio.run(main_async(args))
     common.finish()
 

@@ -6,8 +6,8 @@ Three ways to answer the same chat on the starter model, greedy, interleaved tur
   chinwag     one Engine conversation: its cache keeps the history, a turn prefills only
               its new tokens (the previous reply's ids are spliced in, never re-tokenized)
   re-prefill  the Engine with a new conversation id for every turn: the whole history is
-              prefilled (what `chinwag replay --no-cache` does); measured on a subset of the
-              turns, since each costs the whole history (the curve is linear in its length)
+              prefilled (what `chinwag replay --no-cache` does); with a quantized model (~10
+              tok/s prefill) only on a subset of the turns and passes
   mlx-lm      mlx_lm.server's pattern: LRUPromptCache.fetch_nearest_cache, stream_generate
               on the rest of the prompt, insert_cache with the prompt and the reply's tokens
 
@@ -15,7 +15,7 @@ Each side chats with its own replies; re-prefill is given chinwag's history. The
 --passes times (fresh conversations each time, the order of the sides rotated); a turn's
 TTFT is the median over the passes.
 
-    python -m bench.followup [--turns 12] [--reply-tokens 16] [--passes 2]
+    python -m bench.followup [--turns 12] [--reply-tokens 16] [--passes 3]
 """
 
 import argparse
@@ -42,9 +42,9 @@ QUESTIONS = [
 ]
 
 
-def reprefill_turns(turns: int) -> list:
-    """The turns (1-based) measured with a full re-prefill: first, every third, last."""
-    return sorted({1, turns} | set(range(3, turns + 1, 3)))
+def reprefill_turns(turns: int, every: int) -> list:
+    """The turns (1-based) measured with a full re-prefill: first, every `every`-th, last."""
+    return sorted({1, turns} | set(range(every, turns + 1, every)))
 
 
 async def chinwag_turn(engine, conv, messages, max_tokens):
@@ -107,8 +107,14 @@ async def main_async(args):
     engine = Engine()
     await engine.load_model(registry.STARTER_ID)
     model, tokenizer = loading.load(path)
+    from bench.decode import describe
+
+    info = describe(model)
+    # A quantized model prefills ~10 tok/s here: re-prefilling every turn would take minutes.
+    every = args.reprefill_every or (3 if info["quantized"] else 1)
+    reprefill_all_passes = not info["quantized"]
     questions = (QUESTIONS * ((args.turns + len(QUESTIONS) - 1) // len(QUESTIONS)))[: args.turns]
-    subset = reprefill_turns(args.turns)
+    subset = reprefill_turns(args.turns, every)
 
     log("warm-up")
     warm = [{"role": "user", "content": "Hi"}]
@@ -127,7 +133,8 @@ async def main_async(args):
             turn = i + 1
             for side in history:
                 history[side].append({"role": "user", "content": q})
-            sides = ["chinwag", "mlx_lm"] + (["reprefill"] if turn in subset and pass_ == 0 else [])
+            sides = ["chinwag", "mlx_lm"] + (["reprefill"] if turn in subset and (pass_ == 0 or reprefill_all_passes)
+                                             else [])
             k = (i + pass_) % len(sides)
             for side in sides[k:] + sides[:k]:
                 if side == "chinwag":
@@ -176,17 +183,23 @@ async def main_async(args):
         "same_replies": same_replies,
     }
     common.save("followup", {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens,
-                                        "reprefill_turns": subset, "passes": args.passes},
+                                        "reprefill_turns": subset, "passes": args.passes,
+                                        "reprefill_all_passes": reprefill_all_passes},
+                             "model": info,
                              "rows": turns, "raw": raw, "summary": summary},
                 f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
-                f"--passes {args.passes}", started)
+                f"--passes {args.passes}" + (f" --reprefill-every {args.reprefill_every}" if args.reprefill_every else ""),
+                started)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--turns", type=int, default=4 if common.QUICK else 12)
     p.add_argument("--reply-tokens", type=int, default=4 if common.QUICK else 16)
-    p.add_argument("--passes", type=int, default=common.reps(2), help="chats (re-prefill runs in the first only)")
+    p.add_argument("--passes", type=int, default=common.reps(3), help="chats (fresh conversations)")
+    p.add_argument("--reprefill-every", type=int, default=0,
+                   help="re-prefill on turn 1, every N-th and the last (default: every turn, or every 3rd "
+                        "turn and in the first pass only if the model runs quantized)")
     args = p.parse_args(argv)
     asyncio.run(main_async(args))
     common.finish()

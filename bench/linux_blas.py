@@ -1,15 +1,16 @@
 """Figure 6: Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
-preloaded by engine/blas.py, with the starter model as imported (quantized, float32
-parameters: engine.loading.load) and dequantized to float32 (engine.blas.dequantize).
+preloaded by engine/blas.py, with the starter model kept quantized (float32 parameters) or
+dequantized to float32: the engine's own switches, CHINWAG_NO_OPENBLAS=1 and
+CHINWAG_CPU_DEQUANTIZE=0/1. Since 6eafe4a the engine dequantizes small models by itself
+when OpenBLAS is loaded (the last configuration); without OpenBLAS it runs the first.
 
 Each configuration runs in its own subprocess (the BLAS must be chosen before mlx is
 imported); the configurations alternate within every repetition. A child measures a
 1024x1024 float32 matmul, then the Engine end to end on the starter model: load, one chat
 turn (a ~100-token prompt, greedy, N new tokens): TTFT, prefill and decode tok/s as the
-engine's TurnStats report them, and peak RSS. Dequantizing is patched into
-engine.loading.load in the child only: the engine does not offer it yet.
+engine's TurnStats report them, and peak RSS.
 
-    python -m bench.linux_blas [--reps 2] [--tokens 24]
+    python -m bench.linux_blas [--reps 3] [--tokens 24]
 """
 
 import argparse
@@ -31,10 +32,11 @@ PROMPT = ("Here are my notes from the trip. We left early on Monday, took the tr
           "Please turn these notes into a short, friendly travel diary entry.")
 
 
-def child(dequantize: bool, tokens: int) -> dict:
+def child(tokens: int) -> dict:
+    """The parent sets CHINWAG_NO_OPENBLAS and CHINWAG_CPU_DEQUANTIZE: the engine's own switches."""
     from engine import blas
 
-    blas.preload_openblas()  # unless CHINWAG_NO_OPENBLAS=1 (set by the parent)
+    blas.preload_openblas()  # unless CHINWAG_NO_OPENBLAS=1
     import asyncio
 
     import mlx.core as mx
@@ -51,17 +53,6 @@ def child(dequantize: bool, tokens: int) -> dict:
         times.append(time.perf_counter() - t)
     out["matmul_1024_ms"] = sorted(times)[1] * 1e3
 
-    from engine import loading
-
-    if dequantize:
-        plain = loading.load
-
-        def load_dequantized(path):
-            model, tokenizer = plain(path)
-            return blas.dequantize(model), tokenizer
-
-        loading.load = load_dequantized
-
     from engine import Engine, GenerationParams, TextDelta, registry
 
     async def run():
@@ -69,6 +60,8 @@ def child(dequantize: bool, tokens: int) -> dict:
         t = time.perf_counter()
         await engine.load_model(registry.STARTER_ID)
         out["load_s"] = time.perf_counter() - t
+        model = engine._session.model  # read only: how the engine loaded it
+        out["quantized"] = any(hasattr(m, "bits") for _, m in model.named_modules())
         warm = ([{"role": "user", "content": "Hi"}], GenerationParams(temperature=0.0, max_tokens=2))
         measured = ([{"role": "user", "content": PROMPT}], GenerationParams(temperature=0.0, max_tokens=tokens))
         for label, (messages, params) in (("warm-up", warm), ("measured", measured)):
@@ -98,7 +91,7 @@ def main(argv=None):
     from bench.common import log, median
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=common.reps(2))
+    p.add_argument("--reps", type=int, default=common.reps(3))
     p.add_argument("--tokens", type=int, default=8 if common.QUICK else 24)
     args = p.parse_args(argv)
     started = time.perf_counter()
@@ -119,13 +112,15 @@ def main(argv=None):
             env.pop("CHINWAG_NO_OPENBLAS", None)
             if not cfg["openblas"]:
                 env["CHINWAG_NO_OPENBLAS"] = "1"
-            cmd = [sys.executable, "-m", "bench.linux_blas", "--child",
-                   "--dequantize" if cfg["dequantize"] else "--no-dequantize", "--tokens", str(args.tokens)]
+            env["CHINWAG_CPU_DEQUANTIZE"] = "1" if cfg["dequantize"] else "0"
+            cmd = [sys.executable, "-m", "bench.linux_blas", "--child", "--tokens", str(args.tokens)]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=common.ROOT)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
             if proc.returncode != 0 or not lines:
                 raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
             r = json.loads(lines[-1])
+            if r["quantized"] == cfg["dequantize"]:
+                raise RuntimeError(f"{name}: the engine loaded the model {'quantized' if r['quantized'] else 'dequantized'}")
             r["rep"] = rep
             runs[name].append(r)
             log(f"rep {rep} {name}: matmul {r['matmul_1024_ms']:.1f} ms, ttft {r['ttft_s']:.2f}s, prefill "
@@ -159,6 +154,6 @@ def main(argv=None):
 if __name__ == "__main__":
     if "--child" in sys.argv:
         tokens = int(sys.argv[sys.argv.index("--tokens") + 1])
-        print(json.dumps(child("--dequantize" in sys.argv, tokens)), flush=True)
+        print(json.dumps(child(tokens)), flush=True)
         os._exit(0)
     main()

@@ -22,7 +22,7 @@ TITLES = {
 
 def load() -> dict:
     out = {}
-    for name in FIGURES:
+    for name in FIGURES + ["decode_quantized"]:
         path = RESULTS / f"{name}.json"
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -85,24 +85,33 @@ def _plt():
 COLORS = {"chinwag": "#1f77b4", "mlx_lm": "#ff7f0e", "reprefill": "#7f7f7f", "proposed": "#2ca02c"}
 
 
-def plot_decode(d, path):
+def _model_label(d) -> str:
+    m = d.get("model")
+    if not m:
+        return "quantized" if d["params"].get("quantized") else "as loaded"
+    return "4-bit, float32 parameters" if m["quantized"] else f"dequantized to {m['dtype']}"
+
+
+def plot_decode(d, path, dq=None):
     plt = _plt()
-    s, runs = d["summary"], d["runs"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    groups = [(d, _model_label(d))] + ([(dq, _model_label(dq))] if dq else [])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     sides = [("chinwag", "Chinwag"), ("mlx_lm", "mlx-lm")]
-    for i, (k, label) in enumerate(sides):
-        a1.bar(i, s[k]["decode_tps"], color=COLORS[k], alpha=0.8)
-        a1.scatter([i] * len(runs[k]), [r["decode_tps"] for r in runs[k]], color="k", s=10, zorder=3)
-    a1.set_xticks(range(2), [l for _, l in sides])
-    a1.set_ylabel("decode tokens/s (median, dots: repetitions)")
-    a1.set_title(f"Decode, {int(s['chinwag']['tokens'])} tokens: ratio {s['decode_ratio']:.2f}")
-    ttft_sides = sides
-    for i, (k, label) in enumerate(ttft_sides):
-        a2.bar(i, s[k]["ttft_s"], color=COLORS[k], alpha=0.8)
-        a2.scatter([i] * len(runs[k]), [r["ttft_s"] for r in runs[k]], color="k", s=10, zorder=3)
-    a2.set_xticks(range(len(ttft_sides)), [l for _, l in ttft_sides])
-    a2.set_ylabel("time to first token, s")
-    a2.set_title(f"TTFT, {s['chinwag']['prompt_tokens']}-token prompt")
+    width = 0.38
+    for ax, key, ylabel in ((a1, "decode_tps", "decode tokens/s"), (a2, "ttft_s", "time to first token, s")):
+        for j, (k, label) in enumerate(sides):
+            xs = [g + (j - 0.5) * width for g in range(len(groups))]
+            ax.bar(xs, [x["summary"][k][key] for x, _ in groups], width, color=COLORS[k], alpha=0.85,
+                   label=label if ax is a1 else None)
+            for x, (res, _) in zip(xs, groups):
+                pts = [r[key] for r in res["runs"][k]]
+                ax.scatter([x] * len(pts), pts, color="k", s=8, zorder=3)
+        ax.set_xticks(range(len(groups)), [f"starter, {lbl}" for _, lbl in groups], fontsize=8)
+        ax.set_ylabel(ylabel + " (median; dots: repetitions)")
+    a1.set_title("Decode, " + ", ".join(f"{x['summary']['decode_ratio']:.2f}" for x, _ in groups)
+                 + " (Chinwag / mlx-lm)")
+    a2.set_title(f"TTFT, {d['summary']['chinwag']['prompt_tokens']}-token prompt")
+    a1.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -279,48 +288,65 @@ PLOTTERS = {"decode": plot_decode, "followup": plot_followup, "growth": plot_gro
 # --- sections -----------------------------------------------------------------------------
 
 
-def section_decode(d):
-    s = d["summary"]
-    c, m = s["chinwag"], s["mlx_lm"]
+def section_decode(d, dq=None):
+    groups = [d] + ([dq] if dq else [])
     p = d["params"]
-    faster = "Chinwag" if s["decode_ratio"] >= 1 else "mlx-lm"
-    out = [
-        f"Chinwag's `Engine.chat` against `mlx_lm.stream_generate` on the starter model, in one process. "
-        f"Both load it with `engine.loading.load`, which on the CPU casts every floating parameter "
-        f"(norms, quantization scales and biases) to **float32** (float16 is ~40x slower in quantized "
-        f"matmuls on the MLX CPU backend and gave wrong answers); the weights stay 4-bit (embeddings 8-bit). "
-        f"Same chat-templated prompt ({c['prompt_tokens']} tokens), greedy, {p['tokens']} new tokens, "
-        f"{p['reps']} repetitions, sides alternating. Both timed from the caller: call (template and "
-        f"tokenizing included) to each token's arrival; decode tok/s = (tokens − 1) / (last − first arrival).",
-        "",
-        table(["", "Chinwag", "mlx-lm", "Chinwag / mlx-lm"], [
-            ["decode tok/s (median)", f(c["decode_tps"]), f(m["decode_tps"]), ratio_word(s["decode_ratio"])],
-            ["decode tok/s, each side's own counter", f(c["own_decode_tps"]), f(m["own_decode_tps"]),
+    first = d["summary"]["chinwag"]
+    rows = []
+    for x in groups:
+        s = x["summary"]
+        c, m = s["chinwag"], s["mlx_lm"]
+        label = _model_label(x)
+        rows += [
+            [label, "decode tok/s (median)", f(c["decode_tps"]), f(m["decode_tps"]), ratio_word(s["decode_ratio"])],
+            [label, "each repetition's decode ratio", "", "", ", ".join(f(r) for r in s["per_rep_decode_ratio"])],
+            [label, "decode tok/s, each side's own counter", f(c["own_decode_tps"]), f(m["own_decode_tps"]),
              f(c["own_decode_tps"] / m["own_decode_tps"]) + "x"],
-            ["per-repetition decode ratio", ", ".join(f(x) for x in s["per_rep_decode_ratio"]), "", ""],
-            ["time to first token, s", f(c["ttft_s"]), f(m["ttft_s"]), ratio_word(s["ttft_ratio"], higher_is_better=False)],
-            ["tokens generated", int(c["tokens"]), int(m["tokens"]), "same ids" if s["same_tokens"] else "ids differ"],
-        ]),
+            [label, "time to first token, s", f(c["ttft_s"]), f(m["ttft_s"]),
+             ratio_word(s["ttft_ratio"], higher_is_better=False)],
+            [label, "tokens generated", int(c["tokens"]), int(m["tokens"]), "same ids" if s["same_tokens"] else "ids differ"],
+        ]
+    out = [
+        f"Chinwag's `Engine.chat` against `mlx_lm.stream_generate` on the starter model, in one process. Both "
+        f"load it with `engine.loading.load`: on the CPU every floating parameter becomes **float32** (float16 "
+        f"is ~40x slower in quantized matmuls on the MLX CPU backend and gave wrong answers), and since 6eafe4a, "
+        f"with OpenBLAS loaded, the engine also runs a small model **dequantized to float32** "
+        f"(`engine/blas.py`): that is the first configuration below, what Chinwag runs on this machine. The "
+        f"second keeps the weights quantized (4-bit, embeddings 8-bit; `--quantized` sets "
+        f"`CHINWAG_CPU_DEQUANTIZE=0`), which is what a machine without OpenBLAS runs. Same chat-templated prompt "
+        f"({first['prompt_tokens']} tokens), greedy, {p['tokens']} new tokens, {p['reps']} repetitions, the sides "
+        f"alternating. Both are timed from the caller: from the call (template and tokenizing included) to each "
+        f"token's arrival; decode tok/s = (tokens − 1) / (last − first arrival).",
         "",
-        f"Decode: goal ≥ 1.0, measured **{s['decode_ratio']:.2f}** ({faster} faster"
-        + (", within the noise of this shared machine" if abs(s["decode_ratio"] - 1) < 0.03 else "") + "). "
-        "The two run the same pipelined loop (the next step is queued before the current token is read), "
-        "so parity is what to expect; Chinwag's tokens also cross a thread and an asyncio queue. Run-to-run "
-        "variation on this machine is about ±10% (standalone runs of mlx-lm on the same prompt gave 6.1–7.9 tok/s "
-        "across processes while this was written), so read a ratio between 0.9 and 1.1 as parity.",
+        table(["model", "", "Chinwag", "mlx-lm", "Chinwag / mlx-lm"], rows),
+        "",
     ]
-    slower = s["ttft_ratio"] > 1.03
+    ratios = ", ".join(f"**{x['summary']['decode_ratio']:.2f}** ({_model_label(x)})" for x in groups)
+    low = min(x["summary"]["decode_ratio"] for x in groups)
+    out.append(
+        f"Decode: goal ≥ 1.0, measured {ratios}. "
+        + ("Met. " if low >= 1.0 else "Below 1.0 means mlx-lm was faster in this run. ")
+        + "The two run the same pipelined loop (the next step is queued before the current token is read), so "
+        "parity is what to expect; Chinwag's tokens also cross a thread and an asyncio queue. Run-to-run variation "
+        "on this machine is about ±10% (standalone runs of mlx-lm on the quantized model and the same prompt gave "
+        "6.1–7.9 tok/s across processes while this was written), so read a ratio between 0.9 and 1.1 as parity.")
+    ttft = [x["summary"]["ttft_ratio"] for x in groups]
     out += [
         "",
-        (f"Time to first token: **mlx-lm is faster**, {f(m['ttft_s'])} s against {f(c['ttft_s'])} s "
-         f"({s['ttft_ratio']:.2f}x). " if slower else
-         f"Time to first token: Chinwag {f(c['ttft_s'])} s, mlx-lm {f(m['ttft_s'])} s ({s['ttft_ratio']:.2f}x). ")
-        + "History: the first runs of this figure (commit 8fbd0dd) had Chinwag's TTFT at 1.30x mlx-lm's "
-        "(7.28 s against 5.61 s): the engine's prefill took the logits of every prompt position, so the output "
-        "layer (49152 × 576, the starter's largest matrix) ran once per prompt token. With that patched into the "
-        "benchmark (all positions but the last evaluate only the cache, as mlx-lm's `generate_step` does) TTFT "
-        "was 5.58 s, and the engine adopted the change in d154c9c; it also prefills in chunks of 32 tokens on "
-        "the CPU so that Stop takes effect mid-prefill.",
+        "Time to first token: " + ", ".join(
+            f"Chinwag {f(x['summary']['chinwag']['ttft_s'])} s against mlx-lm {f(x['summary']['mlx_lm']['ttft_s'])} s "
+            f"({_model_label(x)})" for x in groups) + "."
+        + "".join(
+            f" **mlx-lm is faster** ({_model_label(x)}, {x['summary']['ttft_ratio']:.2f}x)"
+            + (": the engine prefills in chunks of 32 tokens on the CPU so that Stop is checked often, mlx-lm "
+               "in one pass (up to 2048), and dequantized on OpenBLAS a bigger matmul is a faster one "
+               "(recommendation 2)." if x.get("model") and not x["model"]["quantized"] else ".")
+            for x in groups if x["summary"]["ttft_ratio"] > 1.05)
+        + " History: the first runs of this figure (commit 8fbd0dd, quantized) had Chinwag's TTFT at 1.30x "
+        "mlx-lm's (7.28 s against 5.61 s): the engine's prefill took the logits of every prompt position, so the "
+        "output layer (49152 × 576, the starter's largest matrix) ran once per prompt token. Patched into the "
+        "benchmark (all positions but the last evaluate only the cache, as mlx-lm's `generate_step` does) it gave "
+        "5.58 s, and the engine adopted the change in d154c9c.",
     ]
     return out
 
@@ -340,16 +366,19 @@ def section_followup(d):
     last = s["last_turn"]
     mlx_vs = s["last_turn_mlx_lm_over_chinwag"]
     out = [
-        f"A {p['turns']}-turn chat on the starter model (short questions, greedy replies of up to "
-        f"{p['reply_tokens']} tokens), three ways, interleaved turn by turn: **Chinwag** (one Engine "
+        f"A {p['turns']}-turn chat on the starter model ({_model_label(d)}; short questions, greedy replies of "
+        f"up to {p['reply_tokens']} tokens), three ways, interleaved turn by turn: **Chinwag** (one Engine "
         f"conversation: its cache holds the history and the previous reply's own token ids are spliced "
         f"back in), **re-prefill** (the Engine with a new conversation id each turn: the whole history "
-        f"is prefilled, as `chinwag replay --no-cache` does; run on turns {', '.join(map(str, p['reprefill_turns']))} "
-        f"only, since each costs the full history and the curve is linear in it), and **mlx-lm** "
+        f"is prefilled, as `chinwag replay --no-cache` does; "
+        + ("on every turn" if len(p["reprefill_turns"]) == p["turns"] else
+           f"on turns {', '.join(map(str, p['reprefill_turns']))} only, since each costs the whole history")
+        + "), and **mlx-lm** "
         f"(`mlx_lm.server`'s pattern: `LRUPromptCache.fetch_nearest_cache`, `stream_generate` on the rest, "
         f"`insert_cache` with prompt + reply tokens; it re-tokenizes the reply text it is sent back). "
-        f"The chat ran {p.get('passes', 1)} times with fresh conversations (re-prefill in the first only); "
-        f"a turn's TTFT is the median over the passes.",
+        f"The chat ran {p.get('passes', 1)} times with fresh conversations"
+        + ("" if p.get("reprefill_all_passes", False) else " (re-prefill in the first only)")
+        + "; a turn's TTFT is the median over the passes.",
         "",
         table(["turn", "history tokens", "Chinwag prefilled", "Chinwag TTFT s", "mlx-lm prefilled",
                "mlx-lm TTFT s", "re-prefill TTFT s"], table_rows),
@@ -360,7 +389,7 @@ def section_followup(d):
         + f" At the last turn ({last['chinwag']['prompt_tokens']} history tokens) a full re-prefill takes "
         f"{f(last['reprefill']['ttft_s'])} s, {s['last_turn_reprefill_over_chinwag']:.1f}x Chinwag's. "
         + (f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so), and "
-           f"**its TTFT is faster at the last turn**: {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)."
+           f"**its TTFT is faster at the last turn**: {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)"
            if mlx_vs < 0.97 else
            f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so); its "
            f"last-turn TTFT is {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)")
@@ -460,22 +489,24 @@ def section_memory(d):
         f"{mb(s['peak_rss_bytes'])}." + _restored_capacity_note(tl),
         "",
         "Save and restore of caches shaped like the starter's (30 layers, 3 KV heads of 64, float32; random "
-        "contents) through `engine.memory.ConversationCaches`, against the prefill they spare at the quantized "
-        "engine's prefill speed (figure 2's re-prefill turns):",
+        "contents) through `engine.memory.ConversationCaches`, against the prefill they spare (prefill speeds from "
+        "figure 6):",
         "",
     ]
-    rate = None
+    rates = []
     try:
-        fu = json.loads((RESULTS / "followup.json").read_text())
-        rp = fu["rows"]["reprefill"][-1]
-        rate = rp["prompt_tokens"] / rp["ttft_s"]
-    except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError):
+        lb = json.loads((RESULTS / "linux_blas.json").read_text())["summary"]
+        for name in ("reference BLAS, quantized", BEST):
+            if name in lb:
+                rates.append((name, lb[name]["prefill_tps"]))
+    except (OSError, ValueError, KeyError):
         pass
     out.append(table(["tokens", "cache size", "save (evict) ms", "restore ms (read included)",
-                      "restore ms as the engine counts it", "re-prefill instead, s"],
+                      "restore ms as the engine counts it"]
+                     + [f"re-prefill instead, s ({n}: {r:.0f} tok/s)" for n, r in rates],
                      [[f"{r['tokens']:,}", mb(r["bytes"]), f(r["save_s"] * 1e3, 0), f(r["restore_s"] * 1e3, 0),
-                       f(r["engine_counted_restore_s"] * 1e3, 1),
-                       f(r["tokens"] / rate, 0) if rate else "–"] for r in sr]))
+                       f(r["engine_counted_restore_s"] * 1e3, 1)]
+                      + [f(r["tokens"] / rate, 1) for _, rate in rates] for r in sr]))
     out += ["", "`mx.load` is lazy: the engine's `restore_seconds` stops before the file is read; the read happens "
             "at the restored turn's first evaluation. The column with the read included is the real cost."]
     return out
@@ -562,9 +593,10 @@ def section_blas(d):
         f"The mlx[cpu] wheel links the reference (netlib) BLAS it bundles (`mlx_cpu.libs/libblas-*.so.3.10.0`); "
         f"MLX calls `cblas_sgemm` through the dynamic linker, so an OpenBLAS loaded with RTLD_GLOBAL before mlx "
         f"is imported takes over (`engine/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
-        f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS, and the starter model as "
-        f"imported (quantized, float32 parameters) or dequantized to float32 (`engine.blas.dequantize`, patched "
-        f"into `engine.loading.load` in the child only). The Engine end to end: load, a warm-up turn, then one "
+        f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS (`CHINWAG_NO_OPENBLAS=1` or "
+        f"not), and the starter model kept quantized (float32 parameters) or dequantized to float32 "
+        f"(`CHINWAG_CPU_DEQUANTIZE=0`/`1`): the engine's own switches. Since 6eafe4a the engine picks the last "
+        f"row by itself when OpenBLAS is loaded, and the first without it. The Engine end to end: load, a warm-up turn, then one "
         f"turn with a {base['prompt_tokens']}-token prompt and {d['params']['tokens']} greedy tokens; the "
         f"engine's own prefill and decode rates (TurnStats).",
         "",
@@ -609,11 +641,13 @@ SECTIONS = {"decode": section_decode, "followup": section_followup, "growth": se
 
 def headline(res) -> list:
     rows = []
-    if "decode" in res:
-        s = res["decode"]["summary"]
-        rows.append(["1", "decode tok/s, Chinwag / mlx-lm (goal ≥ 1.0)", f"**{s['decode_ratio']:.2f}**",
+    for key in ("decode", "decode_quantized"):
+        if key not in res:
+            continue
+        s, label = res[key]["summary"], _model_label(res[key])
+        rows.append(["1", f"decode tok/s, Chinwag / mlx-lm (goal ≥ 1.0), starter {label}", f"**{s['decode_ratio']:.2f}**",
                      f"{f(s['chinwag']['decode_tps'])} vs {f(s['mlx_lm']['decode_tps'])} tok/s"])
-        rows.append(["1", "time to first token, Chinwag / mlx-lm", f"{s['ttft_ratio']:.2f}",
+        rows.append(["1", f"time to first token, Chinwag / mlx-lm, starter {label}", f"{s['ttft_ratio']:.2f}",
                      f"{f(s['chinwag']['ttft_s'])} vs {f(s['mlx_lm']['ttft_s'])} s (mlx-lm better above 1)"])
     if "followup" in res:
         s = res["followup"]["summary"]
@@ -646,7 +680,7 @@ def headline(res) -> list:
         names = list(s)
         if BEST in s:
             b = s[BEST]
-            rows.append(["6", "OpenBLAS + dequantized f32 vs today: prefill / decode / TTFT",
+            rows.append(["6", "OpenBLAS + dequantized f32 vs reference BLAS + quantized: prefill / decode / TTFT",
                          f"**{b['prefill_speedup']:.1f}x / {b['decode_speedup']:.2f}x / {b['ttft_speedup']:.1f}x**",
                          f"{f(s[names[0]]['prefill_tps'], 1)} → {f(b['prefill_tps'], 1)} prefill tok/s"])
         else:
@@ -696,9 +730,10 @@ def main():
     else:
         lines += machine_table(res)
         if next(iter(res.values()))["machine"]["blas"].get("loaded"):
-            lines += ["", "The benchmark processes preload OpenBLAS (`engine/blas.py`) before importing mlx, as "
-                      "recommendation 1 below would have the app do; the app does not do it yet. Both sides of every "
-                      "comparison run with the same BLAS, and for the quantized starter it changes little (figure 6)."]
+            lines += ["", "The benchmark processes preload OpenBLAS (`engine/blas.py`) before importing mlx, as the "
+                      "Engine itself does since 6eafe4a, so both sides of every comparison run with the same BLAS; "
+                      "and with OpenBLAS loaded `engine.loading.load` runs the starter dequantized to float32 "
+                      "(figure 6 compares the four combinations)."]
         lines += ["", "## Headline numbers", ""] + headline(res)
     for name in FIGURES:
         lines += ["", f"## {TITLES[name]}", ""]
@@ -706,14 +741,18 @@ def main():
         if d is None:
             lines.append(f"Not measured yet: `python -m bench.{name}`.")
             continue
+        extra = (res.get("decode_quantized"),) if name == "decode" else ()
         try:
-            PLOTTERS[name](d, PLOTS / f"{name}.png")
+            PLOTTERS[name](d, PLOTS / f"{name}.png", *extra)
             lines += [f"![{TITLES[name]}](bench/{name}.png)", ""]
         except Exception as e:  # a broken plot must not lose the tables
             lines += [f"(plot failed: {type(e).__name__}: {e})", ""]
-        lines += [f"Reproduce: `{d['command']}`. {run_note(d)}", ""]
+        lines += [f"Reproduce: `{d['command']}`. {run_note(d)}"]
+        if extra and extra[0]:
+            lines[-1] += f" Quantized: `{extra[0]['command']}`. {run_note(extra[0])}"
+        lines.append("")
         try:
-            lines += SECTIONS[name](d)
+            lines += SECTIONS[name](d, *extra)
         except Exception as e:
             lines.append(f"(section failed: {type(e).__name__}: {e})")
     lines += ["", "## Recommendations for the engine", ""] + RECOMMENDATIONS
@@ -722,22 +761,17 @@ def main():
 
 
 RECOMMENDATIONS = [
-    "1. **Preload OpenBLAS on Linux**: call `engine.blas.preload_openblas()` first thing in "
-    "`engine/session.py:Session.warm_up`, before its `import mlx.core` (the engine thread is where the app and "
-    "the CLI first import mlx; it must come before any import of mlx in the process, or it does nothing and "
-    "says why in `openblas_info()`). It is a no-op off Linux, without a system OpenBLAS, or with "
-    "`CHINWAG_NO_OPENBLAS=1`. The README's Linux section should say `apt-get install libopenblas0-pthread` "
-    "(Debian/Ubuntu). Alone it changes little for quantized models (figure 6); it is what makes 2 worth doing.",
-    "2. **Dequantize small models to float32 on the CPU backend when OpenBLAS is loaded**: in "
-    "`engine/loading.py:load`, after `model.set_dtype(mx.float32)`, "
-    "`if blas.should_dequantize(model): model = blas.dequantize(model)`. `should_dequantize` says yes on the "
-    "CPU only when OpenBLAS is loaded and the float32 weights fit in 10% of RAM (the starter: ~0.55 GB more); "
-    "`CHINWAG_CPU_DEQUANTIZE=1`/`0` forces it either way. Figure 6 gives the gain (same tokens). The model's "
-    "label (\"4-bit\") should then say it runs dequantized. With it, the CPU's `PREFILL_STEP = 32` "
-    "(engine/generation.py, sized for ~9 tok/s so Stop is checked often) costs prefill speed: a standalone check "
-    "while writing this, 145 prompt tokens dequantized with OpenBLAS, gave ~170 tok/s in 32-token chunks, ~215 "
-    "in 128 and ~255 in 256 (one pass). A chunk sized to about half a second of prefill (e.g. 128 when "
-    "dequantized) keeps Stop prompt.",
+    "1. Done (6eafe4a): the Engine preloads OpenBLAS (`engine.blas.preload_openblas()` in "
+    "`Engine._ensure_thread`, before the engine thread imports mlx) and `engine.loading.load` runs small "
+    "quantized models dequantized to float32 when it is loaded (`CHINWAG_NO_OPENBLAS=1`, "
+    "`CHINWAG_CPU_DEQUANTIZE=0/1`). Still to do: the README's Linux section should say "
+    "`apt-get install libopenblas0-pthread` (Debian/Ubuntu) and quote figure 6; `make setup` does not "
+    "install it (it needs root), so CI and fresh machines run the quantized path unless it is installed.",
+    "2. **Prefill chunk size on the CPU**: `PREFILL_STEP = 32` (engine/generation.py) was sized for the "
+    "quantized model (~10 tok/s) so that Stop is checked often; dequantized on OpenBLAS it costs prefill speed. "
+    "A standalone check while writing this (145 prompt tokens, dequantized, OpenBLAS) gave ~170 tok/s in "
+    "32-token chunks, ~215 in 128 and ~255 in 256. A chunk of about half a second of prefill (128 when the "
+    "model runs dequantized) keeps Stop prompt.",
     "3. **Restore caches at their saved capacity**: `ContiguousAttentionKVCache.from_state(state, max_seq_len)` "
     "grows by doubling from the positions held, so a restored cache can reserve up to 2x its saved capacity "
     "(figure 4); allocate `max_seq_len` positions directly and copy the state in.",
@@ -745,9 +779,12 @@ RECOMMENDATIONS = [
     "reserved, and the budget's evictions, restores and their seconds; figure 4 reads `ConversationCaches` "
     "through private attributes today. `MemoryStats.restore_seconds` should include the read (`mx.eval` of the "
     "restored arrays before the clock stops), since `mx.load` is lazy. Evictions are saved synchronously on the "
-    "engine thread after a turn: for a starter-sized cache of 8K tokens that is up to ~0.5–0.8 s before the next "
+    "engine thread after a turn: for a starter-sized cache of 8K tokens that is ~0.5–0.9 s before the next "
     "turn can start.",
-    "5. Done already: the prefill change that closed figure 1's TTFT gap (d154c9c).",
+    "5. **The first reply after start** stalls the GUI thread once for ~70 ms before its first token (figure 5); "
+    "later replies do not. Worth a look by whoever owns the window (warming the chat template on the engine "
+    "thread after the model loads is a cheap candidate).",
+    "6. Done (d154c9c): the prefill change that closed figure 1's TTFT gap.",
 ]
 
 
