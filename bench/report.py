@@ -471,7 +471,8 @@ def section_memory(d):
     out = [
         f"The Engine on the tiny model with `memory_budget_bytes` = {mb(p['budget_bytes'])}: ten new conversations "
         f"of {', '.join(map(str, p['lengths']))}-ish tokens (greedy replies of {p['reply_tokens']}), then one "
-        f"follow-up in each, oldest first, so evicted caches come back from disk. After each turn: the tokens "
+        f"follow-up in each, oldest first, so evicted caches come back from disk, and a second follow-up in the "
+        f"last one, from memory. After each turn: the tokens "
         f"held and the bytes reserved by the caches in memory (read from the engine's `ConversationCaches`; the "
         f"Engine has no public hook for it yet, see below).",
         "",
@@ -757,16 +758,16 @@ def main():
             lines.append(f"(section failed: {type(e).__name__}: {e})")
     lines += ["", "## Recommendations for the engine", ""] + RECOMMENDATIONS
     (DOCS / "BENCHMARKS.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {(DOCS / 'BENCHMARKS.md').relative_to(ROOT)} and {len(res)} plots", flush=True)
+    print(f"wrote {(DOCS / 'BENCHMARKS.md').relative_to(ROOT)} and {sum(n in res for n in FIGURES)} plots", flush=True)
 
 
 RECOMMENDATIONS = [
     "1. Done (6eafe4a): the Engine preloads OpenBLAS (`engine.blas.preload_openblas()` in "
     "`Engine._ensure_thread`, before the engine thread imports mlx) and `engine.loading.load` runs small "
     "quantized models dequantized to float32 when it is loaded (`CHINWAG_NO_OPENBLAS=1`, "
-    "`CHINWAG_CPU_DEQUANTIZE=0/1`). Still to do: the README's Linux section should say "
-    "`apt-get install libopenblas0-pthread` (Debian/Ubuntu) and quote figure 6; `make setup` does not "
-    "install it (it needs root), so CI and fresh machines run the quantized path unless it is installed.",
+    "`CHINWAG_CPU_DEQUANTIZE=0/1`), and the README's Linux section says to install OpenBLAS (25f4e7f). "
+    "`make setup` does not install it (it needs root), so CI and fresh machines run the quantized path, "
+    "figure 6's first row, unless it is installed.",
     "2. **Prefill chunk size on the CPU**: `PREFILL_STEP = 32` (engine/generation.py) was sized for the "
     "quantized model (~10 tok/s) so that Stop is checked often; dequantized on OpenBLAS it costs prefill speed. "
     "A standalone check while writing this (145 prompt tokens, dequantized, OpenBLAS) gave ~170 tok/s in "
