@@ -14,9 +14,12 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from engine.conversation import ConversationCache, common_prefix
 from engine.types import GenerationParams, TextDelta, TurnStats
 
-# Tokens per prefill chunk. A stop request is checked between chunks, and the CPU
-# backend computes ~9 tokens/s here, so its chunks are small.
-PREFILL_STEP = 32 if mx.default_device() == mx.cpu else 512
+# Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
+# Stop is checked between chunks, and speed ranges from ~10 tokens/s (quantized on a CPU)
+# to thousands (a GPU), where bigger chunks are faster.
+PREFILL_FIRST_STEP = 32
+PREFILL_MAX_STEP = 512
+PREFILL_CHUNK_SECONDS = 0.25
 REPETITION_CONTEXT = 64
 
 
@@ -55,14 +58,19 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
     conv.truncate(reused)
     rest = prompt_ids[reused:]
     body, last = rest[:-1], rest[-1:]
-    for start in range(0, len(body), PREFILL_STEP):
+    start, step = 0, PREFILL_FIRST_STEP
+    while start < len(body):
         if start and should_stop():
             return None, reused, start
-        chunk = body[start : start + PREFILL_STEP]
+        chunk = body[start : start + step]
+        began = time.perf_counter()
         model(mx.array(chunk)[None], cache=conv.layers)
         # Evaluate the cache alone: the output layer's logits at these positions are never used.
         conv.eval()
         conv.token_ids.extend(chunk)  # the ids follow only once computed
+        start += len(chunk)
+        if time.perf_counter() - began < PREFILL_CHUNK_SECONDS:
+            step = min(2 * step, PREFILL_MAX_STEP)
     if body and should_stop():
         return None, reused, len(body)
     logits = model(mx.array(last)[None], cache=conv.layers)[:, -1, :]

@@ -128,25 +128,16 @@ class ContiguousAttentionKVCache:
 
     @state.setter
     def state(self, v):
-        keys, values = v
-        _, heads, n, head_dim = keys.shape
-        self.n_kv_heads, self.head_dim, self.v_head_dim = heads, head_dim, values.shape[-1]
-        self.dtype = keys.dtype
-        self.initial_capacity = self.max_seq_len = max(n, 1)
-        self.keys = mx.zeros((1, heads, self.max_seq_len, head_dim), keys.dtype)
-        self.values = mx.zeros((1, heads, self.max_seq_len, self.v_head_dim), values.dtype)
-        if n:
-            self.keys[..., :n, :] = keys
-            self.values[..., :n, :] = values
-        self.offset = self.peak = n
-        self.bytes_copied = 0
+        self.__dict__.update(type(self).from_state(v).__dict__)
 
     @classmethod
     def from_state(cls, state, max_seq_len=None):
         """Restore a cache from `state`, reserving `max_seq_len` if given."""
-        obj = cls.__new__(cls)
-        obj.state = state
-        if max_seq_len and max_seq_len > obj.max_seq_len:
-            obj._grow(max_seq_len)
-            obj.bytes_copied = 0
+        keys, values = state
+        _, heads, n, head_dim = keys.shape
+        obj = cls(heads, head_dim, max(n, max_seq_len or 0, 1), keys.dtype, values.shape[-1])
+        if n:
+            obj.keys[..., :n, :] = keys
+            obj.values[..., :n, :] = values
+        obj.offset = obj.peak = n
         return obj

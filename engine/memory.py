@@ -128,6 +128,7 @@ class ConversationCaches:
                 for i in range(n_layers)
             ]
             cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
+            cache.eval()  # mx.load is lazy: read the file now, inside the timing
             cache.replies = {t: tuple(ids) for t, ids in json.loads(meta["replies"])}
         except Exception:
             # A damaged save costs a re-prefill, never a failed turn.

@@ -327,11 +327,12 @@ def test_stop_during_a_long_prefill_keeps_the_computed_prefix(engine_with, monke
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(type(model), "__call__", slow)
-        msgs = [{"role": "user", "content": "word " * (3 * generation.PREFILL_STEP)}]
+        msgs = [{"role": "user", "content": "word " * (8 * generation.PREFILL_FIRST_STEP)}]
         _, stats = await turn(engine, "long", msgs, GenerationParams(temperature=0, max_tokens=5))
         monkeypatch.setattr(type(model), "__call__", real)
         assert stats.finish_reason == "cancelled" and stats.generated_tokens == 0
-        assert stats.kv_offset == 2 * generation.PREFILL_STEP < stats.prompt_tokens
+        # Two chunks computed (the first 32 tokens, then a doubled chunk), the rest not.
+        assert stats.kv_offset == 3 * generation.PREFILL_FIRST_STEP < stats.prompt_tokens
         _, resumed = await turn(engine, "long", msgs, GenerationParams(temperature=0, max_tokens=2))
         assert resumed.reused_tokens == stats.kv_offset
         return True
