@@ -198,3 +198,19 @@ def finish(write_report: bool = True) -> None:
 
 
 at_start()
+
+
+async def timed_chat(engine, conv, messages, params):
+    """One Engine turn timed from the caller: (seconds to the first token, reply text, TurnStats)."""
+    from engine import TextDelta
+
+    t0 = time.perf_counter()
+    first, parts, stats = None, [], None
+    async for ev in engine.chat(conv, messages, params):
+        if isinstance(ev, TextDelta):
+            if first is None and ev.token_ids:
+                first = time.perf_counter()
+            parts.append(ev.text)
+        else:
+            stats = ev
+    return (first or time.perf_counter()) - t0, "".join(parts), stats

@@ -24,7 +24,7 @@ import time
 import uuid
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
-from bench.common import log, median
+from bench.common import log, median, timed_chat
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -48,20 +48,12 @@ def reprefill_turns(turns: int, every: int) -> list:
 
 
 async def chinwag_turn(engine, conv, messages, max_tokens):
-    from engine import GenerationParams, TextDelta
+    from engine import GenerationParams
 
     params = GenerationParams(temperature=0.0, max_tokens=max_tokens)
-    t0 = time.perf_counter()
-    first, parts, stats = None, [], None
-    async for ev in engine.chat(conv, messages, params):
-        if isinstance(ev, TextDelta):
-            if first is None and ev.token_ids:
-                first = time.perf_counter()
-            parts.append(ev.text)
-        else:
-            stats = ev
-    return {"ttft_s": first - t0, "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
-            "prefilled_tokens": stats.prefilled_tokens, "engine_ttft_s": stats.ttft_s}, "".join(parts)
+    ttft, text, stats = await timed_chat(engine, conv, messages, params)
+    return {"ttft_s": ttft, "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
+            "prefilled_tokens": stats.prefilled_tokens, "engine_ttft_s": stats.ttft_s}, text
 
 
 class MlxLmChat:

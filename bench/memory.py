@@ -19,7 +19,7 @@ import asyncio
 import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
-from bench.common import log, median
+from bench.common import log, median, timed_chat
 
 # Prompt lengths in tiny-model tokens: short and long chats mixed.
 LENGTHS = [150, 400, 900, 1800, 3500, 250, 700, 2500, 5000, 1200]
@@ -55,7 +55,7 @@ def snapshot(session) -> dict:
 async def part_a(budget_bytes: int, lengths: list) -> dict:
     from tokenizers import Tokenizer
 
-    from engine import Engine, GenerationParams, TextDelta
+    from engine import Engine, GenerationParams
 
     home = common.temp_home()
     path = common.tiny_model(context_length=16384)
@@ -68,18 +68,10 @@ async def part_a(budget_bytes: int, lengths: list) -> dict:
     timeline = []
 
     async def turn(conv, kind):
-        t0 = time.perf_counter()
-        first, parts, stats = None, [], None
-        async for ev in engine.chat(conv, histories[conv], params):
-            if isinstance(ev, TextDelta):
-                if first is None and ev.token_ids:
-                    first = time.perf_counter()
-                parts.append(ev.text)
-            else:
-                stats = ev
-        histories[conv].append({"role": "assistant", "content": "".join(parts)})
+        ttft, text, stats = await timed_chat(engine, conv, histories[conv], params)
+        histories[conv].append({"role": "assistant", "content": text})
         snap = await engine._call(snapshot, session)
-        row = {"step": len(timeline) + 1, "conv": conv, "kind": kind, "ttft_s": (first or time.perf_counter()) - t0,
+        row = {"step": len(timeline) + 1, "conv": conv, "kind": kind, "ttft_s": ttft,
                "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
                "prefilled_tokens": stats.prefilled_tokens, "kv_capacity": stats.kv_capacity,
                "kv_offset": stats.kv_offset, "rss_bytes": common.rss_bytes(), **snap}

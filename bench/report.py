@@ -5,7 +5,6 @@
 
 import json
 import math
-import time
 
 from bench.common import DOCS, PLOTS, RESULTS, ROOT
 
@@ -330,7 +329,6 @@ def section_decode(d, dq=None):
         "parity is what to expect; Chinwag's tokens also cross a thread and an asyncio queue. Run-to-run variation "
         "on this machine is about ±10% (standalone runs of mlx-lm on the quantized model and the same prompt gave "
         "6.1–7.9 tok/s across processes while this was written), so read a ratio between 0.9 and 1.1 as parity.")
-    ttft = [x["summary"]["ttft_ratio"] for x in groups]
     out += [
         "",
         "Time to first token: " + ", ".join(
