@@ -34,21 +34,18 @@ def message_of(tokenizer, n_tokens: int) -> str:
     return unit * max(1, round(n_tokens / per))
 
 
-def snapshot(session) -> dict:
-    """On the engine thread: what the caches in memory hold now."""
-    caches = session.caches
-    convs = list(caches._caches.values())
-    s = caches.stats
+def snapshot(report) -> dict:
+    """An Engine.memory_stats() report as this figure's row."""
     return {
-        "in_memory": len(convs),
-        "tokens_held": sum(c.offset for c in convs),
-        "positions_reserved": sum(c.capacity for c in convs),
-        "kv_bytes": caches.total_bytes,
-        "evictions": s.evictions,
-        "restores": s.restores,
-        "save_s": s.save_seconds,
-        "restore_s": s.restore_seconds,
-        "budget_bytes": caches.budget_bytes,
+        "in_memory": report.conversations_in_memory,
+        "tokens_held": report.tokens_held,
+        "positions_reserved": report.positions_reserved,
+        "kv_bytes": report.kv_bytes,
+        "evictions": report.evictions,
+        "restores": report.restores,
+        "save_s": report.save_seconds,
+        "restore_s": report.restore_seconds,
+        "budget_bytes": report.budget_bytes,
     }
 
 
@@ -62,7 +59,6 @@ async def part_a(budget_bytes: int, lengths: list) -> dict:
     tok = Tokenizer.from_file(str(path / "tokenizer.json"))
     engine = Engine(memory_budget_bytes=budget_bytes)
     await engine.load_model(str(path))
-    session = engine._session
     params = GenerationParams(temperature=0.0, max_tokens=REPLY_TOKENS)
     histories = {f"conv{i}": [{"role": "user", "content": message_of(tok, n)}] for i, n in enumerate(lengths)}
     timeline = []
@@ -70,7 +66,7 @@ async def part_a(budget_bytes: int, lengths: list) -> dict:
     async def turn(conv, kind):
         ttft, text, stats = await timed_chat(engine, conv, histories[conv], params)
         histories[conv].append({"role": "assistant", "content": text})
-        snap = await engine._call(snapshot, session)
+        snap = snapshot(await engine.memory_stats())
         row = {"step": len(timeline) + 1, "conv": conv, "kind": kind, "ttft_s": ttft,
                "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
                "prefilled_tokens": stats.prefilled_tokens, "kv_capacity": stats.kv_capacity,

@@ -771,11 +771,10 @@ RECOMMENDATIONS = [
     "fast. Before, a fixed 32-token chunk cost the dequantized starter ~1/3 of its prefill speed.",
     "3. Done: `ContiguousAttentionKVCache.from_state(state, max_seq_len)` allocates `max_seq_len` positions "
     "directly instead of doubling from the positions held, and cache restores are timed including the read.",
-    "4. **A public memory hook**: `Engine.memory_stats()` returning per conversation the tokens held and bytes "
-    "reserved, and the budget's evictions, restores and their seconds; figure 4 reads `ConversationCaches` "
-    "through private attributes today. Evictions are saved synchronously on the "
-    "engine thread after a turn: for a starter-sized cache of 8K tokens that is ~0.5–0.9 s before the next "
-    "turn can start.",
+    "4. Done: `Engine.memory_stats()` returns a `MemoryReport` (tokens held, positions and bytes reserved, "
+    "evictions, restores and their seconds), which figure 4 reads. Still open: evictions are saved synchronously "
+    "on the engine thread after a turn: for a starter-sized cache of 8K tokens that is ~0.5–0.9 s before the "
+    "next turn can start.",
     "5. **The first reply after start** stalls the GUI thread once for ~70 ms before its first token (figure 5); "
     "later replies do not. Worth a look by whoever owns the window (warming the chat template on the engine "
     "thread after the model loads is a cheap candidate).",

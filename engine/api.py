@@ -10,7 +10,7 @@ import queue
 import threading
 from typing import AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, ModelInfo
+from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
 
 _DONE = object()
 
@@ -203,6 +203,11 @@ class Engine:
             if self._stops.get(conversation_id) is stop:
                 del self._stops[conversation_id]
             self._generating -= 1
+
+    async def memory_stats(self) -> MemoryReport:
+        """Every conversation's KV cache against the memory budget, with evictions and restores."""
+        await self.start()
+        return await self._call(self._session.caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
         """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""

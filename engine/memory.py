@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from engine.conversation import ConversationCache
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.types import MemoryReport
 
 DEFAULT_BUDGET_FRACTION = 0.25
 
@@ -53,6 +54,15 @@ class ConversationCaches:
     @property
     def total_bytes(self) -> int:
         return sum(c.nbytes for c in self._caches.values())
+
+    def report(self) -> MemoryReport:
+        caches = list(self._caches.values())
+        return MemoryReport(
+            budget_bytes=self.budget_bytes, kv_bytes=self.total_bytes, conversations_in_memory=len(caches),
+            tokens_held=sum(len(c.token_ids) for c in caches), positions_reserved=sum(c.capacity for c in caches),
+            evictions=self.stats.evictions, restores=self.stats.restores,
+            save_seconds=self.stats.save_seconds, restore_seconds=self.stats.restore_seconds,
+        )
 
     def __len__(self):
         return len(self._caches)

@@ -90,6 +90,21 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class MemoryReport:
+    """What every conversation's KV cache holds, against the engine's memory budget."""
+
+    budget_bytes: int
+    kv_bytes: int
+    conversations_in_memory: int
+    tokens_held: int
+    positions_reserved: int
+    evictions: int
+    restores: int
+    save_seconds: float
+    restore_seconds: float
+
+
+@dataclass(frozen=True)
 class EngineState:
     """What the status bar shows."""
 

@@ -216,11 +216,14 @@ def test_conversations_keep_separate_caches_and_budget_evicts_to_disk(engine_wit
         first = [{"role": "user", "content": "Hello there"}]
         text, a = await turn(engine, "one", first)
         await turn(engine, "two", [{"role": "user", "content": "Another chat"}])  # evicts "one"
-        assert engine._session.caches.stats.evictions >= 1
+        report = await engine.memory_stats()
+        assert report.evictions >= 1 and report.conversations_in_memory == 1 and report.budget_bytes == 1
         assert list((chinwag_home / "kv").rglob("*.safetensors"))
         follow = first + [{"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
         _, b = await turn(engine, "one", follow)
-        assert engine._session.caches.stats.restores >= 1
+        report = await engine.memory_stats()
+        assert report.restores >= 1 and report.restore_seconds > 0
+        assert report.tokens_held == b.kv_offset and report.kv_bytes == b.kv_bytes
         assert b.reused_tokens == len(a.prompt_ids) + len(a.reply_ids)
         await engine.forget("one")
         return True
