@@ -53,7 +53,8 @@ def child(tokens: int) -> dict:
         times.append(time.perf_counter() - t)
     out["matmul_1024_ms"] = sorted(times)[1] * 1e3
 
-    from engine import Engine, GenerationParams, TextDelta, registry
+    from bench.common import timed_chat
+    from engine import Engine, GenerationParams, registry
 
     async def run():
         engine = Engine()
@@ -65,18 +66,10 @@ def child(tokens: int) -> dict:
         warm = ([{"role": "user", "content": "Hi"}], GenerationParams(temperature=0.0, max_tokens=2))
         measured = ([{"role": "user", "content": PROMPT}], GenerationParams(temperature=0.0, max_tokens=tokens))
         for label, (messages, params) in (("warm-up", warm), ("measured", measured)):
-            t0 = time.perf_counter()
-            first, ids, stats = None, [], None
-            async for ev in engine.chat(f"blas-{label}", messages, params):
-                if isinstance(ev, TextDelta):
-                    if first is None and ev.token_ids:
-                        first = time.perf_counter()
-                    ids.extend(ev.token_ids)
-                else:
-                    stats = ev
+            ttft, _, stats = await timed_chat(engine, f"blas-{label}", messages, params)
             await engine.forget(f"blas-{label}")
-        out.update(ttft_s=first - t0, prefill_tps=stats.prefill_tps, decode_tps=stats.decode_tps,
-                   prompt_tokens=stats.prompt_tokens, generated=stats.generated_tokens, ids=ids)
+        out.update(ttft_s=ttft, prefill_tps=stats.prefill_tps, decode_tps=stats.decode_tps,
+                   prompt_tokens=stats.prompt_tokens, generated=stats.generated_tokens, ids=list(stats.reply_ids))
         await engine.close()
 
     asyncio.run(run())
