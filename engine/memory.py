@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from engine.conversation import ConversationCache
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.prompt import History
 from engine.types import MemoryReport
 
 DEFAULT_BUDGET_FRACTION = 0.25
@@ -116,7 +117,7 @@ class ConversationCaches:
         arrays = {"token_ids": mx.array(cache.token_ids, dtype=mx.int32)}
         for i, layer in enumerate(cache.layers):
             arrays[f"{i}.keys"], arrays[f"{i}.values"] = layer.state
-        meta = {"conversation": conv_id, "replies": json.dumps([[t, list(ids)] for t, ids in cache.replies.items()]),
+        meta = {"conversation": conv_id, "history": json.dumps(cache.history.to_json()),
                 "capacity": str(cache.capacity), "layers": str(len(cache.layers))}
         path = self._path(conv_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ class ConversationCaches:
             ]
             cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
             cache.eval()  # mx.load is lazy: read the file now, inside the timing
-            cache.replies = {t: tuple(ids) for t, ids in json.loads(meta["replies"])}
+            cache.history = History.from_json(json.loads(meta["history"]))
         except Exception:
             # A damaged save costs a re-prefill, never a failed turn.
             path.unlink(missing_ok=True)
