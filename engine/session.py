@@ -94,6 +94,10 @@ class Session:
         self.caches.enforce(keep=conv_id)
         return stats
 
+    def close(self) -> int:
+        """Save the most recently used conversations' caches for the next start; how many were saved."""
+        return self.caches.save_all()
+
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
 
