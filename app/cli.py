@@ -24,6 +24,13 @@ def _positive(value: str) -> int:
     return n
 
 
+def _fraction(value: str) -> float:
+    x = float(value)
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {value}")
+    return x
+
+
 def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--temperature", type=float, default=temperature)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -33,6 +40,8 @@ def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--max-tokens", type=_positive, default=512)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--context-cap", type=_positive, default=None, help="a context limit below the model's own")
+    p.add_argument("--low-water", type=_fraction, default=None,
+                   help="past the context limit, drop old turns down to this fraction of it (default 1/3)")
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
 
@@ -41,7 +50,7 @@ def _params(args) -> GenerationParams:
     return GenerationParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
-        context_cap=args.context_cap,
+        context_cap=args.context_cap, low_water=args.low_water,
     )
 
 

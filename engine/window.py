@@ -12,8 +12,9 @@ from typing import Optional
 from engine.errors import ContextOverflowError
 from engine.prompt import History, Prompt, build
 
-# After a slide the prompt holds at most this fraction of (limit - reply room); bench/longchat.py.
-DEFAULT_LOW_WATER = 0.5
+# After a slide the prompt holds at most this fraction of (limit - reply room). bench/longchat.py:
+# a third re-prefills ~1.7x a turn's new tokens on average past the limit, a half ~2.4x, exact fit ~40x.
+DEFAULT_LOW_WATER = 1 / 3
 # The reply's room is max tokens, but never more than this share of the context.
 REPLY_SHARE = 0.25
 

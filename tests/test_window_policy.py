@@ -171,3 +171,22 @@ def test_fit_is_linear_at_a_thousand_turns_on_the_starter_tokenizer(starter_home
     assert plan.dropped > 1900 and nxt.prompt_ids[: len(plan.prompt_ids)] == plan.prompt_ids
     # Generous bounds (the goal is 50 ms a turn; the old fit took 37 s at 800 turns).
     assert warm < 0.5 and cold < 5.0
+
+
+def test_replay_low_water_option_slides_further_and_rejects_bad_values(tmp_path, tiny_model_path, capsys):
+    import json
+
+    from app.cli import main
+
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"system": "sys", "turns": [f"question number {i} about the cat" for i in range(14)]}))
+    prompts = {}
+    for low in ("0.2", "0.8"):
+        assert main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "4",
+                     "--context-cap", "120", "--low-water", low]) == 0
+        turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        prompts[low] = min(t["prompt_ids"].__len__() for t in turns if t["dropped_messages"])
+    assert prompts["0.2"] < prompts["0.8"]
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(script), "--model", str(tiny_model_path), "--low-water", "1.5"])
+    assert info.value.code == 2 and "--low-water" in capsys.readouterr().err
