@@ -119,6 +119,7 @@ async def _chat(args) -> int:
                   f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
                   + (f" [{stats.note}]" if stats.note else ""))
     finally:
+        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
 
 
@@ -188,6 +189,7 @@ async def _replay(args) -> int:
                 "error": stats.error,
             }), flush=True)
     finally:
+        await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
     return 0
 
