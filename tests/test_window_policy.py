@@ -190,3 +190,24 @@ def test_replay_low_water_option_slides_further_and_rejects_bad_values(tmp_path,
     with pytest.raises(SystemExit) as info:
         main(["replay", str(script), "--model", str(tiny_model_path), "--low-water", "1.5"])
     assert info.value.code == 2 and "--low-water" in capsys.readouterr().err
+
+
+def test_context_finish_only_when_the_reply_outgrows_its_room(engine_with):
+    cap, params = 64, GenerationParams(temperature=0.0, max_tokens=200, context_cap=64)
+
+    async def body(engine):
+        messages, out = [SYSTEM], []
+        for i in range(4):
+            messages.append(question(i))
+            text, stats = await turn(engine, "room", messages, params)
+            out.append(stats)
+            messages.append({"role": "assistant", "content": text})
+        return out
+
+    room = reply_room(200, cap)
+    for stats in engine_with(body):
+        assert len(stats.prompt_ids) + room <= cap
+        if stats.finish_reason == "context":
+            assert stats.generated_tokens >= room and stats.kv_offset == cap
+        else:
+            assert stats.finish_reason == "stop"
