@@ -213,12 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling(p, temperature=0.0)
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
-    try:
-        from app.transcripts_cli import add_commands
-    except ImportError:  # the conversation commands live beside the store
-        add_commands = None
-    if add_commands:
-        add_commands(sub)
+    from app.transcripts_cli import add_commands
+
+    add_commands(sub)
     return parser
 
 

@@ -110,5 +110,4 @@ class EngineState:
 
     state: str  # "idle", "loading", "ready", "generating"
     model: Optional[ModelInfo] = None
-    detail: str = ""
     kv_bytes_total: int = 0
