@@ -169,7 +169,8 @@ def build(tokenizer, messages, keep: list, history: History) -> Prompt:
     # Pieces never seen (a new chat, a restart without a saved cache) are tokenized in one batch.
     missing = [j for j, prefix in enumerate(prefixes) if not history.knows(keep[j], kept[j], prefix)]
     fresh = dict(zip(missing, encode_many(tokenizer, [prefixes[j] + kept[j]["content"] for j in missing])))
-    ids, lengths = [], []
+    ids: list = []
+    lengths: list = []
     for j, prefix in enumerate(prefixes):
         piece = history.piece(tokenizer, keep[j], kept[j], prefix, fresh.get(j))
         ids.extend(piece)
