@@ -835,7 +835,8 @@ def section_longchat(d):
     if d.get("chat_summary"):
         out += [f"The starter model, greedy, {p['turns']} turns, context cap {p['cap']}, replies of up to "
                 f"{p['reply_tokens']} tokens, the three sides interleaved turn by turn, no pause between turns "
-                "(the worst case: no idle-time work). Late = the last 50 turns (or all past turn 2).", ""]
+                "(the worst case: no idle-time work). Late = turns "
+                f"{'–'.join(map(str, next(iter(d['chat_summary'].values()))['late_turns']))}.", ""]
         names = {"chinwag": "Chinwag", "exact_fit": "exact fit (before)", "mlx_lm": "mlx-lm RotatingKVCache"}
         out += table(["side", "median TTFT turns 2–10, s", "median TTFT late, s", "late / early",
                       "mean prefilled late"],
