@@ -26,6 +26,8 @@ from engine.types import MemoryReport
 DEFAULT_BUDGET_FRACTION = 0.25
 # Disk kept for saved caches (kv/), across every model.
 DEFAULT_DISK_BUDGET_BYTES = 4 << 30
+# Saving on close stops after this long (the most recently used are saved first): the window waits.
+SAVE_ON_CLOSE_SECONDS = 5.0
 _IDENTITY_BYTES = 1 << 20
 
 
@@ -130,16 +132,17 @@ class ConversationCaches:
             self.prune_disk()
         return evicted
 
-    def save_all(self) -> int:
-        """Save the caches in memory, most recently used first, within the disk budget (on close).
+    def save_all(self, seconds: float = SAVE_ON_CLOSE_SECONDS) -> int:
+        """Save the caches in memory, most recently used first, within the disk budget and `seconds`
+        (the most recent one whatever the time).
 
         Returns how many were saved. Least recently used files are deleted first to make room.
         """
-        saved, used = 0, 0
+        saved, used, began = 0, 0, time.perf_counter()
         for conv_id in reversed(list(self._caches)):
             cache = self._caches[conv_id]
             size = _file_bytes(cache)
-            if used + size > self.disk_budget_bytes:
+            if used + size > self.disk_budget_bytes or (saved and time.perf_counter() - began > seconds):
                 break
             try:
                 if self._save(conv_id, cache):
@@ -151,6 +154,8 @@ class ConversationCaches:
 
     def prune_disk(self) -> None:
         """Delete saved caches, least recently written first, until kv/ is within its budget."""
+        for partial in self.save_dir.rglob("*.partial.safetensors"):  # left by a save that was cut off
+            partial.unlink(missing_ok=True)
         files = sorted(self.save_dir.rglob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
         used = 0
         for f in files:
