@@ -847,6 +847,10 @@ def section_longchat(d):
                        f(v["mean_prefilled_late"], 1)] for k, v in d["chat_summary"].items()])]
         out += ["", "mlx-lm's rotating cache never re-prefills, but past the limit it overwrites the oldest "
                 "positions: its replies no longer equal a fresh computation of any prompt. Chinwag's stay exact.", ""]
+    if not d.get("chat_summary"):
+        out += ["The starter-model chat (Chinwag, exact fit and mlx-lm's RotatingKVCache, TTFT per turn) was not "
+                "run at this size (`--skip-chat`): 300 turns with the exact-fit side re-prefilling ~1,000 tokens a "
+                "turn take hours on this shared CPU. Run `python -m bench.longchat` for it.", ""]
     out += ["`plan_window` (the fit) on the starter's tokenizer: the first call for a chat (nothing remembered) "
             "and a steady-state turn.", ""]
     out += [table(["turns", "first call, ms", "a turn, ms"],
