@@ -171,6 +171,7 @@ class ChatController(QObject):
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             messages = engine_messages(conv.messages, str(values.get("system_prompt") or ""))
+            params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
             reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id)
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
@@ -185,7 +186,7 @@ class ChatController(QObject):
         self.chat_view.set_actions_enabled(False)
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv.id, messages, params_from_settings(values))
+        self.bridge.chat(conv.id, messages, params)
         return True
 
     def _on_delta(self, conv_id, text):
