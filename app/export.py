@@ -2,22 +2,21 @@
 
 Markdown → HTML lives in app/markdown_html.py and the Qt pdf writer in app/export_pdf.py,
 imported only for a pdf so that the CLI and tests of the other formats stay light.
-Every file is written atomically: a temp file in the same folder, then os.replace.
+Every file is written atomically (engine/atomic.py); a FIFO, device or folder target is refused.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
 from app.store import STATUSES, Conversation, Message
+from engine.atomic import writable_target, write_atomic
 from engine.errors import ChinwagError
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
@@ -34,13 +33,13 @@ def export_conversation(conv: Conversation, fmt: str, path) -> Path:
     if fmt not in FORMATS:
         raise ChinwagError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
     path = Path(path).expanduser()
-    _check_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
+    writable_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
     if fmt == "pdf":
         data = _pdf_bytes(conv)
     else:
         text = {"md": to_markdown, "json": to_json, "html": to_html, "txt": to_text}[fmt](conv)
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
-    _write_atomic(path, data)
+    write_atomic(path, data)
     return path
 
 
@@ -285,7 +284,7 @@ def _check_text(value):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}")
+            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}") from e
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_text(k)
@@ -293,51 +292,6 @@ def _check_text(value):
     elif isinstance(value, list):
         for v in value:
             _check_text(v)
-
-
-# -- writing files -------------------------------------------------------------
-
-
-def _check_target(path: Path):
-    if path.is_dir():
-        raise ChinwagError(f"cannot write {path}: it is a folder")
-    if not path.parent.is_dir():
-        raise ChinwagError(f"cannot write {path}: folder {path.parent} does not exist")
-
-
-def _write_atomic(path: Path, data: bytes):
-    """Write data to path via a temp file in the same folder; never leaves a partial file."""
-    _check_target(path)
-    try:
-        # Short prefix: the temp name must fit even when path's own name is near the limit.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.", suffix=".part")
-    except OSError as e:
-        raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode(path))
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
-        raise
-
-
-def _file_mode(path: Path) -> int:
-    """Keep an overwritten file's mode; new files get the usual umask mode, not mkstemp's 0600."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 # -- small helpers -------------------------------------------------------------

@@ -6,20 +6,22 @@ The tokenizer is built in engine/gguf_tokenizer.py.
 """
 
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import time
 import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
 from engine import paths
-from engine.errors import ChinwagError, ModelError
+from engine.errors import ModelError
 # Re-exported: callers and tests import these names from engine.gguf_import, and _convert
 # looks build_tokenizer up here at call time (a test monkeypatches it on this module).
-from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
-from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config
+from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, _Skipped, printable, read_gguf_header  # noqa: F401
+from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
 from engine.types import LoadProgress, ModelInfo
 
 Progress = Optional[Callable[[LoadProgress], None]]
@@ -54,8 +56,8 @@ def slugify(text: str) -> str:
 def check_importable(header: GGUFHeader) -> None:
     """Refuse, before writing anything, a GGUF this importer cannot convert."""
     path = header.path
-    arch = header.architecture or "unknown"
-    if arch not in SUPPORTED_ARCHITECTURES:
+    arch = printable(header.architecture, 60) or "unknown"
+    if header.architecture not in SUPPORTED_ARCHITECTURES:
         raise ModelError(
             f"cannot import {path.name}: architecture '{arch}' is not supported "
             f"(only {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files can be imported): {path}"
@@ -63,10 +65,13 @@ def check_importable(header: GGUFHeader) -> None:
     tok_model = header.metadata.get("tokenizer.ggml.model", "")
     if tok_model not in TOKENIZER_MODELS:
         raise ModelError(
-            f"cannot import {path.name}: tokenizer model '{tok_model or 'none'}' is not supported "
-            f"(only {' and '.join(TOKENIZER_MODELS)}): {path}"
+            f"cannot import {path.name}: tokenizer model '{printable(str(tok_model), 60) or 'none'}' "
+            f"is not supported (only {' and '.join(TOKENIZER_MODELS)}): {path}"
         )
-    if int(header.metadata.get("split.count", 1) or 1) > 1:
+    split = header.metadata.get("split.count", 1)
+    if not _is_int(split) or split < 0:
+        raise ModelError(f"cannot import {path.name}: split.count is not a count: {path}")
+    if split > 1:
         raise ModelError(f"cannot import {path.name}: it is one part of a split GGUF "
                          f"(merge the parts with llama-gguf-split --merge first): {path}")
     bad = sorted({t.type_name for t in header.tensors
@@ -75,20 +80,82 @@ def check_importable(header: GGUFHeader) -> None:
         raise ModelError(
             f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}"
         )
-    missing = _missing_tensors(header)
+    if "tokenizer.ggml.tokens" not in header.metadata:
+        raise ModelError(f"cannot import {path.name}: it has no tokenizer (tokenizer.ggml.tokens): {path}")
+    hp = hyperparameters(header)
+    missing = _missing_tensors(header, hp["layers"])
     if missing:
         raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} "
                          f"missing: {path}")
+    _check_shapes(header, hp)
 
 
-def _missing_tensors(header: GGUFHeader) -> list:
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def hyperparameters(header: GGUFHeader) -> dict:
+    """The llama sizes from the metadata, each a positive int that fits the others; ModelError if not."""
+    path, arch = header.path, header.architecture
+
+    def count(key, default=None, limit=1 << 20):
+        value = header.arch_value(key, default)
+        if not _is_int(value) or not 0 < value <= limit:
+            shown = f"{value!r:.40}" if not isinstance(value, _Skipped) else "an array"
+            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {shown}, "
+                             f"not a count from 1 to {limit}: {path}")
+        return value
+
+    hp = {"hidden": count("embedding_length"), "heads": count("attention.head_count"),
+          "ff": count("feed_forward_length")}
+    hp["kv_heads"] = count("attention.head_count_kv", hp["heads"])
+    # Each block needs its nine tensors: a count the file cannot hold is refused before any names are made.
+    hp["layers"] = count("block_count", limit=max(1, len(header.tensors) // len(_LAYER_NAMES)))
+    key_length = header.arch_value("attention.key_length")
+    hp["head_dim"] = count("attention.key_length") if key_length is not None else hp["hidden"] // hp["heads"]
+    if key_length is None and hp["hidden"] % hp["heads"]:
+        raise ModelError(f"cannot import {path.name}: embedding length {hp['hidden']} is not a multiple "
+                         f"of the head count {hp['heads']}: {path}")
+    for key in ("attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor",
+                "rope.scaling.original_context_length"):
+        value = header.arch_value(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {value!r:.40}, "
+                             f"not a positive number: {path}")
+    if hp["heads"] % hp["kv_heads"]:
+        raise ModelError(f"cannot import {path.name}: head count {hp['heads']} is not a multiple "
+                         f"of the KV head count {hp['kv_heads']}: {path}")
+    return hp
+
+
+def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
+    """GGUF-order shapes (fastest dimension first) for every tensor the metadata implies."""
+    h, ff = hp["hidden"], hp["ff"]
+    q, kv = hp["heads"] * hp["head_dim"], hp["kv_heads"] * hp["head_dim"]
+    per_layer = {"attn_q": (h, q), "attn_k": (h, kv), "attn_v": (h, kv), "attn_output": (q, h),
+                 "ffn_gate": (h, ff), "ffn_up": (h, ff), "ffn_down": (ff, h),
+                 "attn_norm": (h,), "ffn_norm": (h,)}
+    embd = next((t.shape for t in header.tensors if t.name == "token_embd.weight"), ())
+    vocab = embd[1] if len(embd) == 2 else 0
+    want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
+    for i in range(hp["layers"]):
+        want.update({f"blk.{i}.{part}.weight": shape for part, shape in per_layer.items()})
+    return want
+
+
+def _check_shapes(header: GGUFHeader, hp: dict) -> None:
+    """A tensor whose shape the metadata contradicts would import as "ready" and fail to load."""
+    want = _expected_shapes(header, hp)
+    for t in header.tensors:
+        shape = want.get(t.name)
+        if shape is not None and tuple(t.shape) != shape:
+            raise ModelError(f"cannot import {header.path.name}: tensor {printable(t.name, 60)} has shape "
+                             f"{list(t.shape)}, but the metadata implies {list(shape)}: {header.path}")
+
+
+def _missing_tensors(header: GGUFHeader, layers: int) -> list:
     names = {t.name for t in header.tensors}
-    try:
-        layers = int(header.arch_value("block_count", 0) or 0)
-    except (TypeError, ValueError):
-        layers = 0
-    if not layers:
-        return [f"{header.architecture}.block_count (metadata)"]
     want = ["token_embd.weight", "output_norm.weight"] + [
         f"blk.{i}.{part}.weight" for i in range(layers) for part in _LAYER_NAMES
     ]
@@ -131,9 +198,9 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
         _install(tmp, dest)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, ChinwagError) or not isinstance(e, Exception):
-            raise
-        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
+        if isinstance(e, OSError):  # disk full, a read-only models folder: the user's to fix
+            raise ModelError(f"cannot import {src.name}: {e.strerror or e}: {root}") from e
+        raise  # a ChinwagError says what is wrong; anything else is a bug for the log
     report("Imported", 5)
     return info_from_folder(dest)
 
@@ -162,6 +229,8 @@ def _destination(root: Path, src: Path, header: GGUFHeader):
 
     starter = starter_gguf_path()
     base = STARTER_ID if starter is not None and _same_file(src, starter) else slugify(src.stem)
+    if base == STARTER_ID and (starter is None or not _same_file(src, starter)):
+        base = f"{STARTER_ID}-gguf"  # the starter's id is reserved for the starter
     for i in range(1, 1000):
         dest = root / (base if i == 1 else f"{base}-{i}")
         record = read_info_file(dest)
@@ -217,9 +286,14 @@ def _convert(src: Path, st, out: Path, report) -> None:
     report("Reading GGUF", 1)
     header = read_gguf_header(src, keep_arrays=True)
     try:
-        weights = mx.load(str(src))  # metadata comes from our own reader
-    except Exception as e:
-        raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from None
+        check_tokenizer_metadata(header.metadata)
+    except ModelError as e:
+        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
+    readable = _writable_copy(src, out)
+    try:
+        weights = mx.load(str(readable))  # metadata comes from our own reader
+    except (RuntimeError, ValueError) as e:  # MLX's words for a GGUF it cannot parse
+        raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from e
 
     report("Converting weights", 2)
     types = {t.name: t.type_name for t in header.tensors}
@@ -227,7 +301,10 @@ def _convert(src: Path, st, out: Path, report) -> None:
     config = build_config(header, weights, quant)
 
     report("Building tokenizer", 3)
-    tokenizer = build_tokenizer(header.metadata)
+    try:
+        tokenizer = build_tokenizer(header.metadata)
+    except ModelError as e:
+        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
     tokenizer.save(str(out / "tokenizer.json"))
     _write_json(out / "tokenizer_config.json", build_tokenizer_config(header.metadata, config))
 
@@ -246,6 +323,20 @@ def _convert(src: Path, st, out: Path, report) -> None:
         "context_length": header.context_length,
         "imported_at": time.time(),
     })
+    if readable != src:
+        readable.unlink()
+
+
+def _writable_copy(src: Path, out: Path) -> Path:
+    """src, or a copy of it in out when we may not write it: mx.load opens a GGUF read-write,
+    so a 0444 file, a read-only mount or a read-only install of the starter fails there."""
+    mode = src.stat().st_mode
+    if os.access(src, os.W_OK) and mode & stat.S_IWUSR:
+        return src
+    copy = out / ".source.gguf"
+    shutil.copyfile(src, copy)
+    os.chmod(copy, 0o600)
+    return copy
 
 
 def _write_json(path: Path, data) -> None:
