@@ -135,13 +135,15 @@ def load_script(path: str) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from None
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from None
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
     except json.JSONDecodeError as e:
-        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]

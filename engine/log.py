@@ -63,10 +63,10 @@ def setup(verbose: bool = False) -> Optional[Path]:
             handler.setLevel(logging.INFO)
             handler.setFormatter(logging.Formatter(FORMAT))
             _replace("file", handler)
-    except (OSError, ChinwagError) as e:  # no usable data folder: bugs still reach stderr
+    except (OSError, ChinwagError):
+        # No usable data folder: the command itself says so in one line; bugs go to stderr.
         path = None
         _replace("file", None)
-        print(f"chinwag: warning: no log file ({' '.join(str(e).split())})", file=sys.stderr)
     if verbose and "stderr" not in _handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setLevel(logging.INFO)
