@@ -102,8 +102,7 @@ def bug_message(error: BaseException, where: str) -> str:
 def report_bug(error: BaseException, where: str) -> str:
     """Log error with its traceback (to chinwag.log, and stderr if nothing else) and return
     the one line to show the user."""
-    if log_file_in_use() is None and "stderr" not in _handlers:
-        setup()
+    setup()  # cheap when set up already; follows a changed CHINWAG_HOME
     if log_file_in_use() is None and "stderr" not in _handlers:
         _replace("stderr", logging.StreamHandler(sys.stderr))
     log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))

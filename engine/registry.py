@@ -11,12 +11,13 @@ import json
 import os
 import struct
 import sys
-import uuid
 from pathlib import Path
 from typing import Optional
 
 from engine import paths
+from engine.atomic import write_atomic
 from engine.errors import ChinwagError, ModelError
+from engine.paths import FILE_MODE
 from engine.types import ModelInfo
 
 STARTER_ID = "smollm2-135m-instruct"
@@ -204,8 +205,12 @@ def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "fold
     base = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
     try:
         return _inspect(folder, base)
-    except Exception as e:  # a listing must survive any odd folder
+    except (OSError, ValueError) as e:  # a listing must survive any odd folder
         return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
+    except Exception as e:  # a bug: logged with its traceback, and the listing goes on
+        from engine.log import report_bug
+
+        return ModelInfo(**base, status="unusable", reason=report_bug(e, f"inspecting {folder}"))
 
 
 def _inspect(folder: Path, base: dict) -> ModelInfo:
@@ -362,10 +367,8 @@ def _load_folders() -> list:
 
 
 def _save_folders(folders: list) -> None:
-    target = _folders_path()
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"folders": folders}, indent=2))
-    os.replace(tmp, target)  # atomic: a crash leaves the old list or the new one
+    # Atomic: a crash leaves the old list or the new one; 0600 like every file of the user's.
+    write_atomic(_folders_path(), json.dumps({"folders": folders}, indent=2), mode=FILE_MODE)
 
 
 def _folder_models() -> list:
