@@ -6,7 +6,6 @@ The tokenizer is built in engine/gguf_tokenizer.py.
 """
 
 import json
-import math
 import os
 import re
 import shutil
@@ -18,25 +17,31 @@ from typing import Callable, Optional
 
 from engine import paths
 from engine.errors import ModelError
-# Re-exported: callers and tests import these names from engine.gguf_import, and _convert
-# looks build_tokenizer up here at call time (a test monkeypatches it on this module).
-from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, _Skipped, printable, read_gguf_header  # noqa: F401
+# Re-exported: callers and tests import these names from engine.gguf_import.
+from engine.gguf_checks import (  # noqa: F401
+    LAYER_NAMES,
+    NATIVE_TYPES,
+    REQUANT_BITS,
+    SUPPORTED_ARCHITECTURES,
+    TOKENIZER_MODELS,
+    check_importable,
+    hyperparameters,
+)
+from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
+# _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
+from engine.model_folders import (  # noqa: F401
+    INFO_FILE,
+    STARTER_ID,
+    TMP_PREFIX,
+    info_for_imported,
+    mlx_quantization_label,
+    read_info_file,
+    starter_gguf_path,
+)
 from engine.types import LoadProgress, ModelInfo
 
 Progress = Optional[Callable[[LoadProgress], None]]
-
-SUPPORTED_ARCHITECTURES = ("llama",)
-# GGUF tokenizer.ggml.model values: byte-level BPE, and SentencePiece BPE (Llama 2, Mistral).
-TOKENIZER_MODELS = ("gpt2", "llama")
-INFO_FILE = "chinwag.json"
-TMP_PREFIX = ".tmp-import-"
-
-# MLX loads these as MLX quantized triples (group size 32) or as plain arrays.
-NATIVE_TYPES = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
-# MLX dequantizes these to float16 (gguflib: not Q3_K, Q5_K, Q5_0, ...); we re-quantize
-# them so that a Q4_K_M file stays about its size instead of growing 4x.
-REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
 
 
 def quantization_label(type_counts: dict) -> str:
@@ -53,120 +58,14 @@ def slugify(text: str) -> str:
     return slug or "model"
 
 
-def check_importable(header: GGUFHeader) -> None:
-    """Refuse, before writing anything, a GGUF this importer cannot convert."""
-    path = header.path
-    arch = printable(header.architecture, 60) or "unknown"
-    if header.architecture not in SUPPORTED_ARCHITECTURES:
-        raise ModelError(
-            f"cannot import {path.name}: architecture '{arch}' is not supported "
-            f"(only {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files can be imported): {path}"
-        )
-    tok_model = header.metadata.get("tokenizer.ggml.model", "")
-    if tok_model not in TOKENIZER_MODELS:
-        raise ModelError(
-            f"cannot import {path.name}: tokenizer model '{printable(str(tok_model), 60) or 'none'}' "
-            f"is not supported (only {' and '.join(TOKENIZER_MODELS)}): {path}"
-        )
-    split = header.metadata.get("split.count", 1)
-    if not _is_int(split) or split < 0:
-        raise ModelError(f"cannot import {path.name}: split.count is not a count: {path}")
-    if split > 1:
-        raise ModelError(f"cannot import {path.name}: it is one part of a split GGUF "
-                         f"(merge the parts with llama-gguf-split --merge first): {path}")
-    bad = sorted({t.type_name for t in header.tensors
-                  if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS})
-    if bad:
-        raise ModelError(
-            f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}"
-        )
-    if "tokenizer.ggml.tokens" not in header.metadata:
-        raise ModelError(f"cannot import {path.name}: it has no tokenizer (tokenizer.ggml.tokens): {path}")
-    hp = hyperparameters(header)
-    missing = _missing_tensors(header, hp["layers"])
-    if missing:
-        raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} "
-                         f"missing: {path}")
-    _check_shapes(header, hp)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def hyperparameters(header: GGUFHeader) -> dict:
-    """The llama sizes from the metadata, each a positive int that fits the others; ModelError if not."""
-    path, arch = header.path, header.architecture
-
-    def count(key, default=None, limit=1 << 20):
-        value = header.arch_value(key, default)
-        if not _is_int(value) or not 0 < value <= limit:
-            shown = f"{value!r:.40}" if not isinstance(value, _Skipped) else "an array"
-            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {shown}, "
-                             f"not a count from 1 to {limit}: {path}")
-        return value
-
-    hp = {"hidden": count("embedding_length"), "heads": count("attention.head_count"),
-          "ff": count("feed_forward_length")}
-    hp["kv_heads"] = count("attention.head_count_kv", hp["heads"])
-    # Each block needs its nine tensors: a count the file cannot hold is refused before any names are made.
-    hp["layers"] = count("block_count", limit=max(1, len(header.tensors) // len(_LAYER_NAMES)))
-    key_length = header.arch_value("attention.key_length")
-    hp["head_dim"] = count("attention.key_length") if key_length is not None else hp["hidden"] // hp["heads"]
-    if key_length is None and hp["hidden"] % hp["heads"]:
-        raise ModelError(f"cannot import {path.name}: embedding length {hp['hidden']} is not a multiple "
-                         f"of the head count {hp['heads']}: {path}")
-    for key in ("attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor",
-                "rope.scaling.original_context_length"):
-        value = header.arch_value(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
-            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {value!r:.40}, "
-                             f"not a positive number: {path}")
-    if hp["heads"] % hp["kv_heads"]:
-        raise ModelError(f"cannot import {path.name}: head count {hp['heads']} is not a multiple "
-                         f"of the KV head count {hp['kv_heads']}: {path}")
-    return hp
-
-
-def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
-    """GGUF-order shapes (fastest dimension first) for every tensor the metadata implies."""
-    h, ff = hp["hidden"], hp["ff"]
-    q, kv = hp["heads"] * hp["head_dim"], hp["kv_heads"] * hp["head_dim"]
-    per_layer = {"attn_q": (h, q), "attn_k": (h, kv), "attn_v": (h, kv), "attn_output": (q, h),
-                 "ffn_gate": (h, ff), "ffn_up": (h, ff), "ffn_down": (ff, h),
-                 "attn_norm": (h,), "ffn_norm": (h,)}
-    embd = next((t.shape for t in header.tensors if t.name == "token_embd.weight"), ())
-    vocab = embd[1] if len(embd) == 2 else 0
-    want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
-    for i in range(hp["layers"]):
-        want.update({f"blk.{i}.{part}.weight": shape for part, shape in per_layer.items()})
-    return want
-
-
-def _check_shapes(header: GGUFHeader, hp: dict) -> None:
-    """A tensor whose shape the metadata contradicts would import as "ready" and fail to load."""
-    want = _expected_shapes(header, hp)
-    for t in header.tensors:
-        shape = want.get(t.name)
-        if shape is not None and tuple(t.shape) != shape:
-            raise ModelError(f"cannot import {header.path.name}: tensor {printable(t.name, 60)} has shape "
-                             f"{list(t.shape)}, but the metadata implies {list(shape)}: {header.path}")
-
-
-def _missing_tensors(header: GGUFHeader, layers: int) -> list:
-    names = {t.name for t in header.tensors}
-    want = ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{i}.{part}.weight" for i in range(layers) for part in _LAYER_NAMES
-    ]
-    return [n for n in want if n not in names]
-
 
 # --- import -------------------------------------------------------------------------------
 
 
-def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
+def import_gguf(path, progress: Progress = None, dest_root=None, model_id: Optional[str] = None) -> ModelInfo:
     """Convert a llama GGUF to an MLX folder under models_dir(); returns its ModelInfo.
+
+    model_id: the folder's name (the registry passes the starter's); by default from the file name.
 
     Idempotent: a folder already imported from the same file (path, size, mtime) is reused.
     Atomic: the folder appears complete or not at all.
@@ -183,7 +82,7 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
     st = src.stat()
     root = Path(dest_root) if dest_root is not None else paths.models_dir()
     root.mkdir(parents=True, exist_ok=True)
-    dest, existing = _destination(root, src, header)
+    dest, existing = _destination(root, src, header, model_id)
     if existing is not None and _same_source(existing, src, st):
         info = info_from_folder(dest)
         if info.status == "ready":
@@ -223,13 +122,13 @@ def _reporter(progress: Progress):
     return report
 
 
-def _destination(root: Path, src: Path, header: GGUFHeader):
+def _destination(root: Path, src: Path, header: GGUFHeader, model_id: Optional[str] = None):
     """Folder for this GGUF: same-source folder if any, else a free slug. Returns (dest, record)."""
-    from engine.registry import STARTER_ID, starter_gguf_path
-
     starter = starter_gguf_path()
-    base = STARTER_ID if starter is not None and _same_file(src, starter) else slugify(src.stem)
-    if base == STARTER_ID and (starter is None or not _same_file(src, starter)):
+    if model_id is None and starter is not None and _same_file(src, starter):
+        model_id = STARTER_ID  # the starter's own file, imported by its path
+    base = model_id or slugify(src.stem)
+    if base == STARTER_ID and model_id is None:
         base = f"{STARTER_ID}-gguf"  # the starter's id is reserved for the starter
     for i in range(1, 1000):
         dest = root / (base if i == 1 else f"{base}-{i}")
@@ -254,14 +153,6 @@ def _same_source(record: dict, src: Path, st) -> bool:
         and record.get("source_size") == st.st_size
         and record.get("source_mtime_ns") == st.st_mtime_ns
     )
-
-
-def read_info_file(folder: Path) -> Optional[dict]:
-    try:
-        data = json.loads((Path(folder) / INFO_FILE).read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
 
 
 def _install(tmp: Path, dest: Path) -> None:
@@ -345,12 +236,6 @@ def _write_json(path: Path, data) -> None:
 
 # --- weights ------------------------------------------------------------------------------
 
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # Tensors that carry no weights of their own in MLX (rope_freqs becomes config.rope_scaling).
 _IGNORED = {"rope_freqs"}
@@ -361,8 +246,8 @@ def mlx_module_name(gguf_base: str) -> Optional[str]:
     if gguf_base in _TOP_NAMES:
         return _TOP_NAMES[gguf_base]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)", gguf_base)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
+    if m and m.group(2) in LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
     return None
 
 
@@ -483,29 +368,9 @@ def _rope_scaling(header: GGUFHeader) -> Optional[dict]:
     return None
 
 
-def mlx_quantization_label(config: dict) -> str:
-    """'4-bit', '8-bit/4-bit mixed', a dtype name, or '' (unknown) for an mlx-lm config."""
-    q = config.get("quantization") or config.get("quantization_config")
-    if isinstance(q, dict):
-        if q.get("mode") and q.get("mode") != "affine":
-            return str(q["mode"])
-        bits = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
-        bits = sorted((b for b in bits if isinstance(b, int)), reverse=True)
-        if len(bits) == 1:
-            return f"{bits[0]}-bit"
-        if bits:
-            return "/".join(f"{b}-bit" for b in bits) + " mixed"
-        if q.get("quant_method"):
-            return str(q["quant_method"])
-    dtype = config.get("torch_dtype") or config.get("dtype")
-    return str(dtype) if isinstance(dtype, str) else ""
-
-
 # --- describing an imported folder --------------------------------------------------------
 
 
 def info_from_folder(folder: Path) -> ModelInfo:
     """ModelInfo for a folder this module wrote (registry entry of source 'imported')."""
-    from engine.registry import info_for_imported
-
     return info_for_imported(Path(folder))

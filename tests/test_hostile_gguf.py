@@ -251,3 +251,14 @@ def test_copy_of_gguf_is_not_needed_when_writable(tiny_model_path, tmp_path):
 
 def test_chinwag_error_drops_control_characters():
     assert str(ChinwagError("name \x1b[31mred\x9b and\nnext")) == "name [31mred and next"
+
+
+def test_the_importer_does_not_import_the_registry():
+    import subprocess
+    import sys
+
+    code = ("import sys, engine.gguf_import, engine.gguf_checks, engine.model_folders; "
+            "assert 'engine.registry' not in sys.modules; assert 'mlx' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr
