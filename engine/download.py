@@ -86,7 +86,10 @@ def download_model(repo_id: str, progress: Optional[Callable] = None,
         _write_ref(repo_dir, sha)
     except BaseException as e:
         _cleanup(repo_dir, existed, snapshot, snapshot_existed)
-        raise _user_error(e, repo) from e
+        error = _user_error(e, repo)
+        if error is e:
+            raise
+        raise error from e
     report.send(report.total, report.total, force=True)
     info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1],
                                        source="hf-cache")

@@ -85,3 +85,17 @@ def test_the_window_shows_a_bug_as_a_banner_with_the_log_path(qtbot, qloop, stor
     assert store.get_conversation(w.chat.conv_id).messages[-1].status == "failed"
     w.close()
     run(qtbot, w.shutdown())
+
+
+def test_download_failures_from_the_hub_are_user_errors_and_bugs_stay_bugs():
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from engine.download import _user_error
+    from engine.errors import ChinwagError
+
+    bug = TypeError("'NoneType' object is not iterable")
+    assert _user_error(bug, "a/b") is bug
+    hub = _user_error(EntryNotFoundError("404 no such file"), "a/b")
+    assert isinstance(hub, ChinwagError) and "a/b" in str(hub)
+    disk = _user_error(OSError(28, "No space left on device"), "a/b")
+    assert isinstance(disk, ChinwagError) and "No space left" in str(disk)
