@@ -3,10 +3,22 @@
 Only ints, floats, strings and tuples live here: never an MLX array.
 """
 
+import platform
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 DEFAULT_MAX_TOKENS = 512
+# Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
+# backend ("gpu" is Metal); GenerationParams.speculative=None means this default.
+SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": True}
+
+
+def speculative_default(backend: Optional[str] = None) -> bool:
+    """The default for `backend`; without one, the platform's (Apple Silicon macOS runs Metal)."""
+    if backend is None:
+        backend = "gpu" if sys.platform == "darwin" and platform.machine() == "arm64" else "cpu"
+    return SPECULATIVE_BY_BACKEND.get(backend, False)
 
 
 @dataclass(frozen=True)
@@ -20,6 +32,8 @@ class GenerationParams:
     seed: Optional[int] = None
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = None
+    # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
+    speculative: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,9 @@ class TurnStats:
     prompt_ids: tuple = ()
     reply_ids: tuple = ()
     error: str = ""
+    # Speculative decoding: tokens drafted, and how many of them the model accepted.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def note(self) -> str:
