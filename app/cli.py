@@ -35,13 +35,15 @@ def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--context-cap", type=_positive, default=None, help="a context limit below the model's own")
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="decode one token per step (speculative decoding is on where it is faster)")
 
 
 def _params(args) -> GenerationParams:
     return GenerationParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
-        context_cap=args.context_cap,
+        context_cap=args.context_cap, speculative=False if args.no_speculative else None,
     )
 
 
@@ -177,6 +179,7 @@ async def _replay(args) -> int:
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
                 "error": stats.error,
+                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
         await engine.close()

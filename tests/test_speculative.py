@@ -16,20 +16,25 @@ from engine.types import GenerationParams, speculative_default
 CODE = "def f(x): return x * 2 # comment\n" * 3 + "The quick brown fox jumps over the lazy dog. " * 4
 
 
-@pytest.fixture(scope="module")
-def looping_model(tmp_path_factory):
-    """The tiny model with its projections at 0.4 scale: greedy replies that repeat in part,
+@pytest.fixture(scope="session")
+def looping_model_path(tmp_path_factory):
+    """The tiny model with its projections scaled by 0.4: greedy replies that repeat in part,
     so drafts are accepted, partly accepted and rejected in one reply."""
-    import mlx_lm
-    from mlx.utils import tree_flatten, tree_unflatten
-
     from tests.tiny_model import build_tiny_model
 
-    model, tokenizer = mlx_lm.load(str(build_tiny_model(tmp_path_factory.mktemp("looping"))))
-    weights = [(k, v * 0.4 if "proj" in k and k.endswith("weight") else v) for k, v in tree_flatten(model.parameters())]
-    model.update(tree_unflatten(weights))
-    mx.eval(model.parameters())
-    return model, tokenizer
+    path = build_tiny_model(tmp_path_factory.mktemp("looping"))
+    weights = mx.load(str(path / "model.safetensors"))
+    # Smaller projections than build_tiny_model's make replies loop now and then.
+    mx.save_safetensors(str(path / "model.safetensors"),
+                        {k: v * 0.4 if "proj" in k and k.endswith("weight") else v for k, v in weights.items()})
+    return path
+
+
+@pytest.fixture(scope="module")
+def looping_model(looping_model_path):
+    import mlx_lm
+
+    return mlx_lm.load(str(looping_model_path))
 
 
 def prompt_of(tokenizer, text=CODE):
@@ -218,7 +223,7 @@ def test_sampled_replies_have_the_distribution_of_plain_decoding(looping_model):
         nxt = model(mx.array(prompt + [t0])[None], cache=c)[0, -1]
         for t1, p1 in _top_k_probs(nxt, 3).items():
             exact[(t0, t1)] = p0 * p1
-    counts, drafted, n = Counter(), 0, 400
+    counts, drafted, n = Counter(), 0, 300
     for seed in range(n):
         stats, conv, _ = generate(model, tokenizer, prompt, conv=conv, seed=seed, speculative=True, **params)
         counts[tuple(stats.reply_ids)] += 1
@@ -236,3 +241,50 @@ def _top_k_probs(logits, k):
     top = sorted(range(len(values)), key=lambda i: -values[i])[:k]
     z = sum(math.exp(values[i]) for i in top)
     return {i: math.exp(values[i]) / z for i in top}
+
+
+# --- the switches and the stats --------------------------------------------------------
+
+
+def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path, looping_model_path, capsys):
+    import json
+
+    from app.cli import main
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"system": "", "turns": [CODE, "Again: " + CODE]}))
+    args = ["replay", str(script), "--model", str(looping_model_path), "--max-tokens", "60"]
+    assert main(args) == 0
+    on = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(args + ["--no-speculative"]) == 0
+    off = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t["reply_ids"] for t in on] == [t["reply_ids"] for t in off]
+    assert all(t["drafted_tokens"] == t["accepted_tokens"] == 0 for t in off)
+    if speculative_default("cpu"):
+        assert sum(t["accepted_tokens"] for t in on) > 0
+    assert all(0 <= t["accepted_tokens"] <= t["drafted_tokens"] for t in on)
+
+
+@pytest.mark.qt
+def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
+    from app.settings_dialog import DEFAULTS_KEY
+    from tests.test_window_engine import close_window, open_window, send
+
+    store, window = open_window(qtbot, looping_model_path)
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 60, "temperature": 0.0, "speculative": True})
+    send(qtbot, window, CODE)
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    drafted, accepted = reply.stats["drafted_tokens"], reply.stats["accepted_tokens"]
+    assert 0 < accepted <= drafted
+    tip = window.chat_view.message_widgets()[-1].stats_label.toolTip()
+    assert tip == f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
+
+    prefs = window.preferences_dialog()
+    assert prefs.speculative.isChecked()
+    prefs.speculative.setChecked(False)
+    prefs.accept()
+    send(qtbot, window, "Again: " + CODE)
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    assert reply.status == "complete" and reply.stats["drafted_tokens"] == 0
+    assert window.chat_view.message_widgets()[-1].stats_label.toolTip() == ""
+    close_window(qtbot, store, window)
