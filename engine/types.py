@@ -10,8 +10,8 @@ from typing import Optional
 
 DEFAULT_MAX_TOKENS = 512
 # Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
-# backend ("gpu" is Metal); GenerationParams.speculative=None means this default.
-SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": True}
+# backend ("gpu" is Metal, not measured yet); GenerationParams.speculative=None means this default.
+SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
 
 
 def speculative_default(backend: Optional[str] = None) -> bool:
