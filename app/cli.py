@@ -37,6 +37,8 @@ def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
     p.add_argument("--no-speculative", action="store_true",
                    help="decode one token per step (speculative decoding is on where it is faster)")
+    p.add_argument("--draft-model", default="", metavar="M",
+                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
 
 
 def _params(args) -> GenerationParams:
@@ -44,6 +46,7 @@ def _params(args) -> GenerationParams:
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
         context_cap=args.context_cap, speculative=False if args.no_speculative else None,
+        draft_model=args.draft_model,
     )
 
 

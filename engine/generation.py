@@ -82,8 +82,9 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
 
 def run_turn(
     model, tokenizer, conv: ConversationCache, turn: TurnInput, params: GenerationParams,
-    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None],
+    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None], drafter=None,
 ) -> TurnStats:
+    """`drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation."""
     started = time.perf_counter()
     prompt_ids = turn.prompt_ids
     if params.seed is not None:
@@ -107,9 +108,9 @@ def run_turn(
     reused = prefilled = 0
     prefill_done = started
     spec = None
-    if speculation_enabled(params) and can_speculate(conv.layers):
+    if speculation_enabled(params, drafter) and can_speculate(conv.layers):
         spec = Speculator(prompt_ids, Sampling(params.temperature, params.top_p, params.top_k, params.min_p,
-                                                processors, REPETITION_CONTEXT))
+                                                processors, REPETITION_CONTEXT), drafter=drafter)
 
     def push(tok):
         """Emit one token; returns why the turn ends, or None."""
@@ -179,6 +180,8 @@ def run_turn(
     except Exception as e:
         finish, error = "error", f"{type(e).__name__}: {e}"
         conv.repair()
+    if spec is not None:
+        spec.finish(conv.token_ids)
     detok.finalize()
     tail = detok.last_segment
     if tail:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
+from engine.errors import ChinwagError
 from engine.kv_cache import ContiguousAttentionKVCache
 from engine.types import speculative_default
 
@@ -67,11 +68,39 @@ class NgramIndex:
         return []
 
 
+class ModelDrafter:
+    """Greedy drafts from a smaller model with the same tokenizer, on its own per-conversation
+    cache; the cache follows the main one (common prefix kept, the rest recomputed)."""
+
+    def __init__(self, model, conv, prefill):
+        self.model, self.conv, self.prefill = model, conv, prefill
+
+    def propose(self, ids: list, k: int) -> list:
+        # A greedy draft is a deterministic proposal: the acceptance rule stays exact.
+        logits, _, _ = self.prefill(self.model, self.conv, ids)
+        out = []
+        for i in range(k):
+            tok = mx.argmax(logits, axis=-1)
+            out.append(tok.item())
+            if i + 1 < k:
+                logits = self.model(tok[None], cache=self.conv.layers)[:, -1, :]
+                self.conv.token_ids.append(out[-1])
+        return out
+
+    def follow(self, ids: list) -> None:
+        """Trim to what the main cache holds: the rejected part of the last draft leaves."""
+        from engine.conversation import common_prefix
+
+        self.conv.repair()  # after an error mid-draft: back to its own ids first
+        self.conv.truncate(common_prefix(self.conv.token_ids, ids))
+
+
 class DraftLength:
     """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
 
-    def __init__(self, max_draft: int = MAX_DRAFT):
+    def __init__(self, max_draft: int = MAX_DRAFT, floor: int = 0):
         self.max_draft = max_draft
+        self.floor = floor  # a draft model has no free lookups to resume from: it keeps drafting
         self.rate = 0.5
         self.k = 2
 
@@ -80,7 +109,7 @@ class DraftLength:
             return
         self.rate = RATE_DECAY * self.rate + (1 - RATE_DECAY) * (accepted / drafted)
         if self.rate < MIN_ACCEPT_RATE:
-            self.k = 0
+            self.k = self.floor
         elif accepted == drafted:
             self.k = min(self.max_draft, max(2, self.k * 2))
         else:
@@ -90,10 +119,11 @@ class DraftLength:
 class Speculator:
     """One turn's drafting and verification state."""
 
-    def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT):
+    def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
         self.index = NgramIndex(prompt_ids)
-        self.length = DraftLength(max_draft)
+        self.length = DraftLength(max_draft, floor=1 if drafter else 0)
         self.sampling = sampling
+        self.drafter = drafter
         self.drafted = self.accepted = 0
         self._guess = None  # a free lookup's guess of the next token, checked on plain steps
 
@@ -113,11 +143,19 @@ class Speculator:
 
     def draft(self, pending: int, room: int) -> list:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
+        k = min(self.length.k, room)
+        if self.drafter is not None:
+            return self.drafter.propose(self.index.ids + [pending], k) if k > 0 else []
         self.index.ids.append(pending)
         try:
-            return self.index.propose(min(self.length.k, room))
+            return self.index.propose(k)
         finally:
             self.index.ids.pop()
+
+    def finish(self, ids: list) -> None:
+        """The turn is over: the draft model's cache holds what the main one holds."""
+        if self.drafter is not None:
+            self.drafter.follow(ids)
 
     def verify(self, model, layers, pending: int, draft: list, history) -> Verdict:
         """Run pending + draft through the model (writing k+1 positions); judge the draft."""
@@ -194,11 +232,21 @@ def trim_to(layers, n_tokens: int) -> None:
         c.trim(c.offset - n_tokens)
 
 
-def speculation_enabled(params) -> bool:
-    """The params' switch, or the default of the backend this thread computes on."""
+def speculation_enabled(params, draft_model=None) -> bool:
+    """The params' switch; else on with a draft model, or the default of this thread's backend."""
     if params.speculative is not None:
         return bool(params.speculative)
+    if draft_model is not None:
+        return True
     return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
+
+
+def check_vocabularies(tokenizer, draft_tokenizer, name: str, draft_name: str) -> None:
+    """A draft model must tokenize exactly as the main model does."""
+    a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if a != b:
+        detail = f"{len(b)} tokens against {len(a)}" if len(a) != len(b) else "same size, different tokens"
+        raise ChinwagError(f"draft model {draft_name} cannot draft for {name}: their vocabularies differ ({detail})")
 
 
 def can_speculate(layers) -> bool:

@@ -34,6 +34,8 @@ class GenerationParams:
     context_cap: Optional[int] = None
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
     speculative: Optional[bool] = None
+    # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
+    draft_model: str = ""
 
 
 @dataclass(frozen=True)

@@ -288,3 +288,83 @@ def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qlo
     assert reply.status == "complete" and reply.stats["drafted_tokens"] == 0
     assert window.chat_view.message_widgets()[-1].stats_label.toolTip() == ""
     close_window(qtbot, store, window)
+
+
+# --- a draft model -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_pair(tmp_path_factory, looping_model_path):
+    """A second tiny model with the same tokenizer (other weights), and one whose tokenizer differs."""
+    import shutil
+
+    from tests.tiny_model import build_tiny_model, build_tokenizer
+
+    other = build_tiny_model(tmp_path_factory.mktemp("draft-other"), seed=1)
+    same = tmp_path_factory.mktemp("draft-same") / "model"
+    shutil.copytree(looping_model_path, same)
+    foreign = build_tiny_model(tmp_path_factory.mktemp("draft-foreign"), seed=2)
+    build_tokenizer(vocab_size=300).save(str(foreign / "tokenizer.json"))
+    return {"other": other, "same": same, "foreign": foreign}
+
+
+def engine_turns(model_path, turns, **params):
+    """Replies (TurnStats) of a few turns of one conversation on a fresh Engine, and its session."""
+    import asyncio
+
+    from engine import Engine, TurnStats
+
+    async def main():
+        engine = Engine()
+        try:
+            await engine.load_model(str(model_path))
+            messages, out = [], []
+            for text in turns:
+                messages.append({"role": "user", "content": text})
+                parts, stats = [], None
+                async for ev in engine.chat("c", messages, GenerationParams(**params)):
+                    if isinstance(ev, TurnStats):
+                        stats = ev
+                    else:
+                        parts.append(ev.text)
+                messages.append({"role": "assistant", "content": "".join(parts)})
+                out.append(stats)
+            return out, engine._session
+        finally:
+            await engine.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("draft", ["same", "other"])
+def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(looping_model_path, draft_pair, draft):
+    turns = [CODE, "Again: " + CODE]
+    plain, _ = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40, speculative=False)
+    drafted, session = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40,
+                                    draft_model=str(draft_pair[draft]))
+    assert [s.reply_ids for s in drafted] == [s.reply_ids for s in plain]
+    assert all(s.drafted_tokens > 0 for s in drafted)
+    if draft == "same":  # the same weights draft what the model says
+        assert sum(s.accepted_tokens for s in drafted) >= 0.9 * sum(s.drafted_tokens for s in drafted)
+    else:
+        assert sum(s.accepted_tokens for s in drafted) < sum(s.drafted_tokens for s in drafted)
+    main, cache = session.caches.get("c"), session.draft_caches["c"]
+    assert cache.token_ids == main.token_ids[: len(cache.token_ids)]
+    assert len(cache.token_ids) >= len(main.token_ids) - 1
+    assert all(c.offset == len(cache.token_ids) for c in cache.layers)
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, draft_pair, tmp_path, capsys):
+    import json
+
+    from app.cli import main
+    from engine import ChinwagError
+
+    with pytest.raises(ChinwagError, match="vocabularies differ"):
+        engine_turns(looping_model_path, ["Hello"], temperature=0.0, max_tokens=4,
+                     draft_model=str(draft_pair["foreign"]))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": ["Hello"]}))
+    code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "vocabularies differ" in err and "draft model" in err
