@@ -10,8 +10,12 @@ on. Cases (issue 8):
 
 on the starter model (SmolLM2-135M, as the engine loads it) and the tests' tiny random model
 (which copies nothing: it shows the cost of drafting that never pays off). Decode tok/s is
-timed from the caller: (tokens - 1) / (last - first token's arrival). The draft-model case
-(d) is not measured: this branch has no draft-model support.
+timed from the caller: (tokens - 1) / (last - first token's arrival).
+
+  d_draft_*  a draft model instead of lookups, on the free-chat prompt. No draft/main pair of
+             the starter's family is available offline, so only the tiny model runs it, for the
+             mechanics: drafted by a copy of itself (every draft right) and by a second tiny
+             model with the same tokenizer and other weights (drafts nearly always wrong).
 
     python -m bench.speculative [--reps 3] [--models starter,tiny] [--cases a_code,b_summary,c_chat]
 """
@@ -107,17 +111,34 @@ CASES = {
 }
 
 
+# case -> (the case whose prompt it uses, which tiny model drafts); run on the tiny model only.
+DRAFT_CASES = {"d_draft_copy": ("c_chat", "copy"), "d_draft_other": ("c_chat", "other")}
+
+
+def draft_models(tiny_path) -> dict:
+    import shutil
+    from pathlib import Path
+
+    from tests.tiny_model import build_tiny_model
+
+    copy = Path(str(tiny_path) + "-copy")
+    shutil.copytree(tiny_path, copy)
+    other = build_tiny_model(Path(str(tiny_path) + "-other"), seed=1, context_length=32768)
+    return {"copy": str(copy), "other": str(other)}
+
+
 def _decode_tps(times):
     arrivals = times[1:]
     span = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0
     return (len(arrivals) - 1) / span if span > 0 else float("nan")
 
 
-async def run_chinwag(engine, messages, max_tokens, speculative):
+async def run_chinwag(engine, messages, max_tokens, speculative, draft_model=""):
     from engine import GenerationParams, TextDelta
 
     conv = f"bench-spec-{uuid.uuid4().hex[:8]}"
-    params = GenerationParams(temperature=0.0, max_tokens=max_tokens, speculative=speculative)
+    params = GenerationParams(temperature=0.0, max_tokens=max_tokens, speculative=speculative,
+                              draft_model=draft_model if speculative else "")
     times, tokens, stats = [time.perf_counter()], [], None
     async for ev in engine.chat(conv, messages, params):
         if isinstance(ev, TextDelta):
@@ -157,8 +178,12 @@ async def measure_model(label, path, cases, reps):
     await run_chinwag(engine, warm, 4, True)
     run_mlx_lm(model, tokenizer, warm, 4)
     out = {}
+    drafts = draft_models(path) if label == "tiny" and any(c in DRAFT_CASES for c in cases) else {}
     for case in cases:
-        messages, max_tokens = CASES[case]
+        if case in DRAFT_CASES and label != "tiny":
+            continue
+        messages, max_tokens = CASES[DRAFT_CASES[case][0] if case in DRAFT_CASES else case]
+        draft = drafts[DRAFT_CASES[case][1]] if case in DRAFT_CASES else ""
         max_tokens = 24 if common.QUICK else max_tokens
         runs = {side: [] for side in SIDES}
         for rep in range(reps):
@@ -166,7 +191,7 @@ async def measure_model(label, path, cases, reps):
                 if side == "mlx_lm":
                     r = run_mlx_lm(model, tokenizer, messages, max_tokens)
                 else:
-                    r = await run_chinwag(engine, messages, max_tokens, side == "on")
+                    r = await run_chinwag(engine, messages, max_tokens, side == "on", draft)
                 r["rep"] = rep
                 runs[side].append(r)
                 log(f"{label} {case} rep {rep} {side}: {r['decode_tps']:.1f} tok/s, {r['tokens']} tokens"
@@ -204,7 +229,7 @@ async def main_async(args):
     for label in models:
         results[label] = await measure_model(label, paths[label](), cases, args.reps)
     common.save("speculative", {"params": {"reps": args.reps, "models": models, "cases": cases,
-                                           "max_tokens": {c: CASES[c][1] for c in cases}},
+                                           "max_tokens": {c: CASES[c][1] for c in cases if c in CASES}},
                                 "results": results},
                 f"python -m bench.speculative --reps {args.reps}", started)
 
@@ -213,7 +238,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=common.reps(3))
     p.add_argument("--models", default="starter,tiny")
-    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--cases", default=",".join(list(CASES) + list(DRAFT_CASES)))
     args = p.parse_args(argv)
     asyncio.run(main_async(args))
     common.finish()

@@ -26,6 +26,8 @@ MAX_DRAFT = 8
 # free on every plain step and resume drafting when they start to hit.
 MIN_ACCEPT_RATE = 0.3
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
+DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
+DRAFTER_MAX_PAUSE = 256
 
 
 @dataclass
@@ -98,9 +100,8 @@ class ModelDrafter:
 class DraftLength:
     """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
 
-    def __init__(self, max_draft: int = MAX_DRAFT, floor: int = 0):
+    def __init__(self, max_draft: int = MAX_DRAFT):
         self.max_draft = max_draft
-        self.floor = floor  # a draft model has no free lookups to resume from: it keeps drafting
         self.rate = 0.5
         self.k = 2
 
@@ -109,7 +110,7 @@ class DraftLength:
             return
         self.rate = RATE_DECAY * self.rate + (1 - RATE_DECAY) * (accepted / drafted)
         if self.rate < MIN_ACCEPT_RATE:
-            self.k = self.floor
+            self.k = 0
         elif accepted == drafted:
             self.k = min(self.max_draft, max(2, self.k * 2))
         else:
@@ -121,9 +122,12 @@ class Speculator:
 
     def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
         self.index = NgramIndex(prompt_ids)
-        self.length = DraftLength(max_draft, floor=1 if drafter else 0)
+        self.length = DraftLength(max_draft)
         self.sampling = sampling
         self.drafter = drafter
+        # A paused draft model has no free guesses to score: it retries after a pause that
+        # doubles each time it fails again.
+        self._pause, self._paused_for = DRAFTER_PAUSE, 0
         self.drafted = self.accepted = 0
         self._guess = None  # a free lookup's guess of the next token, checked on plain steps
 
@@ -133,7 +137,12 @@ class Speculator:
 
     def observe(self, tok: int) -> None:
         """A token emitted by a plain step: score the free guess, make the next one."""
-        if self._guess is not None and not self.drafting:
+        if self.drafter is not None and not self.drafting:
+            self._paused_for += 1
+            if self._paused_for >= self._pause:
+                self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
+                self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
+        if self.drafter is None and self._guess is not None and not self.drafting:
             self.length.record(1, int(self._guess == tok))
             if self.drafting:
                 self.length.k = 1

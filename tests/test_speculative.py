@@ -348,10 +348,13 @@ def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(loo
         assert sum(s.accepted_tokens for s in drafted) >= 0.9 * sum(s.drafted_tokens for s in drafted)
     else:
         assert sum(s.accepted_tokens for s in drafted) < sum(s.drafted_tokens for s in drafted)
+    # The draft cache holds a prefix of the main one's ids, nothing else (it lags while a
+    # failing draft model is paused).
     main, cache = session.caches.get("c"), session.draft_caches["c"]
     assert cache.token_ids == main.token_ids[: len(cache.token_ids)]
-    assert len(cache.token_ids) >= len(main.token_ids) - 1
     assert all(c.offset == len(cache.token_ids) for c in cache.layers)
+    if draft == "same":
+        assert len(cache.token_ids) >= len(main.token_ids) - 1
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, draft_pair, tmp_path, capsys):
