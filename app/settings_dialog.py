@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -26,13 +27,13 @@ from engine.types import DEFAULT_MAX_TOKENS, GenerationParams, speculative_defau
 
 DEFAULTS_KEY = "default_settings"
 KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap",
-        "speculative")
+        "speculative", "draft_model")
 
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
     # The engine's per-backend default: on where the benchmark measured a gain.
-    return {"speculative": speculative_default(), **json.loads(text)}
+    return {"speculative": speculative_default(), "draft_model": "", **json.loads(text)}
 
 
 def load_defaults(store) -> dict:
@@ -67,6 +68,7 @@ def params_from_settings(values: dict) -> GenerationParams:
         max_tokens=int(values.get("max_tokens") or DEFAULT_MAX_TOKENS),
         context_cap=cap if cap > 0 else None,
         speculative=None if values.get("speculative") is None else bool(values["speculative"]),
+        draft_model=str(values.get("draft_model") or "").strip(),
     )
 
 
@@ -138,6 +140,12 @@ class SettingsDialog(QDialog):
         self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
                                     "the reply is the same as without it")
         form.addRow("", self.speculative)
+        self.draft_model = QLineEdit()
+        self.draft_model.setObjectName("draft_model")
+        self.draft_model.setPlaceholderText("none: drafts come from the conversation")
+        self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
+                                    "or a folder) that drafts tokens for speculative decoding")
+        form.addRow("Draft model", self.draft_model)
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -154,10 +162,12 @@ class SettingsDialog(QDialog):
             value = values.get(key, self._defaults.get(key, 0)) or 0
             box.setValue(float(value) if isinstance(box, QDoubleSpinBox) else int(value))
         self.speculative.setChecked(bool(values.get("speculative", self._defaults.get("speculative", False))))
+        self.draft_model.setText(str(values.get("draft_model") or ""))
 
     def values(self) -> dict:
         out = {"system_prompt": self.system_prompt.toPlainText()}
         for key, box in self.fields.items():
             out[key] = round(box.value(), 4) if isinstance(box, QDoubleSpinBox) else int(box.value())
         out["speculative"] = self.speculative.isChecked()
+        out["draft_model"] = self.draft_model.text().strip()
         return out

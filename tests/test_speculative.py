@@ -371,3 +371,31 @@ def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, dr
     code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "vocabularies differ" in err and "draft model" in err
+
+
+@pytest.mark.qt
+def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(qtbot, qloop, looping_model_path,
+                                                                              draft_pair):
+    from tests.test_window_engine import close_window, open_window, send
+
+    store, window = open_window(qtbot, looping_model_path)
+    send(qtbot, window, "Hello")
+    conv_id = window.chat.conv_id
+    dialog = window.chat_settings_dialog()
+    assert dialog.draft_model.text() == ""
+    dialog.fields["temperature"].setValue(0.0)
+    dialog.fields["max_tokens"].setValue(30)
+    dialog.draft_model.setText(str(draft_pair["same"]))
+    dialog.accept()
+    assert store.get_conversation(conv_id).settings["draft_model"] == str(draft_pair["same"])
+    send(qtbot, window, CODE)
+    reply = store.get_conversation(conv_id).messages[-1]
+    assert reply.status == "complete" and reply.stats["drafted_tokens"] > 0
+    assert "drafted tokens accepted" in window.chat_view.message_widgets()[-1].stats_label.toolTip()
+
+    window.save_chat_settings(conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])})
+    send(qtbot, window, "Once more")
+    reply = store.get_conversation(conv_id).messages[-1]
+    assert reply.status == "failed"
+    assert any("vocabularies differ" in t for t in window.notices.texts())
+    close_window(qtbot, store, window)
