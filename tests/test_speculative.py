@@ -81,6 +81,23 @@ def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
     assert length.rate < 0.3
 
 
+def test_a_failing_draft_model_pauses_with_a_doubling_back_off():
+    from engine.speculative import DRAFTER_PAUSE, ModelDrafter, Speculator
+
+    spec = Speculator([1, 2, 3], Sampling(0.0, 1.0, 0, 0.0, [], 64), drafter=Mock(spec=ModelDrafter))
+    spec.length.record(2, 0)
+    spec.length.record(1, 0)
+    assert not spec.drafting
+    for pause in (DRAFTER_PAUSE, 2 * DRAFTER_PAUSE):
+        for _ in range(pause - 1):
+            spec.observe(5)
+        assert not spec.drafting
+        spec.observe(5)
+        assert spec.length.k == 1
+        spec.length.record(1, 0)  # one more failure pauses it again, for twice as long
+        assert not spec.drafting
+
+
 def test_the_default_is_one_value_per_backend():
     assert speculative_default("cpu") in (True, False)
     assert speculative_default("gpu") in (True, False)
