@@ -102,7 +102,10 @@ class Session:
         """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
         if self._draft is not None and self._draft[0] == spec:
             return self._draft[1]
-        path, info = registry.resolve_model(spec)
+        try:
+            path, info = registry.resolve_model(spec)
+        except ChinwagError as e:
+            raise ChinwagError(f"draft model: {e}") from None
         model, tokenizer = loading.load(path)
         check_vocabularies(self.tokenizer, tokenizer, self.info.name, info.name)
         if not supports_contiguous_cache(model):

@@ -388,6 +388,9 @@ def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, dr
     code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "vocabularies differ" in err and "draft model" in err
+    code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("chinwag: error: draft model: ") and "nope" in err
 
 
 @pytest.mark.qt
