@@ -81,7 +81,8 @@ class ModelInfo:
     # "ready", "needs-import" (GGUF / starter not yet imported), or "unusable".
     status: str = "ready"
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder"
+    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:
         from dataclasses import asdict
