@@ -289,15 +289,17 @@ class RemoteBackend:
         try:
             while True:
                 event = await queue.get()
-                if event is done:
+                if event is done or stop.is_set():  # nothing after a stop, even if already received
                     break
                 yield event
-            if task.cancelled():
+            if stop.is_set() or task.cancelled():
                 turn.finish = "cancelled"
             elif task.exception() is not None:
                 e = task.exception()
                 if isinstance(e, _ServerError):
                     message = response_error(e.status, e.body)
+                    if e.status == 404:
+                        message = f"unknown model '{self.target.model}' ({message.removesuffix(' (unknown model?)')})"
                     if e.status in (400, 413, 422) and _OVERFLOW.search(server_message(e.body)):
                         raise ContextOverflowError(f"server {server.name}: the history is too long: {message}")
                     raise ChinwagError(f"server {server.name}: {message}")

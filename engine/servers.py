@@ -179,7 +179,7 @@ def keys_file() -> Path:
 
 
 def key_storage() -> str:
-    return "system keychain" if _keyring() else f"{keys_file()} (readable only by you)"
+    return "the system keychain" if _keyring() else f"{keys_file()} (readable only by you)"
 
 
 def api_key(name: str) -> str:
