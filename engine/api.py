@@ -10,7 +10,7 @@ import queue
 import threading
 from typing import AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo, ServerInfo
 
 _DONE = object()
 
@@ -130,6 +130,25 @@ class Engine:
                                              asyncio.to_thread(servers.server_models))
         return local + remote
 
+    # --- model servers (engine/servers.py: files and the keychain, no MLX) ----------
+
+    async def list_servers(self) -> list:
+        from engine import servers
+
+        return await asyncio.to_thread(servers.server_infos)
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""):
+        """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
+        from engine import servers
+
+        server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
+        return ServerInfo(server.name, servers.display_url(server.url), bool(server.api_key))
+
+    async def remove_server(self, name: str) -> None:
+        from engine import servers
+
+        await asyncio.to_thread(servers.remove_server, name)
+
     async def load_model(self, spec: str, progress: Optional[Callable[[LoadProgress], None]] = None) -> ModelInfo:
         """Load a model (registry id, MLX folder or GGUF file); stops generation first.
 
@@ -221,7 +240,7 @@ class Engine:
         from engine import remote
 
         self.stop(conversation_id)
-        stop = remote.StopSignal(asyncio.get_running_loop())
+        stop = remote.StopSignal()
         self._stops[conversation_id] = stop
         self._generating += 1
         try:

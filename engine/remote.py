@@ -1,12 +1,13 @@
 """A model served elsewhere, behind the same chat API as a local one: the OpenAI chat-completions
 stream (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama, LM Studio) read incrementally with httpx.
 
-Runs on the caller's event loop (network only, no MLX), so the UI thread never waits: every
-read is awaited. The history is sent byte-identical every turn (each reply exactly as the
+Requests run on one network thread's own asyncio loop (no MLX there, and no read on a front
+end's Qt loop); events come back to the caller's loop, so the UI thread never waits. The history is sent byte-identical every turn (each reply exactly as the
 server sent it), so the server's prefix cache serves every follow-up.
 """
 
 import asyncio
+import concurrent.futures
 import json
 import re
 import threading
@@ -139,29 +140,40 @@ class _ServerError(Exception):
 
 
 class StopSignal:
-    """Engine.stop() sets it from any thread; it cancels the running request on its loop."""
+    """Engine.stop() sets it from any thread; it cancels the running request at once."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self):
         self._event = threading.Event()
-        self._loop = loop
-        self._task: Optional[asyncio.Task] = None
+        self._request: Optional[concurrent.futures.Future] = None
 
-    def watch(self, task: asyncio.Task) -> None:
-        self._task = task
+    def watch(self, request: concurrent.futures.Future) -> None:
+        self._request = request
         if self._event.is_set():
-            task.cancel()
+            request.cancel()
 
     def set(self) -> None:
         self._event.set()
-        task = self._task
-        if task is not None:
-            try:
-                self._loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:  # the loop has closed
-                pass
+        if self._request is not None:
+            self._request.cancel()  # thread-safe: cancels the request's task on the network loop
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+
+_network = None
+_network_lock = threading.Lock()
+
+
+def network_loop() -> asyncio.AbstractEventLoop:
+    """One event loop on its own thread for every request: httpx runs on plain asyncio, and no
+    read ever happens on a front end's (Qt) loop."""
+    global _network
+    with _network_lock:
+        if _network is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="chinwag-network", daemon=True).start()
+            _network = loop
+    return _network
 
 
 # --- the backend ---------------------------------------------------------------------------
@@ -253,9 +265,16 @@ class RemoteBackend:
         import httpx
 
         server = self.target.server
+        caller = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         started = time.perf_counter()
         done = object()
+
+        def put(event):  # from the network thread to this loop
+            try:
+                caller.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # this loop has closed: nobody is listening
+                pass
 
         async def read():
             timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
@@ -272,18 +291,18 @@ class RemoteBackend:
                             if m and progress is not None:
                                 event = progress(int(m.group(1)), int(m.group(2)))
                                 if event is not None:
-                                    queue.put_nowait(event)
+                                    put(event)
                         elif line.startswith("data:"):
                             data.append(line[5:].removeprefix(" "))
                         elif not line.strip() and data:
-                            if self._dispatch("\n".join(data), turn, queue):
+                            if self._dispatch("\n".join(data), turn, put):
                                 return
                             data = []
                     if data:
-                        self._dispatch("\n".join(data), turn, queue)
+                        self._dispatch("\n".join(data), turn, put)
 
-        task = asyncio.ensure_future(read())
-        task.add_done_callback(lambda _t: queue.put_nowait(done))
+        task = asyncio.run_coroutine_threadsafe(read(), network_loop())
+        task.add_done_callback(lambda _t: put(done))
         stop.watch(task)
         error = ""
         try:
@@ -327,7 +346,7 @@ class RemoteBackend:
             yield self._show(turn, THINK_CLOSE)
         yield self._stats(turn, started, dropped, error)
 
-    def _dispatch(self, payload: str, turn: _Turn, queue: asyncio.Queue) -> bool:
+    def _dispatch(self, payload: str, turn: _Turn, put: Callable) -> bool:
         """Handle one SSE event; True at [DONE]."""
         server = self.target.server
         if payload.strip() == "[DONE]":
@@ -350,7 +369,7 @@ class RemoteBackend:
                 if not turn.in_reasoning:
                     turn.in_reasoning = True
                     reasoning = THINK_OPEN + reasoning
-                queue.put_nowait(self._show(turn, reasoning))
+                put(self._show(turn, reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._arrive(turn)
@@ -359,7 +378,7 @@ class RemoteBackend:
                 if turn.in_reasoning:
                     turn.in_reasoning = False
                     shown = THINK_CLOSE + content
-                queue.put_nowait(self._show(turn, shown))
+                put(self._show(turn, shown))
             if choice.get("finish_reason"):
                 turn.finish = FINISH.get(choice["finish_reason"], "stop")
         return False

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from engine import paths
 from engine.errors import ChinwagError
-from engine.types import ModelInfo
+from engine.types import ModelInfo, ServerInfo
 
 SERVERS_FILE = "servers.json"
 KEYS_FILE = "server-keys.json"
@@ -112,6 +112,10 @@ def _load() -> list:
 def list_servers() -> list:
     """The saved servers, keys included (callers never print them)."""
     return [Server(r["name"], r["url"], api_key(r["name"])) for r in _load()]
+
+
+def server_infos() -> list:
+    return [ServerInfo(s.name, display_url(s.url), bool(s.api_key)) for s in list_servers()]
 
 
 def get_server(name: str) -> Optional[Server]:

@@ -113,3 +113,12 @@ class EngineState:
     model: Optional[ModelInfo] = None
     detail: str = ""
     kv_bytes_total: int = 0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
+
+    name: str
+    url: str
+    has_api_key: bool = False

@@ -106,7 +106,7 @@ def test_keepalive_comments_become_prefill_progress(standin):
     seen = []
 
     async def go():
-        stop = remote.StopSignal(asyncio.get_running_loop())
+        stop = remote.StopSignal()
         events = []
         async for ev in backend.chat("c", [{"role": "user", "content": "hi"}], GenerationParams(), stop,
                                      progress=lambda done, total: seen.append((done, total))):
