@@ -80,6 +80,7 @@ class ServerDialog(QDialog):
         self.setMinimumWidth(500)
         self.busy = False
         self.reload()
+        self.name_edit.setFocus()
 
     # --- the list ---------------------------------------------------------
     def reload(self):
@@ -145,7 +146,11 @@ class ServerDialog(QDialog):
             self._set_busy(False, str(e))
             return
         self.editing = server.name
+        self.url_edit.setText(server.url)  # as normalized and saved
         self.key_edit.clear()
+        self.key_edit.setPlaceholderText("saved (type to replace, or clear with a space)" if server.has_api_key
+                                         else "optional")
+        self.save_button.setText("Save")
         await self._reload(select=server.name)
         models = [m for m in await self.bridge.refresh_models() if m.server == server.name]
         down = next((m for m in models if m.status == "unusable"), None)
