@@ -273,3 +273,31 @@ def test_replay_through_a_saved_server_and_a_url(standin, tmp_path, capsys):
         assert turns[0]["prompt_ids"] == [] and turns[0]["reply_ids"] == []
     assert main(["replay", str(script), "--model", "lab/nope"]) == 2
     assert "server lab has no model 'nope'" in capsys.readouterr().err
+
+
+def test_tls_to_a_plain_http_server_is_a_tls_error(standin):
+    url = standin.url.replace("http://", "https://")
+    with pytest.raises(ChinwagError, match=r"^server 127\.0\.0\.1:\d+: TLS error talking to https://127\.0\.0\.1"):
+        run_chat(f"{url}#chat", ["hi"])
+
+
+def test_the_local_engine_is_unaffected_by_a_failed_server(standin, tiny_model_path):
+    async def go():
+        engine = Engine()
+        try:
+            await engine.load_model(str(tiny_model_path))
+            with pytest.raises(ChinwagError):
+                await engine.load_model("http://127.0.0.1:9")
+            assert engine.current_model.source != "server"  # the failed load kept the local model
+            await engine.load_model(f"{standin.url}#error-500")
+            with pytest.raises(ChinwagError, match="HTTP 500"):
+                await collect(engine, "c", [{"role": "user", "content": "hi"}])
+            await engine.load_model(str(tiny_model_path))
+            text, stats, _ = await collect(engine, "c", [{"role": "user", "content": "hi"}],
+                                           GenerationParams(temperature=0, max_tokens=3))
+            return stats
+        finally:
+            await engine.close()
+
+    stats = asyncio.run(go())
+    assert stats.generated_tokens == 3 and stats.kv_offset > 0
