@@ -64,7 +64,12 @@ def resolve(spec: str) -> Optional[RemoteTarget]:
         server = servers.get_server(name)
     else:
         return None
-    available = servers.fetch_model_ids(server, timeout=CONNECT_TIMEOUT_S)
+    try:
+        available = servers.fetch_model_ids(server, timeout=CONNECT_TIMEOUT_S)
+    except servers.NoModelList:
+        if not model:
+            raise
+        available = [model]
     if not model:
         model = available[0]
     elif model not in available and model != servers.DEFAULT_MODEL and available != [servers.DEFAULT_MODEL]:

@@ -30,6 +30,10 @@ LIST_TIMEOUT_S = 3.0  # listing servers must not hold the Model menu for long
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
 
 
+class NoModelList(ChinwagError):
+    """A server without GET /models: its models can still be named."""
+
+
 @dataclass(frozen=True)
 class Server:
     name: str
@@ -50,6 +54,9 @@ def normalize_url(url: str) -> str:
         parts.port  # noqa: B018 - raises for a port that is not a number
     except ValueError:
         raise ChinwagError(f"not a server URL: '{display_url(text)}' has a bad port") from None
+    if parts.username or parts.password:  # it would be saved and logged with the URL
+        raise ChinwagError(f"the server URL '{display_url(text)}' has a user:password part: "
+                           "give the key as the server's API key instead")
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/models"):
         if path.endswith(tail):
@@ -243,6 +250,9 @@ def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
             r = client.get(f"{server.url}/models", headers=headers_for(server.api_key))
     except httpx.HTTPError as e:
         raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+    if r.status_code == 404:
+        raise NoModelList(f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
+                          f"name the model: {server.name}/MODEL or URL#MODEL")
     if r.status_code != 200:
         raise ChinwagError(f"server {server.name}: {response_error(r.status_code, r.content)}")
     if not r.content.strip():

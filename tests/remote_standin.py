@@ -27,9 +27,10 @@ def chunk(content=None, reasoning=None, finish=None, usage=None):
 
 
 class StandIn:
-    def __init__(self, api_key: str = "", models_body: bytes = None):
+    def __init__(self, api_key: str = "", models_body: bytes = None, models_endpoint: bool = True):
         self.api_key = api_key
         self.models_body = models_body
+        self.models_endpoint = models_endpoint
         self.requests = []  # (path, raw body bytes, parsed)
         self.release = threading.Event()  # ends a stalled stream
         standin = self
@@ -57,7 +58,7 @@ class StandIn:
             def do_GET(self):
                 if not self._auth_ok():
                     return
-                if self.path.rstrip("/").endswith("/models"):
+                if self.path.rstrip("/").endswith("/models") and standin.models_endpoint:
                     if standin.models_body is not None:
                         self.send_response(200)
                         self.send_header("Content-Length", str(len(standin.models_body)))

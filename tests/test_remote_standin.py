@@ -301,3 +301,20 @@ def test_the_local_engine_is_unaffected_by_a_failed_server(standin, tiny_model_p
 
     stats = asyncio.run(go())
     assert stats.generated_tokens == 3 and stats.kv_offset > 0
+
+
+def test_credentials_in_a_url_are_refused():
+    with pytest.raises(ChinwagError, match="user:password part"):
+        servers.add_server("x", "http://me:secret@127.0.0.1:8080/v1")
+    assert "secret" not in servers.display_url("http://me:secret@127.0.0.1:8080/v1")
+
+
+def test_a_server_without_a_model_list_takes_a_named_model():
+    with StandIn(models_endpoint=False) as s:
+        [(text, _)] = run_chat(f"{s.url}#chat", ["hi"])
+        assert text == "Hello there #0"
+        with pytest.raises(ChinwagError, match=r"models is not there \(HTTP 404\); name the model"):
+            run_chat(s.url, ["hi"])
+        servers.add_server("bare", s.url)
+        [info] = servers.server_models()
+        assert info.status == "unusable" and "name the model" in info.reason
