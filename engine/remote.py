@@ -2,8 +2,9 @@
 stream (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama, LM Studio) read incrementally with httpx.
 
 Requests run on one network thread's own asyncio loop (no MLX there, and no read on a front
-end's Qt loop); events come back to the caller's loop, so the UI thread never waits. The history is sent byte-identical every turn (each reply exactly as the
-server sent it), so the server's prefix cache serves every follow-up.
+end's Qt loop); events come back to the caller's loop, so the UI thread never waits. The
+history is sent byte-identical every turn (each reply exactly as the server sent it), so the
+server's prefix cache serves every follow-up.
 """
 
 import asyncio
@@ -26,7 +27,8 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
-_OVERFLOW = re.compile(r"context (length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
+_OVERFLOW = re.compile(r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
+                       r"|exceeds? the (available |model's )?context", re.I)
 FINISH = {"stop": "stop", "length": "length", "tool_calls": "stop", "content_filter": "stop", "eos": "stop"}
 
 
@@ -58,7 +60,10 @@ def resolve(spec: str) -> Optional[RemoteTarget]:
     spec = str(spec).strip()
     if spec.startswith(("http://", "https://")):
         url, _, model = spec.partition("#")
-        server = servers.Server(servers.host_label(servers.normalize_url(url)), servers.normalize_url(url))
+        base = servers.normalize_url(url)
+        # A saved server's URL gets its name and API key.
+        server = next((s for s in servers.list_servers() if s.url == base), None) \
+            or servers.Server(servers.host_label(base), base)
     elif is_remote_spec(spec):
         name, model = spec.split("/", 1)
         server = servers.get_server(name)
