@@ -323,8 +323,7 @@ class RemoteBackend:
                 yield event
             if stop.is_set() or task.cancelled():
                 turn.finish = "cancelled"
-            elif task.exception() is not None:
-                e = task.exception()
+            elif (e := task.exception()) is not None:
                 if isinstance(e, _ServerError):
                     message = response_error(e.status, e.body)
                     if e.status == 404:
@@ -337,8 +336,8 @@ class RemoteBackend:
                     if not turn.deltas:
                         raise ChinwagError(error)
                     turn.finish = "error"
-                elif not _is_http_error(e):
-                    raise e
+                elif not isinstance(e, Exception) or not _is_http_error(e):
+                    raise e  # a bug, not the network
                 else:
                     error = f"server {server.name}: {describe_http_error(e, server)}"
                     if not turn.deltas:
@@ -358,7 +357,6 @@ class RemoteBackend:
 
     def _dispatch(self, payload: str, turn: _Turn, put: Callable) -> bool:
         """Handle one SSE event; True at [DONE]."""
-        server = self.target.server
         if payload.strip() == "[DONE]":
             return True
         try:
