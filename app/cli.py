@@ -68,7 +68,7 @@ def cmd_models(args) -> int:
         return 0
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or "")
+        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
         print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
     return 0
 

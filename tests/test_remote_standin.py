@@ -318,3 +318,17 @@ def test_a_server_without_a_model_list_takes_a_named_model():
         servers.add_server("bare", s.url)
         [info] = servers.server_models()
         assert info.status == "unusable" and "name the model" in info.reason
+
+
+def test_chat_in_the_terminal_through_a_saved_server(standin, chinwag_home):
+    import subprocess
+    import sys
+
+    servers.add_server("lab", standin.url)
+    out = subprocess.run([sys.executable, "-m", "app.cli", "chat", "--model", "lab/chat", "--temperature", "0"],
+                         input="hi\nagain\n/exit\n", capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CHINWAG_HOME": str(chinwag_home), "CHINWAG_KEYRING": "0"})
+    assert out.returncode == 0, out.stderr
+    assert "Chatting with chat on lab" in out.stdout
+    assert "Hello there #0" in out.stdout and "Hello there #1" in out.stdout
+    assert [json.loads(raw)["messages"][-1]["content"] for _, raw, _ in standin.requests] == ["hi", "again"]
