@@ -19,7 +19,7 @@ from typing import AsyncIterator, Callable, Optional
 from engine import servers
 from engine.errors import ChinwagError, ContextOverflowError
 from engine.prompt import check_messages
-from engine.types import GenerationParams, ModelInfo, TextDelta, TurnStats
+from engine.types import FinishReason, GenerationParams, ModelInfo, TextDelta, TurnStats
 
 CONNECT_TIMEOUT_S = 10.0
 # A prefill of a long history on a big model can take minutes; mlx_lm.server sends keepalive
@@ -29,7 +29,8 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
 _OVERFLOW = re.compile(r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
                        r"|exceeds? the (available |model's )?context", re.I)
-FINISH = {"stop": "stop", "length": "length", "tool_calls": "stop", "content_filter": "stop", "eos": "stop"}
+# The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
+FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ class RemoteBackend:
                     break
                 yield event
             if stop.is_set() or task.cancelled():
-                turn.finish = "cancelled"
+                turn.finish = FinishReason.CANCELLED
             elif (e := task.exception()) is not None:
                 if isinstance(e, _ServerError):
                     message = response_error(e.status, e.body)
@@ -335,19 +336,19 @@ class RemoteBackend:
                     error = f"server {server.name}: {e}"
                     if not turn.deltas:
                         raise ChinwagError(error)
-                    turn.finish = "error"
+                    turn.finish = FinishReason.ERROR
                 elif not isinstance(e, Exception) or not _is_http_error(e):
                     raise e  # a bug, not the network
                 else:
                     error = f"server {server.name}: {describe_http_error(e, server)}"
                     if not turn.deltas:
                         raise ChinwagError(error)
-                    turn.finish = "cancelled"  # a reply cut by a dropped connection is kept, marked stopped
+                    turn.finish = FinishReason.CANCELLED  # a reply cut by a dropped connection is kept, marked stopped
             elif not turn.finish:
                 if not turn.deltas:
                     raise ChinwagError(f"server {server.name}: the stream ended without a reply")
                 error = f"server {server.name}: the stream ended before the reply finished"
-                turn.finish = "cancelled"
+                turn.finish = FinishReason.CANCELLED
         finally:
             if not task.done():
                 task.cancel()
@@ -388,7 +389,7 @@ class RemoteBackend:
                     shown = THINK_CLOSE + content
                 put(self._show(turn, shown))
             if choice.get("finish_reason"):
-                turn.finish = FINISH.get(choice["finish_reason"], "stop")
+                turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
         return False
 
     @staticmethod
@@ -417,7 +418,7 @@ class RemoteBackend:
             decode_tps=(generated - 1) / span if generated > 1 and span > 0 else 0.0,
             prefill_tps=(prompt - cached) / ttft if ttft > 0 else 0.0,
             kv_capacity=0, kv_offset=prompt + generated, kv_bytes=0, context_limit=0,
-            finish_reason=turn.finish or "stop", dropped_messages=dropped, error=error,
+            finish_reason=FinishReason(turn.finish or FinishReason.STOP), dropped_messages=dropped, error=error,
         )
 
 

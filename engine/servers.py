@@ -17,8 +17,9 @@ from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from engine import paths
+from engine.atomic import write_atomic
 from engine.errors import ChinwagError
-from engine.types import ModelInfo, ServerInfo
+from engine.types import ModelInfo, ModelStatus, ServerInfo
 
 SERVERS_FILE = "servers.json"
 KEYS_FILE = "server-keys.json"
@@ -86,19 +87,9 @@ def _servers_path() -> Path:
     return paths.data_dir() / SERVERS_FILE
 
 
-def _write_private(path: Path, data, mode: Optional[int] = None) -> None:
-    """Write JSON atomically (a temp file renamed over the old one); mode for new secrets."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode if mode is not None else 0o644)
-    try:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+def _write_private(path: Path, data) -> None:
+    """Only you can read it (0600): one holds API keys, the other says where your servers are."""
+    write_atomic(path, json.dumps(data, indent=2), mode=0o600)
 
 
 def _read_json(path: Path, default):
@@ -233,7 +224,7 @@ def _set_file_key(name: str, key: str) -> None:
         del keys[name]
     else:
         return
-    _write_private(path, keys, mode=0o600)
+    _write_private(path, keys)
 
 
 # --- the models a server serves ------------------------------------------------------------
@@ -269,7 +260,7 @@ def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
 def model_info(server: Server, model: str, spec: str = "") -> ModelInfo:
     return ModelInfo(
         id=spec or f"{server.name}/{model}", name=f"{model} on {server.name}", path=display_url(server.url),
-        architecture="remote", status="ready", source="server", server=server.name,
+        architecture="remote", status=ModelStatus.READY, source="server", server=server.name,
     )
 
 
@@ -280,7 +271,7 @@ def models_of(server: Server) -> list:
     except ChinwagError as e:
         reason = str(e).removeprefix(f"server {server.name}: ")
         return [ModelInfo(id=f"{server.name}/", name=server.name, path=display_url(server.url),
-                          architecture="remote", status="unusable", reason=f"unreachable: {reason}",
+                          architecture="remote", status=ModelStatus.UNUSABLE, reason=f"unreachable: {reason}",
                           source="server", server=server.name)]
 
 
