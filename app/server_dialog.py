@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import ChinwagError
+from engine.log import report_bug
 
 HINT = ("An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
         "SGLang, llama.cpp, Ollama or LM Studio. Its models appear in the Model menu under its name.")
@@ -89,8 +90,8 @@ class ServerDialog(QDialog):
     async def _reload(self, select: str = ""):
         try:
             self._servers = await self.bridge.engine.list_servers()
-        except ChinwagError as e:
-            self.message.setText(str(e))
+        except Exception as e:
+            self.message.setText(_reason(e))
             return
         self.server_list.blockSignals(True)
         self.server_list.clear()
@@ -142,8 +143,8 @@ class ServerDialog(QDialog):
         self._set_busy(True, f"Connecting to {name or 'the server'}…")
         try:
             server = await self.bridge.engine.save_server(name, url, api_key, self.editing)
-        except ChinwagError as e:
-            self._set_busy(False, str(e))
+        except Exception as e:
+            self._set_busy(False, _reason(e))
             return
         self.editing = server.name
         self.url_edit.setText(server.url)  # as normalized and saved
@@ -171,8 +172,8 @@ class ServerDialog(QDialog):
         self._set_busy(True, f"Removing {name}…")
         try:
             await self.bridge.engine.remove_server(name)
-        except ChinwagError as e:
-            self._set_busy(False, str(e))
+        except Exception as e:
+            self._set_busy(False, _reason(e))
             return
         self.new_server()
         await self._reload()
@@ -186,6 +187,11 @@ class ServerDialog(QDialog):
         if not busy:
             self.remove_button.setEnabled(self.server_list.currentItem() is not None)
         self.message.setText(text)
+
+
+def _reason(e: Exception) -> str:
+    """A ChinwagError's line, or for a bug (logged with its traceback) where the log is."""
+    return str(e) if isinstance(e, ChinwagError) else report_bug(e, "the server dialog")
 
 
 def open_server_dialog(window) -> ServerDialog:

@@ -31,11 +31,15 @@ def cmd_add(args) -> int:
 
 
 def server_rows() -> list:
+    from concurrent.futures import ThreadPoolExecutor
+
     from engine import servers
 
     rows = []
-    for server in servers.list_servers():
-        infos = servers.models_of(server)
+    saved = servers.list_servers()
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(saved)))) as pool:  # ask them all at once
+        answers = list(pool.map(servers.models_of, saved))
+    for server, infos in zip(saved, answers):
         down = infos and infos[0].status == "unusable"
         rows.append({
             "name": server.name, "url": servers.display_url(server.url), "has_api_key": bool(server.api_key),
