@@ -39,6 +39,9 @@ def format_stats(stats) -> str:
     parts.append(f"{tps:.1f} tok/s")
     ttft = get("ttft_s", 0) or 0
     parts.append(f"first token {ttft:.2f} s")
+    reused = get("reused_tokens", 0) or 0
+    if reused:  # from the KV cache, or what a server reported from its prefix cache
+        parts.append(f"{reused:,} prompt tokens reused")
     dropped = get("dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")

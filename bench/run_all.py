@@ -23,6 +23,7 @@ BENCHES = {
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
     "speculative": ["bench.speculative"],
+    "remote": ["bench.remote"],
 }
 ORDER = list(BENCHES)
 

@@ -184,7 +184,8 @@ class ModelInfo:
     context_length: int = 0
     status: ModelStatus = ModelStatus.READY
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder"
+    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -214,3 +215,12 @@ class EngineState:
     state: EngineStatus
     model: Optional[ModelInfo] = None
     kv_bytes_total: int = 0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
+
+    name: str
+    url: str
+    has_api_key: bool = False
