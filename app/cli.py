@@ -3,8 +3,8 @@
 
 import argparse
 import asyncio
-import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +12,7 @@ from engine import ChinwagError, Engine, GenerationParams, TextDelta
 from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
+MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
 
 
 def fail(message: str) -> int:
@@ -45,10 +46,15 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
                        help=spec.help + ("" if default is None else f" (default: {default})"))
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="decode one token per step (speculative decoding is on where it is faster)")
+    p.add_argument("--draft-model", default="", metavar="M",
+                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationParams)})
+    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
+                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
 
 
 def _progress(p) -> None:
@@ -59,15 +65,15 @@ def _progress(p) -> None:
 
 
 def cmd_models(args) -> int:
-    from engine import registry
+    from engine import registry, servers
 
-    models = registry.list_models()
+    models = registry.list_models() + servers.server_models()
     if args.json:
         print(json.dumps([m.to_json() for m in models], indent=2))
         return 0
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or "")
+        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
         print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
     return 0
 
@@ -141,13 +147,15 @@ def load_script(path: str) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from None
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from None
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
     except json.JSONDecodeError as e:
-        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]
@@ -184,6 +192,7 @@ async def _replay(args) -> int:
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
                 "error": stats.error,
+                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
         await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
@@ -198,10 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.registry import STARTER_ID
 
     parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the log (warnings and bug tracebacks) to stderr")
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("chat", help="chat in the terminal")
-    p.add_argument("--model", default=STARTER_ID, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
     p.add_argument("--system", default="", help="a system prompt")
     _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
@@ -216,31 +227,63 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay a scripted chat and print one JSON object per turn")
     p.add_argument("script")
-    p.add_argument("--model", required=True, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
+    from app.servers_cli import add_commands as add_server_commands
     from app.transcripts_cli import add_commands
 
     add_commands(sub)
+    add_server_commands(sub)
     return parser
 
 
 def main(argv=None) -> int:
+    """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
+    as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         from app.main import run_app
 
-        return run_app(argv)
+        return run_app([a for a in argv if a not in ("-v", "--verbose")])
+    from engine import log
+
+    log.setup(verbose=args.verbose)
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
     except ChinwagError as e:
-        return fail(str(e))
+        code = fail(str(e))
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+        print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
+        code = 1
+    if as_program:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """Exit without running MLX's C++ static destructors.
+
+    Once MLX has run, letting the interpreter tear down normally aborted about half the time
+    ("terminate called without an active exception", status 134) after the output was
+    already written; everything worth keeping is flushed here first.
+    """
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    logging.shutdown()
+    if "mlx.core" in sys.modules:
+        os._exit(code)
 
 
 if __name__ == "__main__":
