@@ -5,11 +5,13 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
     GenerationParams,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    PrefillProgress,
     TextDelta,
     TurnStats,
 )
@@ -23,6 +25,8 @@ __all__ = [
     "LoadProgress",
     "MemoryReport",
     "ModelInfo",
+    "PrefillProgress",
+    "BackgroundPrefill",
     "TextDelta",
     "TurnStats",
     "Engine",

@@ -6,13 +6,25 @@ Only ints, strings and the dataclasses of engine/types.py reach the caller's loo
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
 from typing import AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import (
+    BackgroundPrefill,
+    EngineState,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    TextDelta,
+)
 
+log = logging.getLogger(__name__)
 _DONE = object()
+# After a turn near the context limit, prepare the next window while the user reads.
+IDLE_WORK = True
 
 
 class EngineThread:
@@ -41,6 +53,10 @@ class EngineThread:
             except BaseException as e:  # never let a job kill the thread
                 future.set_exception(e)
 
+    def waiting(self) -> bool:
+        """True while a job waits in the queue: background work yields to it."""
+        return not self._jobs.empty()
+
     def shutdown(self, timeout: float = 10.0):
         self._jobs.put(None)
         self._thread.join(timeout)
@@ -51,8 +67,13 @@ class EngineThread:
 
 
 class Engine:
-    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None,
+                 idle_work: bool = IDLE_WORK):
         self._options = (kv_initial_capacity, memory_budget_bytes)
+        self.idle_work = idle_work
+        # The background job (a draft's prefill, the next window) and the event that cancels it.
+        self._background: Optional[concurrent.futures.Future] = None
+        self._cancel_background = threading.Event()
         self._thread: Optional[EngineThread] = None
         self._session = None
         self._started: Optional[concurrent.futures.Future] = None
@@ -188,14 +209,20 @@ class Engine:
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
+        reply = []
         try:
             while True:
                 event = await events.get()
                 if event is _DONE:
                     break
+                if isinstance(event, TextDelta):
+                    reply.append(event.text)
                 yield event
             stats = future.result()  # raises what the engine thread raised
             self.last_kv_bytes = await asyncio.wrap_future(self._thread.submit(self._session.kv_bytes))
+            if self.idle_work and stats.finish_reason in ("stop", "length", "context"):
+                after = list(messages) + [{"role": "assistant", "content": "".join(reply)}]
+                self._start_background(self._session_prepare, conversation_id, after, params or GenerationParams())
             yield stats
         finally:
             if not future.done():
@@ -204,13 +231,59 @@ class Engine:
                 del self._stops[conversation_id]
             self._generating -= 1
 
+    # --- background work ----------------------------------------------------
+
+    async def prefill(self, conversation_id: str, messages: list,
+                      params: Optional[GenerationParams] = None) -> BackgroundPrefill:
+        """Prefill the prompt up to an unsent draft (the last user message), in the background.
+
+        Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
+        or model load preempts it within one prefill chunk. The turn that sends the draft
+        then computes only what is not in the cache yet (the longest common prefix).
+        """
+        if self._generating or self._loading or self.current_model is None:
+            return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
+        await self.start()
+        future = self._start_background(self._session_prefill, conversation_id, messages,
+                                        params or GenerationParams())
+        return await asyncio.wrap_future(future)
+
+    async def wait_background(self) -> Optional[BackgroundPrefill]:
+        """The current background job's result once it ends (None if there is none)."""
+        future = self._background
+        return None if future is None else await asyncio.wrap_future(future)
+
+    def _start_background(self, fn, *args) -> concurrent.futures.Future:
+        """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
+        self._cancel_background.set()  # a newer background job replaces the older one
+        cancel = self._cancel_background = threading.Event()
+        thread = self._thread
+
+        def should_stop() -> bool:
+            return cancel.is_set() or thread.waiting()
+
+        self._background = future = thread.submit(fn, *args, should_stop)
+        future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
+        return future
+
+    def _session_prefill(self, conv_id, messages, params, should_stop):
+        from engine.background import prefill_draft
+
+        return prefill_draft(self._session, conv_id, messages, params, should_stop)
+
+    def _session_prepare(self, conv_id, messages, params, should_stop):
+        from engine.background import prepare_next_window
+
+        return prepare_next_window(self._session, conv_id, messages, params, should_stop)
+
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""
         await self.start()
         return await self._call(self._session.caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
-        """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
+        """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
+        self._cancel_background.set()
         targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]
         for event in targets:
             if event is not None:
@@ -222,3 +295,7 @@ class Engine:
         if self._thread is not None:
             await self._call(self._session.forget, conversation_id)
 
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("background work failed", exc_info=future.exception())

@@ -13,7 +13,7 @@ from engine.errors import ChinwagError
 from engine.generation import TurnInput, run_turn
 from engine.memory import ConversationCaches, default_budget_bytes
 from engine.prompt import check_messages, fit
-from engine.types import GenerationParams, LoadProgress, ModelInfo, TextDelta, TurnStats
+from engine.types import GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
@@ -56,30 +56,46 @@ class Session:
         report(LoadProgress("ready", 1, 1))
         return info
 
-    def chat(self, conv_id: str, messages, params: GenerationParams,
-             should_stop: Callable[[], bool], emit: Callable[[TextDelta], None]) -> TurnStats:
+    def turn_input(self, conv_id: str, messages, params: GenerationParams):
+        """(the conversation's cache or None if new, TurnInput): the one place a turn's prompt is built.
+
+        Turns and background work (engine/background.py) both call it, so a prefill done
+        ahead of time matches the prompt the turn will compute.
+        """
         if self.model is None:
             raise ChinwagError("no model is loaded: load one before chatting")
         messages = check_messages(messages)
-        params = params or GenerationParams()
         limit = self.context_length
         if params.context_cap:
             limit = max(2, min(limit, params.context_cap))
         conv = self.caches.get(conv_id)
         replies = conv.replies if conv else {}
         prompt_ids, dropped = fit(self.tokenizer, messages, replies, limit)
+        return conv, TurnInput(prompt_ids, limit, dropped)
+
+    def new_cache(self, conv_id: str, turn: TurnInput, params: GenerationParams) -> ConversationCache:
+        capacity = self.kv_initial_capacity or initial_capacity(len(turn.prompt_ids) + params.max_tokens,
+                                                                turn.context_limit)
+        conv = ConversationCache.create(self.model, capacity)
+        self.caches.put(conv_id, conv)
+        return conv
+
+    def chat(self, conv_id: str, messages, params: GenerationParams,
+             should_stop: Callable[[], bool], emit: Callable[[TextDelta], None]) -> TurnStats:
+        params = params or GenerationParams()
+        conv, turn = self.turn_input(conv_id, messages, params)
+        messages = check_messages(messages)
         if conv is None:
-            capacity = self.kv_initial_capacity or initial_capacity(len(prompt_ids) + params.max_tokens, limit)
-            conv = ConversationCache.create(self.model, capacity)
-            self.caches.put(conv_id, conv)
+            conv = self.new_cache(conv_id, turn, params)
         parts = []
 
         def collect(delta: TextDelta):
             parts.append(delta.text)
             emit(delta)
 
-        stats = run_turn(self.model, self.tokenizer, conv, TurnInput(prompt_ids, limit, dropped),
-                         params, should_stop, collect)
+        n_prompt, limit = len(turn.prompt_ids), turn.context_limit
+        turn.progress = lambda done, total: emit(PrefillProgress(done, total, n_prompt, limit))
+        stats = run_turn(self.model, self.tokenizer, conv, turn, params, should_stop, collect)
         reply = "".join(parts)
         conv.forget_replies_except([m["content"] for m in messages if m["role"] == "assistant"])
         conv.remember_reply(reply, stats.reply_ids)

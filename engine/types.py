@@ -31,6 +31,34 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class PrefillProgress:
+    """Reading the prompt: `done` of the `total` new tokens computed (`chat` yields these first).
+
+    `prompt_tokens` and `context_limit` say how full the context will be once it is read.
+    """
+
+    done: int
+    total: int
+    prompt_tokens: int = 0
+    context_limit: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class BackgroundPrefill:
+    """What a background prefill (a draft, or the next window) computed before it ended."""
+
+    prompt_tokens: int  # the prompt it worked towards
+    reused_tokens: int  # already in the cache
+    computed_tokens: int  # computed by this job
+    finished: bool  # False: preempted by other work, cancelled, or skipped
+    reason: str = ""  # why it did not finish, or why it had nothing to do
+
+
+@dataclass(frozen=True)
 class TurnStats:
     """The final event of every chat turn."""
 
