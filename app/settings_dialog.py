@@ -10,6 +10,7 @@ from importlib import resources as importlib_resources
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -24,7 +25,10 @@ from PySide6.QtWidgets import (
 from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
 
 DEFAULTS_KEY = "default_settings"
-KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap")
+KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap",
+        "prefill_while_typing")
+# Read the message while it is typed (engine.prefill); its default is in default_settings.json.
+PREFILL_KEY = "prefill_while_typing"
 
 
 def builtin_defaults() -> dict:
@@ -129,6 +133,9 @@ class SettingsDialog(QDialog):
         for key, box in self.fields.items():
             box.setObjectName(key)
             form.addRow(labels[key], box)
+        self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
+        self.prefill_box.setObjectName(PREFILL_KEY)
+        form.addRow("", self.prefill_box)
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -144,9 +151,11 @@ class SettingsDialog(QDialog):
         for key, box in self.fields.items():
             value = values.get(key, self._defaults.get(key, 0)) or 0
             box.setValue(float(value) if isinstance(box, QDoubleSpinBox) else int(value))
+        self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
 
     def values(self) -> dict:
         out = {"system_prompt": self.system_prompt.toPlainText()}
         for key, box in self.fields.items():
             out[key] = round(box.value(), 4) if isinstance(box, QDoubleSpinBox) else int(box.value())
+        out[PREFILL_KEY] = self.prefill_box.isChecked()
         return out

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from engine.errors import ChinwagError
-from engine.types import EngineState, LoadProgress, ModelInfo, TextDelta, TurnStats
+from engine.types import BackgroundPrefill, EngineState, LoadProgress, ModelInfo, TextDelta, TurnStats
 
 
 @pytest.fixture
@@ -95,6 +95,9 @@ class FakeEngine:
         self._stops = {}
         self._generating = 0
         self.forgotten = []
+        self.prefills = []  # (conv_id, messages, params) of each draft read ahead
+        self.progress = ()  # PrefillProgress events a turn yields before its text
+        self.reading = None  # an asyncio.Event a turn waits for after its progress events
 
     @property
     def state(self):
@@ -143,6 +146,10 @@ class FakeEngine:
         n = 0
         reason = "stop"
         try:
+            for event in self.progress:
+                yield event
+            if self.progress and self.reading is not None:
+                await self.reading.wait()
             for piece in self.tokens(reply):
                 if stop.is_set():
                     reason = "cancelled"
@@ -167,6 +174,10 @@ class FakeEngine:
 
     async def forget(self, conv_id):
         self.forgotten.append(conv_id)
+
+    async def prefill(self, conv_id, messages, params=None):
+        self.prefills.append((conv_id, list(messages), params))
+        return BackgroundPrefill(len(messages), 0, len(messages), True)
 
     async def import_gguf(self, path, progress=None):
         if progress:
