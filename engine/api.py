@@ -253,6 +253,13 @@ class Engine:
         future = self._background
         return None if future is None else await asyncio.wrap_future(future)
 
+    def background_result(self) -> Optional[BackgroundPrefill]:
+        """The last background job's result if it has ended (None while it runs, or if none ran)."""
+        future = self._background
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
+
     def _start_background(self, fn, *args) -> concurrent.futures.Future:
         """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
         self._cancel_background.set()  # a newer background job replaces the older one

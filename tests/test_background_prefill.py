@@ -229,3 +229,36 @@ def test_another_conversations_turn_preempts_the_window_preparation(engine_with,
     assert other.finish_reason in ("stop", "length")
     assert not prepared.finished and 0 < prepared.computed_tokens <= generation.PREFILL_FIRST_STEP
     assert offset == held
+
+
+def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path, capsys):
+    import json
+
+    from app.cli import main
+
+    script = tmp_path / "long.json"
+    turns = [f"Question {i}: what is the capital of France?" for i in range(9)]
+    script.write_text(json.dumps({"system": "Be brief.", "turns": turns}))
+    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "160"]
+    runs = []
+    for extra in ([], ["--pause", "2"]):
+        assert main(common + extra) == 0
+        runs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    worst, paused = runs
+    assert [t["reply_ids"] for t in worst] == [t["reply_ids"] for t in paused]
+    assert [t["prompt_ids"] for t in worst] == [t["prompt_ids"] for t in paused]
+    dropped = [i for i, t in enumerate(paused) if t["dropped_messages"]]
+    assert dropped, "the window never slid"
+    i = dropped[0]
+    assert paused[i]["prepared_tokens"] > 0 and all(t["prepared_tokens"] == 0 for t in worst)
+    assert paused[i]["prefilled_tokens"] * 3 < worst[i]["prefilled_tokens"]
+
+
+def test_replay_pause_must_be_seconds(tmp_path, capsys):
+    import pytest
+
+    from app.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(tmp_path / "x.json"), "--model", "m", "--pause", "soon"])
+    assert info.value.code == 2 and "must be a number of seconds" in capsys.readouterr().err
