@@ -20,6 +20,8 @@ class GenerationParams:
     seed: Optional[int] = None
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = None
+    # Past the limit, the window slides down to this fraction of it; None: engine/window.py's default.
+    low_water: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ def test_a_draft_too_long_for_the_context_is_skipped_quietly(engine_with):
 
 # --- point 4: the next window, prepared while the user reads -------------------------------
 
-CAP = GenerationParams(temperature=0.0, max_tokens=8, context_cap=160)
+CAP = GenerationParams(temperature=0.0, max_tokens=8, context_cap=400)
 
 
 def near_limit_chat():
@@ -171,7 +171,7 @@ async def fill_to_limit(engine, conv):
     from engine.background import next_window
 
     messages = near_limit_chat()
-    for i in range(20):
+    for i in range(40):
         messages = messages + [{"role": "user", "content": f"And number {i}?"}]
         text, stats = await turn(engine, conv, messages, CAP)
         messages = messages + [{"role": "assistant", "content": text}]
@@ -186,17 +186,18 @@ def test_the_next_window_is_prepared_after_a_turn_near_the_limit(tiny_model_path
 
     async def run(idle_work, turns=None):
         engine = Engine(idle_work=idle_work)
+        conv = f"w-{idle_work}"  # caches saved on close must not carry over to the other run
         try:
             await engine.load_model(str(tiny_model_path))
             messages, prepared = near_limit_chat(), []
-            for i in range(turns or 20):
+            for i in range(turns or 40):
                 messages = messages + [{"role": "user", "content": f"And number {i}?"}]
-                text, _ = await turn(engine, "w", messages, CAP)
+                text, _ = await turn(engine, conv, messages, CAP)
                 messages = messages + [{"role": "assistant", "content": text}]
                 prepared.append(await engine.wait_background())
                 if turns is None and prepared[-1].computed_tokens:
                     break
-            _, nxt = await turn(engine, "w", messages + [last], CAP)
+            _, nxt = await turn(engine, conv, messages + [last], CAP)
             return prepared, nxt
         finally:
             await engine.close()
@@ -207,7 +208,9 @@ def test_the_next_window_is_prepared_after_a_turn_near_the_limit(tiny_model_path
     # Until the chat nears its limit, there is nothing to prepare.
     assert all(p.finished and p.computed_tokens == 0 for p in prepared[:-1])
     assert prepared[-1].finished and prepared[-1].computed_tokens > 0
-    assert warm.dropped_messages > 0 and warm.prompt_ids == cold.prompt_ids and warm.reply_ids == cold.reply_ids
+    # Both slid the window (the prepared one from a guess at the next message's size).
+    assert warm.dropped_messages > 0 and cold.dropped_messages > 0
+    assert list(cold.reply_ids) == reference(model, list(cold.prompt_ids), 8, tokenizer.eos_token_ids)
     assert list(warm.reply_ids) == reference(model, list(warm.prompt_ids), 8, tokenizer.eos_token_ids)
     # The turn computed only what follows the prepared window: the new message.
     assert warm.reused_tokens == prepared[-1].reused_tokens + prepared[-1].computed_tokens
@@ -237,11 +240,11 @@ def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path
     from app.cli import main
 
     script = tmp_path / "long.json"
-    turns = [f"Question {i}: what is the capital of France?" for i in range(9)]
+    turns = [f"Question {i}: what is the capital of France?" for i in range(8)]
     script.write_text(json.dumps({"system": "Be brief.", "turns": turns}))
-    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "160"]
+    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "200"]
     runs = []
-    for extra in ([], ["--pause", "2"]):
+    for extra in ([], ["--pause", "1"]):
         assert main(common + extra) == 0
         runs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
     worst, paused = runs
@@ -251,7 +254,9 @@ def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path
     assert dropped, "the window never slid"
     i = dropped[0]
     assert paused[i]["prepared_tokens"] > 0 and all(t["prepared_tokens"] == 0 for t in worst)
-    assert paused[i]["prefilled_tokens"] * 3 < worst[i]["prefilled_tokens"]
+    # The slide was computed while the reader read: the turn itself computed only its new tokens.
+    assert paused[i]["reused_tokens"] == worst[i]["reused_tokens"] + paused[i]["prepared_tokens"]
+    assert paused[i]["prefilled_tokens"] == worst[i]["prefilled_tokens"] - paused[i]["prepared_tokens"]
 
 
 def test_replay_pause_must_be_seconds(tmp_path, capsys):
