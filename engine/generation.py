@@ -105,8 +105,12 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
 
 
 def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop) -> tuple:
-    """Background work: make the cache hold `target_ids`; returns (reused, computed, finished)."""
-    if should_stop():
+    """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
+
+    Caches that cannot be trimmed are left alone: a draft that then changed would cost
+    the turn a re-prefill of the whole chat instead of its new tokens.
+    """
+    if should_stop() or not conv.trimmable():
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
     done = extend(model, conv, target_ids[reused:], should_stop)

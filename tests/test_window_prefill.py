@@ -54,6 +54,12 @@ def test_typing_pause_and_paste_read_the_draft_ahead(qtbot, window, store, engin
     qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=10_000)
     assert engine.calls[-1][1] == engine.prefills[-1][1]  # the turn sent is the prompt read ahead
     assert not window.composer._pause.isActive()
+    # Editing the first message: the draft replaces it and everything after it.
+    window.chat_view.message_widgets()[0].edit_button.click()
+    with qtbot.waitSignal(window.composer.draftPaused, timeout=5000):
+        QTest.keyClicks(window.composer.editor, " (edited)")
+    qtbot.waitUntil(lambda: len(engine.prefills) == 3, timeout=5000)
+    assert engine.prefills[-1][1] == [{"role": "user", "content": "first message (edited)"}]
 
 
 def test_no_draft_is_read_while_a_reply_generates_or_when_turned_off(qtbot, window, store, engine):
