@@ -10,7 +10,10 @@ from engine.errors import ChinwagError
 from engine.generation import prefill_ahead
 from engine.prompt import check_messages
 from engine.types import BackgroundPrefill, GenerationParams
-from engine.window import plan_next_window, reply_room
+from engine.window import expected_next_tokens, needs_slide, plan_next_window, reply_room
+
+# Tokens a chat template may add after a reply (end of turn, next role header): a generous bound.
+TEMPLATE_SLACK = 32
 
 
 def _run(session, conv_id, conv, history, turn, target, params, should_stop) -> BackgroundPrefill:
@@ -44,8 +47,13 @@ def next_window(session, conv_id: str, messages, params: GenerationParams):
     if conv is None:
         return None
     limit = session.context_limit(params)
-    return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit,
-                            reply_room(params.max_tokens, limit), params.low_water)
+    room = reply_room(params.max_tokens, limit)
+    # The cache holds the next prompt's start but for the template's few tokens after the reply:
+    # skip rendering the chat while far from the limit.
+    held = len(conv.token_ids) + TEMPLATE_SLACK
+    if not needs_slide(held, expected_next_tokens(messages, conv.history), limit, room):
+        return None
+    return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit, room, params.low_water)
 
 
 def prepare_next_window(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
