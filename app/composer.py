@@ -3,7 +3,6 @@
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
 DRAFT_PAUSE_MS = 300
 

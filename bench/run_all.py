@@ -22,6 +22,7 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "longchat": ["bench.longchat"],
     "typing_prefill": ["bench.typing_prefill"],
 }
 ORDER = list(BENCHES)

@@ -9,7 +9,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
-from typing import AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
 from engine.types import (
     BackgroundPrefill,
@@ -20,6 +20,9 @@ from engine.types import (
     ModelInfo,
     TextDelta,
 )
+
+if TYPE_CHECKING:
+    from engine.session import Session
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -36,7 +39,7 @@ class EngineThread:
         self._thread.start()
 
     def submit(self, fn, *args) -> concurrent.futures.Future:
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((future, fn, args))
         return future
 
@@ -75,7 +78,7 @@ class Engine:
         self._background: Optional[concurrent.futures.Future] = None
         self._cancel_background = threading.Event()
         self._thread: Optional[EngineThread] = None
-        self._session = None
+        self._session: Optional["Session"] = None
         self._started: Optional[concurrent.futures.Future] = None
         self._stops: dict = {}
         self._generating = 0
@@ -86,7 +89,7 @@ class Engine:
     # --- lifecycle ---------------------------------------------------------
 
     def _ensure_thread(self) -> concurrent.futures.Future:
-        if self._thread is None:
+        if self._thread is None or self._started is None:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
@@ -97,20 +100,27 @@ class Engine:
             self._started = self._thread.submit(self._session.warm_up)
         return self._started
 
+    def _running(self) -> tuple[EngineThread, "Session"]:
+        """The thread and session of a started engine; calling before start() is a bug."""
+        if self._thread is None or self._session is None:
+            raise RuntimeError("the engine thread is not running")
+        return self._thread, self._session
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
 
     async def _call(self, fn, *args):
         await self.start()
-        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+        return await asyncio.wrap_future(self._running()[0].submit(fn, *args))
 
     async def close(self) -> None:
         self.stop()
         if self._thread is not None:
             thread, self._thread = self._thread, None
             try:  # save the recent caches (engine/memory.py) so the next start reuses them
-                await asyncio.wrap_future(thread.submit(self._session.close))
+                if self._session is not None:
+                    await asyncio.wrap_future(thread.submit(self._session.close))
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
@@ -167,7 +177,7 @@ class Engine:
             self._loading = False
 
     def _session_load(self, spec, progress):
-        return self._session.load(spec, progress)
+        return self._running()[1].load(spec, progress)
 
     async def import_gguf(self, path: str, progress=None) -> ModelInfo:
         from engine.gguf_import import import_gguf
@@ -207,8 +217,9 @@ class Engine:
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        future = self._thread.submit(
-            self._session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
+        thread, session = self._running()
+        future = thread.submit(
+            session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
@@ -222,7 +233,7 @@ class Engine:
                     reply.append(event.text)
                 yield event
             stats = future.result()  # raises what the engine thread raised
-            self.last_kv_bytes = await asyncio.wrap_future(self._thread.submit(self._session.kv_bytes))
+            self.last_kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
             if self.idle_work and stats.finish_reason in ("stop", "length", "context"):
                 after = list(messages) + [{"role": "assistant", "content": "".join(reply)}]
                 self._start_background(self._session_prepare, conversation_id, after, params or GenerationParams())
@@ -267,7 +278,7 @@ class Engine:
         """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
         self._cancel_background.set()  # a newer background job replaces the older one
         cancel = self._cancel_background = threading.Event()
-        thread = self._thread
+        thread = self._running()[0]
 
         def should_stop() -> bool:
             return cancel.is_set() or thread.waiting()
@@ -279,17 +290,17 @@ class Engine:
     def _session_prefill(self, conv_id, messages, params, should_stop):
         from engine.background import prefill_draft
 
-        return prefill_draft(self._session, conv_id, messages, params, should_stop)
+        return prefill_draft(self._running()[1], conv_id, messages, params, should_stop)
 
     def _session_prepare(self, conv_id, messages, params, should_stop):
         from engine.background import prepare_next_window
 
-        return prepare_next_window(self._session, conv_id, messages, params, should_stop)
+        return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
 
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""
         await self.start()
-        return await self._call(self._session.caches.report)
+        return await self._call(self._running()[1].caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
         """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
@@ -303,7 +314,7 @@ class Engine:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
         if self._thread is not None:
-            await self._call(self._session.forget, conversation_id)
+            await self._call(self._running()[1].forget, conversation_id)
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:

@@ -4,6 +4,7 @@ Runs on the engine thread only.
 """
 
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import mlx.core as mx
 
@@ -60,7 +61,7 @@ class ConversationCache:
     # Each message's ids as the model saw them, by position, and the window's start.
     history: History = field(default_factory=History)
     # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
-    fresh_layers: object = None
+    fresh_layers: Optional[Callable[[], list]] = None
 
     @classmethod
     def create(cls, model, capacity: int) -> "ConversationCache":
@@ -78,7 +79,9 @@ class ConversationCache:
 
     @property
     def capacity(self) -> int:
-        first = self.layers[0] if self.layers else None
+        if not self.layers:
+            return 0
+        first = self.layers[0]
         return getattr(first, "max_seq_len", None) or (first.keys.shape[2] if getattr(first, "keys", None) is not None else 0)
 
     @property
@@ -105,6 +108,7 @@ class ConversationCache:
             for c in self.layers:
                 c.trim(c.offset)
         else:
+            assert self.fresh_layers is not None, "an untrimmable cache is built with fresh_layers"
             self.layers = self.fresh_layers()
         self.token_ids.clear()
 

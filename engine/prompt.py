@@ -45,6 +45,11 @@ def encode_text(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
+def encode_many(tokenizer, texts: list) -> list:
+    """Tokenize several texts (one place to batch them if a tokenizer offers a faster path)."""
+    return [encode_text(tokenizer, t) for t in texts]
+
+
 def split_render(tokenizer, messages) -> tuple[list[str], str]:
     """The rendered prompt cut at each message: (prefixes, tail).
 
@@ -93,15 +98,21 @@ class History:
     spans: list = field(default_factory=list)
     start: int = 0
 
-    def piece(self, tokenizer, index: int, message: dict, prefix: str) -> tuple:
-        """The ids of message `index` rendered after `prefix`; tokenized once, then remembered."""
+    def knows(self, index: int, message: dict, prefix: str) -> bool:
+        """Whether message `index` after `prefix` needs no tokenizing."""
         known = self.spans[index] if index < len(self.spans) else None
-        if known is not None and known.role == message["role"] and known.content == message["content"]:
+        return (known is not None and known.role == message["role"] and known.content == message["content"]
+                and (known.prefix == prefix or known.reply is not None))
+
+    def piece(self, tokenizer, index: int, message: dict, prefix: str, fresh=None) -> tuple:
+        """The ids of message `index` rendered after `prefix`; tokenized once (or given as `fresh`), then remembered."""
+        if self.knows(index, message, prefix):
+            known = self.spans[index]
             if known.prefix == prefix:
                 return known.ids
-            if known.reply is not None:  # a reply keeps its generated ids under another prefix
-                return tuple(encode_text(tokenizer, prefix)) + known.reply
-        ids = tuple(encode_text(tokenizer, prefix + message["content"]))
+            # A reply keeps its generated ids under another prefix.
+            return tuple(encode_text(tokenizer, prefix)) + known.reply
+        ids = tuple(fresh if fresh is not None else encode_text(tokenizer, prefix + message["content"]))
         self._put(index, Span(message["role"], message["content"], prefix, ids))
         return ids
 
@@ -155,9 +166,13 @@ def build(tokenizer, messages, keep: list, history: History) -> Prompt:
     """The prompt ids of the messages at positions `keep`, from their remembered pieces."""
     kept = [messages[i] for i in keep]
     prefixes, tail = split_render(tokenizer, kept)
-    ids, lengths = [], []
+    # Pieces never seen (a new chat, a restart without a saved cache) are tokenized in one batch.
+    missing = [j for j, prefix in enumerate(prefixes) if not history.knows(keep[j], kept[j], prefix)]
+    fresh = dict(zip(missing, encode_many(tokenizer, [prefixes[j] + kept[j]["content"] for j in missing])))
+    ids: list = []
+    lengths: list = []
     for j, prefix in enumerate(prefixes):
-        piece = history.piece(tokenizer, keep[j], kept[j], prefix)
+        piece = history.piece(tokenizer, keep[j], kept[j], prefix, fresh.get(j))
         ids.extend(piece)
         lengths.append(len(piece))
     tail_ids = encode_text(tokenizer, tail)

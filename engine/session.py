@@ -5,7 +5,7 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 
 import json
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from engine import loading, paths, registry
 from engine.conversation import ConversationCache, initial_capacity
@@ -36,7 +36,10 @@ class Session:
     def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
         self.kv_initial_capacity = kv_initial_capacity
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
-        self.model = self.tokenizer = self.info = None
+        # mlx-lm's model and tokenizer (untyped); None until a model loads.
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.info: Optional[ModelInfo] = None
         self.context_length = 0
 
     def warm_up(self) -> None:
@@ -89,7 +92,7 @@ class Session:
         return conv
 
     def chat(self, conv_id: str, messages, params: GenerationParams,
-             should_stop: Callable[[], bool], emit: Callable[[TextDelta], None]) -> TurnStats:
+             should_stop: Callable[[], bool], emit: Callable[[TextDelta | PrefillProgress], None]) -> TurnStats:
         params = params or GenerationParams()
         messages = check_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)

@@ -11,9 +11,8 @@ from typing import Optional
 
 from engine.errors import ContextOverflowError
 from engine.prompt import History, Prompt, build
+from engine.types import DEFAULT_LOW_WATER  # the one source of the default (a GenerationParams field)
 
-# After a slide the prompt holds at most this fraction of (limit - reply room); bench/longchat.py.
-DEFAULT_LOW_WATER = 0.5
 # The reply's room is max tokens, but never more than this share of the context.
 REPLY_SHARE = 0.25
 
@@ -65,22 +64,28 @@ def plan_window(tokenizer, messages, history: History, limit: int, room: int,
         return _plan(messages, current, prompt, False)
     target = low_water * max(1, limit - room)
     later = [s for s in options if s > current]
-    index = 0
-    if prompt.complete:  # estimate each start from the piece lengths: no render per candidate
+    # The first later start to try, estimated from piece lengths (no render per candidate); else the last.
+    chosen = max(0, len(later) - 1)
+    if prompt.complete:
         size, previous = len(prompt.ids), current
         positions = {p: j for j, p in enumerate(prompt.keep)}
-        for index, s in enumerate(later):
+        for k, s in enumerate(later):
             size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")
             previous = s
             if size <= target:
+                chosen = k
                 break
-    best = None
-    for s in later[index:]:
+    else:
+        chosen = 0
+    best, fits = None, None
+    for s in later[chosen:]:
         candidate = build(tokenizer, messages, kept(messages, s), history)
         best = (s, candidate)
-        if len(candidate.ids) + room <= limit:
+        if len(candidate.ids) <= target:
             return _plan(messages, s, candidate, True)
-    s, candidate = best or (current, prompt)
+        if fits is None and len(candidate.ids) + room <= limit:
+            fits = best
+    s, candidate = fits or best or (current, prompt)
     if len(candidate.ids) + 1 <= limit:
         return _plan(messages, s, candidate, s != current)
     raise ContextOverflowError(

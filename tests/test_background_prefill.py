@@ -4,11 +4,31 @@ they read; both low priority, preempted within one chunk, never changing a reply
 import asyncio
 import threading
 
+import pytest
+
 from engine import BackgroundPrefill, Engine, GenerationParams, generation
 from engine.conversation import common_prefix
-from tests.test_engine import GREEDY, engine_with, reference, turn  # noqa: F401 (fixture)
+from tests.test_engine import GREEDY, reference, turn
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 30
+
+
+@pytest.fixture
+def engine_with(tiny_model_path):
+    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
+
+    def go(body, **options):
+        async def main():
+            engine = Engine(**options)
+            try:
+                await engine.load_model(str(tiny_model_path))
+                return await body(engine)
+            finally:
+                await engine.close()
+
+        return asyncio.run(main())
+
+    return go
 
 
 def draft(text, history=()):
@@ -131,10 +151,12 @@ def test_no_background_prefill_while_a_reply_generates(engine_with, monkeypatch)
         seen = {}
 
         async def reply():
+            last = None
             async for ev in engine.chat("g", draft("Tell me a story"), GenerationParams(temperature=0, max_tokens=40)):
+                last = ev
                 if "busy" not in seen:
                     seen["busy"] = await engine.prefill("other", draft(LONG))
-            return ev
+            return last
 
         stats = await reply()
         return seen["busy"], stats, await cache_state(engine, "other")
@@ -240,9 +262,9 @@ def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path
     from app.cli import main
 
     script = tmp_path / "long.json"
-    turns = [f"Question {i}: what is the capital of France?" for i in range(8)]
+    turns = [f"Question {i}: what is the capital of France?" for i in range(12)]
     script.write_text(json.dumps({"system": "Be brief.", "turns": turns}))
-    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "200"]
+    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "400"]
     runs = []
     for extra in ([], ["--pause", "1"]):
         assert main(common + extra) == 0
@@ -260,8 +282,6 @@ def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path
 
 
 def test_replay_pause_must_be_seconds(tmp_path, capsys):
-    import pytest
-
     from app.cli import main
 
     with pytest.raises(SystemExit) as info:

@@ -1,16 +1,35 @@
 """The window past the context limit: slides in steps, keeps room for the reply, stays exact."""
 
+import asyncio
 import time
 
 import pytest
 
-from engine import GenerationParams
+from engine import Engine, GenerationParams
 from engine.conversation import common_prefix
 from engine.prompt import History
 from engine.window import DEFAULT_LOW_WATER, plan_next_window, plan_window, reply_room
-from tests.test_engine import engine_with, reference, turn  # noqa: F401  (engine_with is a fixture)
+from tests.test_engine import reference, turn
 
 SYSTEM = {"role": "system", "content": "You are brief."}
+
+
+@pytest.fixture
+def engine_with(tiny_model_path):
+    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
+
+    def go(body):
+        async def main():
+            engine = Engine()
+            try:
+                await engine.load_model(str(tiny_model_path))
+                return await body(engine)
+            finally:
+                await engine.close()
+
+        return asyncio.run(main())
+
+    return go
 
 
 def question(i):
@@ -171,3 +190,43 @@ def test_fit_is_linear_at_a_thousand_turns_on_the_starter_tokenizer(starter_home
     assert plan.dropped > 1900 and nxt.prompt_ids[: len(plan.prompt_ids)] == plan.prompt_ids
     # Generous bounds (the goal is 50 ms a turn; the old fit took 37 s at 800 turns).
     assert warm < 0.5 and cold < 5.0
+
+
+def test_replay_low_water_option_slides_further_and_rejects_bad_values(tmp_path, tiny_model_path, capsys):
+    import json
+
+    from app.cli import main
+
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"system": "sys", "turns": [f"question number {i} about the cat" for i in range(14)]}))
+    prompts = {}
+    for low in ("0.2", "0.8"):
+        assert main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "4",
+                     "--context-cap", "120", "--low-water", low]) == 0
+        turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        prompts[low] = min(t["prompt_ids"].__len__() for t in turns if t["dropped_messages"])
+    assert prompts["0.2"] < prompts["0.8"]
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(script), "--model", str(tiny_model_path), "--low-water", "1.5"])
+    assert info.value.code == 2 and "--low-water" in capsys.readouterr().err
+
+
+def test_context_finish_only_when_the_reply_outgrows_its_room(engine_with):
+    cap, params = 64, GenerationParams(temperature=0.0, max_tokens=200, context_cap=64)
+
+    async def body(engine):
+        messages, out = [SYSTEM], []
+        for i in range(4):
+            messages.append(question(i))
+            text, stats = await turn(engine, "room", messages, params)
+            out.append(stats)
+            messages.append({"role": "assistant", "content": text})
+        return out
+
+    room = reply_room(200, cap)
+    for stats in engine_with(body):
+        assert len(stats.prompt_ids) + room <= cap
+        if stats.finish_reason == "context":
+            assert stats.generated_tokens >= room and stats.kv_offset == cap
+        else:
+            assert stats.finish_reason == "stop"
