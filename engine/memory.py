@@ -10,6 +10,7 @@ restore them. Runs on the engine thread only.
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections import OrderedDict
@@ -18,10 +19,15 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from engine.atomic import replacing
 from engine.conversation import ConversationCache
+from engine.errors import ChinwagError
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.paths import FILE_MODE, private_dir
 from engine.prompt import History
 from engine.types import MemoryReport
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_FRACTION = 0.25
 # Disk kept for saved caches (kv/), across every model.
@@ -159,16 +165,20 @@ class ConversationCaches:
                 f.unlink(missing_ok=True)
 
     def forget(self, conv_id: str) -> None:
+        """Drop a conversation's cache, and its saved file under every model (a deleted chat's
+        text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
-        path = self._path(conv_id)
-        if path.exists():
-            path.unlink()
+        for path in self.save_dir.glob(f"*/{self._file_name(conv_id)}"):
+            path.unlink(missing_ok=True)
 
     # --- disk --------------------------------------------------------------
 
+    @staticmethod
+    def _file_name(conv_id: str) -> str:
+        return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+
     def _path(self, conv_id: str) -> Path:
-        name = hashlib.sha1(conv_id.encode()).hexdigest()
-        return self.save_dir / self.model_key / f"{name}.safetensors"
+        return self.save_dir / self.model_key / self._file_name(conv_id)
 
     def _save(self, conv_id: str, cache: ConversationCache) -> bool:
         if not self.model_key or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers) \
@@ -181,10 +191,13 @@ class ConversationCaches:
         meta = {"conversation": conv_id, "history": json.dumps(cache.history.to_json()),
                 "capacity": str(cache.capacity), "layers": str(len(cache.layers))}
         path = self._path(conv_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".partial.safetensors")
-        mx.save_safetensors(str(tmp), arrays, meta)
-        os.replace(tmp, path)
+        try:
+            private_dir(path.parent, "KV cache folder")
+            with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
+                mx.save_safetensors(str(tmp), arrays, meta)
+        except ChinwagError as e:  # a full disk costs a re-prefill later, never this turn
+            log.warning("KV cache of %s not saved: %s", conv_id, e)
+            return False
         self.stats.save_seconds += time.perf_counter() - started
         return True
 
@@ -203,8 +216,10 @@ class ConversationCaches:
             cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
             cache.eval()  # mx.load is lazy: read the file now, inside the timing
             cache.history = History.from_json(json.loads(meta["history"]))
-        except Exception:
-            # A damaged save costs a re-prefill, never a failed turn.
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+            # A damaged save (MLX's RuntimeError/ValueError, missing keys) costs a re-prefill,
+            # never a failed turn; a bug elsewhere still propagates.
+            log.warning("dropping unreadable KV cache %s: %s", path, e)
             path.unlink(missing_ok=True)
             return None
         path.unlink(missing_ok=True)
