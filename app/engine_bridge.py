@@ -222,8 +222,8 @@ class EngineBridge(QObject):
     async def _prefill(self, conv_id, messages, params):
         try:
             result = await self.engine.prefill(conv_id, messages, params)
-        except Exception as e:  # background work: a failure costs speed, never the chat
-            log.warning("prefill %s: %s", conv_id, _reason(e))
+        except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
+            log.warning("prefill %s: %s", conv_id, e)
             return None
         self.draftPrefilled.emit(conv_id, result)
         return result

@@ -6,7 +6,6 @@ Only ints, strings and the dataclasses of engine/types.py reach the caller's loo
 
 import asyncio
 import concurrent.futures
-import logging
 import queue
 import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
@@ -26,7 +25,6 @@ from engine.types import (
 if TYPE_CHECKING:
     from engine.session import Session
 
-log = logging.getLogger(__name__)
 _DONE = object()
 # After a turn near the context limit, prepare the next window while the user reads.
 IDLE_WORK = True
@@ -320,5 +318,8 @@ class Engine:
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("background work failed", exc_info=future.exception())
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        from engine.log import report_bug
+
+        report_bug(error, "background work on the engine thread")
