@@ -51,6 +51,7 @@ def format_stats(stats) -> str:
 
 
 class MessageWidget(QFrame):
+    live_note = ""  # set_live_note
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
@@ -141,7 +142,7 @@ class MessageWidget(QFrame):
         parts = []
         note = STATUS_NOTES.get(self.status, "")
         if self.status == "streaming" and self.role == "assistant":
-            note = getattr(self, "live_note", "") or "Writing…"
+            note = self.live_note or "Writing…"
         if note:
             parts.append(note + (f": {error}" if error else ""))
         elif error:

@@ -115,7 +115,11 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop)
     if should_stop() or not conv.trimmable():
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
-    done = extend(model, conv, target_ids[reused:], should_stop)
+    try:
+        done = extend(model, conv, target_ids[reused:], should_stop)
+    except Exception:
+        conv.repair()  # a failed chunk: the cache goes back to exactly its token_ids
+        raise
     return reused, done, reused + done == len(target_ids)
 
 

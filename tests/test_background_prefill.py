@@ -287,3 +287,35 @@ def test_replay_pause_must_be_seconds(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["replay", str(tmp_path / "x.json"), "--model", "m", "--pause", "soon"])
     assert info.value.code == 2 and "must be a number of seconds" in capsys.readouterr().err
+
+
+def test_a_failure_mid_draft_leaves_the_cache_exact_and_reaches_the_caller(engine_with, tiny_model, monkeypatch):
+    model, tokenizer = tiny_model
+
+    async def body(engine):
+        real = type(engine._session.model).__call__
+        calls = {"n": 0}
+
+        def flaky(self, *args, **kwargs):
+            out = real(self, *args, **kwargs)  # the layers took the chunk's keys and values...
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("simulated failure")  # ...but the chunk never completed
+            return out
+
+        monkeypatch.setattr(type(engine._session.model), "__call__", flaky)
+        failed = ""
+        try:
+            await engine.prefill("f", draft(LONG))
+        except RuntimeError as e:
+            failed = str(e)
+        monkeypatch.setattr(type(engine._session.model), "__call__", real)
+        state = await cache_state(engine, "f")
+        _, stats = await turn(engine, "f", draft(LONG))
+        return failed, state, stats
+
+    failed, (offset, held), stats = engine_with(body)
+    assert failed == "simulated failure"  # a bug is not swallowed
+    assert offset == held == generation.PREFILL_FIRST_STEP  # the first chunk, exactly
+    assert stats.reused_tokens == generation.PREFILL_FIRST_STEP
+    assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)
