@@ -42,22 +42,24 @@ def test_long_prefill_reports_progress_before_the_first_token(engine_with, tiny_
         return first, await events_of(engine, "p", follow)
 
     first, second = engine_with(body)
+    stats = first[-1]
+    assert isinstance(stats, TurnStats) and stats.finish_reason in ("stop", "length")
+    kinds = [type(ev).__name__ for ev in first]
+    progress = [ev for ev in first if isinstance(ev, PrefillProgress)]
+    # Every progress event comes before the first piece of text.
+    assert kinds.index("TextDelta") > max(i for i, k in enumerate(kinds) if k == "PrefillProgress")
+    assert progress[0].done == 0 and progress[-1].done == progress[-1].total == stats.prefilled_tokens
+    assert all(p.total == stats.prefilled_tokens for p in progress)
+    assert [p.done for p in progress] == sorted({p.done for p in progress})
+    assert all(p.prompt_tokens == stats.prompt_tokens and p.context_limit == stats.context_limit for p in progress)
+    # The long first prompt is read in several chunks, each reported.
+    assert stats.prefilled_tokens > 4 * generation.PREFILL_FIRST_STEP and len(progress) >= 3
+    # A short follow-up is read in one chunk: no progress events, as before.
+    assert 0 < second[-1].prefilled_tokens <= generation.PREFILL_FIRST_STEP
+    assert [type(ev).__name__ for ev in second[:-1]] == ["TextDelta"] * (len(second) - 1)
     for events in (first, second):
         stats = events[-1]
-        assert isinstance(stats, TurnStats) and stats.finish_reason in ("stop", "length")
-        kinds = [type(ev).__name__ for ev in events]
-        progress = [ev for ev in events if isinstance(ev, PrefillProgress)]
-        # Every progress event comes before the first piece of text.
-        assert kinds.index("TextDelta") > max(i for i, k in enumerate(kinds) if k == "PrefillProgress")
-        assert progress[0].done == 0 and progress[-1].done == progress[-1].total == stats.prefilled_tokens
-        assert all(p.total == stats.prefilled_tokens for p in progress)
-        assert [p.done for p in progress] == sorted({p.done for p in progress})
-        assert all(p.prompt_tokens == stats.prompt_tokens and p.context_limit == stats.context_limit for p in progress)
         assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)
-    # The long first prompt is read in several chunks, each reported.
-    assert first[-1].prefilled_tokens > 4 * generation.PREFILL_FIRST_STEP
-    assert len([ev for ev in first if isinstance(ev, PrefillProgress)]) >= 3
-    assert 0 < second[-1].prefilled_tokens < generation.PREFILL_FIRST_STEP
 
 
 def test_progress_fraction():
