@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -26,13 +27,13 @@ from PySide6.QtWidgets import (
 
 from app.settings_check import valid_settings
 from engine.errors import ChinwagError
-from engine.types import GenerationParams, ParamSpec, param_specs
+from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
 
 DEFAULTS_KEY = "default_settings"
 SPECS = {spec.name: spec for spec in param_specs()}
 # Read the message while it is typed (engine.prefill); its default is in default_settings.json.
 PREFILL_KEY = "prefill_while_typing"
-KEYS = ("system_prompt", PREFILL_KEY, *SPECS)
+KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
 # How the dialog shows a field's lowest value ("off"), and its step; UI only.
 SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
 STEPS = {"min_p": 0.01}
@@ -40,7 +41,9 @@ STEPS = {"min_p": 0.01}
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
-    return {**json.loads(text), **{name: spec.default for name, spec in SPECS.items()}}
+    # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
+    return {"speculative": None, "draft_model": "", **json.loads(text),
+            **{name: spec.default for name, spec in SPECS.items()}}
 
 
 def load_defaults(store) -> dict:
@@ -74,9 +77,12 @@ def _setting(spec: ParamSpec, values: dict):
 def params_from_settings(values: dict) -> GenerationParams:
     """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
     try:
-        return GenerationParams(**{name: _setting(spec, values) for name, spec in SPECS.items()})
+        numbers = {name: _setting(spec, values) for name, spec in SPECS.items()}
     except ChinwagError as e:
         raise ChinwagError(f"chat settings: {e}") from e
+    speculative = values.get("speculative")
+    return GenerationParams(**numbers, speculative=None if speculative is None else bool(speculative),
+                            draft_model=str(values.get("draft_model") or "").strip())
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
@@ -136,6 +142,17 @@ class SettingsDialog(QDialog):
         self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
         self.prefill_box.setObjectName(PREFILL_KEY)
         form.addRow("", self.prefill_box)
+        self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
+        self.speculative.setObjectName("speculative")
+        self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
+                                    "the reply is the same as without it")
+        form.addRow("", self.speculative)
+        self.draft_model = QLineEdit()
+        self.draft_model.setObjectName("draft_model")
+        self.draft_model.setPlaceholderText("none: drafts come from the conversation")
+        self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
+                                    "or a folder) that drafts tokens for speculative decoding")
+        form.addRow("Draft model", self.draft_model)
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -156,6 +173,9 @@ class SettingsDialog(QDialog):
                 value = spec.default
             box.setValue(box.minimum() if value is None else value)
         self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
+        chosen = values.get("speculative", self._defaults.get("speculative"))
+        self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))
+        self.draft_model.setText(str(values.get("draft_model") or ""))
 
     def values(self) -> dict:
         out: dict = {"system_prompt": self.system_prompt.toPlainText()}
@@ -166,4 +186,8 @@ class SettingsDialog(QDialog):
             else:
                 out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
         out[PREFILL_KEY] = self.prefill_box.isChecked()
+        # The backend's default is stored as None, so it follows the default if that changes.
+        checked = self.speculative.isChecked()
+        out["speculative"] = None if checked == speculative_default() else checked
+        out["draft_model"] = self.draft_model.text().strip()
         return out

@@ -24,6 +24,8 @@ BENCHES = {
     "followup": ["bench.followup"],
     "longchat": ["bench.longchat"],
     "typing_prefill": ["bench.typing_prefill"],
+    "speculative": ["bench.speculative"],
+    "remote": ["bench.remote"],
 }
 ORDER = list(BENCHES)
 

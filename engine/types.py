@@ -3,6 +3,8 @@
 Only ints, floats, strings and tuples live here: never an MLX array.
 """
 
+import platform
+import sys
 import typing
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -14,6 +16,16 @@ DEFAULT_MAX_TOKENS = 512
 # After a slide the prompt holds at most this fraction of (limit - reply room). bench/longchat.py:
 # 0.35 re-prefills ~1.7x a turn's new tokens on average past the limit, a half ~2.4x, exact fit ~40x.
 DEFAULT_LOW_WATER = 0.35
+# Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
+# backend ("gpu" is Metal, not measured yet); GenerationParams.speculative=None means this default.
+SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
+
+
+def speculative_default(backend: Optional[str] = None) -> bool:
+    """The default for `backend`; without one, the platform's (Apple Silicon macOS runs Metal)."""
+    if backend is None:
+        backend = "gpu" if sys.platform == "darwin" and platform.machine() == "arm64" else "cpu"
+    return SPECULATIVE_BY_BACKEND.get(backend, False)
 
 
 # The values are the strings stored in the database and written to JSON: never change them.
@@ -66,6 +78,10 @@ class GenerationParams:
     # Past the limit the window drops old turns down to this fraction of it (engine/window.py).
     low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
                               "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
+    # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
+    speculative: Optional[bool] = None
+    # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
+    draft_model: str = ""
 
 
 def _number(x: float) -> str:
@@ -106,6 +122,8 @@ def param_specs() -> tuple[ParamSpec, ...]:
     hints = typing.get_type_hints(GenerationParams)
     specs = []
     for f in fields(GenerationParams):
+        if "range" not in f.metadata:  # not a number: speculative, draft_model
+            continue
         args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
         lo, hi = f.metadata.get("range", (0, 1e9))
         specs.append(ParamSpec(f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi,
@@ -169,6 +187,9 @@ class TurnStats:
     prompt_ids: tuple = ()
     reply_ids: tuple = ()
     error: str = ""
+    # Speculative decoding: tokens drafted, and how many of them the model accepted.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def note(self) -> str:
@@ -197,7 +218,8 @@ class ModelInfo:
     context_length: int = 0
     status: ModelStatus = ModelStatus.READY
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder"
+    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -227,3 +249,12 @@ class EngineState:
     state: EngineStatus
     model: Optional[ModelInfo] = None
     kv_bytes_total: int = 0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
+
+    name: str
+    url: str
+    has_api_key: bool = False

@@ -20,6 +20,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     ModelStatus,
+    ServerInfo,
     TextDelta,
     TurnStats,
 )
@@ -110,6 +111,7 @@ class FakeEngine:
         self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
         self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
         self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
+        self.servers: dict = {}  # name -> ServerInfo
 
     @property
     def state(self):
@@ -214,6 +216,18 @@ class FakeEngine:
             progress(LoadProgress(f"Connecting to Hugging Face for {repo_id}", 0, 0))
         await asyncio.sleep(0.01)
         raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
+
+    async def list_servers(self):
+        return list(self.servers.values())
+
+    async def save_server(self, name, url, api_key=None, replace=""):
+        self.servers.pop(replace, None)
+        self.servers[name] = ServerInfo(name, url, bool(api_key))
+        return self.servers[name]
+
+    async def remove_server(self, name):
+        if self.servers.pop(name, None) is None:
+            raise ChinwagError(f"no saved server named '{name}'")
 
     async def close(self):
         self.stop()
