@@ -18,6 +18,7 @@ STATUS_NOTES = {
     "failed": "Failed",
     "streaming": "",
     "complete": "",
+    "queued": "Queued: sent when the model is ready",  # shown only, never stored
 }
 
 

@@ -18,16 +18,21 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_controller import ChatController
+from app.chat_header import ChatHeader
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
+from app import shortcuts as keys
 from app.notices import NoticeArea
 from app.window_dialogs import WindowDialogs
+from app.window_keys import WindowKeys
 from engine.errors import ChinwagError
 
 STARTER_ID = "smollm2-135m-instruct"  # engine.registry.STARTER_ID, without importing it early
+MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
+ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
 STATE_LABELS = {
     "starting": "Starting engine…", "idle": "No model", "loading": "Loading model…",
     "ready": "Ready", "generating": "Generating…", "error": "Engine error",
@@ -52,12 +57,13 @@ def starter_id() -> str:
         return STARTER_ID
 
 
-class MainWindow(WindowDialogs, QMainWindow):
+class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
     def __init__(self, store, engine=None, engine_factory=None, parent=None):
         super().__init__(parent)
         self.setObjectName("mainWindow")
         self.setWindowTitle("Chinwag")
         self.resize(1100, 760)
+        self.setMinimumSize(*MIN_SIZE)
         self.setStyleSheet(load_stylesheet())
         self.store = store
         kwargs = {"engine_factory": engine_factory} if engine_factory else {}
@@ -74,10 +80,14 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.chat_view.model_name = self._model_name
         self.composer = Composer()
         self.notices = NoticeArea()
+        self.header = ChatHeader()
+        self.header.toggleSidebarRequested.connect(self.toggle_sidebar)
+        self.header.settingsRequested.connect(self.chat_settings_dialog)
         right = QWidget()
         column = QVBoxLayout(right)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
+        column.addWidget(self.header)
         column.addWidget(self.notices)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
@@ -87,6 +97,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([260, 840])
         splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
         self.setCentralWidget(splitter)
 
         self.chat = ChatController(store, self.bridge, self.chat_view, self.composer, self.sidebar, self)
@@ -96,6 +107,9 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.chat.generatingChanged.connect(self._on_generating)
         self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
+        self.chat.conversationChanged.connect(lambda _c: self._focus_after_switch())
+        self.sidebar.list.itemClicked.connect(lambda _item: self.focus_composer())
+        self.sidebar.list.itemActivated.connect(lambda _item: self.focus_composer())
 
         self._build_status_bar()
         self._build_menus()
@@ -114,6 +128,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         last = store.get_state("last_conversation")
         if last and last in self.sidebar.ids():
             self.chat.open_conversation(last)
+        self.focus_composer()  # a newcomer types straight away
 
     # --- building -------------------------------------------------------
     def _build_status_bar(self):
@@ -150,28 +165,43 @@ class MainWindow(WindowDialogs, QMainWindow):
     def _build_menus(self):
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
-        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, QKeySequence.StandardKey.New)
+        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, keys.NEW_CHAT)
         file_menu.addSeparator()
         self.import_action = self._action(file_menu, "Import Conversation…", self.import_dialog)
-        self.export_action = self._action(file_menu, "Export Conversation…", self.export_dialog, "Ctrl+Shift+E")
+        self.export_action = self._action(file_menu, "Export Conversation…", self.export_dialog, keys.EXPORT)
         file_menu.addSeparator()
         prefs = QKeySequence(QKeySequence.StandardKey.Preferences)
         self.prefs_action = self._action(
             file_menu, "Preferences…", self.preferences_dialog,
-            prefs if not prefs.isEmpty() else "Ctrl+,", QAction.MenuRole.PreferencesRole,
+            prefs if not prefs.isEmpty() else keys.PREFERENCES, QAction.MenuRole.PreferencesRole,
         )
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 
         edit_menu = bar.addMenu("&Edit")
-        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, QKeySequence.StandardKey.Find)
+        # Text fields keep their own Ctrl+Z (Qt gives them the key first); elsewhere it undoes a delete.
+        self.undo_action = self._action(edit_menu, "Undo", self.undo, keys.UNDO)
+        edit_menu.addSeparator()
+        for name, key in (("Cut", QKeySequence.StandardKey.Cut), ("Copy", QKeySequence.StandardKey.Copy),
+                          ("Paste", QKeySequence.StandardKey.Paste),
+                          ("Select All", QKeySequence.StandardKey.SelectAll)):
+            self._action(edit_menu, name, lambda n=name: self.edit_focused(n), key, name=f"edit{name.replace(' ', '')}")
+        edit_menu.addSeparator()
+        self.copy_reply_action = self._action(edit_menu, "Copy Last Reply", self.copy_last_reply,
+                                              keys.COPY_LAST_REPLY)
+        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, keys.FIND)
+
+        view_menu = bar.addMenu("&View")
+        self.sidebar_action = self._action(view_menu, "Show Chat List", self.toggle_sidebar, keys.TOGGLE_SIDEBAR)
+        self.sidebar_action.setCheckable(True)
+        self.sidebar_action.setChecked(True)
 
         chat_menu = bar.addMenu("&Chat")
-        self.stop_action = self._action(chat_menu, "Stop", self.escape, "Esc")
+        self.stop_action = self._action(chat_menu, "Stop", self.escape, keys.STOP)
         self.stop_action.setEnabled(False)
-        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, "Ctrl+R")
+        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, keys.REGENERATE)
         chat_menu.addSeparator()
-        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), "F2")
+        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), keys.RENAME)
         self._action(chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id)
                      if self.chat.conv_id else None)
         chat_menu.addSeparator()
@@ -184,6 +214,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+
+        help_menu = bar.addMenu("&Help")
+        self.shortcuts_action = self._action(help_menu, "Keyboard Shortcuts", self.shortcuts_dialog,
+                                             keys.SHORTCUTS_SHEET)
 
     def _connect_bridge(self):
         b = self.bridge
@@ -212,6 +246,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         return self.bridge.load_model(spec)
 
     def _on_state(self, state):
+        self._update_welcome()
         label = STATE_LABELS.get(state, state)
         if state == "loading" and self._loading_spec:
             label = f"Loading {self._model_name(self._loading_spec)}…"
@@ -233,6 +268,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         for m in self._models:
             if m.id == spec:
                 return m.name or m.id
+        if spec == starter_id():  # before the model list arrives: never show the raw id
+            from engine.registry import STARTER_NAME
+
+            return STARTER_NAME
         return Path(str(spec)).name or str(spec)
 
     def _on_load_progress(self, p):
@@ -259,6 +298,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._show_stats(self._stats)
         self._update_composer()
         self._suggest_conversation_model()
+        self.notices.dismiss("error")  # something worked: an old error no longer applies
+        self._update_welcome()
+        if self.chat.queued is not None:
+            self.chat.send_queued()
 
     def _on_load_failed(self, spec, reason):
         self.progress.setVisible(False)
@@ -273,11 +316,13 @@ class MainWindow(WindowDialogs, QMainWindow):
         if self.store.read_only:
             self.composer.set_ready(False, "Conversations are read-only, so new messages cannot be saved.")
         elif state == "starting":
-            self.composer.set_ready(False, "Starting the engine…")
+            self.composer.set_ready(False, "Starting the engine… you can send now: your message waits for the model.",
+                                    queue=True)
         elif state == "error":
             self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
         elif state == "loading" and self.bridge.current_model is None:
-            self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}…")
+            self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}… you can send now: "
+                                    "your message waits for the model.", queue=True)
         elif self.bridge.current_model is None:
             why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
             self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
@@ -302,15 +347,29 @@ class MainWindow(WindowDialogs, QMainWindow):
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)
         self.regen_action.setEnabled(not on)
+        if not on and self.chat.last_status == "complete":
+            self.notices.dismiss("error")  # a reply came through: an old error no longer applies
+
+    def _update_welcome(self):
+        model = self.bridge.current_model
+        if model is not None:
+            self.chat_view.welcome.set_model(model.name or model.id)
+        elif self._loading_spec and self.bridge.state in ("starting", "loading"):
+            self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
+        else:
+            self.chat_view.welcome.set_model("")
 
     def _on_conversation_changed(self, conv_id):
-        title = ""
+        title, prompt = "", None
         if conv_id:
             try:
-                title = self.store.get_conversation(conv_id).title
+                conv = self.store.get_conversation(conv_id)
+                title, prompt = conv.title, (conv.settings or {}).get("system_prompt")
             except ChinwagError:
                 pass
         self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
+        self.header.set_title(title)
+        self.header.set_custom_prompt(prompt)
         if not conv_id:
             self._show_stats(None)
         self._suggest_conversation_model()
@@ -339,7 +398,7 @@ class MainWindow(WindowDialogs, QMainWindow):
             self.chat.cancel_edit()
 
     def show_error(self, text):
-        self.notices.show_notice("error", text, "error")
+        self.notices.show_notice("error", text, "error", timeout_ms=ERROR_BANNER_MS)
         self.statusBar().showMessage(text.split("\n")[0][:200], 10000)
 
     def _offer_undo(self, conv_id, title):

@@ -33,6 +33,7 @@ class WindowDialogs:
         self._dialogs.append(dialog)
         dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
         dialog.finished.connect(dialog.deleteLater)
+        dialog.finished.connect(lambda *_: self.focus_composer())  # back to typing
         dialog.open()
         return dialog
 
@@ -131,6 +132,9 @@ class WindowDialogs:
             self.store.update_settings(conv_id, overrides(values, load_defaults(self.store)))
         except ChinwagError as e:
             self.show_error(f"Settings not saved: {e}")
+            return
+        if conv_id == self.chat.conv_id:
+            self._on_conversation_changed(conv_id)  # the header's system prompt marker
 
     # --- models: import, add, download, folder -----------------------------
     def import_gguf_dialog(self):
