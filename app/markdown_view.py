@@ -296,7 +296,9 @@ class CodeBlock(QFrame):
 
     def copy(self):
         QGuiApplication.clipboard().setText(self._text)
-        self.copy_button.setText("Copied")
+        from app.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button)  # says "Copied" for ~2 s, then "Copy" again
         self.copied.emit(self._text)
 
     def _fit(self):
