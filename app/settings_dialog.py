@@ -8,8 +8,9 @@ differ from the defaults, so changing a default reaches every chat that did not 
 import json
 from importlib import resources as importlib_resources
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -24,6 +25,21 @@ from PySide6.QtWidgets import (
 from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
 
 DEFAULTS_KEY = "default_settings"
+# What each knob does, as its tooltip.
+TIPS = {
+    "system_prompt": "Instructions the model reads before the conversation (Enter: OK, Shift+Enter: new line).",
+    "temperature": "Randomness. 0 always picks the likeliest word; 0.7 is balanced; above 1 gets creative "
+                   "and less reliable.",
+    "top_p": "Nucleus sampling: pick only among the likeliest words whose probabilities add up to this. "
+             "1 turns it off; 0.9 trims unlikely words.",
+    "top_k": "Pick only among this many likeliest words. Off: no limit.",
+    "min_p": "Drop words less likely than this fraction of the likeliest one. 0 turns it off; "
+             "0.05 is a good start.",
+    "repetition_penalty": "Above 1 discourages repeating words already written (1.1 is mild); 1 turns it off.",
+    "max_tokens": "The longest reply, in tokens (a token is about three quarters of a word).",
+    "context_cap": "Use at most this many tokens of context (less memory, older turns dropped sooner). "
+                   "Model's limit: the model's own.",
+}
 KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap")
 
 
@@ -78,6 +94,31 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     return out
 
 
+def load_presets() -> list[dict]:
+    """System prompt presets ({"name", "prompt"}) shipped in resources/prompt_presets.json."""
+    text = importlib_resources.files("resources").joinpath("prompt_presets.json").read_text("utf-8")
+    return [p for p in json.loads(text) if isinstance(p, dict) and "name" in p and "prompt" in p]
+
+
+class PromptEdit(QPlainTextEdit):
+    """A dialog's multi-line field: Tab moves on, Enter is OK, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, event):
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
 def _double(lo, hi, step, decimals=2):
     box = QDoubleSpinBox()
     box.setRange(lo, hi)
@@ -108,10 +149,22 @@ class SettingsDialog(QDialog):
             label = QLabel(note)
             label.setWordWrap(True)
             layout.addWidget(label)
+        self.extra_form = QFormLayout()  # rows a subclass adds above the chat settings
+        layout.addLayout(self.extra_form)
         form = QFormLayout()
-        self.system_prompt = QPlainTextEdit()
+        self.presets = load_presets()
+        self.preset_box = QComboBox()
+        self.preset_box.setObjectName("promptPreset")
+        self.preset_box.addItem("Choose a preset…")
+        for preset in self.presets:
+            self.preset_box.addItem(preset["name"], preset["prompt"])
+        self.preset_box.setToolTip("Fill the system prompt with a ready-made one (you can edit it after)")
+        self.preset_box.activated.connect(self._use_preset)
+        self.system_prompt = PromptEdit()
+        self.system_prompt.setObjectName("systemPrompt")
         self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
         self.system_prompt.setMinimumHeight(80)
+        self.system_prompt.submitted.connect(self.accept)
         self.fields = {
             "temperature": _double(0.0, 2.0, 0.05),
             "top_p": _double(0.0, 1.0, 0.05),
@@ -121,14 +174,18 @@ class SettingsDialog(QDialog):
             "max_tokens": _int(1, 131072),
             "context_cap": _int(0, 1 << 20, "model's limit"),
         }
+        form.addRow("Preset", self.preset_box)
         form.addRow("System prompt", self.system_prompt)
         labels = {
             "temperature": "Temperature", "top_p": "Top p", "top_k": "Top k", "min_p": "Min p",
             "repetition_penalty": "Repetition penalty", "max_tokens": "Max tokens", "context_cap": "Context cap",
         }
+        self.system_prompt.setToolTip(TIPS["system_prompt"])
         for key, box in self.fields.items():
             box.setObjectName(key)
+            box.setToolTip(TIPS[key])
             form.addRow(labels[key], box)
+            form.labelForField(box).setToolTip(TIPS[key])
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -137,7 +194,15 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setDefault(True)  # Return in a field is OK
         self.set_values(values)
+
+    def _use_preset(self, index):
+        if index > 0:
+            self.system_prompt.setPlainText(self.preset_box.itemData(index) or "")
+            self.preset_box.setCurrentIndex(0)
+            self.system_prompt.setFocus()
 
     def set_values(self, values: dict):
         self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))

@@ -25,7 +25,9 @@ from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
 from app import shortcuts as keys
+from app import theme
 from app.notices import NoticeArea
+from app.preferences import load_app_settings
 from app.window_dialogs import WindowDialogs
 from app.window_keys import WindowKeys
 from engine.errors import ChinwagError
@@ -111,6 +113,8 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
         self.sidebar.list.itemClicked.connect(lambda _item: self.focus_composer())
         self.sidebar.list.itemActivated.connect(lambda _item: self.focus_composer())
 
+        self._applied_look = ("system", 0)
+        self.apply_app_settings()
         self._build_status_bar()
         self._build_menus()
         self._connect_bridge()
@@ -235,9 +239,19 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
     def start_engine(self, model_spec: str | None = None):
         """Start the engine in the background and load the last used model (or the starter)."""
         default = starter_id()
-        spec = model_spec or self.store.get_state("last_model") or default
+        chosen = load_app_settings(self.store)["default_model"]
+        spec = model_spec or chosen or self.store.get_state("last_model") or default
         self._loading_spec = spec
         return self.bridge.start(spec, fallback=default if not model_spec else None)
+
+    def apply_app_settings(self):
+        """Theme and font size from Preferences (left alone while they are the system's)."""
+        values = load_app_settings(self.store)
+        look = (values["theme"], values["font_size"])
+        if look != self._applied_look:
+            theme.apply(*look)
+            self._applied_look = look
+            self.setStyleSheet(load_stylesheet())  # re-resolve palette() colours in the style sheet
 
     def load_model(self, spec: str):
         if self.bridge.state == "loading":
