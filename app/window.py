@@ -290,13 +290,16 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
 
     def _on_load_progress(self, p):
         self.progress.setVisible(True)
+        stage = p.stage or "Loading"
+        text = stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else "")
         if p.total:
+            fraction = min(1.0, p.done / p.total)
             self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
+            self.progress.setValue(int(1000 * fraction))
+            text += f" {int(100 * fraction)}%"
         else:
-            self.progress.setRange(0, 0)
-        stage = p.stage or "loading"
-        self.state_label.setText(stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else ""))
+            self.progress.setRange(0, 0)  # a step with no measure: a busy bar, never a fake 0%
+        self.state_label.setText(text)
 
     def _on_model_loaded(self, info):
         self.progress.setVisible(False)

@@ -69,12 +69,17 @@ class Engine:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
-            from engine.session import Session
-
             self._thread = EngineThread()
-            self._session = Session(*self._options)
-            self._started = self._thread.submit(self._session.warm_up)
+            self._started = self._thread.submit(self._create_session)
         return self._started
+
+    def _create_session(self) -> None:
+        # engine.session imports mlx_lm (seconds of imports): on the engine thread, so the
+        # caller's thread (the window's) keeps painting meanwhile.
+        from engine.session import Session
+
+        self._session = Session(*self._options)
+        self._session.warm_up()
 
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
@@ -220,5 +225,6 @@ class Engine:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
         if self._thread is not None:
+            await self.start()  # the session exists once start has finished
             await self._call(self._session.forget, conversation_id)
 
