@@ -5,14 +5,19 @@ from PySide6.QtCore import QTimer
 COPIED_MS = 2000
 
 
-def flash_copied(button, done_text: str = "Copied") -> None:
-    """Show done_text on the button, then put its own text and tooltip back."""
-    text, tip = button.property("restText"), button.property("restTip")
-    if text is None:  # not already showing "Copied": remember what to go back to
-        text, tip = button.text(), button.toolTip()
-        button.setProperty("restText", text)
-        button.setProperty("restTip", tip)
-    button.setText(done_text)
+def flash_copied(button, done_text: str = "Copied", icon: str = "") -> None:
+    """Show done_text (or the named icon) on the button, then put its own text, icon and
+    tooltip back."""
+    if button.property("restTip") is None:  # not already showing "Copied": remember what to go back to
+        button.setProperty("restText", button.text())
+        button.setProperty("restTip", button.toolTip())
+        button.setProperty("restIcon", button.icon())
+    if icon:
+        from app.icons import icon as make_icon
+
+        button.setIcon(make_icon(icon))
+    else:
+        button.setText(done_text)
     button.setToolTip("Copied to the clipboard")
     timer = button.findChild(QTimer, "copiedTimer")
     if timer is None:
@@ -24,9 +29,10 @@ def flash_copied(button, done_text: str = "Copied") -> None:
 
 
 def _reset(button):
-    text, tip = button.property("restText"), button.property("restTip")
-    if text is not None:
-        button.setText(text)
-        button.setToolTip(tip or "")
-        button.setProperty("restText", None)
-        button.setProperty("restTip", None)
+    tip = button.property("restTip")
+    if tip is not None:
+        button.setText(button.property("restText") or "")
+        button.setToolTip(tip)
+        button.setIcon(button.property("restIcon"))
+        for name in ("restText", "restTip", "restIcon"):
+            button.setProperty(name, None)

@@ -12,8 +12,6 @@ from app.markdown_view import MarkdownView, ProseView
 
 # Longer user messages show their start, with Show more; Copy and the engine always get all of it.
 USER_DISPLAY_LIMIT = 3_000
-# Message actions: an icon and the tooltip that names it.
-ACTION_ICONS = {"Copy": "⧉", "Edit": "✎", "Regenerate": "↻"}
 
 STATUS_NOTES = {
     "stopped": "Stopped",
@@ -110,8 +108,11 @@ class MessageWidget(QFrame):
         self.set_status(status)
 
     def _action(self, layout, text, tip, signal):
-        button = QToolButton(text=ACTION_ICONS.get(text, text))
+        from app.icons import icon
+
+        button = QToolButton()
         button.setObjectName(f"{text.lower()}Button")
+        button.setIcon(icon(text.lower()))
         button.setToolTip(tip)
         button.setAccessibleName(text)
         button.setAutoRaise(True)
@@ -176,7 +177,7 @@ class MessageWidget(QFrame):
     def show_copied(self):
         from app.copy_feedback import flash_copied
 
-        flash_copied(self.copy_button, "✓")
+        flash_copied(self.copy_button, icon="copied")
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")
