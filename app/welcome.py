@@ -7,10 +7,10 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QVBoxLayout, QWi
 from app.shortcuts import WELCOME, key_text
 
 EXAMPLE_PROMPTS = (
-    "Explain how a rainbow forms, in three sentences.",
+    "Explain how a rainbow forms.",
     "Write a short poem about a cup of tea.",
     "Give me five ideas for a rainy Sunday.",
-    "What is the difference between a list and a tuple in Python?",
+    "How is a list different from a tuple in Python?",
 )
 
 

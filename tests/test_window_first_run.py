@@ -340,3 +340,25 @@ def test_message_actions_are_icon_buttons_with_tooltips(qtbot, window, engine):
     for button, tip in ((user.copy_button, "Copy this message"), (user.edit_button, "Edit and resend"),
                         (reply.regen_button, "Write this reply again")):
         assert button.toolTip().startswith(tip) and not button.icon().isNull() and button.accessibleName()
+
+
+def test_blockquotes_and_lists_are_styled(qtbot, window, engine):
+    from PySide6.QtGui import QPalette, QTextFormat
+
+    engine.reply = "Intro\n\n> A quoted line\n\n- one\n- two\n"
+    send(qtbot, window, "quote please")
+    views = [w for w in window.chat_view.message_widgets()[-1].body.widgets() if hasattr(w, "document")]
+    blocks = [b for view in views for b in _blocks(view.document())]
+    quote = next(b for b in blocks if b.text() == "A quoted line")
+    fmt = quote.blockFormat()
+    assert fmt.property(QTextFormat.Property.BlockQuoteLevel) == 1 and fmt.leftMargin() >= 14
+    assert fmt.background().color() == views[0].palette().color(QPalette.ColorRole.AlternateBase)
+    items = [b for b in blocks if b.textList() is not None]
+    assert [b.text() for b in items] == ["one", "two"] and all(b.blockFormat().bottomMargin() > 0 for b in items)
+
+
+def _blocks(doc):
+    block = doc.begin()
+    while block.isValid():
+        yield block
+        block = block.next()
