@@ -307,7 +307,6 @@ class ChatController(QObject):
 
     def abandon(self):
         """The window is closing: save what was generated as stopped, now."""
-        self.save_draft()
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
             self._end(self.gen.conv_id, "stopped", None)

@@ -426,6 +426,7 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
 
     # --- closing --------------------------------------------------------
     def closeEvent(self, event):
+        self.chat.save_draft()  # the unsent text of the open chat is there next time
         self.chat.abandon()
         if not self.store.read_only:
             try:

@@ -293,7 +293,7 @@ def test_generating_chat_is_marked_and_other_chats_show_no_stop(qtbot, window, s
     engine.token_delay = 0.02
     window.new_action.trigger()
     send(qtbot, window, "second chat", wait=False)
-    qtbot.waitUntil(lambda: window.chat.gen is not None, timeout=2000)
+    qtbot.waitUntil(lambda: window.chat.gen is not None and bool(window.chat.gen.text), timeout=5000)
     busy = window.chat.gen.conv_id
     assert window.sidebar.generating_id == busy and window.composer.stop_button.isVisible()
     window.chat.open_conversation(first)
