@@ -199,6 +199,13 @@ class ChatController(QObject):
         if widget is not None:
             widget.set_status("queued")
 
+    def unqueue(self):
+        """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
+        conv_id, self.queued = self.queued, None
+        widgets = self.chat_view.message_widgets()
+        if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
+            widgets[-1].set_status("complete")
+
     def send_queued(self) -> bool:
         """The model is ready: send the message that waited for it."""
         conv_id, self.queued = self.queued, None

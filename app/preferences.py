@@ -35,8 +35,10 @@ def load_app_settings(store) -> dict:
 
 class PreferencesDialog(SettingsDialog):
     def __init__(self, chat_defaults: dict, app_values: dict, models, parent=None):
-        super().__init__(chat_defaults, chat_defaults, "Preferences", parent,
-                         "The app's settings, and the defaults for every chat that does not set its own.")
+        super().__init__(chat_defaults, chat_defaults, "Preferences", parent)
+        self.extra_group.setTitle("Chinwag")
+        self.extra_group.setVisible(True)
+        self.chat_group.setTitle("Defaults for every chat that does not set its own")
         self.theme_box = QComboBox()
         self.theme_box.setObjectName("theme")
         for name in THEMES:

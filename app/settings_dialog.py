@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QGroupBox,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -149,8 +150,12 @@ class SettingsDialog(QDialog):
             label = QLabel(note)
             label.setWordWrap(True)
             layout.addWidget(label)
-        self.extra_form = QFormLayout()  # rows a subclass adds above the chat settings
-        layout.addLayout(self.extra_form)
+        self.extra_group = QGroupBox()  # rows a subclass adds above the chat settings
+        self.extra_form = QFormLayout(self.extra_group)
+        self.extra_group.setVisible(False)
+        layout.addWidget(self.extra_group)
+        self.chat_group = QGroupBox()
+        layout.addWidget(self.chat_group)
         form = QFormLayout()
         self.presets = load_presets()
         self.preset_box = QComboBox()
@@ -186,7 +191,7 @@ class SettingsDialog(QDialog):
             box.setToolTip(TIPS[key])
             form.addRow(labels[key], box)
             form.labelForField(box).setToolTip(TIPS[key])
-        layout.addLayout(form)
+        self.chat_group.setLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
         buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)

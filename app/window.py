@@ -73,6 +73,7 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
         self._models = []
         self._stats = None  # the stats shown in the status bar (TurnStats or dict)
         self._loading_spec = ""
+        self._startup = False
         self._dialogs = []  # non-modal dialogs kept alive while open
 
         from app.sidebar import Sidebar
@@ -242,7 +243,20 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
         chosen = load_app_settings(self.store)["default_model"]
         spec = model_spec or chosen or self.store.get_state("last_model") or default
         self._loading_spec = spec
-        return self.bridge.start(spec, fallback=default if not model_spec else None)
+        self._startup = True  # until the start-up load ends, "no model yet" means "loading"
+        task = self.bridge.start(spec, fallback=default if not model_spec else None)
+        task.add_done_callback(lambda _task: self._startup_done())
+        self._update_composer()
+        return task
+
+    def _startup_done(self):
+        self._startup = False
+        self._update_composer()
+        self._update_welcome()
+        if self.bridge.current_model is None and self.chat.queued is not None:
+            self.chat.unqueue()
+            self.show_error("Your message was not sent: no model could be loaded. Choose one in the Model menu, "
+                            "then press Ctrl+R to send it.")
 
     def apply_app_settings(self):
         """Theme and font size from Preferences (left alone while they are the system's)."""
@@ -262,7 +276,7 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
     def _on_state(self, state):
         self._update_welcome()
         label = STATE_LABELS.get(state, state)
-        if state == "loading" and self._loading_spec:
+        if self._loading_spec and (state == "loading" or (state == "idle" and self._startup)):
             label = f"Loading {self._model_name(self._loading_spec)}…"
         self.state_label.setText(label)
         self.model_menu.set_busy(state == "loading")
@@ -337,7 +351,7 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
                                     queue=True)
         elif state == "error":
             self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
-        elif state == "loading" and self.bridge.current_model is None:
+        elif self.bridge.current_model is None and (state == "loading" or self._startup):
             self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}… you can send now: "
                                     "your message waits for the model.", queue=True)
         elif self.bridge.current_model is None:
@@ -371,7 +385,7 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
         model = self.bridge.current_model
         if model is not None:
             self.chat_view.welcome.set_model(model.name or model.id)
-        elif self._loading_spec and self.bridge.state in ("starting", "loading"):
+        elif self._loading_spec and (self.bridge.state in ("starting", "loading") or self._startup):
             self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
         else:
             self.chat_view.welcome.set_model("")

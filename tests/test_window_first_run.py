@@ -362,3 +362,58 @@ def _blocks(doc):
     while block.isValid():
         yield block
         block = block.next()
+
+
+class _SlowListing(FakeEngine):
+    async def list_models(self):
+        import asyncio
+
+        await asyncio.sleep(0.3)  # the registry scan before the start-up load
+        return list(self.models)
+
+
+def test_before_the_startup_load_begins_messages_still_queue(qtbot, qloop, store):
+    from app.window import MainWindow
+
+    engine = _SlowListing()
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    task = w.start_engine("fake-small")
+    qtbot.waitUntil(lambda: w.bridge.state == "idle", timeout=3000)  # started, models not listed yet
+    assert w.composer.can_queue() and "No model" not in w.composer.reason_label.text()
+    assert w.state_label.text().startswith("Loading ")  # not "No model"
+    w.composer.set_text("early bird")
+    QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
+    assert w.chat.queued is not None
+    qtbot.waitUntil(task.done, timeout=5000)
+    qtbot.waitUntil(lambda: len(w.chat_view.message_widgets()) == 2 and w.chat.gen is None, timeout=5000)
+    assert engine.calls[0][1][-1]["content"] == "early bird"
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def test_a_queued_message_is_not_left_waiting_when_no_model_loads(qtbot, qloop, store):
+    from app.window import MainWindow
+
+    engine = FakeEngine()
+    engine.load_delay = 0.2
+    engine.fail_load["fake-small"] = "weights are corrupt"
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    task = w.start_engine("fake-small")
+    w.composer.set_text("anyone there?")
+    QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
+    (message,) = w.chat_view.message_widgets()
+    assert "Queued" in message.stats_label.text()
+    qtbot.waitUntil(task.done, timeout=5000)
+    assert w.chat.queued is None and "Queued" not in message.stats_label.text()
+    assert any("was not sent" in t for t in w.notices.texts())
+    # Once a model is there, Regenerate (Ctrl+R) sends it.
+    run(qtbot, w.bridge.load_model("fake-big"))
+    w.regen_action.trigger()
+    qtbot.waitUntil(lambda: len(w.chat_view.message_widgets()) == 2 and w.chat.gen is None, timeout=5000)
+    assert engine.calls[-1][1][-1]["content"] == "anyone there?"
+    w.close()
+    run(qtbot, w.shutdown())
