@@ -28,6 +28,14 @@ SPINNER = "◐◓◑◒"
 SPINNER_MS = 150
 
 
+def _around(snippet: str, needle: str, before: int = 12) -> str:
+    """The snippet from a few characters before the match, so a narrow row still shows it."""
+    at = snippet.casefold().find(needle.strip().casefold()) if needle.strip() else -1
+    if at <= before:
+        return snippet
+    return "…" + snippet[at - before:].lstrip("…")
+
+
 class _RowDelegate(QStyledItemDelegate):
     """Title (elided to fit), a busy spinner, and the search snippet as a dimmed second line."""
 
@@ -67,6 +75,7 @@ class _RowDelegate(QStyledItemDelegate):
         top = QRect(rect.left(), rect.top(), rect.width(), line if snippet else rect.height())
         painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
         if snippet:
+            snippet = _around(snippet, self.sidebar.search_text)
             dim = option.palette.color(group, QPalette.ColorRole.HighlightedText if selected
                                        else QPalette.ColorRole.PlaceholderText)
             painter.setPen(dim)
@@ -122,6 +131,7 @@ class Sidebar(QWidget):
         self.no_match.setVisible(False)
         layout.addWidget(self.no_match, 1)
         self.generating_id = None
+        self.search_text = ""
         self.spin_step = 0
         self._spinner = QTimer(self)
         self._spinner.setInterval(SPINNER_MS)
@@ -138,6 +148,7 @@ class Sidebar(QWidget):
         self._filling = True
         self.list.clear()
         self.list.setUniformItemSizes(not search)
+        self.search_text = search
         for s in summaries:
             item = QListWidgetItem(s.title or "Untitled")
             item.setData(ID_ROLE, s.id)

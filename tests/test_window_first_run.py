@@ -417,3 +417,11 @@ def test_a_queued_message_is_not_left_waiting_when_no_model_loads(qtbot, qloop, 
     assert engine.calls[-1][1][-1]["content"] == "anyone there?"
     w.close()
     run(qtbot, w.shutdown())
+
+
+def test_snippet_is_shown_from_just_before_the_match():
+    from app.sidebar import _around
+
+    text = "…the first part of a long reply that goes on and then mentions Scotland at last…"
+    assert _around(text, "scotland").startswith("…") and "Scotland" in _around(text, "scotland")[:30]
+    assert _around("Scotland first", "scotland") == "Scotland first"
