@@ -140,9 +140,6 @@ class ChatController(QObject):
         last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
         self.statsChanged.emit(last)
 
-    def conversation(self):
-        return self.store.get_conversation(self.conv_id) if self.conv_id else None
-
     def ensure_conversation(self) -> str:
         if self.conv_id is None:
             model = self.bridge.current_model

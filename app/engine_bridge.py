@@ -124,9 +124,6 @@ class EngineBridge(QObject):
             if not ok and fallback and fallback != spec:
                 await self._load(fallback)
 
-    def refresh_models(self) -> asyncio.Task:
-        return self.run(self._list_models())
-
     async def _list_models(self):
         try:
             models = await self.engine.list_models()

@@ -285,7 +285,7 @@ def _check_text(value):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}")
+            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}") from e
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_text(k)

@@ -174,7 +174,7 @@ class Store:
         self.read_only = False
         self.notice = ""  # why the store is read-only or not the usual file; "" if normal
         self._last_now = 0.0
-        self._conn = self._open()
+        self._conn: sqlite3.Connection | None = self._open()
 
     # -- opening ---------------------------------------------------------------
 
@@ -182,7 +182,7 @@ class Store:
         try:
             self.requested_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}")
+            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}") from e
         problem, version = _inspect(self.requested_path)
         if problem is None and version > SCHEMA_VERSION:
             self.read_only = True

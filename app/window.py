@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import shortcuts as keys
+from app import theme
 from app.chat_controller import ChatController
 from app.chat_header import ChatHeader
 from app.chat_view import ChatView
@@ -24,8 +26,6 @@ from app.composer import Composer
 from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
-from app import shortcuts as keys
-from app import theme
 from app.notices import NoticeArea
 from app.preferences import load_app_settings
 from app.window_dialogs import WindowDialogs
