@@ -9,9 +9,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QLabel,
     QMainWindow,
-    QProgressBar,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -24,21 +22,17 @@ from app.chat_header import ChatHeader
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.engine_bridge import EngineBridge
-from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
 from app.notices import NoticeArea
 from app.preferences import load_app_settings
 from app.window_dialogs import WindowDialogs
 from app.window_keys import WindowKeys
+from app.window_status import STATE_LABELS, WindowStatus
 from engine.errors import ChinwagError
 
 STARTER_ID = "smollm2-135m-instruct"  # engine.registry.STARTER_ID, without importing it early
 MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
 ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
-STATE_LABELS = {
-    "starting": "Starting engine…", "idle": "No model", "loading": "Loading model…",
-    "ready": "Ready", "generating": "Generating…", "error": "Engine error",
-}
 
 
 def load_stylesheet() -> str:
@@ -59,7 +53,7 @@ def starter_id() -> str:
         return STARTER_ID
 
 
-class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
+class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     def __init__(self, store, engine=None, engine_factory=None, parent=None):
         super().__init__(parent)
         self.setObjectName("mainWindow")
@@ -136,25 +130,6 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
         self.focus_composer()  # a newcomer types straight away
 
     # --- building -------------------------------------------------------
-    def _build_status_bar(self):
-        bar = self.statusBar()
-        self.model_label = QLabel("No model")
-        self.model_label.setObjectName("statusModel")
-        self.progress = QProgressBar()
-        self.progress.setObjectName("loadProgress")
-        self.progress.setMaximumWidth(180)
-        self.progress.setVisible(False)
-        self.context_label = QLabel("")
-        self.context_label.setObjectName("statusContext")
-        self.kv_label = QLabel("")
-        self.kv_label.setObjectName("statusKV")
-        self.state_label = QLabel(STATE_LABELS["starting"])
-        self.state_label.setObjectName("statusState")
-        bar.addWidget(self.model_label)
-        bar.addWidget(self.progress)
-        for label in (self.context_label, self.kv_label, self.state_label):
-            bar.addPermanentWidget(label)
-
     def _action(self, menu, text, slot, shortcut=None, role=None, name=None):
         action = QAction(text, self)
         if shortcut is not None:
@@ -302,19 +277,6 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
             return STARTER_NAME
         return Path(str(spec)).name or str(spec)
 
-    def _on_load_progress(self, p):
-        self.progress.setVisible(True)
-        stage = p.stage or "Loading"
-        text = stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else "")
-        if p.total:
-            fraction = min(1.0, p.done / p.total)
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * fraction))
-            text += f" {int(100 * fraction)}%"
-        else:
-            self.progress.setRange(0, 0)  # a step with no measure: a busy bar, never a fake 0%
-        self.state_label.setText(text)
-
     def _on_model_loaded(self, info):
         self.progress.setVisible(False)
         self.model_label.setText(info.name or info.id)
@@ -363,32 +325,11 @@ class MainWindow(WindowDialogs, WindowKeys, QMainWindow):
             self.composer.set_ready(True)
 
     # --- status ---------------------------------------------------------
-    def _show_stats(self, stats):
-        self._stats = stats
-        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
-        model = self.bridge.current_model
-        limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
-        used = get("kv_offset", 0) if get else 0
-        self.context_label.setText(f"Context {used:,} / {limit:,}" if limit else "")
-        kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if get and not kv:
-            kv = get("kv_bytes", 0)
-        self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
-
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)
         self.regen_action.setEnabled(not on)
         if not on and self.chat.last_status == "complete":
             self.notices.dismiss("error")  # a reply came through: an old error no longer applies
-
-    def _update_welcome(self):
-        model = self.bridge.current_model
-        if model is not None:
-            self.chat_view.welcome.set_model(model.name or model.id)
-        elif self._loading_spec and (self.bridge.state in ("starting", "loading") or self._startup):
-            self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
-        else:
-            self.chat_view.welcome.set_model("")
 
     def _on_conversation_changed(self, conv_id):
         title, prompt = "", None
