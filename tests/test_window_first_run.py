@@ -425,3 +425,13 @@ def test_snippet_is_shown_from_just_before_the_match():
     text = "…the first part of a long reply that goes on and then mentions Scotland at last…"
     assert _around(text, "scotland").startswith("…") and "Scotland" in _around(text, "scotland")[:30]
     assert _around("Scotland first", "scotland") == "Scotland first"
+
+
+def test_esc_right_after_enter_stops_the_reply(qtbot, window, store, engine):
+    engine.reply = "word " * 300
+    window.composer.set_text("a long one please")
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+    window.escape()  # before the engine's turn has even begun
+    qtbot.waitUntil(lambda: window.chat.gen is None, timeout=5000)
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    assert reply.status == "stopped" and len(reply.content.split()) < 300
