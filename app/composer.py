@@ -1,6 +1,7 @@
 """Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.theme import READING_WIDTH
@@ -8,6 +9,14 @@ from app.theme import READING_WIDTH
 
 class _Editor(QPlainTextEdit):
     enterPressed = Signal()
+
+    def event(self, event):
+        # With no typing left to undo, Ctrl/Cmd+Z goes to the window (Undo of a deleted chat).
+        if (event.type() == QEvent.Type.ShortcutOverride and event.matches(QKeySequence.StandardKey.Undo)
+                and not self.document().isUndoAvailable()):
+            event.ignore()
+            return True
+        return super().event(event)
 
     def keyPressEvent(self, event):
         key = event.key()

@@ -161,8 +161,12 @@ class Sidebar(QWidget):
             if s.id == current_id:
                 self.list.setCurrentItem(item)
         self._filling = False
-        empty = not summaries and bool(search.strip())
-        self.no_match.setText(f"No chats match “{search.strip()}”." if empty else "")
+        empty = not summaries
+        if search.strip():
+            note = f"No chats match “{search.strip()}”."
+        else:
+            note = "No chats yet: the ones you start appear here."
+        self.no_match.setText(note if empty else "")
         self.no_match.setVisible(empty)
         self.list.setVisible(not empty)
 

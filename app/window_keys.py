@@ -56,8 +56,11 @@ class WindowKeys:
             self.focus_composer()
 
     def undo(self):
+        """Undo typing in the focused field if it has any; otherwise bring back the last deleted chat."""
         focused = QApplication.focusWidget()
-        if hasattr(focused, "undo") and isinstance(focused, (QLineEdit, QPlainTextEdit, QTextEdit)):
+        if isinstance(focused, QLineEdit) and focused.isUndoAvailable():
+            focused.undo()
+        elif isinstance(focused, (QPlainTextEdit, QTextEdit)) and focused.document().isUndoAvailable():
             focused.undo()
         elif not self.chat.undo_last_delete():
             self.statusBar().showMessage("Nothing to undo", 3000)

@@ -196,19 +196,23 @@ def test_search_no_match_snippets_and_down_into_results(qtbot, window, store, en
 def test_ctrl_z_undoes_a_delete_but_not_inside_text(qtbot, window, store, engine):
     send(qtbot, window, "keep me")
     conv = window.chat.conv_id
+    window.new_action.trigger()
+    send(qtbot, window, "other chat")
     window.chat.delete(conv)
     assert conv not in window.sidebar.ids()
     window.sidebar.list.setFocus()
     QTest.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert conv in window.sidebar.ids() and window.chat.conv_id == conv
-    # In the composer, Ctrl+Z undoes typing and deletes stay deleted.
+    # Deleting the open chat puts the cursor in an empty composer: Ctrl+Z there undoes the delete.
     window.chat.delete(conv)
-    window.composer.editor.setFocus()
+    assert window.focusWidget() is window.composer.editor and window.composer.text() == ""
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert conv in window.sidebar.ids() and window.chat.conv_id == conv
+    # With typing to undo, Ctrl+Z undoes the typing first and the delete stays deleted.
+    window.chat.delete(conv)
     QTest.keyClicks(window.composer.editor, "abc")
     QTest.keyClick(window.composer.editor, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert window.composer.text() != "abc" and conv not in window.sidebar.ids()
-    window.undo_action.trigger()  # the menu entry acts on the focused text too
-    assert conv not in window.sidebar.ids()
 
 
 def test_edit_menu_and_copy_last_reply(qtbot, window, engine, monkeypatch):
@@ -435,3 +439,17 @@ def test_esc_right_after_enter_stops_the_reply(qtbot, window, store, engine):
     qtbot.waitUntil(lambda: window.chat.gen is None, timeout=5000)
     reply = store.get_conversation(window.chat.conv_id).messages[-1]
     assert reply.status == "stopped" and len(reply.content.split()) < 300
+
+
+def test_empty_list_says_so_and_return_in_search_opens_the_first_result(qtbot, window, engine):
+    assert window.sidebar.no_match.isVisible() and "No chats yet" in window.sidebar.no_match.text()
+    send(qtbot, window, "apples")
+    assert not window.sidebar.no_match.isVisible() and window.sidebar.list.isVisible()
+    window.new_action.trigger()
+    send(qtbot, window, "pears")
+    window.sidebar.focus_search()
+    QTest.keyClicks(window.sidebar.search, "apples")
+    qtbot.waitUntil(lambda: window.sidebar.titles() == ["apples"], timeout=2000)
+    QTest.keyClick(window.sidebar.search, Qt.Key.Key_Return)
+    assert window.chat_view.message_widgets()[0].text() == "apples"
+    assert window.focusWidget() is window.composer.editor
