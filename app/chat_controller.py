@@ -188,6 +188,7 @@ class ChatController(QObject):
             # The model is still loading: the message waits, visibly, and goes when it is ready.
             self.queued = conv_id
             self._mark_queued(msg.id)
+            self.refresh_list()  # the list shows the chat's title, not "New chat"
             return True
         return self._start_reply()
 

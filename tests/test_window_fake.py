@@ -131,6 +131,7 @@ def test_message_sent_while_loading_is_queued_then_sent(qtbot, qloop, store):
     (queued,) = w.chat_view.message_widgets()
     assert queued.text() == "typed ahead" and "Queued" in queued.stats_label.text()
     assert [m.content for m in store.get_conversation(w.chat.conv_id).messages] == ["typed ahead"]
+    assert w.sidebar.titles() == ["typed ahead"]
     qtbot.waitUntil(task.done, timeout=5000)
     assert w.composer.is_ready() and not w.composer.reason_label.isVisible()
     assert not w.progress.isVisible()
