@@ -12,13 +12,16 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.drafts import Drafts
+from app.message_widget import QUEUED
 from app.settings_dialog import effective, engine_messages, load_defaults, params_from_settings
+from app.store import MessageStatus
 from engine.errors import ChinwagError
+from engine.types import FinishReason
 
 SAVE_INTERVAL_MS = 1000
 UNDO_DELETE_MS = 8000
 DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
-FINISH_STATUS = {"cancelled": "stopped", "error": "failed"}
+FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
 
 
 def stats_dict(stats) -> dict:
@@ -195,14 +198,14 @@ class ChatController(QObject):
     def _mark_queued(self, msg_id):
         widget = self.chat_view.widget_for(msg_id)
         if widget is not None:
-            widget.set_status("queued")
+            widget.set_status(QUEUED)
 
     def unqueue(self):
         """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
         conv_id, self.queued = self.queued, None
         widgets = self.chat_view.message_widgets()
         if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
-            widgets[-1].set_status("complete")
+            widgets[-1].set_status(MessageStatus.COMPLETE)
 
     def send_queued(self) -> bool:
         """The model is ready: send the message that waited for it."""
@@ -214,7 +217,7 @@ class ChatController(QObject):
         widgets = self.chat_view.message_widgets()
         if not widgets or widgets[-1].role != "user":
             return False
-        widgets[-1].set_status("complete")
+        widgets[-1].set_status(MessageStatus.COMPLETE)
         return self._start_reply()
 
     def _start_reply(self) -> bool:
@@ -225,12 +228,13 @@ class ChatController(QObject):
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             messages = engine_messages(conv.messages, str(values.get("system_prompt") or ""))
-            reply = self.store.add_message(conv.id, "assistant", "", status="streaming", model_id=model.id)
+            params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
+            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id)
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(reply.id, "assistant", "", "streaming", model.name or model.id,
+        widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
                                             model_id=model.id)
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
@@ -238,7 +242,7 @@ class ChatController(QObject):
         self._sync_generation()
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv.id, messages, params_from_settings(values))
+        self.bridge.chat(conv.id, messages, params)
         return True
 
     def _on_delta(self, conv_id, text):
@@ -260,11 +264,12 @@ class ChatController(QObject):
             self.error.emit(str(e))
 
     def _on_finished(self, conv_id, stats):
-        status = FINISH_STATUS.get(stats.finish_reason, "complete")
+        status = FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
         self._end(conv_id, status, stats, stats.error)
 
     def _on_failed(self, conv_id, reason):
-        self._end(conv_id, "stopped" if reason == "cancelled" else "failed", None, reason)
+        status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED
+        self._end(conv_id, status, None, reason)
 
     def _end(self, conv_id, status, stats, error=""):
         gen = self.gen
@@ -314,7 +319,7 @@ class ChatController(QObject):
         """The window is closing: save what was generated as stopped, now."""
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
-            self._end(self.gen.conv_id, "stopped", None)
+            self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
         for conv_id in list(self._pending_delete):
             self._commit_delete(conv_id)
 
@@ -418,7 +423,7 @@ class ChatController(QObject):
         timer.stop()
         timer.deleteLater()
         if self.gen is not None and self.gen.conv_id == conv_id:
-            self._end(conv_id, "stopped", None)
+            self._end(conv_id, MessageStatus.STOPPED, None)
         try:
             self.store.delete_conversation(conv_id)
         except ChinwagError as e:

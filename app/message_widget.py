@@ -12,12 +12,13 @@ from app.markdown_view import MarkdownView, ProseView
 # Longer user messages show their start, with Show more; Copy and the engine always get all of it.
 USER_DISPLAY_LIMIT = 3_000
 
+QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
 STATUS_NOTES = {
     "stopped": "Stopped",
     "failed": "Failed",
     "streaming": "",
     "complete": "",
-    "queued": "Queued: sent when the model is ready",  # shown only, never stored
+    QUEUED: "Queued: sent when the model is ready",
 }
 
 

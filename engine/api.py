@@ -10,7 +10,16 @@ import queue
 import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import (
+    EngineState,
+    EngineStatus,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    TextDelta,
+    TurnStats,
+)
 
 if TYPE_CHECKING:
     from engine.session import Session
@@ -109,13 +118,13 @@ class Engine:
     @property
     def state(self) -> EngineState:
         if self._loading:
-            name = "loading"
+            name = EngineStatus.LOADING
         elif self._generating:
-            name = "generating"
+            name = EngineStatus.GENERATING
         elif self.current_model is not None:
-            name = "ready"
+            name = EngineStatus.READY
         else:
-            name = "idle"
+            name = EngineStatus.IDLE
         return EngineState(name, self.current_model, kv_bytes_total=self.last_kv_bytes)
 
     @staticmethod
@@ -177,7 +186,7 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator:
+    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator[TextDelta | TurnStats]:
         """Yield TextDelta events, then one TurnStats.
 
         Problems found before generation starts (no model, bad messages, a prompt

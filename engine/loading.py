@@ -50,8 +50,9 @@ def load(path: Path, progress: Optional[Callable[[str, float, float], None]] = N
             report("Preparing the weights for this CPU", 0, 0)
             model = blas.dequantize(model)
         mx.eval(model.parameters())
-    except Exception as e:  # mlx-lm raises many kinds for a bad folder
-        raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # mlx-lm raises many kinds for a bad folder; the traceback is logged
+        log.warning("loading %s failed", path, exc_info=True)
+        raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from e
     return model, tokenizer
 
 

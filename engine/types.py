@@ -5,11 +5,40 @@ Only ints, floats, strings and tuples live here: never an MLX array.
 
 import typing
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Optional
 
 from engine.errors import ChinwagError
 
 DEFAULT_MAX_TOKENS = 512
+
+
+# The values are the strings stored in the database and written to JSON: never change them.
+class FinishReason(StrEnum):
+    """Why a turn ended (TurnStats.finish_reason)."""
+
+    STOP = "stop"  # the model's end-of-sequence token
+    LENGTH = "length"  # max_tokens
+    CONTEXT = "context"  # the context limit
+    CANCELLED = "cancelled"  # engine.stop
+    ERROR = "error"  # TurnStats.error says what failed
+
+
+class ModelStatus(StrEnum):
+    """Whether a listed model can be loaded (ModelInfo.status)."""
+
+    READY = "ready"
+    NEEDS_IMPORT = "needs-import"  # a GGUF (or the starter) imported on first use
+    UNUSABLE = "unusable"  # ModelInfo.reason says why
+
+
+class EngineStatus(StrEnum):
+    """What the engine is doing (EngineState.state)."""
+
+    IDLE = "idle"  # no model loaded
+    LOADING = "loading"
+    READY = "ready"
+    GENERATING = "generating"
 
 
 def _param(default, help: str, lo: float, hi: float) -> Any:
@@ -101,9 +130,7 @@ class TurnStats:
     kv_offset: int
     kv_bytes: int
     context_limit: int
-    # "stop" (EOS), "length" (max tokens), "context" (hit the context limit),
-    # "cancelled" (engine.stop), "error".
-    finish_reason: str
+    finish_reason: FinishReason
     dropped_messages: int = 0
     prompt_ids: tuple = ()
     reply_ids: tuple = ()
@@ -134,8 +161,7 @@ class ModelInfo:
     size_bytes: int = 0
     quantization: str = ""
     context_length: int = 0
-    # "ready", "needs-import" (GGUF / starter not yet imported), or "unusable".
-    status: str = "ready"
+    status: ModelStatus = ModelStatus.READY
     reason: str = ""
     source: str = ""  # "starter", "imported", "hf-cache", "folder"
 
@@ -164,6 +190,6 @@ class MemoryReport:
 class EngineState:
     """What the status bar shows."""
 
-    state: str  # "idle", "loading", "ready", "generating"
+    state: EngineStatus
     model: Optional[ModelInfo] = None
     kv_bytes_total: int = 0

@@ -115,3 +115,18 @@ def test_a_new_field_appears_in_the_cli_the_settings_and_the_dialog():
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "cli": 1.5, "key": True, "default": 0.25, "dialog": 0.5}
+
+
+@pytest.mark.qt
+def test_a_chat_with_a_bad_stored_setting_falls_back_to_the_default_and_sends(qtbot, window, store, engine):
+    from tests.app_helpers import send
+
+    bad = store.create_conversation(settings={"temperature": "hot"})
+    window.chat.open_conversation(bad.id)
+    send(qtbot, window, "Hello")
+    qtbot.waitUntil(lambda: window.chat.gen is None)
+    assert [m.role for m in store.get_conversation(bad.id).messages] == ["user", "assistant"]
+    assert len(engine.calls) == 1 and engine.calls[0][2] == GenerationParams()
+    dialog = window.chat_settings_dialog()
+    assert dialog.values()["temperature"] == 0.7  # opens on the default, to be saved over
+    dialog.reject()
