@@ -241,6 +241,9 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             theme.apply(*look)
             self._applied_look = look
             self.setStyleSheet(load_stylesheet())  # re-resolve palette() colours in the style sheet
+            chat = getattr(self, "chat", None)  # absent while the window is being built
+            if chat is not None and chat.conv_id and chat.gen is None:
+                chat.open_conversation(chat.conv_id)  # messages re-render in the new colours and size
 
     def load_model(self, spec: str):
         if self.bridge.state == "loading":

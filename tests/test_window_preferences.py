@@ -62,6 +62,8 @@ def test_preferences_theme_font_default_model_and_prefill_switch(qtbot, qloop, w
 
     app = QApplication.instance()
     assert load_app_settings(store)["prefill_while_typing"] is True
+    send(qtbot, window, "hi")
+    before = window.chat_view.message_widgets()[0]
     try:
         dialog = window.preferences_dialog()
         dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("dark"))
@@ -73,6 +75,9 @@ def test_preferences_theme_font_default_model_and_prefill_switch(qtbot, qloop, w
         assert saved == {"theme": "dark", "font_size": 15, "default_model": "fake-big",
                          "prefill_while_typing": False}
         assert theme.is_dark(app.palette()) and app.font().pointSize() == 15
+        # The open chat is rendered again, in the new colours and size.
+        shown = window.chat_view.message_widgets()
+        assert shown[0] is not before and shown[0].text() == "hi"
         # The default model is what the next start loads (over the last used one).
         from app.window import MainWindow
 
