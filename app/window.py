@@ -25,6 +25,7 @@ from app.engine_bridge import EngineBridge
 from app.model_menu import ModelMenu
 from app.notices import NoticeArea
 from app.preferences import load_app_settings
+from app.server_dialog import open_server_dialog
 from app.window_dialogs import WindowDialogs
 from app.window_keys import WindowKeys
 from app.window_status import STATE_LABELS, WindowStatus
@@ -194,6 +195,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
         help_menu = bar.addMenu("&Help")
         self.shortcuts_action = self._action(help_menu, "Keyboard Shortcuts", self.shortcuts_dialog,
