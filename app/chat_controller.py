@@ -429,5 +429,6 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
         self.bridge.forget(conv_id)
+        self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
         if self.store.get_state("last_conversation") == conv_id:
             self._remember("last_conversation", None)

@@ -129,6 +129,10 @@ def test_drafts_are_kept_per_chat_and_across_restarts(qtbot, qloop, window, stor
     assert w2.chat.conv_id == one and w2.composer.text() == "edited draft for one"
     w2.chat.open_conversation(two)
     assert w2.composer.text() == ""
+    # Deleting a chat for good deletes its draft too.
+    w2.chat.delete(one)
+    w2.chat._commit_delete(one)  # what the Undo timer does when it runs out
+    assert one not in store.get_state("drafts", {})
     w2.close()
     run(qtbot, w2.shutdown())
 
