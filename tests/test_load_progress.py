@@ -50,6 +50,9 @@ def test_first_load_of_a_gguf_shows_the_import_stages(tiny_model_path, tmp_path)
     assert len(imports) >= 4 and imports[-1].done == imports[-1].total
     fractions = [e.done / e.total for e in imports]
     assert fractions == sorted(fractions)
+    # The conversion, the long step, moves in real fractions between its stage marks.
+    converting = [e.done for e in imports if e.stage.endswith("converting weights")]
+    assert len(converting) >= 3 and any(2 < d < 3 for d in converting) and converting[-1] == 3
     assert {"reading GGUF", "converting weights", "building tokenizer", "writing model"} <= {
         e.stage.split(": ", 1)[1] for e in imports}
     # The import comes before the weights load, which then has its own progress.
