@@ -1,10 +1,11 @@
-"""Preferences: the app's own settings (theme, font size, default model, prefill while typing)
-above the defaults for every chat (the SettingsDialog fields).
+"""Preferences: the app's own settings (theme, font size, default model) above the defaults
+for every chat (the SettingsDialog fields; the prefill-while-typing switch is one of those,
+the key `prefill_while_typing`).
 
 App settings live in the store's state table under APP_KEY; APP_DEFAULTS is their one source.
 """
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QSpinBox
+from PySide6.QtWidgets import QComboBox, QSpinBox
 
 from app.settings_dialog import SettingsDialog
 from app.theme import THEMES
@@ -15,7 +16,6 @@ APP_DEFAULTS = {
     "theme": "system",  # one of app.theme.THEMES
     "font_size": 0,  # points; 0: the system's size
     "default_model": "",  # model loaded at start; "": the last one used
-    "prefill_while_typing": True,  # the engine reads the draft while you type (issue 9)
 }
 FONT_SIZE_RANGE = (8, 24)  # points a user can pick; one below the range means "system"
 
@@ -57,14 +57,9 @@ class PreferencesDialog(SettingsDialog):
             if getattr(m, "status", "") != "unusable":
                 self.model_box.addItem(m.name or m.id, m.id)
         self.model_box.setToolTip("The model Chinwag loads when it starts")
-        self.prefill_box = QCheckBox("Read my message while I type")
-        self.prefill_box.setObjectName("prefillWhileTyping")
-        self.prefill_box.setToolTip("The model starts reading your draft when you pause typing, "
-                                    "so the reply starts sooner after Enter")
         self.extra_form.addRow("Theme", self.theme_box)
         self.extra_form.addRow("Font size", self.font_box)
         self.extra_form.addRow("Default model", self.model_box)
-        self.extra_form.addRow("", self.prefill_box)
         self.set_app_values(app_values)
 
     def set_app_values(self, values: dict):
@@ -76,7 +71,6 @@ class PreferencesDialog(SettingsDialog):
             self.model_box.addItem(str(values.get("default_model")), values.get("default_model"))
             index = self.model_box.count() - 1
         self.model_box.setCurrentIndex(index)
-        self.prefill_box.setChecked(bool(values.get("prefill_while_typing", True)))
 
     def app_values(self) -> dict:
         size = self.font_box.value()
@@ -84,5 +78,4 @@ class PreferencesDialog(SettingsDialog):
             "theme": self.theme_box.currentData(),
             "font_size": 0 if size <= self.font_box.minimum() else size,
             "default_model": self.model_box.currentData() or "",
-            "prefill_while_typing": self.prefill_box.isChecked(),
         }

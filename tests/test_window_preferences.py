@@ -56,12 +56,12 @@ def test_presets_fill_the_system_prompt(qtbot, window):
     dialog.reject()
 
 
-def test_preferences_theme_font_default_model_and_prefill_switch(qtbot, qloop, window, store, engine):
+def test_preferences_theme_font_and_default_model(qtbot, qloop, window, store, engine):
     from app import theme
     from app.preferences import APP_KEY, load_app_settings
 
     app = QApplication.instance()
-    assert load_app_settings(store)["prefill_while_typing"] is True
+    assert load_app_settings(store) == {"theme": "system", "font_size": 0, "default_model": ""}
     send(qtbot, window, "hi")
     before = window.chat_view.message_widgets()[0]
     try:
@@ -69,11 +69,9 @@ def test_preferences_theme_font_default_model_and_prefill_switch(qtbot, qloop, w
         dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("dark"))
         dialog.font_box.setValue(15)
         dialog.model_box.setCurrentIndex(dialog.model_box.findData("fake-big"))
-        dialog.prefill_box.setChecked(False)
         dialog.accept()
         saved = store.get_state(APP_KEY)
-        assert saved == {"theme": "dark", "font_size": 15, "default_model": "fake-big",
-                         "prefill_while_typing": False}
+        assert saved == {"theme": "dark", "font_size": 15, "default_model": "fake-big"}
         assert theme.is_dark(app.palette()) and app.font().pointSize() == 15
         # The open chat is rendered again, in the new colours and size.
         shown = window.chat_view.message_widgets()
@@ -100,7 +98,7 @@ def test_preferences_theme_font_default_model_and_prefill_switch(qtbot, qloop, w
 def test_bad_app_settings_fall_back_to_defaults(store):
     from app.preferences import APP_DEFAULTS, APP_KEY, load_app_settings
 
-    store.set_state(APP_KEY, {"theme": "neon", "font_size": "huge", "prefill_while_typing": False})
+    store.set_state(APP_KEY, {"theme": "neon", "font_size": "huge", "default_model": "m1"})
     values = load_app_settings(store)
     assert values["theme"] == APP_DEFAULTS["theme"] and values["font_size"] == 0
-    assert values["prefill_while_typing"] is False
+    assert values["default_model"] == "m1"
