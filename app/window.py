@@ -108,6 +108,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.chat.conversationChanged.connect(lambda _c: self._focus_after_switch())
         self.sidebar.list.itemClicked.connect(lambda _item: self.focus_composer())
         self.sidebar.list.itemActivated.connect(lambda _item: self.focus_composer())
+        self.chat.readingProgress.connect(self._show_reading)
 
         self._applied_look = ("system", 0)
         self.apply_app_settings()

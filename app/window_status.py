@@ -3,6 +3,7 @@ and the welcome state's model line. A mixin of MainWindow, like WindowDialogs.""
 
 from PySide6.QtWidgets import QLabel, QProgressBar
 
+from app.chat_controller import reading_text
 from app.message_widget import format_bytes
 
 STATE_LABELS = {
@@ -55,6 +56,15 @@ class WindowStatus:
         if get and not kv:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
+
+    def _show_reading(self, progress):
+        """While a prompt is read: its progress, and the context it will fill, in the status bar."""
+        if progress is None:
+            self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+            return
+        self.state_label.setText(reading_text(progress))
+        if progress.context_limit:
+            self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
 
     def _update_welcome(self):
         model = self.bridge.current_model
