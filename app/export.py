@@ -17,6 +17,7 @@ from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app import highlight
 from app.store import STATUSES, Conversation, Message
 from engine.errors import ChinwagError
 
@@ -156,24 +157,31 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="Chinwag">\n<title>{e(title)}</title>\n'
-        f"<style>{_PRINT_CSS if for_print else _CSS}</style>\n</head>\n<body>\n"
+        f"<style>{_PRINT_CSS if for_print else _CSS + _code_css()}</style>\n</head>\n<body>\n"
         f'<header><h1 dir="auto">{e(title)}</h1>{info}</header>\n'
         "<main>\n" + "\n".join(parts) + "\n</main>\n</body>\n</html>\n"
     )
 
 
 def _render_content(m: Message, for_print: bool) -> str:
+    # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
+    inline = False if for_print else None
     if m.role != "assistant":
-        return markdown_to_html(m.content)
+        return markdown_to_html(m.content, inline)
     out = []
     for kind, text in split_think(m.content):
         if kind == "text":
-            out.append(markdown_to_html(text))
+            out.append(markdown_to_html(text, inline))
         elif for_print:
-            out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text)}</div>')
+            out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
         else:
             out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
     return "".join(out)
+
+
+def _code_css() -> str:
+    """Highlighted code in both palettes, following the reader's colour scheme."""
+    return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
 def _pdf_bytes(conv: Conversation) -> bytes:

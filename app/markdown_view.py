@@ -7,9 +7,10 @@ costs the size of the last paragraph, not of the whole reply.
 """
 
 import re
+import time
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import (
     QFont,
     QFontDatabase,
@@ -32,6 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.highlight import spans
+from app.highlight_qt import SpanHighlighter, is_dark
+
 MD_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
     | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
@@ -40,6 +44,8 @@ MD_FEATURES = QTextDocument.MarkdownFeature(
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 _LIST_OR_INDENT = re.compile(r"^(\s+\S|[-*+]\s|\d{1,9}[.)]\s)")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# A live code block re-highlights only after this many times its last highlight's cost.
+HIGHLIGHT_COST_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -274,16 +280,22 @@ class CodeBlock(QFrame):
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
         self.editor.wheelEvent = lambda event: event.ignore()
         layout.addWidget(self.editor)
+        self.highlighter = SpanHighlighter(self.editor.document())
+        self.highlights = 0  # how many times the block was highlighted (for tests)
+        self._lang = lang
+        self._next_highlight = 0.0
+        self._final = False  # highlighted as a complete block
         self._text = ""
         self._fit()
 
     def text(self) -> str:
         return self._text
 
-    def set_code(self, text: str, lang: str = ""):
+    def set_code(self, text: str, lang: str = "", closed: bool = True):
         if lang:
             self.lang_label.setText(lang)
-        if text == self._text:
+        self._lang = lang
+        if text == self._text and (self._final or not closed):
             return
         if text.startswith(self._text) and self._text:
             cursor = self.editor.textCursor()
@@ -292,7 +304,26 @@ class CodeBlock(QFrame):
         else:
             self.editor.setPlainText(text)
         self._text = text
+        self._final = False
         self._fit()
+        self._highlight(final=closed)
+
+    def _highlight(self, final: bool):
+        """Colour the code; while it streams, at most every HIGHLIGHT_COST_FACTOR× its cost,
+        and a block without a language is only guessed once it is complete."""
+        now = time.monotonic()
+        if not final and (now < self._next_highlight or not self._lang):
+            return
+        started = time.perf_counter()
+        self.highlighter.set_spans(spans(self._text, self._lang, is_dark()), self._text)
+        self.highlights += 1
+        self._final = final
+        self._next_highlight = 0.0 if final else now + HIGHLIGHT_COST_FACTOR * (time.perf_counter() - started)
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange) and self._final:
+            self._highlight(final=True)  # light ↔ dark: the other palette's colours
 
     def copy(self):
         QGuiApplication.clipboard().setText(self._text)
@@ -416,7 +447,7 @@ class MarkdownView(QWidget):
     def _render(self, widget, block: Block):
         self.renders += 1
         if block.kind == "code":
-            widget.set_code(block.text, block.lang)
+            widget.set_code(block.text, block.lang, block.closed)
         elif block.kind == "think":
             widget.set_think(block.text, block.closed)
         else:
