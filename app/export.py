@@ -18,6 +18,7 @@ from pathlib import Path
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
 from app import highlight
+from app.message_tree import active_path
 from app.store import STATUSES, Conversation, Message
 from engine.errors import ChinwagError
 
@@ -69,19 +70,27 @@ def to_json(conv: Conversation) -> str:
             "model_id": conv.model_id,
             "settings": conv.settings,
         },
-        "messages": [
-            {
-                "role": m.role,
-                "content": m.content,
-                "status": m.status,
-                "created_at": m.created_at,
-                "model_id": m.model_id,
-                "stats": m.stats,
-            }
-            for m in conv.messages
-        ],
+        "messages": [_message_json(m) for m in conv.messages],  # the shown path
     }
+    if any(m.versions > 1 for m in conv.tree):
+        # Every version: "parent" is an index into this list (null for a first message).
+        # Readers that know only "messages" still import the shown path.
+        index = {m.id: i for i, m in enumerate(conv.tree)}
+        data["tree"] = [
+            {**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree
+        ]
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _message_json(m: Message) -> dict:
+    return {
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "created_at": m.created_at,
+        "model_id": m.model_id,
+        "stats": m.stats,
+    }
 
 
 def to_markdown(conv: Conversation) -> str:
@@ -241,6 +250,9 @@ def _conversation_from_json(data) -> Conversation:
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise ValueError('"messages" is missing or not a list')
+    tree = data.get("tree")
+    if tree is not None:
+        conv.tree = _tree_from_json(tree, now)
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -260,8 +272,49 @@ def _conversation_from_json(data) -> Conversation:
             model_id=_field(m, "model_id", str, where, default=""),
             stats=stats,
         ))
+    if conv.tree:
+        conv.messages = active_path(conv.tree)  # the tree is the whole truth; "messages" its shown path
     _check_text(data)
     return conv
+
+
+def _message_from_json(m, where: str, index: int, now: float) -> Message:
+    if not isinstance(m, dict):
+        raise ValueError(f"{where} is not an object")
+    status = _field(m, "status", str, where, default="complete")
+    if status not in STATUSES:
+        raise ValueError(f"{where}.status {status!r} is not one of {', '.join(STATUSES)}")
+    stats = m.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise ValueError(f"{where}.stats is not an object")
+    return Message(
+        id=index, conversation_id="", position=index,
+        role=_field(m, "role", str, where),
+        content=_field(m, "content", str, where),
+        status=status,
+        created_at=_number(m, "created_at", where, now),
+        model_id=_field(m, "model_id", str, where, default=""),
+        stats=stats,
+    )
+
+
+def _tree_from_json(tree, now: float) -> list[Message]:
+    """Every version of every message; a parent must come before its children."""
+    if not isinstance(tree, list):
+        raise ValueError('"tree" is not a list')
+    out = []
+    for i, m in enumerate(tree):
+        where = f"tree[{i}]"
+        msg = _message_from_json(m, where, i, now)
+        parent = m.get("parent")
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
+            raise ValueError(f"{where}.parent is not the index of an earlier message")
+        active = m.get("active", True)
+        if not isinstance(active, bool):
+            raise ValueError(f"{where}.active is not true or false")
+        msg.parent_id, msg.active = parent, active
+        out.append(msg)
+    return out
 
 
 _MISSING = object()

@@ -64,9 +64,12 @@ def out(tmp_path):
 
 
 def strip_ids(conv):
+    """What must survive a round trip: every version, with parents as indices."""
+    index = {m.id: i for i, m in enumerate(conv.tree)}
     return (
-        replace(conv, id="", messages=[]),
-        [replace(m, id=0, conversation_id="") for m in conv.messages],
+        replace(conv, id="", messages=[], tree=[]),
+        [replace(m, id=0, conversation_id="", parent_id=index.get(m.parent_id)) for m in conv.messages],
+        [replace(m, id=0, conversation_id="", parent_id=index.get(m.parent_id)) for m in conv.tree],
     )
 
 

@@ -1,0 +1,40 @@
+"""A conversation's messages as a tree: every version kept, one path shown.
+
+Each message has a parent (the message it follows; None for the first) and an active flag
+(the version shown among its siblings). The conversation shown, and sent to the model, is
+the path of active children from the root.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+def same_nodes(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+@dataclass
+class Node:
+    id: int
+    parent_id: Optional[int]
+    active: bool
+
+
+def active_path(tree: list) -> list:
+    """The shown conversation: from the root, the active child of each message (the newest
+    child if none is marked). Also numbers every message's version among its siblings."""
+    children: dict = {}
+    for m in tree:  # tree is in creation order, so siblings are oldest first
+        children.setdefault(m.parent_id, []).append(m)
+    for siblings in children.values():
+        for i, m in enumerate(siblings, 1):
+            if hasattr(m, "versions"):
+                m.version, m.versions = i, len(siblings)
+    path, parent, seen = [], None, set()
+    while parent not in seen and children.get(parent):
+        seen.add(parent)
+        siblings = children[parent]
+        node = next((m for m in reversed(siblings) if m.active), siblings[-1])
+        path.append(node)
+        parent = node.id
+    return path
