@@ -247,6 +247,21 @@ class ProseView(QTextBrowser):
     def wheelEvent(self, event):
         event.ignore()  # let the chat view scroll
 
+    def context_menu(self, pos):
+        """Qt's Copy/Select All, then the actions of the message this text belongs to."""
+        menu = self.createStandardContextMenu(pos)
+        owner = self.parent()
+        while owner is not None and not hasattr(owner, "extend_context_menu"):
+            owner = owner.parent()
+        if owner is not None:
+            owner.extend_context_menu(menu)
+        return menu
+
+    def contextMenuEvent(self, event):
+        menu = self.context_menu(event.pos())
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(event.globalPos())
+
 
 class CodeBlock(QFrame):
     """A fenced code block: monospace, no wrapping, with a Copy button."""
