@@ -7,6 +7,7 @@ opened with open(), engine work runs as tasks kept by the EngineBridge.
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -23,6 +24,7 @@ from app.composer import Composer
 from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
+from app.model_picker import ModelPicker
 from app.notices import NoticeArea
 from app.window_dialogs import WindowDialogs
 from engine.errors import ChinwagError
@@ -79,6 +81,8 @@ class MainWindow(WindowDialogs, QMainWindow):
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
         column.addWidget(self.notices)
+        self.model_picker = ModelPicker()  # the chat header's model picker
+        column.addWidget(self.model_picker, 0, Qt.AlignmentFlag.AlignRight)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
         splitter = QSplitter()
@@ -184,6 +188,8 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        self.model_picker.modelChosen.connect(self.load_model)
+        self.model_picker.downloadRequested.connect(self.download_dialog)
 
     def _connect_bridge(self):
         b = self.bridge
@@ -217,6 +223,7 @@ class MainWindow(WindowDialogs, QMainWindow):
             label = f"Loading {self._model_name(self._loading_spec)}…"
         self.state_label.setText(label)
         self.model_menu.set_busy(state == "loading")
+        self.model_picker.set_busy(state == "loading")
         self.progress.setVisible(state == "loading")
         if state == "loading":
             self.progress.setRange(0, 0)
@@ -226,6 +233,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._models = models
         current = self.bridge.current_model
         self.model_menu.set_models(models, current.id if current else None)
+        self.model_picker.set_models(models, current.id if current else None)
         self.chat_view.refresh_model_names()
         self._suggest_conversation_model()
 
@@ -250,6 +258,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_label.setText(info.name or info.id)
         self.model_label.setToolTip(info.path)
         self.model_menu.set_current(info.id)
+        self.model_picker.set_current(info.id)
         self.notices.dismiss("load")
         if not self.store.read_only:
             try:
