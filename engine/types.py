@@ -112,3 +112,12 @@ class EngineState:
     model: Optional[ModelInfo] = None
     detail: str = ""
     kv_bytes_total: int = 0
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """One Hugging Face Hub search result (engine.download.search_models)."""
+
+    repo: str
+    downloads: int = 0
+    likes: int = 0

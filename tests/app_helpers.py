@@ -95,6 +95,7 @@ class FakeEngine:
         self._stops = {}
         self._generating = 0
         self.forgotten = []
+        self.hub_results = None  # list[HubModel] for search_models; None: offline
 
     @property
     def state(self):
@@ -187,6 +188,12 @@ class FakeEngine:
             progress(LoadProgress(f"Connecting to Hugging Face for {repo_id}", 0, 0))
         await asyncio.sleep(0.01)
         raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
+
+    async def search_models(self, query):
+        await asyncio.sleep(0.01)
+        if self.hub_results is None:
+            raise ChinwagError("cannot reach Hugging Face to search for models (offline?)")
+        return [m for m in self.hub_results if query.lower() in m.repo.lower()]
 
     async def close(self):
         self.stop()
