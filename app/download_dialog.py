@@ -3,7 +3,7 @@ with their approximate size, quantization, context and whether they fit this mac
 a Hugging Face search by name. Picking one fills the repo id; Download works as before."""
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
+from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
 
 from app.message_widget import format_bytes
 from app.model_menu import DownloadDialog
@@ -52,6 +52,11 @@ class CatalogueDownloadDialog(DownloadDialog):
             if ok is False:
                 item.setForeground(4, self.palette().placeholderText())
             self.catalogue.addTopLevelItem(item)
+        header = self.catalogue.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, self.catalogue.columnCount()):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         layout.insertWidget(1, self.catalogue, 1)
         row = QHBoxLayout()
         self.search = QLineEdit()

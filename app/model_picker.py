@@ -47,7 +47,7 @@ class ModelPicker(QToolButton):
         return (info.name or info.id) if info else (self._current or NO_MODEL)
 
     def _rebuild(self):
-        self.setText(f"{self.current_name()} ▾")
+        self.setText(self.current_name())
         info = next((m for m in self._models if m.id == self._current), None)
         self.setToolTip(f"Model: {describe(info)} — click to switch" if info else "Choose a model")
         menu = self.menu_

@@ -1,4 +1,5 @@
-"""`python -m app.screenshots`: docs/window.png and docs/model-menu.png.
+"""`python -m app.screenshots`: docs/window.png, docs/model-menu.png and the pictures of
+app/screenshot_features.py (code block, versions, catalogue).
 
 Renders the real window on a sample conversation in a throwaway data folder. The
 engine is a stand-in that lists the real registry's models (plus two examples) and
@@ -162,6 +163,9 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
         path = out_dir / f"model-menu{suffix}.png"
         shot.save(str(path))
         written.append(path)
+        from app.screenshot_features import shoot_features
+
+        written.extend(await shoot_features(window, store, out_dir, suffix))
 
     with loop:
         loop.run_until_complete(shoot())
