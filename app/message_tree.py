@@ -20,6 +20,18 @@ class Node:
     active: bool
 
 
+def _choose(siblings: list):
+    return next((m for m in reversed(siblings) if m.active), siblings[-1])
+
+
+def chosen_versions(tree: list) -> set:
+    """id() of the version shown in each group of siblings (one per group)."""
+    children: dict = {}
+    for m in tree:
+        children.setdefault(m.parent_id, []).append(m)
+    return {id(_choose(siblings)) for siblings in children.values()}
+
+
 def active_path(tree: list) -> list:
     """The shown conversation: from the root, the active child of each message (the newest
     child if none is marked). Also numbers every message's version among its siblings."""
@@ -34,7 +46,7 @@ def active_path(tree: list) -> list:
     while parent not in seen and children.get(parent):
         seen.add(parent)
         siblings = children[parent]
-        node = next((m for m in reversed(siblings) if m.active), siblings[-1])
+        node = _choose(siblings)
         path.append(node)
         parent = node.id
     return path

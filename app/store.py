@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from app.message_tree import Node, active_path, same_nodes
+from app.message_tree import Node, active_path, chosen_versions, same_nodes
 from engine import paths
 from engine.errors import ChinwagError
 
@@ -323,7 +323,7 @@ class Store:
         """Newest activity first; with search, only those whose title or text contains it."""
         raw = " ".join(str(search or "").split())
         needle = raw.casefold()
-        count = "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+        count = _SHOWN_COUNT
         if not needle:
             rows = self._db().execute(
                 f"SELECT c.id, c.title, c.updated_at, c.model_id, {count}, NULL FROM conversations c"
@@ -444,6 +444,7 @@ class Store:
             dataclasses.replace(m, id=i, parent_id=i - 1 if i else None, active=True)
             for i, m in enumerate(conv.messages)
         ]
+        chosen = chosen_versions(tree)  # exactly one shown version among siblings
         new_ids: dict = {}
         with self._write() as db:
             db.execute(
@@ -460,7 +461,7 @@ class Store:
                     " parent_id, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (new.id, position, _clean(m.role), _clean(m.content), m.status, m.created_at,
                      m.model_id or "", _dumps(m.stats) if m.stats is not None else None,
-                     new_ids.get(m.parent_id), int(bool(m.active))),
+                     new_ids.get(m.parent_id), int(id(m) in chosen)),
                 )
                 new_ids[m.id] = cur.lastrowid
             rows = db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,))
@@ -672,6 +673,13 @@ def _like_escape(text: str) -> str:
     return re.sub(r"([\\%_])", r"\\\1", text)
 
 
+# How many messages a conversation shows: the path of active children from the root.
+_SHOWN_COUNT = (
+    "(WITH RECURSIVE shown(id) AS ("
+    " SELECT id FROM messages WHERE conversation_id = c.id AND parent_id IS NULL AND active = 1"
+    " UNION ALL SELECT m.id FROM messages m JOIN shown s ON m.parent_id = s.id WHERE m.active = 1"
+    ") SELECT count(*) FROM shown)"
+)
 _MESSAGE_COLUMNS = "id, conversation_id, position, role, content, status, created_at, model_id, stats, parent_id, active"
 
 

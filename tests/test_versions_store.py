@@ -150,3 +150,22 @@ def test_bad_tree_in_json_is_refused_and_nothing_written(store, tmp_path, tree, 
     with pytest.raises(ChinwagError, match=error.replace("[", r"\[").replace("]", r"\]")):
         import_conversation(store, path)
     assert store.list_conversations() == []
+
+
+def test_conversation_list_counts_the_shown_messages(store, tmp_path):
+    c = store.create_conversation()
+    u1 = store.add_message(c.id, "user", "Q1")
+    store.add_message(c.id, "assistant", "A1")
+    store.add_message(c.id, "user", "Q2")
+    store.add_message(c.id, "assistant", "A1 again", parent_id=u1.id)
+    assert [r.message_count for r in store.list_conversations()] == [2]
+    assert [r.message_count for r in store.list_conversations("again")] == [2]
+    # An import that marks no (or two) versions shown still shows one of each.
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({"format": "chinwag-conversation", "version": 1, "conversation": {}, "messages": [],
+                                "tree": [{"role": "user", "content": "q", "active": False},
+                                         {"role": "assistant", "content": "a", "parent": 0},
+                                         {"role": "assistant", "content": "b", "parent": 0}]}), encoding="utf-8")
+    imported = import_conversation(store, path)
+    assert texts(store.get_conversation(imported.id)) == ["q", "b"]
+    assert {r.id: r.message_count for r in store.list_conversations()}[imported.id] == 2
