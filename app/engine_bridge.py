@@ -14,7 +14,7 @@ import threading
 from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
-from engine.types import TextDelta, TurnStats
+from engine.types import FinishReason, TextDelta, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,6 @@ class EngineBridge(QObject):
             if not ok and fallback and fallback != spec:
                 await self._load(fallback)
 
-    def refresh_models(self) -> asyncio.Task:
-        return self.run(self._list_models())
-
     async def _list_models(self):
         try:
             models = await self.engine.list_models()
@@ -214,7 +211,7 @@ class EngineBridge(QObject):
                 elif isinstance(event, TurnStats):
                     stats = event
         except asyncio.CancelledError:
-            self.turnFailed.emit(conv_id, "cancelled")
+            self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
             raise
         except Exception as e:
             self._generating.discard(conv_id)

@@ -15,9 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from app import highlight
+
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
-from app import highlight
 from app.message_tree import active_path
 from app.store import STATUSES, Conversation, Message
 from engine.errors import ChinwagError
@@ -346,7 +347,7 @@ def _check_text(value):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}")
+            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}") from e
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_text(k)

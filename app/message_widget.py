@@ -5,7 +5,6 @@ message, and a finished message is frozen (its text is not re-rendered again).
 """
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
 
 from app.markdown_view import MarkdownView, ProseView
@@ -184,6 +183,3 @@ class MessageWidget(QFrame):
         menu = self.context_menu()
         menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         menu.popup(event.globalPos())  # not exec(): no nested loop under qasync
-
-    def copy_to_clipboard(self):
-        QGuiApplication.clipboard().setText(self._text)

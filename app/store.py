@@ -18,6 +18,7 @@ import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,9 +26,19 @@ from app.message_tree import Node, active_path, chosen_versions, same_nodes
 from engine import paths
 from engine.errors import ChinwagError
 
+
+class MessageStatus(StrEnum):
+    """A message's state; the values are what the database and JSON exports hold."""
+
+    COMPLETE = "complete"
+    STREAMING = "streaming"  # a reply being written (saved as it grows)
+    STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
+    FAILED = "failed"  # a reply that ended in an error
+
+
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
-STATUSES = ("complete", "streaming", "stopped", "failed")
+STATUSES = tuple(MessageStatus)
 APPLICATION_ID = 0x43687767  # "Chwg": marks the file as ours
 
 # Each entry upgrades the schema by one version; user_version = len(applied).
@@ -92,7 +103,7 @@ class Message:
     position: int
     role: str
     content: str
-    status: str = "complete"
+    status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
     stats: Optional[dict] = None
@@ -190,7 +201,7 @@ class Store:
         self.read_only = False
         self.notice = ""  # why the store is read-only or not the usual file; "" if normal
         self._last_now = 0.0
-        self._conn = self._open()
+        self._conn: sqlite3.Connection | None = self._open()
 
     # -- opening ---------------------------------------------------------------
 
@@ -198,7 +209,7 @@ class Store:
         try:
             self.requested_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}")
+            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}") from e
         problem, version = _inspect(self.requested_path)
         if problem is None and version > SCHEMA_VERSION:
             self.read_only = True
@@ -484,7 +495,7 @@ class Store:
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status="complete", model_id="", stats=None,
+    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None,
                     parent_id=LAST) -> Message:
         """Add a message, committed at once, after parent_id (default: the last shown message).
         A message added beside others (same parent) is a new version and becomes the shown one.

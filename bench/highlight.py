@@ -63,7 +63,7 @@ def run(reps: int, chars: int, step: int) -> dict:
     real = CodeBlock._highlight
     runs = {"on": [], "off": []}
     order = ["on", "off", "off", "on"] * ((reps + 1) // 2)
-    for i, mode in enumerate(order[: 2 * reps]):
+    for mode in order[: 2 * reps]:
         CodeBlock._highlight = real if mode == "on" else (lambda self, final: None)
         view = MarkdownView()
         view.resize(900, 600)

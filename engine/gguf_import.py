@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from engine import paths
 from engine.errors import ChinwagError, ModelError
+
 # Re-exported: callers and tests import these names from engine.gguf_import, and _convert
 # looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
@@ -42,7 +43,7 @@ def quantization_label(type_counts: dict) -> str:
     quant = {k: v for k, v in type_counts.items() if k not in ("F32",)}
     if not quant:
         return "float32"
-    main = max(quant, key=quant.get)
+    main = max(quant, key=quant.__getitem__)
     return main if main not in ("F16", "BF16") else main.lower().replace("f16", "float16")
 
 
@@ -398,8 +399,8 @@ def mlx_quantization_label(config: dict) -> str:
     if isinstance(q, dict):
         if q.get("mode") and q.get("mode") != "affine":
             return str(q["mode"])
-        bits = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
-        bits = sorted((b for b in bits if isinstance(b, int)), reverse=True)
+        found = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
+        bits = sorted((b for b in found if isinstance(b, int)), reverse=True)
         if len(bits) == 1:
             return f"{bits[0]}-bit"
         if bits:

@@ -29,7 +29,3 @@ def kv_dir() -> Path:
     path = data_dir() / "kv"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def settings_path() -> Path:
-    return data_dir() / "settings.json"

