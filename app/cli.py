@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -140,13 +141,15 @@ def load_script(path: str) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from None
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from None
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
     except json.JSONDecodeError as e:
-        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]
@@ -196,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.registry import STARTER_ID
 
     parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the log (warnings and bug tracebacks) to stderr")
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("chat", help="chat in the terminal")
@@ -226,19 +231,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
+    as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         from app.main import run_app
 
-        return run_app(argv)
+        return run_app([a for a in argv if a not in ("-v", "--verbose")])
+    from engine import log
+
+    log.setup(verbose=args.verbose)
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
     except ChinwagError as e:
-        return fail(str(e))
+        code = fail(str(e))
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+        print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
+        code = 1
+    if as_program:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """Exit without running MLX's C++ static destructors.
+
+    Once MLX has run, letting the interpreter tear down normally aborted about half the time
+    ("terminate called without an active exception", status 134) after the output was
+    already written; everything worth keeping is flushed here first.
+    """
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    logging.shutdown()
+    if "mlx.core" in sys.modules:
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.settings_check import valid_settings
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs
 
@@ -43,15 +44,15 @@ def load_defaults(store) -> dict:
     defaults = builtin_defaults()
     try:
         saved = store.get_state(DEFAULTS_KEY, {}) or {}
-    except Exception:
+    except ChinwagError:  # the database cannot be read now: the built-in defaults still work
         saved = {}
-    defaults.update({k: v for k, v in saved.items() if k in KEYS})
+    defaults.update({k: v for k, v in valid_settings(saved).items() if k in KEYS})
     return defaults
 
 
 def effective(conv_settings: dict | None, defaults: dict) -> dict:
     values = dict(defaults)
-    values.update({k: v for k, v in (conv_settings or {}).items() if k in KEYS and v is not None})
+    values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
     return values
 
 
@@ -81,7 +82,7 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     if system_prompt.strip():
         out.append({"role": "system", "content": system_prompt})
     for m in messages:
-        if m.role == "system" or m.status == "failed" or (m.role == "assistant" and not m.content):
+        if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
             continue
         out.append({"role": m.role, "content": m.content})
     return out

@@ -50,7 +50,7 @@ def starter_id() -> str:
         from engine.registry import STARTER_ID as sid
 
         return sid
-    except Exception:
+    except ImportError:  # the engine package is incomplete: the built-in name still works
         return STARTER_ID
 
 

@@ -12,6 +12,8 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from engine.conversation import ConversationCache, common_prefix
+from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
 # Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
@@ -141,8 +143,9 @@ def run_turn(
                 break
             y = next_y
         conv.eval()
-    except Exception as e:
-        finish, error = FinishReason.ERROR, f"{type(e).__name__}: {e}"
+    except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
+        finish = FinishReason.ERROR
+        error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()
     detok.finalize()
     tail = detok.last_segment

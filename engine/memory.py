@@ -7,6 +7,7 @@ Runs on the engine thread only.
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections import OrderedDict
@@ -15,9 +16,14 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from engine.atomic import replacing
 from engine.conversation import ConversationCache
+from engine.errors import ChinwagError
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.paths import FILE_MODE, private_dir
 from engine.types import MemoryReport
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_FRACTION = 0.25
 
@@ -97,16 +103,20 @@ class ConversationCaches:
         return evicted
 
     def forget(self, conv_id: str) -> None:
+        """Drop a conversation's cache, and its saved file under every model (a deleted chat's
+        text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
-        path = self._path(conv_id)
-        if path.exists():
-            path.unlink()
+        for path in self.save_dir.glob(f"*/{self._file_name(conv_id)}"):
+            path.unlink(missing_ok=True)
 
     # --- disk --------------------------------------------------------------
 
+    @staticmethod
+    def _file_name(conv_id: str) -> str:
+        return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+
     def _path(self, conv_id: str) -> Path:
-        name = hashlib.sha1(conv_id.encode()).hexdigest()
-        return self.save_dir / self.model_key / f"{name}.safetensors"
+        return self.save_dir / self.model_key / self._file_name(conv_id)
 
     def _save(self, conv_id: str, cache: ConversationCache) -> None:
         self.stats.evictions += 1
@@ -119,10 +129,13 @@ class ConversationCaches:
         meta = {"conversation": conv_id, "replies": json.dumps([[t, list(ids)] for t, ids in cache.replies.items()]),
                 "capacity": str(cache.capacity), "layers": str(len(cache.layers))}
         path = self._path(conv_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".partial.safetensors")
-        mx.save_safetensors(str(tmp), arrays, meta)
-        os.replace(tmp, path)
+        try:
+            private_dir(path.parent, "KV cache folder")
+            with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
+                mx.save_safetensors(str(tmp), arrays, meta)
+        except ChinwagError as e:  # a full disk costs a re-prefill later, never this turn
+            log.warning("KV cache of %s not saved: %s", conv_id, e)
+            return
         self.stats.save_seconds += time.perf_counter() - started
 
     def _restore(self, conv_id: str):
@@ -140,8 +153,10 @@ class ConversationCaches:
             cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
             cache.eval()  # mx.load is lazy: read the file now, inside the timing
             cache.replies = {t: tuple(ids) for t, ids in json.loads(meta["replies"])}
-        except Exception:
-            # A damaged save costs a re-prefill, never a failed turn.
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+            # A damaged save (MLX's RuntimeError/ValueError, missing keys) costs a re-prefill,
+            # never a failed turn; a bug elsewhere still propagates.
+            log.warning("dropping unreadable KV cache %s: %s", path, e)
             path.unlink(missing_ok=True)
             return None
         path.unlink(missing_ok=True)

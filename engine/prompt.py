@@ -20,10 +20,12 @@ def check_messages(messages) -> list[dict]:
 
 def render(tokenizer, messages) -> str:
     if getattr(tokenizer, "chat_template", None):
+        from jinja2 import TemplateError  # installed with transformers, which mlx-lm needs
+
         try:
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as e:  # jinja errors: roles out of order, unsupported system prompt
-            raise ChinwagError(f"the model's chat template rejected the messages: {e}") from None
+        except (TemplateError, ValueError, TypeError) as e:  # roles out of order, no system prompt...
+            raise ChinwagError(f"the model's chat template rejected the messages: {e}") from e
     # No template: a plain transcript the model can continue.
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
     return text + "assistant:"
