@@ -169,3 +169,25 @@ def test_conversation_list_counts_the_shown_messages(store, tmp_path):
     imported = import_conversation(store, path)
     assert texts(store.get_conversation(imported.id)) == ["q", "b"]
     assert {r.id: r.message_count for r in store.list_conversations()}[imported.id] == 2
+
+
+def test_cli_lists_exports_and_imports_a_chat_with_versions(capsys, tmp_path):
+    from app.transcripts_cli import main
+
+    with Store() as store:
+        c = store.create_conversation(title="Branches")
+        u1 = store.add_message(c.id, "user", "Q1")
+        store.add_message(c.id, "assistant", "old answer")
+        store.add_message(c.id, "assistant", "new answer", parent_id=u1.id)
+    assert main(["conversations", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["messages"] == 2
+    for fmt in ("json", "md", "txt", "html"):
+        assert main(["export", c.id[:8], "--format", fmt, "-o", str(tmp_path / f"c.{fmt}")]) == 0
+    capsys.readouterr()
+    assert "new answer" in (tmp_path / "c.md").read_text("utf-8")
+    assert "old answer" not in (tmp_path / "c.txt").read_text("utf-8")
+    assert main(["import-conversation", str(tmp_path / "c.json")]) == 0
+    with Store() as store:
+        imported = next(r.id for r in store.list_conversations() if r.id != c.id)
+        again = store.get_conversation(imported)
+        assert texts(again) == ["Q1", "new answer"] and [m.content for m in again.tree] == ["Q1", "old answer", "new answer"]
