@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.highlight import spans
+from app.highlight import resolve_language, spans
 from app.highlight_qt import SpanHighlighter, is_dark
 
 MD_FEATURES = QTextDocument.MarkdownFeature(
@@ -330,7 +330,10 @@ class CodeBlock(QFrame):
         if not final and (now < self._next_highlight or not self._lang):
             return
         started = time.perf_counter()
-        self.highlighter.set_spans(spans(self._text, self._lang, is_dark()), self._text)
+        lang = self._lang or resolve_language(self._text, "")
+        if lang and not self._lang:
+            self.lang_label.setText(lang)  # the guess, so a wrong one is visible
+        self.highlighter.set_spans(spans(self._text, lang, is_dark()), self._text)
         self.highlights += 1
         self._final = final
         self._next_highlight = 0.0 if final else now + HIGHLIGHT_COST_FACTOR * (time.perf_counter() - started)

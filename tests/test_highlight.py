@@ -135,3 +135,30 @@ def test_unlabelled_live_block_is_guessed_only_when_complete(qtbot):
     assert block.highlights == 0
     view.set_text("```\nimport os\nprint(os.getcwd())\n```")
     assert block.highlights == 1 and block.editor.document().firstBlock().layout().formats()
+
+
+@pytest.mark.qt
+def test_guessed_language_is_shown_and_dark_palette_recolours(qtbot):
+    from PySide6.QtGui import QGuiApplication
+
+    from app.markdown_view import CodeBlock, MarkdownView
+    from app.screenshots import dark_palette
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.set_text("```\nimport os\nprint(os.getcwd())\n```")
+    block = next(w for w in view.widgets() if isinstance(w, CodeBlock))
+    assert block.lang_label.text() == "python"
+
+    def keyword_colour():
+        formats = block.editor.document().firstBlock().layout().formats()
+        return next(f.format.foreground().color().name() for f in formats if f.start == 0)
+
+    light = keyword_colour()
+    original = QGuiApplication.palette()
+    QGuiApplication.setPalette(dark_palette())
+    try:
+        qtbot.waitUntil(lambda: keyword_colour() != light, timeout=3000)
+    finally:
+        QGuiApplication.setPalette(original)
+    qtbot.waitUntil(lambda: keyword_colour() == light, timeout=3000)
