@@ -606,8 +606,8 @@ class Store:
             row = db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no message with id {msg_id}")
+            # Not activity: the chat keeps its place in the list.
             db.execute("UPDATE messages SET active=(id=?) WHERE conversation_id=? AND parent_id IS ?", (msg_id, *row))
-            db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (self._now(), row[0]))
 
     @_db_errors
     def update_message(self, msg_id, content=None, status=None, stats=None):

@@ -191,3 +191,14 @@ def test_cli_lists_exports_and_imports_a_chat_with_versions(capsys, tmp_path):
         imported = next(r.id for r in store.list_conversations() if r.id != c.id)
         again = store.get_conversation(imported)
         assert texts(again) == ["Q1", "new answer"] and [m.content for m in again.tree] == ["Q1", "old answer", "new answer"]
+
+
+def test_switching_versions_is_not_activity(store):
+    a = store.create_conversation()
+    u = store.add_message(a.id, "user", "Q")
+    first = store.add_message(a.id, "assistant", "A1")
+    store.add_message(a.id, "assistant", "A2", parent_id=u.id)
+    b = store.create_conversation()
+    store.add_message(b.id, "user", "newer chat")
+    store.select_version(first.id)
+    assert [r.id for r in store.list_conversations()] == [b.id, a.id]
