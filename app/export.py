@@ -394,6 +394,8 @@ def _message_meta(m: Message) -> str:
         bits.append(m.model_id)
     if m.status != "complete":
         bits.append(m.status)
+    if m.versions > 1:  # the export shows this one; JSON keeps the others
+        bits.append(f"version {m.version} of {m.versions}")
     stats = m.stats or {}
     if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
         bits.append(f"{stats['generated_tokens']} tokens")

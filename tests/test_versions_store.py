@@ -132,6 +132,7 @@ def test_json_round_trips_every_version_and_text_formats_show_the_path(store, tm
     assert [(m.content, m.active, m.version, m.versions) for m in again.tree] == [
         (m.content, m.active, m.version, m.versions) for m in conv.tree]
     md = to_markdown(conv)
+    assert "version 2 of 2" in md  # the reply shown says which version it is
     assert "second answer" in md and "first answer" not in md and "Q2 edited" in md and "\nQ2\n" not in md
 
 
