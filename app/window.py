@@ -26,6 +26,7 @@ from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
 from app.model_picker import ModelPicker
 from app.notices import NoticeArea
+from app.server_dialog import open_server_dialog
 from app.window_dialogs import WindowDialogs
 from engine.errors import ChinwagError
 
@@ -190,6 +191,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
         self.model_picker.modelChosen.connect(self.load_model)
         self.model_picker.downloadRequested.connect(self.download_dialog)
+        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
     def _connect_bridge(self):
         b = self.bridge

@@ -23,6 +23,8 @@ BENCHES = {
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
     "highlight": ["bench.highlight"],
+    "speculative": ["bench.speculative"],
+    "remote": ["bench.remote"],
 }
 ORDER = list(BENCHES)
 

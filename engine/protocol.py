@@ -15,6 +15,7 @@ from engine.types import (
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    ServerInfo,
     TextDelta,
     TurnStats,
 )
@@ -57,6 +58,12 @@ class EngineAPI(Protocol):
     def stop(self, conversation_id: Optional[str] = None, /) -> None: ...
 
     async def forget(self, conversation_id: str, /) -> None: ...
+
+    async def list_servers(self) -> list[ServerInfo]: ...
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = "") -> ServerInfo: ...
+
+    async def remove_server(self, name: str, /) -> None: ...
 
 
 if TYPE_CHECKING:  # mypy: the real engine keeps this API

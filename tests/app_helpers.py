@@ -20,6 +20,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     ModelStatus,
+    ServerInfo,
     TextDelta,
     TurnStats,
 )
@@ -108,6 +109,8 @@ class FakeEngine:
         self._generating = 0
         self.forgotten: list = []
         self.hub_results: Optional[list] = None  # list[HubModel] for search_models; None: offline
+
+        self.servers: dict = {}  # name -> ServerInfo
 
     @property
     def state(self):
@@ -210,6 +213,18 @@ class FakeEngine:
         if self.hub_results is None:
             raise ChinwagError("cannot reach Hugging Face to search for models (offline?)")
         return [m for m in self.hub_results if query.lower() in m.repo.lower()]
+
+    async def list_servers(self):
+        return list(self.servers.values())
+
+    async def save_server(self, name, url, api_key=None, replace=""):
+        self.servers.pop(replace, None)
+        self.servers[name] = ServerInfo(name, url, bool(api_key))
+        return self.servers[name]
+
+    async def remove_server(self, name):
+        if self.servers.pop(name, None) is None:
+            raise ChinwagError(f"no saved server named '{name}'")
 
     async def close(self):
         self.stop()
