@@ -26,15 +26,16 @@ def test_picker_shows_and_switches_the_model(qtbot, window, engine):
 
 
 def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, store):
-    server = ModelInfo("remote:llama", "Llama on my server", "http://127.0.0.1:8080", source="server")
+    server = ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server",
+                       server="studio")
     engine = FakeEngine(models=FAKE_MODELS + [server])
     engine.load_delay = 0.3
     w = make_window(qtbot, store, engine)
     picker = w.model_picker
-    assert picker.action_for("remote:llama") is not None
-    picker.action_for("remote:llama").trigger()
+    assert picker.action_for("studio/qwen3-32b") is not None
+    picker.action_for("studio/qwen3-32b").trigger()
     qtbot.waitUntil(lambda: not picker.isEnabled(), timeout=5000)
-    qtbot.waitUntil(lambda: picker.isEnabled() and picker.text().startswith("Llama on my server"), timeout=5000)
+    qtbot.waitUntil(lambda: picker.isEnabled() and picker.text().startswith("qwen3-32b on studio"), timeout=5000)
     w.close()
     run(qtbot, w.shutdown())
 
