@@ -189,8 +189,13 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
-        self.model_picker.modelChosen.connect(self.load_model)
-        self.model_picker.downloadRequested.connect(self.download_dialog)
+        picker = self.model_picker  # the same menu, the same handlers
+        picker.modelChosen.connect(self.load_model)
+        picker.downloadRequested.connect(self.download_dialog)
+        picker.importGgufRequested.connect(self.import_gguf_dialog)
+        picker.addFolderRequested.connect(self.add_folder_dialog)
+        picker.showFolderRequested.connect(self.show_models_folder)
+        picker.connectServerRequested.connect(lambda: open_server_dialog(self))
         self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
     def _connect_bridge(self):

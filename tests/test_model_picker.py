@@ -32,7 +32,7 @@ def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, stor
     engine.load_delay = 0.3
     w = make_window(qtbot, store, engine)
     picker = w.model_picker
-    assert picker.action_for("studio/qwen3-32b") is not None
+    assert picker.action_for("studio/qwen3-32b").text() == "qwen3-32b"  # under its server, as in Model
     picker.action_for("studio/qwen3-32b").trigger()
     qtbot.waitUntil(lambda: not picker.isEnabled(), timeout=5000)
     qtbot.waitUntil(lambda: picker.isEnabled() and picker.text().startswith("qwen3-32b on studio"), timeout=5000)
@@ -41,7 +41,9 @@ def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, stor
 
 
 def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
-    action = next(a for a in window.model_picker.menu_.actions() if a.text() == "Download Models…")
+    picker_texts = [a.text() for a in window.model_picker.menu_.actions()]
+    assert picker_texts == [a.text() for a in window.model_menu.actions()]  # the same menu
+    action = next(a for a in window.model_picker.menu_.actions() if a.text() == "Download from Hugging Face…")
     action.trigger()
     qtbot.waitUntil(lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000)
     window._download.reject()
