@@ -170,7 +170,7 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="Chinwag">\n<title>{e(title)}</title>\n'
-        f"<style>{_PRINT_CSS if for_print else _CSS + _code_css()}</style>\n</head>\n<body>\n"
+        f"<style>{_PRINT_CSS if for_print else _CSS + _code_css(parts)}</style>\n</head>\n<body>\n"
         f'<header><h1 dir="auto">{e(title)}</h1>{info}</header>\n'
         "<main>\n" + "\n".join(parts) + "\n</main>\n</body>\n</html>\n"
     )
@@ -192,8 +192,10 @@ def _render_content(m: Message, for_print: bool) -> str:
     return "".join(out)
 
 
-def _code_css() -> str:
-    """Highlighted code in both palettes, following the reader's colour scheme."""
+def _code_css(parts: list) -> str:
+    """Highlighted code in both palettes, following the reader's colour scheme (if any code)."""
+    if not any('class="hl-' in part for part in parts):
+        return ""
     return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 

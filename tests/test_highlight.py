@@ -162,3 +162,10 @@ def test_guessed_language_is_shown_and_dark_palette_recolours(qtbot):
     finally:
         QGuiApplication.setPalette(original)
     qtbot.waitUntil(lambda: keyword_colour() == light, timeout=3000)
+
+
+def test_html_export_without_code_carries_no_code_css():
+    from app.export import to_html
+
+    conv = Conversation("c", "Prose", 0, 0, messages=[Message(1, "c", 0, "user", "just words")])
+    assert ".hl-" not in to_html(conv)
