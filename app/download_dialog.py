@@ -20,9 +20,10 @@ def _tokens(n: int) -> str:
 class CatalogueDownloadDialog(DownloadDialog):
     searchRequested = Signal(str)
 
-    def __init__(self, parent=None, ram_bytes=None):
+    def __init__(self, parent=None, ram_bytes=None, installed=()):
         super().__init__(parent)
         self.ram_bytes = machine_ram_bytes() if ram_bytes is None else ram_bytes
+        self.installed = set(installed)  # registry ids already here (a download's id is its repo)
         layout = self.layout()
         ram = f"{self.ram_bytes / 2**30:.0f} GB" if self.ram_bytes else "unknown"
         intro = QLabel(f"Pick a model (sizes are approximate; this machine has {ram} of memory), "
@@ -39,9 +40,10 @@ class CatalogueDownloadDialog(DownloadDialog):
         for entry in entries:
             ok = fits(entry, self.ram_bytes)
             verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
+            have = entry.repo in self.installed
             item = QTreeWidgetItem([
-                entry.name, "≈ " + format_bytes(entry.approx_size_bytes), entry.quantization,
-                _tokens(entry.context), verdict,
+                entry.name + (" ✓" if have else ""), "≈ " + format_bytes(entry.approx_size_bytes),
+                entry.quantization, _tokens(entry.context), "Downloaded" if have else verdict,
             ])
             item.setData(0, REPO_ROLE, entry.repo)
             item.setToolTip(0, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
@@ -108,7 +110,8 @@ class CatalogueDownloadDialog(DownloadDialog):
         self.search_button.setEnabled(True)
         self.results.clear()
         for m in models:
-            item = QTreeWidgetItem([m.repo, f"{m.downloads:,}", f"{m.likes:,}"])
+            item = QTreeWidgetItem([m.repo + (" ✓" if m.repo in self.installed else ""),
+                                    f"{m.downloads:,}", f"{m.likes:,}"])
             item.setData(0, REPO_ROLE, m.repo)
             self.results.addTopLevelItem(item)
         self.results.setVisible(True)

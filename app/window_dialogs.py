@@ -143,7 +143,7 @@ class WindowDialogs:
                                  lambda p, _f: self.bridge.add_model_folder(p))
 
     def download_dialog(self):
-        dialog = CatalogueDownloadDialog(self)
+        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
         dialog.searchRequested.connect(self.bridge.search_models)
         self.bridge.searchFinished.connect(dialog.on_search_results)
         self.bridge.searchFailed.connect(dialog.on_search_failed)

@@ -94,7 +94,7 @@ def test_search_offline_or_unreachable_says_so(monkeypatch):
 def test_dialog_lists_the_catalogue_with_fit_and_picking_fills_the_repo(qtbot):
     from app.download_dialog import REPO_ROLE, CatalogueDownloadDialog
 
-    dialog = CatalogueDownloadDialog(ram_bytes=8 << 30)
+    dialog = CatalogueDownloadDialog(ram_bytes=8 << 30, installed=["mlx-community/Llama-3.2-1B-Instruct-4bit"])
     qtbot.addWidget(dialog)
     rows = [dialog.catalogue.topLevelItem(i) for i in range(dialog.catalogue.topLevelItemCount())]
     assert len(rows) == len(load_catalogue())
@@ -103,6 +103,8 @@ def test_dialog_lists_the_catalogue_with_fit_and_picking_fills_the_repo(qtbot):
     assert small.text(1).startswith("≈ ") and small.text(2) == "4-bit" and small.text(3) == "32K"
     assert small.text(4) == "Fits"
     assert by_repo["mlx-community/Llama-3.3-70B-Instruct-4bit"].text(4) == "Too large"
+    have = by_repo["mlx-community/Llama-3.2-1B-Instruct-4bit"]
+    assert have.text(0).endswith(" ✓") and have.text(4) == "Downloaded"
     dialog.catalogue.setCurrentItem(small)
     assert dialog.repo.text() == "mlx-community/Qwen2.5-0.5B-Instruct-4bit"
     with qtbot.waitSignal(dialog.downloadRequested) as sig:
