@@ -26,6 +26,7 @@ class VersionSwitcher(QWidget):
         button = QToolButton(text=text)
         button.setObjectName("versionPrev" if step < 0 else "versionNext")
         button.setToolTip(tip)
+        button.setAccessibleName(tip)  # "‹" alone means nothing to a screen reader
         button.setAutoRaise(True)
         button.clicked.connect(lambda: self.stepRequested.emit(step))
         layout.addWidget(button)
@@ -35,6 +36,7 @@ class VersionSwitcher(QWidget):
         self.version, self.versions = version, versions
         self.label.setText(f"{version}/{versions}")
         self.label.setToolTip(f"Version {version} of {versions}")
+        self.label.setAccessibleName(f"Version {version} of {versions}")
         self.setVisible(versions > 1)
         self._refresh()
 
