@@ -23,6 +23,8 @@ BENCHES = {
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
     "highlight": ["bench.highlight"],
+    "longchat": ["bench.longchat"],
+    "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],
 }
