@@ -42,6 +42,8 @@ class EngineBridge(QObject):
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
+    searchFinished = Signal(str, list)  # query, list[HubModel]
+    searchFailed = Signal(str, str)  # query, one-line reason
 
     def __init__(self, engine=None, engine_factory=default_engine, parent=None):
         super().__init__(parent)
@@ -169,6 +171,18 @@ class EngineBridge(QObject):
             self._model_task("download", self.engine.download_model, repo_id, progress=True,
                              cancel=self._cancel_download)
         )
+
+    def search_models(self, query: str) -> asyncio.Task:
+        return self.run(self._search(query))
+
+    async def _search(self, query):
+        try:
+            found = await self.engine.search_models(query)
+        except ChinwagError as e:
+            self.searchFailed.emit(query, str(e))
+            return None
+        self.searchFinished.emit(query, list(found))
+        return found
 
     def cancel_download(self):
         if self._cancel_download is not None:

@@ -15,6 +15,7 @@ from engine.types import (
     EngineState,
     EngineStatus,
     GenerationParams,
+    HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -230,6 +231,12 @@ class Engine:
 
         # Network only, no MLX: its own thread, so chats go on while it downloads.
         return await asyncio.to_thread(download_model, repo_id, self._on_loop(progress), cancel)
+
+    async def search_models(self, query: str) -> list[HubModel]:
+        """list[HubModel]: MLX models on the Hugging Face Hub matching query (network only)."""
+        from engine.download import search_models
+
+        return await asyncio.to_thread(search_models, query)
 
     # --- chat --------------------------------------------------------------
 
