@@ -12,11 +12,13 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.settings_dialog import effective, engine_messages, load_defaults, params_from_settings
+from app.store import MessageStatus
 from engine.errors import ChinwagError
+from engine.types import FinishReason
 
 SAVE_INTERVAL_MS = 1000
 UNDO_DELETE_MS = 8000
-FINISH_STATUS = {"cancelled": "stopped", "error": "failed"}
+FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
 
 
 def stats_dict(stats) -> dict:
@@ -120,9 +122,6 @@ class ChatController(QObject):
         last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
         self.statsChanged.emit(last)
 
-    def conversation(self):
-        return self.store.get_conversation(self.conv_id) if self.conv_id else None
-
     def ensure_conversation(self) -> str:
         if self.conv_id is None:
             model = self.bridge.current_model
@@ -172,12 +171,13 @@ class ChatController(QObject):
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             messages = engine_messages(conv.messages, str(values.get("system_prompt") or ""))
-            reply = self.store.add_message(conv.id, "assistant", "", status="streaming", model_id=model.id)
+            params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
+            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id)
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(reply.id, "assistant", "", "streaming", model.name or model.id,
+        widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
                                             model_id=model.id)
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
@@ -186,7 +186,7 @@ class ChatController(QObject):
         self.chat_view.set_actions_enabled(False)
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv.id, messages, params_from_settings(values))
+        self.bridge.chat(conv.id, messages, params)
         return True
 
     def _on_delta(self, conv_id, text):
@@ -208,11 +208,12 @@ class ChatController(QObject):
             self.error.emit(str(e))
 
     def _on_finished(self, conv_id, stats):
-        status = FINISH_STATUS.get(stats.finish_reason, "complete")
+        status = FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
         self._end(conv_id, status, stats, stats.error)
 
     def _on_failed(self, conv_id, reason):
-        self._end(conv_id, "stopped" if reason == "cancelled" else "failed", None, reason)
+        status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED
+        self._end(conv_id, status, None, reason)
 
     def _end(self, conv_id, status, stats, error=""):
         gen = self.gen
@@ -245,7 +246,7 @@ class ChatController(QObject):
         """The window is closing: save what was generated as stopped, now."""
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
-            self._end(self.gen.conv_id, "stopped", None)
+            self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
         for conv_id in list(self._pending_delete):
             self._commit_delete(conv_id)
 
@@ -341,7 +342,7 @@ class ChatController(QObject):
         timer.stop()
         timer.deleteLater()
         if self.gen is not None and self.gen.conv_id == conv_id:
-            self._end(conv_id, "stopped", None)
+            self._end(conv_id, MessageStatus.STOPPED, None)
         try:
             self.store.delete_conversation(conv_id)
         except ChinwagError as e:

@@ -3,12 +3,14 @@
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 
 from engine import ChinwagError, Engine, GenerationParams, TextDelta
+from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
 
@@ -25,25 +27,29 @@ def _positive(value: str) -> int:
     return n
 
 
-def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
-    p.add_argument("--temperature", type=float, default=temperature)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=_positive, default=512)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--context-cap", type=_positive, default=None, help="a context limit below the model's own")
+def _flag_type(spec: ParamSpec):
+    def convert(text: str):
+        try:
+            return spec.convert(text)
+        except ChinwagError as e:  # argparse prints it with the flag and exits with status 2
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    convert.__name__ = spec.kind.__name__
+    return convert
+
+
+def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> None:
+    """One flag per GenerationParams field (--top-p for top_p), with its help and range."""
+    for spec in param_specs():
+        default = getattr(defaults, spec.name)
+        p.add_argument("--" + spec.name.replace("_", "-"), type=_flag_type(spec), default=default,
+                       help=spec.help + ("" if default is None else f" (default: {default})"))
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
-        context_cap=args.context_cap,
-    )
+    return GenerationParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationParams)})
 
 
 def _progress(p) -> None:
@@ -200,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="chat in the terminal")
     p.add_argument("--model", default=STARTER_ID, help="registry id, MLX folder or GGUF file")
     p.add_argument("--system", default="", help="a system prompt")
-    _add_sampling(p, temperature=0.7)
+    _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 
     p = sub.add_parser("models", help="list the models you can pick")
@@ -215,15 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script")
     p.add_argument("--model", required=True, help="registry id, MLX folder or GGUF file")
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
-    _add_sampling(p, temperature=0.0)
+    _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
-    try:
-        from app.transcripts_cli import add_commands
-    except ImportError:  # the conversation commands live beside the store
-        add_commands = None
-    if add_commands:
-        add_commands(sub)
+    from app.transcripts_cli import add_commands
+
+    add_commands(sub)
     return parser
 
 

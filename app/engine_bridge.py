@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import TextDelta, TurnStats
+from engine.types import FinishReason, TextDelta, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,6 @@ class EngineBridge(QObject):
             if not ok and fallback and fallback != spec:
                 await self._load(fallback)
 
-    def refresh_models(self) -> asyncio.Task:
-        return self.run(self._list_models())
-
     async def _list_models(self):
         try:
             models = await self.engine.list_models()
@@ -198,7 +195,7 @@ class EngineBridge(QObject):
                 elif isinstance(event, TurnStats):
                     stats = event
         except asyncio.CancelledError:
-            self.turnFailed.emit(conv_id, "cancelled")
+            self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
             raise
         except Exception as e:  # one line for the user; a bug's traceback goes to the log
             self._generating.discard(conv_id)

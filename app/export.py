@@ -15,16 +15,17 @@ from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
-from app.settings_check import settings_problems
 from app.store import STATUSES, Conversation, Message
 from engine.atomic import writable_target, write_atomic
 from engine.errors import ChinwagError
+from engine.types import param_specs
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 MAX_IMPORT_BYTES = 512 << 20
+SETTING_SPECS = {spec.name: spec for spec in param_specs()}
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
@@ -238,7 +239,7 @@ def _conversation_from_json(data) -> Conversation:
         model_id=_field(c, "model_id", str, "conversation", default=""),
         settings=_field(c, "settings", dict, "conversation", default={}),
     )
-    problems = settings_problems(conv.settings)
+    problems = _settings_problems(conv.settings)
     if problems:
         raise ValueError("conversation." + "; ".join(problems[:3]))
     messages = data.get("messages")
@@ -293,6 +294,22 @@ def _number(obj: dict, key: str, where: str, default: float) -> float:
     if not 0 <= value <= MAX_TIMESTAMP:
         raise ValueError(f"{where}.{key} {value!r:.40} is not a time between 1970 and 9999")
     return value
+
+
+def _settings_problems(settings: dict) -> list:
+    """What is wrong with imported settings, one phrase per bad key: the ranges are
+    GenerationParams' own, so an imported chat can always send."""
+    problems = []
+    for key, value in settings.items():
+        spec = SETTING_SPECS.get(key)
+        if key == "system_prompt" and not isinstance(value, str):
+            problems.append("settings.system_prompt is not text")
+        elif spec is not None and not (spec.optional and value in (None, 0)):  # 0: an older "off"
+            try:
+                spec.convert(value)
+            except ChinwagError as e:
+                problems.append(f"settings.{e}")
+    return problems
 
 
 def _check_text(value):

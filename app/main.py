@@ -91,7 +91,7 @@ def run_app(argv=None, model: str | None = None) -> int:
     window.repaint()  # painted now, before the engine (and mlx) is even imported
     app.processEvents()
     # The engine starts once the loop runs: its thread imports mlx, the model loads after.
-    QTimer.singleShot(0, lambda: window.start_engine(model))
+    QTimer.singleShot(0, lambda: window.start_engine(model))  # noqa: F821 (runs long before `del window`)
 
     code = 0
     with loop:

@@ -5,7 +5,6 @@ message, and a finished message is frozen (its text is not re-rendered again).
 """
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
 
 from app.markdown_view import MarkdownView, ProseView
@@ -154,6 +153,3 @@ class MessageWidget(QFrame):
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")
-
-    def copy_to_clipboard(self):
-        QGuiApplication.clipboard().setText(self._text)

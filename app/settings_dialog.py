@@ -1,8 +1,10 @@
 """Generation settings: per conversation (overrides) and Preferences (the defaults).
 
-Defaults come from resources/default_settings.json, overlaid by what the user saved in
-Preferences (store state "default_settings"). A conversation stores only the keys that
-differ from the defaults, so changing a default reaches every chat that did not override it.
+Defaults come from GenerationParams (the sampling keys) and resources/default_settings.json
+(the rest), overlaid by what the user saved in Preferences (store state "default_settings").
+A conversation stores only the keys that differ from the defaults, so changing a default
+reaches every chat that did not override it. None means "off" for optional keys (seed,
+context cap).
 """
 
 import json
@@ -21,17 +23,20 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.settings_check import valid_settings
 from engine.errors import ChinwagError
-from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
+from engine.types import GenerationParams, ParamSpec, param_specs
 
 DEFAULTS_KEY = "default_settings"
-KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap")
+SPECS = {spec.name: spec for spec in param_specs()}
+KEYS = ("system_prompt", *SPECS)
+# How the dialog shows a field's lowest value ("off"), and its step; UI only.
+SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
+STEPS = {"min_p": 0.01}
 
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
-    return json.loads(text)
+    return {**json.loads(text), **{name: spec.default for name, spec in SPECS.items()}}
 
 
 def load_defaults(store) -> dict:
@@ -40,13 +45,13 @@ def load_defaults(store) -> dict:
         saved = store.get_state(DEFAULTS_KEY, {}) or {}
     except ChinwagError:  # the database cannot be read now: the built-in defaults still work
         saved = {}
-    defaults.update({k: v for k, v in valid_settings(saved).items() if k in KEYS})
+    defaults.update({k: v for k, v in saved.items() if k in KEYS})
     return defaults
 
 
 def effective(conv_settings: dict | None, defaults: dict) -> dict:
     values = dict(defaults)
-    values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
+    values.update({k: v for k, v in (conv_settings or {}).items() if k in KEYS and v is not None})
     return values
 
 
@@ -55,17 +60,19 @@ def overrides(values: dict, defaults: dict) -> dict:
     return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
 
 
+def _setting(spec: ParamSpec, values: dict):
+    value = values.get(spec.name, spec.default)
+    if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
+        return None
+    return spec.convert(value)
+
+
 def params_from_settings(values: dict) -> GenerationParams:
-    cap = int(values.get("context_cap") or 0)
-    return GenerationParams(
-        temperature=float(values.get("temperature", 0.7)),
-        top_p=float(values.get("top_p", 1.0)),
-        top_k=int(values.get("top_k", 0)),
-        min_p=float(values.get("min_p", 0.0)),
-        repetition_penalty=float(values.get("repetition_penalty", 1.0)),
-        max_tokens=int(values.get("max_tokens") or DEFAULT_MAX_TOKENS),
-        context_cap=cap if cap > 0 else None,
-    )
+    """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
+    try:
+        return GenerationParams(**{name: _setting(spec, values) for name, spec in SPECS.items()})
+    except ChinwagError as e:
+        raise ChinwagError(f"chat settings: {e}") from e
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
@@ -80,19 +87,22 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     return out
 
 
-def _double(lo, hi, step, decimals=2):
-    box = QDoubleSpinBox()
-    box.setRange(lo, hi)
-    box.setSingleStep(step)
-    box.setDecimals(decimals)
-    return box
-
-
-def _int(lo, hi, special=""):
-    box = QSpinBox()
-    box.setRange(lo, hi)
+def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
+    """A spin box over the field's range; an optional field's "off" sits one step below it."""
+    box: QSpinBox | QDoubleSpinBox
+    if spec.kind is float:
+        box = QDoubleSpinBox()
+        box.setDecimals(2)
+        step = STEPS.get(spec.name, 0.05)
+        box.setSingleStep(step)
+        box.setRange(spec.lo - (step if spec.optional else 0), spec.hi)
+    else:
+        box = QSpinBox()
+        box.setRange(int(spec.lo) - (1 if spec.optional else 0), int(spec.hi))
+    special = SPECIAL_TEXT.get(spec.name, "default" if spec.optional else "")
     if special:
         box.setSpecialValueText(special)
+    box.setToolTip(spec.help)
     return box
 
 
@@ -114,23 +124,11 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
         self.system_prompt.setMinimumHeight(80)
-        self.fields = {
-            "temperature": _double(0.0, 2.0, 0.05),
-            "top_p": _double(0.0, 1.0, 0.05),
-            "top_k": _int(0, 1000, "off"),
-            "min_p": _double(0.0, 1.0, 0.01),
-            "repetition_penalty": _double(0.5, 2.0, 0.05),
-            "max_tokens": _int(1, 131072),
-            "context_cap": _int(0, 1 << 20, "model's limit"),
-        }
+        self.fields = {name: _box(spec) for name, spec in SPECS.items()}
         form.addRow("System prompt", self.system_prompt)
-        labels = {
-            "temperature": "Temperature", "top_p": "Top p", "top_k": "Top k", "min_p": "Min p",
-            "repetition_penalty": "Repetition penalty", "max_tokens": "Max tokens", "context_cap": "Context cap",
-        }
         for key, box in self.fields.items():
             box.setObjectName(key)
-            form.addRow(labels[key], box)
+            form.addRow(key.replace("_", " ").capitalize(), box)
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -144,11 +142,19 @@ class SettingsDialog(QDialog):
     def set_values(self, values: dict):
         self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))
         for key, box in self.fields.items():
-            value = values.get(key, self._defaults.get(key, 0)) or 0
-            box.setValue(float(value) if isinstance(box, QDoubleSpinBox) else int(value))
+            spec = SPECS[key]
+            try:
+                value = _setting(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
+            except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
+                value = spec.default
+            box.setValue(box.minimum() if value is None else value)
 
     def values(self) -> dict:
-        out = {"system_prompt": self.system_prompt.toPlainText()}
+        out: dict = {"system_prompt": self.system_prompt.toPlainText()}
         for key, box in self.fields.items():
-            out[key] = round(box.value(), 4) if isinstance(box, QDoubleSpinBox) else int(box.value())
+            value = box.value()
+            if SPECS[key].optional and value == box.minimum():
+                out[key] = None
+            else:
+                out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
         return out

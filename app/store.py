@@ -18,6 +18,7 @@ import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,9 +35,19 @@ from app.store_open import (
 from engine import paths
 from engine.errors import ChinwagError
 
+
+class MessageStatus(StrEnum):
+    """A message's state; the values are what the database and JSON exports hold."""
+
+    COMPLETE = "complete"
+    STREAMING = "streaming"  # a reply being written (saved as it grows)
+    STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
+    FAILED = "failed"  # a reply that ended in an error
+
+
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
-STATUSES = ("complete", "streaming", "stopped", "failed")
+STATUSES = tuple(MessageStatus)
 
 # Each entry upgrades the schema by one version; user_version = len(applied).
 MIGRATIONS = [
@@ -84,7 +95,7 @@ class Message:
     position: int
     role: str
     content: str
-    status: str = "complete"
+    status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
     stats: Optional[dict] = None
@@ -187,7 +198,7 @@ class Store:
         self._last_now = 0.0
         self._writer: Optional[WriterLock] = None
         self._scrub_pending = False
-        self._conn = self._open(read_only)
+        self._conn: sqlite3.Connection | None = self._open(read_only)
 
     # -- opening ---------------------------------------------------------------
 
@@ -483,7 +494,7 @@ class Store:
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status="complete", model_id="", stats=None) -> Message:
+    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None) -> Message:
         """Append a message, committed at once. The first user message titles a "New chat"."""
         _check_status(status)
         content, stats = _clean(content), _stats(stats)

@@ -6,10 +6,13 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
     EngineState,
+    EngineStatus,
+    FinishReason,
     GenerationParams,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    ModelStatus,
     TextDelta,
     TurnStats,
 )
@@ -19,10 +22,13 @@ __all__ = [
     "ContextOverflowError",
     "ModelError",
     "EngineState",
+    "EngineStatus",
+    "FinishReason",
     "GenerationParams",
     "LoadProgress",
     "MemoryReport",
     "ModelInfo",
+    "ModelStatus",
     "TextDelta",
     "TurnStats",
     "Engine",

@@ -8,9 +8,21 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import (
+    EngineState,
+    EngineStatus,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    TextDelta,
+    TurnStats,
+)
+
+if TYPE_CHECKING:
+    from engine.session import Session
 
 _DONE = object()
 
@@ -24,7 +36,7 @@ class EngineThread:
         self._thread.start()
 
     def submit(self, fn, *args) -> concurrent.futures.Future:
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((future, fn, args))
         return future
 
@@ -54,7 +66,7 @@ class Engine:
     def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self._thread: Optional[EngineThread] = None
-        self._session = None
+        self._session: Optional["Session"] = None
         self._started: Optional[concurrent.futures.Future] = None
         self._stops: dict = {}
         self._generating = 0
@@ -65,7 +77,7 @@ class Engine:
     # --- lifecycle ---------------------------------------------------------
 
     def _ensure_thread(self) -> concurrent.futures.Future:
-        if self._thread is None:
+        if self._thread is None or self._started is None:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
@@ -76,13 +88,19 @@ class Engine:
             self._started = self._thread.submit(self._session.warm_up)
         return self._started
 
+    def _running(self) -> tuple[EngineThread, "Session"]:
+        """The thread and session of a started engine; calling before start() is a bug."""
+        if self._thread is None or self._session is None:
+            raise RuntimeError("the engine thread is not running")
+        return self._thread, self._session
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
 
     async def _call(self, fn, *args):
         await self.start()
-        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+        return await asyncio.wrap_future(self._running()[0].submit(fn, *args))
 
     async def close(self) -> None:
         self.stop()
@@ -95,13 +113,13 @@ class Engine:
     @property
     def state(self) -> EngineState:
         if self._loading:
-            name = "loading"
+            name = EngineStatus.LOADING
         elif self._generating:
-            name = "generating"
+            name = EngineStatus.GENERATING
         elif self.current_model is not None:
-            name = "ready"
+            name = EngineStatus.READY
         else:
-            name = "idle"
+            name = EngineStatus.IDLE
         return EngineState(name, self.current_model, kv_bytes_total=self.last_kv_bytes)
 
     @staticmethod
@@ -143,7 +161,7 @@ class Engine:
             self._loading = False
 
     def _session_load(self, spec, progress):
-        return self._session.load(spec, progress)
+        return self._running()[1].load(spec, progress)
 
     async def import_gguf(self, path: str, progress=None) -> ModelInfo:
         from engine.gguf_import import import_gguf
@@ -163,7 +181,7 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator:
+    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator[TextDelta | TurnStats]:
         """Yield TextDelta events, then one TurnStats.
 
         Problems found before generation starts (no model, bad messages, a prompt
@@ -183,8 +201,9 @@ class Engine:
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        future = self._thread.submit(
-            self._session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
+        thread, session = self._running()
+        future = thread.submit(
+            session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
@@ -195,7 +214,7 @@ class Engine:
                     break
                 yield event
             stats = future.result()  # raises what the engine thread raised
-            self.last_kv_bytes = await asyncio.wrap_future(self._thread.submit(self._session.kv_bytes))
+            self.last_kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
             yield stats
         finally:
             if not future.done():
@@ -207,7 +226,7 @@ class Engine:
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""
         await self.start()
-        return await self._call(self._session.caches.report)
+        return await self._call(self._running()[1].caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
         """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
@@ -220,5 +239,5 @@ class Engine:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
         if self._thread is not None:
-            await self._call(self._session.forget, conversation_id)
+            await self._call(self._running()[1].forget, conversation_id)
 

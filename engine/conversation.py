@@ -4,6 +4,7 @@ Runs on the engine thread only.
 """
 
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import mlx.core as mx
 
@@ -59,7 +60,7 @@ class ConversationCache:
     # Reply text -> the ids the model generated for it: the truth for the next turn.
     replies: dict = field(default_factory=dict)
     # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
-    fresh_layers: object = None
+    fresh_layers: Optional[Callable[[], list]] = None
 
     @classmethod
     def create(cls, model, capacity: int) -> "ConversationCache":
@@ -77,7 +78,9 @@ class ConversationCache:
 
     @property
     def capacity(self) -> int:
-        first = self.layers[0] if self.layers else None
+        if not self.layers:
+            return 0
+        first = self.layers[0]
         return getattr(first, "max_seq_len", None) or (first.keys.shape[2] if getattr(first, "keys", None) is not None else 0)
 
     @property
@@ -104,6 +107,7 @@ class ConversationCache:
             for c in self.layers:
                 c.trim(c.offset)
         else:
+            assert self.fresh_layers is not None, "an untrimmable cache is built with fresh_layers"
             self.layers = self.fresh_layers()
         self.token_ids.clear()
 

@@ -14,7 +14,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from engine.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import GenerationParams, TextDelta, TurnStats
+from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
 # Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
 # Stop is checked between chunks, and speed ranges from ~10 tokens/s (quantized on a CPU)
@@ -104,14 +104,14 @@ def run_turn(
 
     detok = tokenizer.detokenizer
     detok.reset()
-    emitted, finish, ttft, first_at, error = [], "length", 0.0, None, ""
+    emitted, finish, ttft, first_at, error = [], FinishReason.LENGTH, 0.0, None, ""
     reused = prefilled = 0
     prefill_done = started
     try:
         logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop)
         prefill_done = time.perf_counter()
         if logits is None:
-            finish = "cancelled"
+            finish = FinishReason.CANCELLED
         y = sample(logits) if max_new and logits is not None else None
         if y is not None:
             mx.async_eval(y)
@@ -130,29 +130,29 @@ def run_turn(
                 first_at = time.perf_counter()
                 ttft = first_at - started
             if tok in eos:
-                finish = "stop"
+                finish = FinishReason.STOP
                 break
             detok.add_token(tok)
             # One event per token, text or not: a partial UTF-8 character has none yet.
             emit(TextDelta(detok.last_segment, (tok,)))
             if should_stop():
-                finish = "cancelled"
+                finish = FinishReason.CANCELLED
                 break
             if len(emitted) >= max_new:
-                finish = "length" if max_new == params.max_tokens else "context"
+                finish = FinishReason.LENGTH if max_new == params.max_tokens else FinishReason.CONTEXT
                 break
             y = next_y
         conv.eval()
     except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
-        finish = "error"
+        finish = FinishReason.ERROR
         error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()
     detok.finalize()
     tail = detok.last_segment
     if tail:
         emit(TextDelta(tail, ()))
-    if finish == "length" and max_new == 0 and params.max_tokens:
-        finish = "context"
+    if finish == FinishReason.LENGTH and max_new == 0 and params.max_tokens:
+        finish = FinishReason.CONTEXT
     now = time.perf_counter()
     decode_time = now - first_at if first_at else 0.0
     decoded = max(0, len(emitted) - 1)

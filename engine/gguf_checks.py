@@ -113,7 +113,7 @@ def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
     per_layer = {"attn_q": (h, q), "attn_k": (h, kv), "attn_v": (h, kv), "attn_output": (q, h),
                  "ffn_gate": (h, ff), "ffn_up": (h, ff), "ffn_down": (ff, h),
                  "attn_norm": (h,), "ffn_norm": (h,)}
-    embd = next((t.shape for t in header.tensors if t.name == "token_embd.weight"), ())
+    embd: tuple = next((tuple(t.shape) for t in header.tensors if t.name == "token_embd.weight"), ())
     vocab = embd[1] if len(embd) == 2 else 0
     want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
     for i in range(hp["layers"]):

@@ -73,7 +73,7 @@ class GGUFHeader:
 
     def type_counts(self) -> dict:
         """Parameter count per tensor type name, for the quantization label."""
-        counts = {}
+        counts: dict[str, int] = {}
         for t in self.tensors:
             n = 1
             for d in t.shape:

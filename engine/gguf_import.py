@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from engine import paths
 from engine.errors import ModelError
+
 # Re-exported: callers and tests import these names from engine.gguf_import.
 from engine.gguf_checks import (  # noqa: F401
     LAYER_NAMES,
@@ -28,6 +29,7 @@ from engine.gguf_checks import (  # noqa: F401
     hyperparameters,
 )
 from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
+
 # _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
 from engine.model_folders import (  # noqa: F401
@@ -49,7 +51,7 @@ def quantization_label(type_counts: dict) -> str:
     quant = {k: v for k, v in type_counts.items() if k not in ("F32",)}
     if not quant:
         return "float32"
-    main = max(quant, key=quant.get)
+    main = max(quant, key=quant.__getitem__)
     return main if main not in ("F16", "BF16") else main.lower().replace("f16", "float16")
 
 

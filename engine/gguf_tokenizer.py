@@ -87,7 +87,7 @@ def build_tokenizer(meta: dict):
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if meta.get("tokenizer.ggml.model") == "llama":
         tok = _sentencepiece_bpe(meta, tokens)
-        special_types = (2, 3)  # unknown, control
+        special_types: tuple[int, ...] = (2, 3)  # unknown, control
     else:
         tok = _byte_level_bpe(meta, tokens)
         special_types = (3,)
@@ -109,7 +109,7 @@ def build_tokenizer(meta: dict):
 
 
 def _vocab(tokens) -> dict:
-    vocab = {}
+    vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
     return vocab
@@ -138,7 +138,7 @@ def _sentencepiece_bpe(meta: dict, tokens):
     unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
                                byte_fallback=True))
-    steps = [normalizers.Replace(" ", "\u2581")]
+    steps: list = [normalizers.Replace(" ", "\u2581")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("\u2581"))
     tok.normalizer = normalizers.Sequence(steps)
@@ -152,7 +152,7 @@ def _sentencepiece_bpe(meta: dict, tokens):
 def _merges_from_scores(tokens, scores, vocab) -> list:
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
     pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
-    merges = []
+    merges: list = []
     for piece_id, piece in enumerate(tokens):
         local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
                  if piece[:i] in vocab and piece[i:] in vocab]

@@ -68,10 +68,10 @@ def setup(verbose: bool = False) -> Optional[Path]:
         path = None
         _replace("file", None)
     if verbose and "stderr" not in _handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setLevel(logging.INFO)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        _replace("stderr", handler)
+        echo = logging.StreamHandler(sys.stderr)
+        echo.setLevel(logging.INFO)
+        echo.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        _replace("stderr", echo)
     return path
 
 

@@ -11,9 +11,9 @@ import importlib.util
 import json
 import struct
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from engine.types import ModelInfo
+from engine.types import ModelInfo, ModelStatus
 
 STARTER_ID = "smollm2-135m-instruct"
 STARTER_NAME = "SmolLM2 135M Instruct"
@@ -52,8 +52,8 @@ def mlx_quantization_label(config: dict) -> str:
     if isinstance(q, dict):
         if q.get("mode") and q.get("mode") != "affine":
             return str(q["mode"])
-        bits = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
-        bits = sorted((b for b in bits if isinstance(b, int)), reverse=True)
+        found = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
+        bits = sorted((b for b in found if isinstance(b, int)), reverse=True)
         if len(bits) == 1:
             return f"{bits[0]}-bit"
         if bits:
@@ -82,7 +82,7 @@ def _model_remapping() -> dict:
     """mlx_lm.utils.MODEL_REMAPPING, read from its source so that mlx is not imported."""
     root = _mlx_lm_dir()
     try:
-        tree = ast.parse((root / "utils.py").read_text())
+        tree = ast.parse((root / "utils.py").read_text() if root else "")
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(
                 getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets
@@ -129,11 +129,11 @@ def _safetensors_header(path: Path):
 
 def _float_label(header: dict) -> str:
     """The dtype holding most float tensors, for unquantized models without a config dtype."""
-    counts = {}
-    for k, v in header.items():
+    counts: dict[str, int] = {}
+    for v in header.values():
         if isinstance(v, dict) and v.get("dtype") in _ST_DTYPES:
             counts[v["dtype"]] = counts.get(v["dtype"], 0) + 1
-    return _ST_DTYPES[max(counts, key=counts.get)] if counts else ""
+    return _ST_DTYPES[max(counts, key=counts.__getitem__)] if counts else ""
 
 def _folder_size(folder: Path) -> int:
     total = 0
@@ -157,20 +157,20 @@ def _context_length(config: dict) -> int:
 def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
     """Describe a folder for mlx_lm.load: status "ready", or "unusable" with the reason."""
     folder = Path(folder)
-    base = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
+    base: dict[str, Any] = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
     try:
         return _inspect(folder, base)
     except (OSError, ValueError) as e:  # a listing must survive any odd folder
-        return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read the folder ({e})")
     except Exception as e:  # a bug: logged with its traceback, and the listing goes on
         from engine.log import report_bug
 
-        return ModelInfo(**base, status="unusable", reason=report_bug(e, f"inspecting {folder}"))
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=report_bug(e, f"inspecting {folder}"))
 
 
 def _inspect(folder: Path, base: dict) -> ModelInfo:
     def unusable(reason, **extra):
-        return ModelInfo(**base, **extra, status="unusable", reason=reason)
+        return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
     if not folder.is_dir():
         return unusable("folder does not exist" if not folder.exists() else "not a folder")
@@ -184,7 +184,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         return unusable(f"config.json is corrupt ({e})")
     size = _folder_size(folder)
     arch = config.get("model_type")
-    facts = dict(architecture=str(arch or ""), size_bytes=size,
+    facts: dict[str, Any] = dict(architecture=str(arch or ""), size_bytes=size,
                  quantization=mlx_quantization_label(config),
                  context_length=_context_length(config))
     if not arch:
@@ -195,7 +195,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
     if not weights:
         return unusable("no model*.safetensors weights", **facts)
     problem = _missing_shards(folder)
-    headers = []
+    headers: list = []
     for w in weights:
         header, problem = (None, problem) if problem else _safetensors_header(w)
         if problem:
@@ -205,7 +205,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         facts["quantization"] = _float_label(headers[0])
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return unusable("no tokenizer files", **facts)
-    return ModelInfo(**base, **facts, status="ready")
+    return ModelInfo(**base, **facts, status=ModelStatus.READY)
 
 
 def _missing_shards(folder: Path) -> Optional[str]:

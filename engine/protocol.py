@@ -1,0 +1,54 @@
+"""The engine's API as front ends see it (docs/ARCHITECTURE.md), as a typing.Protocol.
+
+`Engine` and the tests' fake engine (tests/app_helpers.py) both satisfy it; mypy checks both
+(`make check`), so neither can drift from the other. Ids are positional-only: the fake names
+them differently, and every caller passes them by position.
+"""
+
+import threading
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional, Protocol
+
+from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo, TextDelta, TurnStats
+
+Progress = Optional[Callable[[LoadProgress], None]]
+
+
+class EngineAPI(Protocol):
+    current_model: Optional[ModelInfo]
+
+    @property
+    def state(self) -> EngineState: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def list_models(self) -> list[ModelInfo]: ...
+
+    async def load_model(self, spec: str, /, progress: Progress = None) -> ModelInfo: ...
+
+    async def import_gguf(self, path: str, /, progress: Progress = None) -> ModelInfo: ...
+
+    async def add_model_folder(self, path: str, /) -> ModelInfo: ...
+
+    async def download_model(
+        self, repo_id: str, /, progress: Progress = None, cancel: Optional[threading.Event] = None
+    ) -> ModelInfo: ...
+
+    def chat(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+    ) -> AsyncIterator[TextDelta | TurnStats]:
+        """Yields TextDelta events, then one TurnStats (an async generator)."""
+        ...
+
+    async def memory_stats(self) -> MemoryReport: ...
+
+    def stop(self, conversation_id: Optional[str] = None, /) -> None: ...
+
+    async def forget(self, conversation_id: str, /) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy: the real engine keeps this API
+    from engine.api import Engine
+
+    _engine: EngineAPI = Engine()
