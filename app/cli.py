@@ -66,10 +66,13 @@ def cmd_models(args) -> int:
     if args.json:
         print(json.dumps([m.to_json() for m in models], indent=2))
         return 0
+    from engine.gguf_header import printable
+
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
         detail = m.reason if m.status == "unusable" else (m.quantization or "")
-        print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
+        # Folder names come from disk: no escape sequence of theirs reaches the terminal.
+        print(f"{printable(m.id, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
     return 0
 
 

@@ -129,3 +129,15 @@ def test_second_window_on_the_same_data_folder_is_refused(chinwag_home):
         first.release()
     WindowLock(chinwag_home).release()  # free again once the first window closed
     assert stat.S_IMODE((chinwag_home / "window.lock").stat().st_mode) == 0o600
+
+
+def test_models_table_never_prints_escape_sequences(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "evil\x1b[2Jfolder"
+    folder.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    from engine import registry
+
+    monkeypatch.setattr(registry, "_load_folders", lambda: [str(folder)])  # as if added earlier
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "evil" in out and "\x1b" not in out
