@@ -18,6 +18,7 @@ LOG_FILE = "chinwag.log"
 LOG_MAX_BYTES = 1 << 20
 LOG_BACKUPS = 2
 FILE_MODE = 0o600  # conversations can appear in tracebacks: only the user may read the log
+OWN_LOGGERS = ("engine", "app", "chinwag")
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(threadName)s %(name)s: %(message)s"
 
 log = logging.getLogger("chinwag")
@@ -48,9 +49,9 @@ def setup(verbose: bool = False) -> Optional[Path]:
     Safe to call again (a changed CHINWAG_HOME moves the file). Returns the log path, or
     None when the data folder cannot hold one (then bugs go to stderr only).
     """
-    root = logging.getLogger()
-    if root.level > logging.INFO or root.level == logging.NOTSET:
-        root.setLevel(logging.INFO)
+    # Chinwag's own notes from INFO up; libraries (httpx, huggingface_hub) only when they warn.
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     path = None
     try:
         from engine import paths
