@@ -6,10 +6,12 @@ import asyncio
 import dataclasses
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
 from engine import ChinwagError, Engine, GenerationParams, TextDelta
+from engine.atomic import describe_kind
 from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
@@ -142,6 +144,9 @@ async def _stream(engine, conv, messages, params):
 
 def load_script(path: str) -> dict:
     try:
+        mode = Path(path).stat().st_mode
+        if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot read script {path}: it is {describe_kind(mode)}, not a file")
         raw = Path(path).read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 import time
 from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
 from app.store import STATUSES, Conversation, Message
-from engine.atomic import writable_target, write_atomic
+from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
 from engine.types import param_specs
 
@@ -196,7 +197,10 @@ def import_conversation(store, path) -> Conversation:
     """
     path = Path(path).expanduser()
     try:
-        if path.stat().st_size > MAX_IMPORT_BYTES:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
+        if st.st_size > MAX_IMPORT_BYTES:
             raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
                                "larger than any conversation export")
         raw = path.read_bytes()

@@ -5,11 +5,13 @@ listing models, and a truncated file must be refused before MLX memory-maps it.
 """
 
 import mmap
+import stat
 import struct
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.atomic import describe_kind
 from engine.errors import ChinwagError, ModelError
 
 # GGUF tensor types: name, elements per block, bytes per block.
@@ -155,7 +157,11 @@ def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
     """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
     path = Path(path)
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            # Opening a named pipe would wait forever for a writer.
+            raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {path}")
+        size = st.st_size
         with open(path, "rb") as f:
             if size < 24:
                 raise ValueError("file is too small")

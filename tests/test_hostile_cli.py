@@ -141,3 +141,26 @@ def test_models_table_never_prints_escape_sequences(tmp_path, monkeypatch, capsy
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "evil" in out and "\x1b" not in out
+
+
+@pytest.mark.parametrize("argv", [["import", "{fifo}"], ["import-conversation", "{fifo}"],
+                                  ["replay", "{fifo}", "--model", "nowhere"]])
+def test_a_named_pipe_as_input_is_refused_not_waited_on(tmp_path, capsys, argv):
+    import threading
+
+    fifo = tmp_path / "input.pipe"
+    os.mkfifo(fifo)
+
+    def unblock():  # should the reader wait after all, end its wait (and fail the test) instead of hanging
+        if not done.wait(10):
+            with open(fifo, "wb"):
+                pass
+
+    done = threading.Event()
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        assert main([a.format(fifo=fifo) for a in argv]) == 2
+    finally:
+        done.set()
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
+    assert len(err) == 1 and "named pipe" in err[0], err
