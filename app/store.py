@@ -224,8 +224,8 @@ class Store:
                 f"could not read {self.requested_path} ({problem}); it was left untouched "
                 f"and conversations are saved to {self.path.name} beside it"
             )
-        if want_read_only:
-            return self._read_only(self.path)
+        if want_read_only and not (problem is None and 0 < version < SCHEMA_VERSION):
+            return self._read_only(self.path)  # (an older schema must be migrated first: opened writable)
         if not writable(self.path):
             self.notice = f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
             return self._read_only(self.path)

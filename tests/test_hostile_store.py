@@ -267,3 +267,18 @@ def test_deleted_text_leaves_the_wal_once_a_reader_lets_go(store, chinwag_home):
     for name in ("chinwag.db", "chinwag.db-wal"):
         path = chinwag_home / name
         assert not path.exists() or marker.encode() not in path.read_bytes(), name
+
+
+def test_read_only_commands_migrate_an_older_database_first(chinwag_home, monkeypatch):
+    from app import store as store_module
+
+    with Store() as store:
+        conv = store.create_conversation(title="old schema")
+    # As if this Chinwag knew one more schema step than the file has.
+    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS + ["CREATE TABLE extra (x)"])
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", store_module.SCHEMA_VERSION + 1)
+    with Store(read_only=True) as store:
+        assert [c.id for c in store.list_conversations()] == [conv.id]
+    raw = sqlite3.connect(chinwag_home / "chinwag.db")
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
+    raw.close()
