@@ -55,9 +55,11 @@ def kv_dir() -> Path:
 
 
 def private_file(path: Path) -> None:
-    """Make an existing file readable by its owner only (0600)."""
+    """Make an existing regular file readable by its owner only (0600). A symlink or a device
+    is left alone: its mode is not ours to change."""
     try:
-        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
-            os.chmod(path, FILE_MODE)
+        st = os.lstat(path)
     except FileNotFoundError:
-        pass
+        return
+    if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, FILE_MODE)

@@ -282,3 +282,26 @@ def test_read_only_commands_migrate_an_older_database_first(chinwag_home, monkey
     raw = sqlite3.connect(chinwag_home / "chinwag.db")
     assert raw.execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
     raw.close()
+
+
+def test_a_database_path_that_is_not_a_file_is_left_alone(chinwag_home, tmp_path):
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)
+    (chinwag_home / "chinwag.db").symlink_to(fifo)
+    done = threading.Event()
+
+    def unblock():  # should the store open the pipe after all, end its wait instead of hanging
+        if not done.wait(10):
+            with open(fifo, "wb"):
+                pass
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        with Store() as store:
+            assert "named pipe" in store.notice and store.path.name.startswith("chinwag-recovered-")
+    finally:
+        done.set()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_IMODE(os.stat(fifo).st_mode) == 0o666
