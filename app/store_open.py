@@ -158,7 +158,10 @@ class WriterLock:
 
         self._fcntl = fcntl
         self.path = db_path.with_name(db_path.name + WRITERS_SUFFIX)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        except OSError as e:
+            raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
         private_file(self.path)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

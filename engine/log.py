@@ -28,8 +28,9 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
     """A RotatingFileHandler whose files are created 0600."""
 
     def _open(self):
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        os.chmod(self.baseFilename, FILE_MODE)  # an older log made before this rule
+        # O_NOFOLLOW: a symlink planted as the log is not followed to some other file.
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)  # an older log made before this rule
         return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
