@@ -117,7 +117,7 @@ def test_error_exits_after_mlx_never_abort(tmp_path, tiny_model_path, chinwag_ho
 
 
 def test_second_window_on_the_same_data_folder_is_refused(chinwag_home):
-    from app.main import WindowLock
+    from app.single_instance import WindowLock
     from engine.errors import ChinwagError
 
     first = WindowLock(chinwag_home)
@@ -164,3 +164,24 @@ def test_a_named_pipe_as_input_is_refused_not_waited_on(tmp_path, capsys, argv):
         done.set()
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
     assert len(err) == 1 and "named pipe" in err[0], err
+
+
+@pytest.mark.qt
+def test_a_second_chinwag_brings_the_first_window_forward(qtbot, chinwag_home):
+    from PySide6.QtWidgets import QWidget
+
+    from app.single_instance import ask_window_to_raise, serve_raise_requests
+
+    class Window(QWidget):
+        raised = 0
+
+        def raise_(self):  # the offscreen platform cannot raise a window: count the request
+            self.raised += 1
+
+    window = Window()
+    qtbot.addWidget(window)
+    server = serve_raise_requests(window, chinwag_home)
+    assert ask_window_to_raise(chinwag_home)
+    qtbot.waitUntil(lambda: window.raised == 1)
+    server.close()
+    assert not ask_window_to_raise(chinwag_home)  # no window: the caller says so instead
