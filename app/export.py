@@ -26,6 +26,7 @@ FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 MAX_IMPORT_BYTES = 512 << 20
+MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
 SETTING_SPECS = {spec.name: spec for spec in param_specs()}
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
@@ -243,6 +244,8 @@ def _conversation_from_json(data) -> Conversation:
         model_id=_field(c, "model_id", str, "conversation", default=""),
         settings=_field(c, "settings", dict, "conversation", default={}),
     )
+    if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
+        raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
     problems = _settings_problems(conv.settings)
     if problems:
         raise ValueError("conversation." + "; ".join(problems[:3]))

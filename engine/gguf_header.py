@@ -33,6 +33,7 @@ _STRING, _ARRAY = 8, 9
 MAX_STRING_BYTES = 1 << 20  # chat templates are ~10 KB, tokens a few bytes
 MAX_KEPT_ARRAY = 1_000_000  # the largest vocabularies are ~260k tokens
 MAX_ALIGNMENT = 1 << 16
+MAX_ENTRIES = 1 << 16  # tensors or metadata keys: real models have a few thousand at most
 # Arrays the importer needs (the tokenizer's); every other array is skipped, whatever its size.
 KEPT_ARRAY_PREFIX = "tokenizer."
 
@@ -187,7 +188,7 @@ def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
         raise ValueError(f"GGUF version {version} is too old")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     # A tensor entry takes at least 24 bytes and a metadata entry 12: counts the file cannot hold are lies.
-    if n_tensors > 1_000_000 or n_kv > 1_000_000 or n_tensors * 24 + n_kv * 12 > size:
+    if n_tensors > MAX_ENTRIES or n_kv > MAX_ENTRIES or n_tensors * 24 + n_kv * 12 > size:
         raise ValueError("implausible header counts")
     metadata = {}
     for _ in range(n_kv):

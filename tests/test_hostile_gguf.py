@@ -262,3 +262,10 @@ def test_the_importer_does_not_import_the_registry():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_header_claiming_too_many_tensors_is_refused_before_reading_them(tmp_path):
+    head = b"GGUF" + struct.pack("<IQQ", 3, 100_000, 0)
+    path = tmp_path / "many.gguf"
+    path.write_bytes(head + b"\0" * (100_000 * 24))
+    assert "implausible" in refuse(path)

@@ -305,3 +305,7 @@ def test_a_database_path_that_is_not_a_file_is_left_alone(chinwag_home, tmp_path
     finally:
         done.set()
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_IMODE(os.stat(fifo).st_mode) == 0o666
+
+
+def test_an_endless_title_is_refused(tmp_path, capsys):
+    import_refused(tmp_path, capsys, export_json(title="x" * 20_000), "10000 characters")
