@@ -3,7 +3,6 @@
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import stat
@@ -15,6 +14,7 @@ from engine.atomic import describe_kind
 from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
+MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
 
 
 def fail(message: str) -> int:
@@ -48,10 +48,15 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
                        help=spec.help + ("" if default is None else f" (default: {default})"))
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="decode one token per step (speculative decoding is on where it is faster)")
+    p.add_argument("--draft-model", default="", metavar="M",
+                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationParams)})
+    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
+                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
 
 
 def _progress(p) -> None:
@@ -62,9 +67,9 @@ def _progress(p) -> None:
 
 
 def cmd_models(args) -> int:
-    from engine import registry
+    from engine import registry, servers
 
-    models = registry.list_models()
+    models = registry.list_models() + servers.server_models()
     if args.json:
         print(json.dumps([m.to_json() for m in models], indent=2))
         return 0
@@ -72,7 +77,7 @@ def cmd_models(args) -> int:
 
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or "")
+        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
         # Folder names come from disk: no escape sequence of theirs reaches the terminal.
         print(f"{printable(m.id, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
     return 0
@@ -194,6 +199,7 @@ async def _replay(args) -> int:
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
                 "error": stats.error,
+                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
         await engine.close()
@@ -212,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("chat", help="chat in the terminal")
-    p.add_argument("--model", default=STARTER_ID, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
     p.add_argument("--system", default="", help="a system prompt")
     _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
@@ -227,14 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay a scripted chat and print one JSON object per turn")
     p.add_argument("script")
-    p.add_argument("--model", required=True, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
+    from app.servers_cli import add_commands as add_server_commands
     from app.transcripts_cli import add_commands
 
     add_commands(sub)
+    add_server_commands(sub)
     return parser
 
 

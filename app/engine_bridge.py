@@ -122,6 +122,10 @@ class EngineBridge(QObject):
             if not ok and fallback and fallback != spec:
                 await self._load(fallback)
 
+    def refresh_models(self) -> asyncio.Task:
+        """List the models again (a server was added or removed); the task's result is the list."""
+        return self.run(self._list_models())
+
     async def _list_models(self):
         try:
             models = await self.engine.list_models()

@@ -16,10 +16,10 @@ from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app.settings_check import settings_problems
 from app.store import STATUSES, Conversation, Message
 from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
-from engine.types import param_specs
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
@@ -27,7 +27,6 @@ FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 MAX_IMPORT_BYTES = 512 << 20
 MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
-SETTING_SPECS = {spec.name: spec for spec in param_specs()}
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
@@ -246,7 +245,7 @@ def _conversation_from_json(data) -> Conversation:
     )
     if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
         raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
-    problems = _settings_problems(conv.settings)
+    problems = settings_problems(conv.settings)
     if problems:
         raise ValueError("conversation." + "; ".join(problems[:3]))
     messages = data.get("messages")
@@ -301,22 +300,6 @@ def _number(obj: dict, key: str, where: str, default: float) -> float:
     if not 0 <= value <= MAX_TIMESTAMP:
         raise ValueError(f"{where}.{key} {value!r:.40} is not a time between 1970 and 9999")
     return value
-
-
-def _settings_problems(settings: dict) -> list:
-    """What is wrong with imported settings, one phrase per bad key: the ranges are
-    GenerationParams' own, so an imported chat can always send."""
-    problems = []
-    for key, value in settings.items():
-        spec = SETTING_SPECS.get(key)
-        if key == "system_prompt" and not isinstance(value, str):
-            problems.append("settings.system_prompt is not text")
-        elif spec is not None and not (spec.optional and value in (None, 0)):  # 0: an older "off"
-            try:
-                spec.convert(value)
-            except ChinwagError as e:
-                problems.append(f"settings.{e}")
-    return problems
 
 
 def _check_text(value):

@@ -39,6 +39,9 @@ def format_stats(stats) -> str:
     parts.append(f"{tps:.1f} tok/s")
     ttft = get("ttft_s", 0) or 0
     parts.append(f"first token {ttft:.2f} s")
+    reused = get("reused_tokens", 0) or 0
+    if reused:  # from the KV cache, or what a server reported from its prefix cache
+        parts.append(f"{reused:,} prompt tokens reused")
     dropped = get("dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
@@ -48,6 +51,16 @@ def format_stats(stats) -> str:
     elif reason == "context":
         parts.append("hit the context limit")
     return " · ".join(parts)
+
+
+def format_speculation(stats) -> str:
+    """The stats tooltip's line on speculative decoding: drafted tokens the model accepted."""
+    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
+    drafted = (get("drafted_tokens", 0) or 0) if stats else 0
+    if not drafted:
+        return ""
+    accepted = get("accepted_tokens", 0) or 0
+    return f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
 
 
 class MessageWidget(QFrame):
@@ -135,6 +148,7 @@ class MessageWidget(QFrame):
 
     def set_stats(self, stats):
         self._stats_text = format_stats(stats)
+        self.stats_label.setToolTip(format_speculation(stats))
         self._refresh_footer()
 
     def _refresh_footer(self, error: str = ""):

@@ -24,6 +24,7 @@ from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
 from app.notices import NoticeArea
+from app.server_dialog import open_server_dialog
 from app.window_dialogs import WindowDialogs
 from engine.errors import ChinwagError
 
@@ -184,6 +185,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
     def _connect_bridge(self):
         b = self.bridge

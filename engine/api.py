@@ -17,11 +17,13 @@ from engine.types import (
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    ServerInfo,
     TextDelta,
     TurnStats,
 )
 
 if TYPE_CHECKING:
+    from engine.remote import RemoteBackend
     from engine.session import Session
 
 _DONE = object()
@@ -73,6 +75,7 @@ class Engine:
         self._loading = False
         self.current_model: Optional[ModelInfo] = None
         self.last_kv_bytes = 0
+        self._remote: Optional["RemoteBackend"] = None  # while the current model is a server's
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -140,21 +143,48 @@ class Engine:
     # --- models ------------------------------------------------------------
 
     async def list_models(self) -> list:
-        from engine import registry
+        from engine import registry, servers
 
         # Off the engine thread: listing reads files only, and must not wait for a reply.
-        return await asyncio.to_thread(registry.list_models)
+        local, remote = await asyncio.gather(asyncio.to_thread(registry.list_models),
+                                             asyncio.to_thread(servers.server_models))
+        return local + remote
+
+    # --- model servers (engine/servers.py: files and the keychain, no MLX) ----------
+
+    async def list_servers(self) -> list:
+        from engine import servers
+
+        return await asyncio.to_thread(servers.server_infos)
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""):
+        """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
+        from engine import servers
+
+        server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
+        return ServerInfo(server.name, servers.display_url(server.url), bool(server.api_key))
+
+    async def remove_server(self, name: str) -> None:
+        from engine import servers
+
+        await asyncio.to_thread(servers.remove_server, name)
 
     async def load_model(self, spec: str, progress: Optional[Callable[[LoadProgress], None]] = None) -> ModelInfo:
         """Load a model (registry id, MLX folder or GGUF file); stops generation first.
 
         A model that fails to load leaves the previous one loaded.
         """
+        from engine import remote
+
         self.stop()
         self._loading = True
         try:
+            target = await asyncio.to_thread(remote.resolve, spec)  # None for a local model
+            if target is not None:
+                self._remote, self.current_model = remote.RemoteBackend(target), target.info()
+                return self.current_model
             info = await self._call(self._session_load, spec, self._on_loop(progress))
-            self.current_model = info
+            self._remote, self.current_model = None, info
             self.last_kv_bytes = 0
             return info
         finally:
@@ -188,6 +218,10 @@ class Engine:
         longer than the context) raise ChinwagError. A failure mid-generation ends the
         stream with TurnStats(finish_reason="error", error=...), the cache repaired.
         """
+        if self._remote is not None:  # a server's model: the same events, from the network
+            async for event in self._chat_remote(self._remote, conversation_id, messages, params):
+                yield event
+            return
         await self.start()
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -223,6 +257,22 @@ class Engine:
                 del self._stops[conversation_id]
             self._generating -= 1
 
+    async def _chat_remote(self, backend, conversation_id, messages, params):
+        from engine import remote
+
+        self.stop(conversation_id)
+        stop = remote.StopSignal()
+        self._stops[conversation_id] = stop
+        self._generating += 1
+        try:
+            async for event in backend.chat(conversation_id, messages, params or GenerationParams(), stop,
+                                            progress=remote.prefill_progress):
+                yield event
+        finally:
+            if self._stops.get(conversation_id) is stop:
+                del self._stops[conversation_id]
+            self._generating -= 1
+
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""
         await self.start()
@@ -238,6 +288,8 @@ class Engine:
     async def forget(self, conversation_id: str) -> None:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
+        if self._remote is not None:
+            self._remote.forget(conversation_id)
         if self._thread is not None:
             await self._call(self._running()[1].forget, conversation_id)
 

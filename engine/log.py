@@ -70,10 +70,10 @@ def setup(verbose: bool = False) -> Optional[Path]:
         path = None
         _replace("file", None)
     if verbose and "stderr" not in _handlers:
-        echo = logging.StreamHandler(sys.stderr)
-        echo.setLevel(logging.INFO)
-        echo.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        _replace("stderr", echo)
+        console = logging.StreamHandler(sys.stderr)
+        console.setLevel(logging.INFO)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        _replace("stderr", console)
     return path
 
 

@@ -8,7 +8,16 @@ them differently, and every caller passes them by position.
 import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional, Protocol
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo, TextDelta, TurnStats
+from engine.types import (
+    EngineState,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    ServerInfo,
+    TextDelta,
+    TurnStats,
+)
 
 Progress = Optional[Callable[[LoadProgress], None]]
 
@@ -46,6 +55,12 @@ class EngineAPI(Protocol):
     def stop(self, conversation_id: Optional[str] = None, /) -> None: ...
 
     async def forget(self, conversation_id: str, /) -> None: ...
+
+    async def list_servers(self) -> list[ServerInfo]: ...
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = "") -> ServerInfo: ...
+
+    async def remove_server(self, name: str, /) -> None: ...
 
 
 if TYPE_CHECKING:  # mypy: the real engine keeps this API

@@ -19,6 +19,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     ModelStatus,
+    ServerInfo,
     TextDelta,
     TurnStats,
 )
@@ -106,6 +107,7 @@ class FakeEngine:
         self._stops: dict = {}
         self._generating = 0
         self.forgotten: list = []
+        self.servers: dict = {}  # name -> ServerInfo
 
     @property
     def state(self):
@@ -202,6 +204,18 @@ class FakeEngine:
             progress(LoadProgress(f"Connecting to Hugging Face for {repo_id}", 0, 0))
         await asyncio.sleep(0.01)
         raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
+
+    async def list_servers(self):
+        return list(self.servers.values())
+
+    async def save_server(self, name, url, api_key=None, replace=""):
+        self.servers.pop(replace, None)
+        self.servers[name] = ServerInfo(name, url, bool(api_key))
+        return self.servers[name]
+
+    async def remove_server(self, name):
+        if self.servers.pop(name, None) is None:
+            raise ChinwagError(f"no saved server named '{name}'")
 
     async def close(self):
         self.stop()

@@ -79,10 +79,14 @@ def test_deeply_nested_json_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "nested too deeply" in err[0]
 
 
-def test_unknown_stored_roles_are_not_sent(store):
-    from app.settings_dialog import engine_messages
+def test_bad_stored_settings_fall_back_to_the_defaults(store):
+    from app.settings_dialog import builtin_defaults, effective, engine_messages, params_from_settings
 
-    conv = store.create_conversation()
+    conv = store.create_conversation(settings={"temperature": "hot", "max_tokens": -3, "top_p": 0.5})
+    values = effective(store.get_conversation(conv.id).settings, builtin_defaults())
+    params = params_from_settings(values)  # used to raise ValueError after marking the reply streaming
+    assert params.temperature == builtin_defaults()["temperature"] and params.top_p == 0.5
+    assert params.max_tokens == builtin_defaults()["max_tokens"]
     store.add_message(conv.id, "tool", "stored by an older Chinwag")
     store.add_message(conv.id, "user", "hi")
     sent = engine_messages(store.get_conversation(conv.id).messages, "")

@@ -19,11 +19,12 @@ def test_every_field_has_a_flag_a_setting_and_the_same_default(capsys):
     from app.cli import _params, build_parser
     from app.settings_dialog import KEYS, builtin_defaults, params_from_settings
 
-    names = [f.name for f in dataclasses.fields(GenerationParams)]
+    # Every numeric field; the two switches of speculative decoding have flags of their own.
+    names = [f.name for f in dataclasses.fields(GenerationParams) if f.name not in ("speculative", "draft_model")]
     assert [s.name for s in param_specs()] == names
     args = build_parser().parse_args(["chat"])
     assert _params(args) == GenerationParams()
-    assert set(names) <= set(KEYS)
+    assert {*names, "speculative", "draft_model"} <= set(KEYS)
     assert params_from_settings(builtin_defaults()) == GenerationParams()
     # replay keeps its own default temperature, every other default is the dataclass's
     replay = _params(build_parser().parse_args(["replay", "s.json", "--model", "m"]))
@@ -118,18 +119,15 @@ def test_a_new_field_appears_in_the_cli_the_settings_and_the_dialog():
 
 
 @pytest.mark.qt
-def test_a_chat_with_a_bad_stored_setting_says_so_and_sending_goes_on(qtbot, window, store, engine):
+def test_a_chat_with_a_bad_stored_setting_falls_back_to_the_default_and_sends(qtbot, window, store, engine):
     from tests.app_helpers import send
 
     bad = store.create_conversation(settings={"temperature": "hot"})
     window.chat.open_conversation(bad.id)
     send(qtbot, window, "Hello")
-    assert "chat settings: temperature must be a number from 0 to 2, got 'hot'" in window.notices.bar("error").text()
-    assert [(m.role, m.status) for m in store.get_conversation(bad.id).messages] == [("user", "complete")]
-    assert window.chat.gen is None and window.composer.is_ready() and not engine.calls
+    qtbot.waitUntil(lambda: window.chat.gen is None)
+    assert [m.role for m in store.get_conversation(bad.id).messages] == ["user", "assistant"]
+    assert len(engine.calls) == 1 and engine.calls[0][2] == GenerationParams()
     dialog = window.chat_settings_dialog()
     assert dialog.values()["temperature"] == 0.7  # opens on the default, to be saved over
     dialog.reject()
-    window.chat.new_conversation()
-    send(qtbot, window, "Hi again")
-    assert len(engine.calls) == 1 and engine.calls[0][2] == GenerationParams()
