@@ -13,6 +13,9 @@ from engine.errors import ChinwagError
 APP_NAME = "Chinwag"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+# The data folder's own files: chinwag.db (and -wal, -shm, recovered copies), chinwag.log,
+# the lock files, folders.json, servers.json, server-keys.json.
+OWN_FILE_PREFIXES = ("chinwag", "window.lock", "folders.json", "servers.json", "server-keys.json")
 
 
 def data_dir_path() -> Path:
@@ -41,8 +44,34 @@ def private_dir(path: Path, what: str = "data folder") -> Path:
     return path
 
 
+_secured: set = set()  # data folders whose older files were made private in this process
+
+
 def data_dir() -> Path:
-    return private_dir(data_dir_path())
+    path = private_dir(data_dir_path())
+    if path not in _secured:
+        _secured.add(path)
+        _secure_older_files(path)
+    return path
+
+
+def _secure_older_files(folder: Path) -> None:
+    """Files an older Chinwag left group- or world-readable (0644): the data folder's own
+    files and the saved KV caches become 0600, once per process."""
+    try:
+        # Only Chinwag's own names: CHINWAG_HOME may point at a folder that also holds other files.
+        found = [p for p in folder.iterdir() if p.name.startswith(OWN_FILE_PREFIXES)]
+        found += [*folder.glob("kv/*"), *folder.glob("kv/*/*.safetensors")]
+    except OSError:
+        return  # the next write fails with a clear message of its own
+    for path in found:
+        try:
+            if path.is_dir() and not path.is_symlink() and path.parent.name == "kv":
+                private_dir(path, "KV cache folder")
+            else:
+                private_file(path)
+        except (OSError, ChinwagError):
+            pass  # not ours to change (another owner): leave it as it is
 
 
 def models_dir() -> Path:

@@ -313,3 +313,25 @@ def test_a_database_path_that_is_not_a_file_is_left_alone(chinwag_home, tmp_path
 
 def test_an_endless_title_is_refused(tmp_path, capsys):
     import_refused(tmp_path, capsys, export_json(title="x" * 20_000), "10000 characters")
+
+
+def test_files_an_older_chinwag_left_readable_are_made_private(tmp_path, monkeypatch):
+    from engine import paths
+
+    home = tmp_path / "older-home"
+    (home / "kv" / "model").mkdir(parents=True)
+    old = [home / "folders.json", home / "chinwag.log", home / "kv" / "model" / "abc.safetensors"]
+    for f in old:
+        f.write_text("x")
+        f.chmod(0o644)
+    other = home / "notes.txt"
+    other.write_text("the user's own")
+    other.chmod(0o644)
+    home.chmod(0o755)
+    (home / "kv" / "model").chmod(0o755)
+    monkeypatch.setenv("CHINWAG_HOME", str(home))
+    assert paths.data_dir() == home
+    assert _mode(home) == 0o700 and _mode(home / "kv" / "model") == 0o700
+    for f in old:
+        assert _mode(f) == 0o600, f
+    assert _mode(other) == 0o644  # not Chinwag's: left alone
