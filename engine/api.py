@@ -10,6 +10,8 @@ import queue
 import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
+from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.types import (
     EngineState,
     EngineStatus,
@@ -53,6 +55,9 @@ class EngineThread:
             try:
                 future.set_result(fn(*args))
             except BaseException as e:  # never let a job kill the thread
+                if isinstance(e, Exception) and not isinstance(e, ChinwagError):
+                    # Logged here, on the thread it happened on, even if nobody awaits the result.
+                    report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")
                 future.set_exception(e)
 
     def shutdown(self, timeout: float = 10.0):

@@ -19,6 +19,7 @@ LOG_MAX_BYTES = 1 << 20
 LOG_BACKUPS = 2
 FILE_MODE = 0o600  # conversations can appear in tracebacks: only the user may read the log
 OWN_LOGGERS = ("engine", "app", "chinwag")
+LOGGED = "_chinwag_logged"  # set on an exception once its traceback is in the log
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(threadName)s %(name)s: %(message)s"
 
 log = logging.getLogger("chinwag")
@@ -104,8 +105,13 @@ def bug_message(error: BaseException, where: str) -> str:
 def report_bug(error: BaseException, where: str) -> str:
     """Log error with its traceback (to chinwag.log, and stderr if nothing else) and return
     the one line to show the user."""
-    setup()  # cheap when set up already; follows a changed CHINWAG_HOME
-    if log_file_in_use() is None and "stderr" not in _handlers:
-        _replace("stderr", logging.StreamHandler(sys.stderr))
-    log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))
+    if not getattr(error, LOGGED, False):  # once, where it happened (the engine thread), not again
+        setup()  # cheap when set up already; follows a changed CHINWAG_HOME
+        if log_file_in_use() is None and "stderr" not in _handlers:
+            _replace("stderr", logging.StreamHandler(sys.stderr))
+        log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))
+        try:
+            setattr(error, LOGGED, True)
+        except AttributeError:  # an exception type without a __dict__: logged twice at worst
+            pass
     return bug_message(error, where)

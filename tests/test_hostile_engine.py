@@ -99,3 +99,24 @@ def test_download_failures_from_the_hub_are_user_errors_and_bugs_stay_bugs():
     assert isinstance(hub, ChinwagError) and "a/b" in str(hub)
     disk = _user_error(OSError(28, "No space left on device"), "a/b")
     assert isinstance(disk, ChinwagError) and "No space left" in str(disk)
+
+
+def test_a_bug_on_the_engine_thread_is_logged_there_once(chinwag_home):
+    from engine.api import EngineThread
+
+    def broken_job():
+        return {}["missing"]
+
+    thread = EngineThread()
+    try:
+        future = thread.submit(broken_job)
+        with pytest.raises(KeyError):
+            future.result(timeout=30)
+        from engine.log import report_bug
+
+        line = report_bug(future.exception(), "the caller")  # the caller reports it too: not logged twice
+    finally:
+        thread.shutdown()
+    log = (chinwag_home / "chinwag.log").read_text()
+    assert log.count("Traceback") == 1 and "broken_job" in log and "the engine thread (broken_job)" in log
+    assert "a bug in Chinwag stopped the caller" in line
