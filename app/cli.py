@@ -155,6 +155,8 @@ def load_script(path: str) -> dict:
         raw = Path(path).read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot read script {path!r}: {e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:

@@ -206,6 +206,8 @@ def import_conversation(store, path) -> Conversation:
         raw = path.read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot import {str(path)!r}: {e}") from e
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -346,7 +346,7 @@ class Store:
     @_db_errors
     def list_conversations(self, search="") -> list[ConversationSummary]:
         """Newest activity first; with search, only those whose title or text contains it."""
-        raw = " ".join(str(search or "").split())
+        raw = " ".join(_clean(search or "").split())  # a lone surrogate (from argv bytes) cannot be bound
         needle = raw.casefold()
         count = "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
         if not needle:

@@ -53,6 +53,8 @@ def writable_target(path) -> Path:
             raise ChinwagError(f"cannot write {path}: folder {target.parent} does not exist")
     except OSError as e:
         raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot write {str(path)!r}: {e}") from e
     return target
 
 

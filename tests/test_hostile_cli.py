@@ -185,3 +185,17 @@ def test_a_second_chinwag_brings_the_first_window_forward(qtbot, chinwag_home):
     qtbot.waitUntil(lambda: window.raised == 1)
     server.close()
     assert not ask_window_to_raise(chinwag_home)  # no window: the caller says so instead
+
+
+def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):
+    # Bytes that are not UTF-8 reach argv as lone surrogates; SQLite cannot bind those.
+    assert main(["conversations", "--search", "\udcff"]) == 0
+    capsys.readouterr()
+    # A NUL byte cannot come from a shell, but the same functions serve the window and scripts.
+    for argv in (["export", conv_id, "-o", str(tmp_path / "a\x00.md")],
+                 ["import-conversation", str(tmp_path / "a\x00.json")],
+                 ["import", str(tmp_path / "a\x00.gguf")],
+                 ["replay", str(tmp_path / "a\x00.json"), "--model", "x"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "bug" not in err[0], err
