@@ -1,8 +1,11 @@
 """Messages -> prompt token ids, reusing the ids the model generated for its own replies."""
 
+import re
+
 from engine.errors import ChinwagError, ContextOverflowError
 
 ROLES = ("system", "user", "assistant")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_messages(messages) -> list[dict]:
@@ -12,7 +15,8 @@ def check_messages(messages) -> list[dict]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ChinwagError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}, got {m!r:.80}")
-        clean.append({"role": m["role"], "content": m["content"]})
+        # A lone surrogate (JSON "\\ud800", undecodable terminal bytes) cannot be tokenized.
+        clean.append({"role": m["role"], "content": _SURROGATE.sub("\ufffd", m["content"])})
     if all(m["role"] == "system" for m in clean):
         raise ChinwagError("the message list has no user message")
     return clean

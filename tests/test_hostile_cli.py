@@ -199,3 +199,11 @@ def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and "bug" not in err[0], err
+
+
+def test_lone_surrogates_in_a_replay_script_are_replaced_not_a_bug(tmp_path, tiny_model_path, capsys):
+    script = tmp_path / "surrogates.json"
+    script.write_text('{"system": "\\udfff", "turns": ["hi \\ud800 there", "again \\udcff"]}')
+    assert main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "2"]) == 0
+    turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t["turn"] for t in turns] == [0, 1] and turns[1]["reused_tokens"] > 0
