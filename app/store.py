@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -44,6 +45,8 @@ class MessageStatus(StrEnum):
     STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
     FAILED = "failed"  # a reply that ended in an error
 
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
@@ -625,4 +628,12 @@ def _dumps(value: Any) -> str:
 
 
 def _loads(text):
-    return None if text is None else json.loads(text)
+    """A stored JSON value; a damaged or hand-edited one reads as absent (and is logged), so
+    one bad row cannot make a conversation unopenable."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        log.warning("unreadable JSON in the conversation database (%s): %.80r", e, text)
+        return None

@@ -335,3 +335,15 @@ def test_files_an_older_chinwag_left_readable_are_made_private(tmp_path, monkeyp
     for f in old:
         assert _mode(f) == 0o600, f
     assert _mode(other) == 0o644  # not Chinwag's: left alone
+
+
+def test_a_hand_edited_row_with_broken_json_still_opens(store, chinwag_home):
+    conv = store.create_conversation(title="edited", settings={"top_p": 0.5})
+    msg = store.add_message(conv.id, "assistant", "hello", stats={"generated_tokens": 3})
+    raw = sqlite3.connect(chinwag_home / "chinwag.db")
+    raw.execute("UPDATE conversations SET settings='{broken' WHERE id=?", (conv.id,))
+    raw.execute("UPDATE messages SET stats='[' || ? WHERE id=?", ("[" * 5000, msg.id))
+    raw.commit()
+    raw.close()
+    back = store.get_conversation(conv.id)
+    assert back.settings == {} and back.messages[0].stats is None and back.messages[0].content == "hello"
