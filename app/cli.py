@@ -127,6 +127,7 @@ async def _chat(args) -> int:
                   f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
                   + (f" [{stats.note}]" if stats.note else ""))
     finally:
+        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
 
 
@@ -204,6 +205,7 @@ async def _replay(args) -> int:
                 "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
+        await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
     return 0
 

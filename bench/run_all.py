@@ -24,6 +24,7 @@ BENCHES = {
     "followup": ["bench.followup"],
     "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],
+    "longchat": ["bench.longchat"],
 }
 ORDER = list(BENCHES)
 

@@ -114,7 +114,11 @@ class Engine:
         self.stop()
         if self._thread is not None:
             thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
+            try:  # save the recent caches (engine/memory.py) so the next start reuses them
+                if self._session is not None:
+                    await asyncio.wrap_future(thread.submit(self._session.close))
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
     # --- state -------------------------------------------------------------
 

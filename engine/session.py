@@ -12,9 +12,10 @@ from engine.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial
 from engine.errors import ChinwagError
 from engine.generation import TurnInput, prefill, run_turn
 from engine.memory import ConversationCaches, default_budget_bytes
-from engine.prompt import check_messages, fit
+from engine.prompt import History, check_messages
 from engine.speculative import ModelDrafter, check_vocabularies
 from engine.types import GenerationParams, LoadProgress, ModelInfo, TextDelta, TurnStats
+from engine.window import plan_window, reply_room
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
@@ -73,12 +74,16 @@ class Session:
         if params.context_cap:
             limit = max(2, min(limit, params.context_cap))
         conv = self.caches.get(conv_id)
-        replies = conv.replies if conv else {}
-        prompt_ids, dropped = fit(self.tokenizer, messages, replies, limit)
+        history = conv.history if conv else History()
+        plan = plan_window(self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit),
+                           params.low_water)
+        prompt_ids = plan.prompt_ids
         if conv is None:
             capacity = self.kv_initial_capacity or initial_capacity(len(prompt_ids) + params.max_tokens, limit)
             conv = ConversationCache.create(self.model, capacity)
+            conv.history = history
             self.caches.put(conv_id, conv)
+        history.start = plan.start
         parts = []
 
         def collect(delta: TextDelta):
@@ -88,13 +93,20 @@ class Session:
         drafter = None
         if params.draft_model and params.speculative is not False:
             drafter = self.drafter(conv_id, params.draft_model)
-        stats = run_turn(self.model, self.tokenizer, conv, TurnInput(prompt_ids, limit, dropped),
+        stats = run_turn(self.model, self.tokenizer, conv, TurnInput(prompt_ids, limit, plan.dropped),
                          params, should_stop, collect, drafter)
         reply = "".join(parts)
-        conv.forget_replies_except([m["content"] for m in messages if m["role"] == "assistant"])
-        conv.remember_reply(reply, stats.reply_ids)
+        if plan.prompt.complete:
+            history.record_reply(len(messages), plan.prompt.tail, plan.prompt.tail_ids, reply, stats.reply_ids,
+                                 set(self.tokenizer.eos_token_ids))
+        else:
+            history.truncate(len(messages))
         self.caches.enforce(keep=conv_id)
         return stats
+
+    def close(self) -> int:
+        """Save the most recently used conversations' caches for the next start; how many were saved."""
+        return self.caches.save_all()
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)

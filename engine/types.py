@@ -51,6 +51,9 @@ class EngineStatus(StrEnum):
     LOADING = "loading"
     READY = "ready"
     GENERATING = "generating"
+# After a slide the prompt holds at most this fraction of (limit - reply room). bench/longchat.py:
+# 0.35 re-prefills ~1.7x a turn's new tokens on average past the limit, a half ~2.4x, exact fit ~40x.
+DEFAULT_LOW_WATER = 0.35
 
 
 def _param(default, help: str, lo: float, hi: float) -> Any:
@@ -76,6 +79,9 @@ class GenerationParams:
     speculative: Optional[bool] = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
+    # Past the limit the window drops old turns down to this fraction of it (engine/window.py).
+    low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
+                              "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
 
 
 def _number(x: float) -> str:
