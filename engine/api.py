@@ -301,4 +301,8 @@ class Engine:
             self._remote.forget(conversation_id)
         if self._thread is not None:
             await self._call(self._running()[1].forget, conversation_id)
+        else:  # not started: no cache in memory, but files saved by an earlier run may be there
+            from engine.paths import forget_saved_caches
+
+            await asyncio.to_thread(forget_saved_caches, conversation_id)
 

@@ -4,6 +4,7 @@ The data folder and its subfolders are private (0700): conversations, KV caches 
 log hold chat text. Files in it are created 0600 by the modules that write them.
 """
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -81,6 +82,19 @@ def models_dir() -> Path:
 def kv_dir() -> Path:
     """Where evicted conversations' caches are saved."""
     return private_dir(data_dir() / "kv", "KV cache folder")
+
+
+def kv_file_name(conv_id: str) -> str:
+    """A conversation's saved KV cache file, in kv/<model key>/ (the id itself never on disk)."""
+    return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+
+
+def forget_saved_caches(conv_id: str, folder=None) -> None:
+    """Delete a conversation's saved KV caches under every model: its text decodes from them.
+    Needs no MLX, so a chat deleted before the engine has started is erased too."""
+    folder = Path(folder) if folder is not None else data_dir_path() / "kv"
+    for path in folder.glob(f"*/{kv_file_name(conv_id)}"):
+        path.unlink(missing_ok=True)
 
 
 def private_file(path: Path) -> None:
