@@ -170,12 +170,12 @@ def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
                 return _parse_header(path, buf, size, keep_arrays)
     except ChinwagError:
         raise
-    except FileNotFoundError:
-        raise ModelError(f"GGUF file not found: {path}") from None
-    except IsADirectoryError:
-        raise ModelError(f"not a GGUF file (it is a folder): {path}") from None
+    except FileNotFoundError as e:
+        raise ModelError(f"GGUF file not found: {path}") from e
+    except IsADirectoryError as e:
+        raise ModelError(f"not a GGUF file (it is a folder): {path}") from e
     except (ValueError, struct.error, OverflowError, MemoryError, OSError) as e:
-        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from None
+        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from e
 
 
 def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:

@@ -38,8 +38,8 @@ def private_dir(path: Path, what: str = "data folder") -> Path:
             raise NotADirectoryError(20, "not a folder")
         if st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
-    except FileExistsError:
-        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from None
+    except FileExistsError as e:
+        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from e
     except OSError as e:
         raise ChinwagError(f"cannot use the {what} {path}: {e.strerror or e}") from e
     return path
