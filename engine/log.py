@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from engine.errors import ChinwagError
+from engine import paths
+from engine.errors import ChinwagError, one_line
+from engine.paths import FILE_MODE  # conversations can appear in tracebacks: only the user may read the log
 
 LOG_FILE = "chinwag.log"
 LOG_MAX_BYTES = 1 << 20
 LOG_BACKUPS = 2
-FILE_MODE = 0o600  # conversations can appear in tracebacks: only the user may read the log
 OWN_LOGGERS = ("engine", "app", "chinwag")
 LOGGED = "_chinwag_logged"  # set on an exception once its traceback is in the log
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(threadName)s %(name)s: %(message)s"
@@ -38,13 +39,6 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
 _handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger
 
 
-def log_path() -> Path:
-    """Where the log is (or would be): <data folder>/chinwag.log."""
-    from engine import paths
-
-    return paths.data_dir_path() / LOG_FILE
-
-
 def setup(verbose: bool = False) -> Optional[Path]:
     """Send warnings (and every bug's traceback) to chinwag.log; with verbose, to stderr too.
 
@@ -56,8 +50,6 @@ def setup(verbose: bool = False) -> Optional[Path]:
         logging.getLogger(name).setLevel(logging.INFO)
     path = None
     try:
-        from engine import paths
-
         path = paths.data_dir() / LOG_FILE
         old = _handlers.get("file")
         if old is None or old.baseFilename != str(path.absolute()):
@@ -96,7 +88,7 @@ def log_file_in_use() -> Optional[Path]:
 
 def bug_message(error: BaseException, where: str) -> str:
     """The one line a user sees for a bug: what failed, and where the traceback is."""
-    detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+    detail = one_line(f"{type(error).__name__}: {error}")[:200]
     path = log_file_in_use()
     place = f"details are in {path}" if path else "details were printed above"
     return f"a bug in Chinwag stopped {where} ({detail}); {place} — please report it"
