@@ -283,3 +283,11 @@ def test_deeply_nested_json_in_model_folders_lists_as_unusable(tiny_model_path, 
     assert listed[str(folder)].status == "unusable" and "config.json" in listed[str(folder)].reason
     (chinwag_home / "folders.json").write_text(deep)
     assert str(folder) not in {m.path for m in registry.list_models()}  # a broken list reads as empty
+
+
+def test_merges_outside_the_vocabulary_are_a_model_error():
+    from engine.gguf_tokenizer import build_tokenizer
+
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab"], "tokenizer.ggml.merges": ["x y"]}
+    with pytest.raises(ModelError, match="out of vocabulary"):
+        build_tokenizer(meta)
