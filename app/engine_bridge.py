@@ -257,8 +257,8 @@ class EngineBridge(QObject):
             self._engine.stop(conv_id)
 
     def forget(self, conv_id):
-        if self._engine is not None and self._started:
-            self.run(self._forget(conv_id))
+        # Even before the engine has started: caches saved by an earlier run are deleted too.
+        self.run(self._forget(conv_id))
 
     async def _forget(self, conv_id):
         try:

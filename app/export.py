@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
 from app.message_tree import active_path
 from app.settings_check import settings_problems
 from app.store import STATUSES, Conversation, Message
-from engine.atomic import writable_target, write_atomic
+from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
@@ -28,6 +29,7 @@ FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 MAX_IMPORT_BYTES = 512 << 20
+MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
@@ -215,12 +217,17 @@ def import_conversation(store, path) -> Conversation:
     """
     path = Path(path).expanduser()
     try:
-        if path.stat().st_size > MAX_IMPORT_BYTES:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
+        if st.st_size > MAX_IMPORT_BYTES:
             raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
                                "larger than any conversation export")
         raw = path.read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot import {str(path)!r}: {e}") from e
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -258,6 +265,8 @@ def _conversation_from_json(data) -> Conversation:
         model_id=_field(c, "model_id", str, "conversation", default=""),
         settings=_field(c, "settings", dict, "conversation", default={}),
     )
+    if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
+        raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
     problems = settings_problems(conv.settings)
     if problems:
         raise ValueError("conversation." + "; ".join(problems[:3]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -45,6 +46,8 @@ class MessageStatus(StrEnum):
     STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
     FAILED = "failed"  # a reply that ended in an error
 
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
@@ -256,8 +259,8 @@ class Store:
                 f"could not read {self.requested_path} ({problem}); it was left untouched "
                 f"and conversations are saved to {self.path.name} beside it"
             )
-        if want_read_only:
-            return self._read_only(self.path)
+        if want_read_only and not (problem is None and 0 < version < SCHEMA_VERSION):
+            return self._read_only(self.path)  # (an older schema must be migrated first: opened writable)
         if not writable(self.path):
             self.notice = f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
             return self._read_only(self.path)
@@ -378,7 +381,7 @@ class Store:
     @_db_errors
     def list_conversations(self, search="") -> list[ConversationSummary]:
         """Newest activity first; with search, only those whose title or text contains it."""
-        raw = " ".join(str(search or "").split())
+        raw = " ".join(_clean(search or "").split())  # a lone surrogate (from argv bytes) cannot be bound
         needle = raw.casefold()
         count = _SHOWN_COUNT
         if not needle:
@@ -736,4 +739,12 @@ def _dumps(value: Any) -> str:
 
 
 def _loads(text):
-    return None if text is None else json.loads(text)
+    """A stored JSON value; a damaged or hand-edited one reads as absent (and is logged), so
+    one bad row cannot make a conversation unopenable."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        log.warning("unreadable JSON in the conversation database (%s): %.80r", e, text)
+        return None

@@ -181,8 +181,8 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
                            endpoint=_endpoint())
     try:
         model_type = json.loads(Path(path).read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        raise ModelError(f"{repo} has a corrupt config.json") from None
+    except (OSError, ValueError, RecursionError, AttributeError) as e:
+        raise ModelError(f"{repo} has a corrupt config.json") from e
     if not supported_model_type(model_type):
         raise ModelError(f"{repo} is a '{model_type}' model, which mlx-lm cannot run")
 
