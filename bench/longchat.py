@@ -168,12 +168,13 @@ def chat(session, model, tokenizer, turns, cap, reply_tokens):
             history[side].append({"role": "assistant", "content": text})
         log(f"turn {i + 1}: " + ", ".join(f"{s} prefilled {rows[s][-1]['prefilled_tokens']} "
                                           f"ttft {rows[s][-1]['ttft_s']:.2f}s" for s in rows))
-    tail = max(2, turns - 50)
+    tail = max(2, turns - min(50, max(5, turns // 4)))  # the last 50 turns (a quarter of a short run)
     summary = {}
     for side, rs in rows.items():
         early = median([r["ttft_s"] for r in rs[1:10]])
         late = median([r["ttft_s"] for r in rs[tail:]])
         summary[side] = {"early_ttft_s": early, "late_ttft_s": late, "late_over_early": late / early,
+                         "late_turns": [tail + 1, turns],
                          "mean_prefilled_late": sum(r["prefilled_tokens"] for r in rs[tail:]) / len(rs[tail:])}
     return rows, summary
 

@@ -976,7 +976,7 @@ def section_longchat(d):
 
 
 FIGURES.append("longchat")
-TITLES["longchat"], PLOTTERS["longchat"], SECTIONS["longchat"] = "7. Long chats past the window", plot_longchat, section_longchat
+TITLES["longchat"], PLOTTERS["longchat"], SECTIONS["longchat"] = "9. Long chats past the window", plot_longchat, section_longchat
 
 
 

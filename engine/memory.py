@@ -216,7 +216,7 @@ class ConversationCaches:
             cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
             cache.eval()  # mx.load is lazy: read the file now, inside the timing
             cache.history = History.from_json(json.loads(meta["history"]))
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             # A damaged save (MLX's RuntimeError/ValueError, missing keys) costs a re-prefill,
             # never a failed turn; a bug elsewhere still propagates.
             log.warning("dropping unreadable KV cache %s: %s", path, e)

@@ -230,3 +230,25 @@ def test_context_finish_only_when_the_reply_outgrows_its_room(engine_with):
             assert stats.generated_tokens >= room and stats.kv_offset == cap
         else:
             assert stats.finish_reason == "stop"
+
+
+def test_a_template_that_cannot_be_cut_still_slides_to_the_low_water_mark(tiny_model):
+    _, tokenizer = tiny_model
+
+    class Upper:  # rewrites user content, so pieces stop at the first user message
+        chat_template = "x"
+        eos_token_ids = tokenizer.eos_token_ids
+
+        def apply_chat_template(self, messages, **kwargs):
+            return tokenizer.apply_chat_template(
+                [dict(m, content=m["content"].upper()) if m["role"] == "user" else m for m in messages], **kwargs)
+
+        def encode(self, text, **kwargs):
+            return tokenizer.encode(text, **kwargs)
+
+    limit, room = 200, 20
+    turns = simulate(Upper(), 40, limit, room, 0.4)
+    assert not turns[0][0].prompt.complete
+    slid = [plan for plan, _, _ in turns if plan.slid]
+    assert slid and all(len(p.prompt_ids) <= 0.4 * (limit - room) for p in slid)
+    assert all(len(p.prompt_ids) + room <= limit for p, _, _ in turns)
