@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
+from app.drafts import Drafts
+from app.message_widget import QUEUED
 from app.settings_dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from app.store import MessageStatus
 from engine.errors import ChinwagError
@@ -20,6 +22,7 @@ SAVE_INTERVAL_MS = 1000
 # The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
 NEW_CHAT_DRAFT = "new-chat-draft"
 UNDO_DELETE_MS = 8000
+DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
 FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
 
 
@@ -68,6 +71,15 @@ class ChatController(QObject):
         self._save_timer = QTimer(self)
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self.save_partial)
+        self.last_status = ""  # how the last reply ended
+        self.queued = None  # conv id whose last user message waits for the model to load
+        self.drafts = Drafts(store)
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.setInterval(DRAFT_SAVE_MS)
+        self._draft_timer.timeout.connect(self.save_draft)
+        composer.editor.textChanged.connect(self._draft_timer.start)
+        composer.set_draft(self.drafts.get(None))
 
         bridge.delta.connect(self._on_delta)
         bridge.turnFinished.connect(self._on_finished)
@@ -80,6 +92,7 @@ class ChatController(QObject):
         chat_view.copyRequested.connect(self.copy_message)
         chat_view.editRequested.connect(self.edit_message)
         chat_view.regenerateRequested.connect(self.regenerate)
+        chat_view.promptChosen.connect(self.send)
         sidebar.conversationSelected.connect(self.open_conversation)
         sidebar.newRequested.connect(self.new_conversation)
         sidebar.renameRequested.connect(self.rename)
@@ -94,7 +107,7 @@ class ChatController(QObject):
             self.error.emit(str(e))
             return
         rows = [r for r in rows if r.id not in self._pending_delete]
-        self.sidebar.set_conversations(rows, self.conv_id)
+        self.sidebar.set_conversations(rows, self.conv_id, self.search)
 
     def set_search(self, text: str):
         self.search = text
@@ -103,11 +116,14 @@ class ChatController(QObject):
     # --- opening --------------------------------------------------------
     def new_conversation(self):
         """A blank chat; it is written to the store with its first message."""
+        self.save_draft()
         self.cancel_edit()
         self.conv_id = None
         self.chat_view.clear()
         self.sidebar.list.clearSelection()
         self.sidebar.list.setCurrentItem(None)
+        self.composer.set_draft(self.drafts.get(None))
+        self._sync_generation()
         self.conversationChanged.emit(None)
         self.composer.editor.setFocus()
 
@@ -120,6 +136,7 @@ class ChatController(QObject):
             self.error.emit(str(e))
             self.refresh_list()
             return
+        self.save_draft()
         self.cancel_edit()
         self._forget_new_draft()
         self.conv_id = conv.id
@@ -130,6 +147,10 @@ class ChatController(QObject):
                 widget.set_text(self.gen.text)
                 widget.set_live_note(self.gen.reading)
                 self.chat_view.begin_stream(widget)
+        if self.queued == conv.id and conv.messages:
+            self._mark_queued(conv.messages[-1].id)
+        self.composer.set_draft(self.drafts.get(conv.id))
+        self._sync_generation()
         self.sidebar.select(conv.id)
         self._remember("last_conversation", conv.id)
         self.conversationChanged.emit(conv.id)
@@ -156,7 +177,9 @@ class ChatController(QObject):
 
     # --- sending --------------------------------------------------------
     def send(self, text: str) -> bool:
-        if not text.strip() or self.gen is not None or self.bridge.current_model is None:
+        model_missing = self.bridge.current_model is None
+        queue = model_missing and self.composer.can_queue() and self.queued is None
+        if not text.strip() or self.gen is not None or (model_missing and not queue):
             if text.strip() and not self.composer.text():
                 self.composer.set_text(text)
             return False
@@ -178,7 +201,41 @@ class ChatController(QObject):
             self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
         self.chat_view.add_message(msg.id, "user", text)
         if first:
+            self.drafts.put(None, "")  # the blank chat's draft became this message
+        self.drafts.put(conv_id, "")
+        if first:
             self.conversationChanged.emit(conv_id)  # it has a title now
+        if queue:
+            # The model is still loading: the message waits, visibly, and goes when it is ready.
+            self.queued = conv_id
+            self._mark_queued(msg.id)
+            self.refresh_list()  # the list shows the chat's title, not "New chat"
+            return True
+        return self._start_reply()
+
+    def _mark_queued(self, msg_id):
+        widget = self.chat_view.widget_for(msg_id)
+        if widget is not None:
+            widget.set_status(QUEUED)
+
+    def unqueue(self):
+        """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
+        conv_id, self.queued = self.queued, None
+        widgets = self.chat_view.message_widgets()
+        if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
+            widgets[-1].set_status(MessageStatus.COMPLETE)
+
+    def send_queued(self) -> bool:
+        """The model is ready: send the message that waited for it."""
+        conv_id, self.queued = self.queued, None
+        if conv_id is None or self.bridge.current_model is None:
+            return False
+        if conv_id != self.conv_id:
+            self.open_conversation(conv_id)
+        widgets = self.chat_view.message_widgets()
+        if not widgets or widgets[-1].role != "user":
+            return False
+        widgets[-1].set_status(MessageStatus.COMPLETE)
         return self._start_reply()
 
     def _start_reply(self) -> bool:
@@ -200,8 +257,7 @@ class ChatController(QObject):
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()
-        self.composer.set_generating(True)
-        self.chat_view.set_actions_enabled(False)
+        self._sync_generation()
         self.generatingChanged.emit(True)
         self.refresh_list()
         self.bridge.chat(conv.id, messages, params)
@@ -286,6 +342,7 @@ class ChatController(QObject):
             return
         self._done_reading(gen)
         self.gen = None
+        self.last_status = status
         self._save_timer.stop()
         try:
             self.store.update_message(
@@ -295,14 +352,30 @@ class ChatController(QObject):
             self.error.emit(str(e))
         if conv_id == self.conv_id:
             self.chat_view.end_stream(status, stats, error)
-        self.composer.set_generating(False)
-        self.chat_view.set_actions_enabled(True)
+        self._sync_generation()
         self.generatingChanged.emit(False)
         if stats is not None:
             self.statsChanged.emit(stats)
         if status == "failed" and error:
             self.error.emit(f"The reply failed: {error}")
         self.refresh_list()
+
+    def _sync_generation(self):
+        """Stop, Send and the message actions follow the open chat; the sidebar marks the busy one."""
+        gen = self.gen
+        mine = gen is not None and gen.conv_id == self.conv_id
+        self.composer.set_generating(mine)
+        elsewhere = ""
+        if gen is not None and not mine:
+            elsewhere = "Another chat is still writing its reply; you can send when it has finished."
+        self.composer.set_waiting(elsewhere)
+        self.chat_view.set_actions_enabled(gen is None)
+        self.sidebar.set_generating(gen.conv_id if gen is not None else None)
+
+    def save_draft(self):
+        self._draft_timer.stop()
+        if self.editing is None:  # the text of a message being edited is not a draft
+            self.drafts.put(self.conv_id, self.composer.text())
 
     def stop(self):
         if self.gen is not None:
@@ -347,6 +420,7 @@ class ChatController(QObject):
         widget = self.chat_view.widget_for(msg_id)
         if self.gen is not None or widget is None or widget.role != "user":
             return
+        self.save_draft()
         self.editing = msg_id
         self.composer.set_text(widget.text())
         self.composer.set_editing(True)
@@ -356,7 +430,7 @@ class ChatController(QObject):
         if self.editing is not None:
             self.editing = None
             self.composer.set_editing(False)
-            self.composer.editor.clear()
+            self.composer.set_draft(self.drafts.get(self.conv_id))  # what was typed before the edit
             self.editingChanged.emit(False)
 
     def copy_message(self, msg_id):
@@ -408,6 +482,13 @@ class ChatController(QObject):
             self.refresh_list()
             self.open_conversation(conv_id)
 
+    def undo_last_delete(self) -> bool:
+        """Ctrl/Cmd+Z outside a text field: bring back the chat deleted last, if Undo still can."""
+        if not self._pending_delete:
+            return False
+        self.undo_delete(list(self._pending_delete)[-1])
+        return True
+
     def _commit_delete(self, conv_id):
         timer = self._pending_delete.pop(conv_id, None)
         if timer is None:
@@ -421,5 +502,6 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
         self.bridge.forget(conv_id)
+        self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
         if self.store.get_state("last_conversation") == conv_id:
             self._remember("last_conversation", None)

@@ -5,9 +5,11 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 """
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.message_widget import MessageWidget
+from app.theme import READING_WIDTH
+from app.welcome import Welcome
 
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
@@ -17,6 +19,7 @@ class ChatView(QScrollArea):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    promptChosen = Signal(str)  # an example prompt of the welcome state was clicked
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -25,13 +28,21 @@ class ChatView(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._inner = QWidget()
         self._inner.setObjectName("chatInner")
-        self._layout = QVBoxLayout(self._inner)
+        # A centred reading column: lines stay readable however wide the window is.
+        row = QHBoxLayout(self._inner)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.column = QWidget()
+        self.column.setObjectName("chatColumn")
+        self.column.setMaximumWidth(READING_WIDTH)
+        row.addStretch(1)
+        row.addWidget(self.column, 1000)
+        row.addStretch(1)
+        self._layout = QVBoxLayout(self.column)
         self._layout.setContentsMargins(16, 12, 16, 12)
         self._layout.setSpacing(10)
-        self.empty_label = QLabel("Type a message below to start the conversation.")
-        self.empty_label.setObjectName("emptyChat")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._layout.addWidget(self.empty_label)
+        self.welcome = Welcome()
+        self.welcome.promptChosen.connect(self.promptChosen)
+        self._layout.addWidget(self.welcome)
         self.more_button = QPushButton()
         self.more_button.setObjectName("earlierButton")
         self.more_button.setFlat(True)
@@ -64,7 +75,7 @@ class ChatView(QScrollArea):
         self._widgets.clear()
         self._hidden = []
         self.more_button.setVisible(False)
-        self.empty_label.setVisible(True)
+        self.welcome.setVisible(True)
 
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
@@ -108,7 +119,7 @@ class ChatView(QScrollArea):
         widget = self._make(message_id, role, text, status, model, stats, model_id)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
-        self.empty_label.setVisible(False)
+        self.welcome.setVisible(False)
         self._update_regenerate()
         return widget
 
@@ -130,7 +141,7 @@ class ChatView(QScrollArea):
             self._layout.removeWidget(widget)
             widget.deleteLater()
         del self._widgets[ids.index(message_id):]
-        self.empty_label.setVisible(not self._widgets)
+        self.welcome.setVisible(not self._widgets)
         self._update_regenerate()
 
     def widget_for(self, message_id) -> MessageWidget | None:

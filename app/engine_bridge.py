@@ -49,6 +49,7 @@ class EngineBridge(QObject):
         self._factory = engine_factory
         self._tasks: set[asyncio.Task] = set()
         self._generating: set = set()
+        self._stop_wanted: set = set()  # conv ids whose Stop may have come before their turn began
         self._loading = False
         self._started = False
         self._cancel_download: threading.Event | None = None
@@ -187,6 +188,7 @@ class EngineBridge(QObject):
 
     # --- chat ------------------------------------------------------------
     def chat(self, conv_id, messages: list[dict], params) -> asyncio.Task:
+        self._stop_wanted.discard(conv_id)
         self._generating.add(conv_id)
         self._set_state()
         return self.run(self._chat(conv_id, messages, params))
@@ -195,6 +197,9 @@ class EngineBridge(QObject):
         stats = None
         try:
             async for event in self.engine.chat(conv_id, messages, params):
+                if conv_id in self._stop_wanted:  # Stop came before the engine's turn had begun
+                    self._stop_wanted.discard(conv_id)
+                    self.engine.stop(conv_id)
                 if isinstance(event, TextDelta):
                     if event.text:
                         self.delta.emit(conv_id, event.text)
@@ -247,6 +252,7 @@ class EngineBridge(QObject):
 
     def stop(self, conv_id=None):
         if self._engine is not None:
+            self._stop_wanted.update(self._generating if conv_id is None else {conv_id} & self._generating)
             self._engine.stop(conv_id)
 
     def forget(self, conv_id):

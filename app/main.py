@@ -50,6 +50,13 @@ def run_app(argv=None, model: str | None = None) -> int:
     argv: arguments after the program name, as argparse takes them (Qt options allowed).
     model: a model to load instead of the last used one.
     """
+    from app.platform_check import xcb_problem
+
+    problem = xcb_problem()
+    if problem:  # Qt would abort with a long message that does not say what to install
+        print(f"chinwag: error: {problem}", file=sys.stderr)
+        return 2
+
     from PySide6.QtCore import QEvent, QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 

@@ -18,6 +18,7 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextFormat,
     QTextOption,
 )
 from PySide6.QtWidgets import (
@@ -177,6 +178,35 @@ def _monospace_code_spans(doc: QTextDocument):
         cursor.mergeCharFormat(fmt)
 
 
+def _style_quotes_and_lists(doc: QTextDocument):
+    """Blockquotes: indented on a tinted band in a dimmed colour; lists: room between items."""
+    palette = QGuiApplication.palette()
+    block = doc.begin()
+    cursor = QTextCursor(doc)
+    while block.isValid():
+        fmt = block.blockFormat()
+        level = int(fmt.property(QTextFormat.Property.BlockQuoteLevel) or 0)
+        changed = False
+        if level:
+            fmt.setLeftMargin(14 * level)
+            fmt.setBackground(palette.color(QPalette.ColorRole.AlternateBase))
+            fmt.setTopMargin(2)
+            fmt.setBottomMargin(2)
+            changed = True
+            text = QTextCharFormat()
+            text.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
+            cursor.setPosition(block.position())
+            cursor.setPosition(block.position() + max(0, block.length() - 1), QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(text)
+        elif block.textList() is not None:
+            fmt.setBottomMargin(3)
+            changed = True
+        if changed:
+            cursor.setPosition(block.position())
+            cursor.setBlockFormat(fmt)
+        block = block.next()
+
+
 class ProseView(QTextBrowser):
     """A borderless, self-sizing rich text view: its height follows its text."""
 
@@ -213,6 +243,7 @@ class ProseView(QTextBrowser):
         self._source = text
         self.document().setMarkdown(text, MD_FEATURES)
         _monospace_code_spans(self.document())
+        _style_quotes_and_lists(self.document())
         self._fit()
 
     def set_plain(self, text: str):
@@ -296,7 +327,9 @@ class CodeBlock(QFrame):
 
     def copy(self):
         QGuiApplication.clipboard().setText(self._text)
-        self.copy_button.setText("Copied")
+        from app.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button)  # says "Copied" for ~2 s, then "Copy" again
         self.copied.emit(self._text)
 
     def _fit(self):

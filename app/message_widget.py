@@ -9,14 +9,16 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLay
 
 from app.markdown_view import MarkdownView, ProseView
 
-# Longer user messages show their start only; Copy and the engine still get all of it.
-USER_DISPLAY_LIMIT = 20_000
+# Longer user messages show their start, with Show more; Copy and the engine always get all of it.
+USER_DISPLAY_LIMIT = 3_000
 
+QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
 STATUS_NOTES = {
     "stopped": "Stopped",
     "failed": "Failed",
     "streaming": "",
     "complete": "",
+    QUEUED: "Queued: sent when the model is ready",
 }
 
 
@@ -92,10 +94,12 @@ class MessageWidget(QFrame):
         head.addWidget(self.who_label)
         head.addStretch(1)
         self.copy_button = self._action(head, "Copy", "Copy this message", self.copyRequested)
+        self.copy_button.clicked.connect(self.show_copied)
         self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
         self.edit_button.setVisible(role == "user")
         self.regen_button.setVisible(False)
+        self._expanded = False  # a long user message shows all of its text
 
         if role == "user":
             self.body = ProseView()
@@ -103,6 +107,12 @@ class MessageWidget(QFrame):
         else:
             self.body = MarkdownView()
         layout.addWidget(self.body)
+        self.more_button = QToolButton(text="Show more")
+        self.more_button.setObjectName("showMoreButton")
+        self.more_button.setAutoRaise(True)
+        self.more_button.clicked.connect(self.toggle_more)
+        self.more_button.setVisible(False)
+        layout.addWidget(self.more_button)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("messageStats")
         self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -112,9 +122,13 @@ class MessageWidget(QFrame):
         self.set_status(status)
 
     def _action(self, layout, text, tip, signal):
-        button = QToolButton(text=text)
+        from app.icons import icon
+
+        button = QToolButton()
         button.setObjectName(f"{text.lower()}Button")
+        button.setIcon(icon(text.lower()))
         button.setToolTip(tip)
+        button.setAccessibleName(text)
         button.setAutoRaise(True)
         button.clicked.connect(lambda: signal.emit(self.message_id))
         layout.addWidget(button)
@@ -131,9 +145,14 @@ class MessageWidget(QFrame):
     def _render(self):
         if self.role == "user":
             text = self._text
-            if len(text) > USER_DISPLAY_LIMIT:
+            long = len(text) > USER_DISPLAY_LIMIT
+            if long and not self._expanded:
                 more = len(text) - USER_DISPLAY_LIMIT
-                text = text[:USER_DISPLAY_LIMIT] + f"\n\n… {more:,} more characters not shown (Copy copies all)"
+                text = text[:USER_DISPLAY_LIMIT] + "…"
+                self.more_button.setText(f"Show more ({more:,} more characters)")
+            elif long:
+                self.more_button.setText("Show less")
+            self.more_button.setVisible(long)
             self.body.set_plain(text)
         else:
             self.body.set_text(self._text, merge=self.status != "streaming")
@@ -165,6 +184,15 @@ class MessageWidget(QFrame):
             parts.append(self._stats_text)
         self.stats_label.setText(" — ".join(parts))
         self.stats_label.setVisible(bool(parts))
+
+    def toggle_more(self):
+        self._expanded = not self._expanded
+        self._render()
+
+    def show_copied(self):
+        from app.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button, icon="copied")
 
     def set_live_note(self, text: str):
         """What a streaming reply says before its text ("Reading your message… 43%"); "" is "Writing…"."""

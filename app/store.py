@@ -123,18 +123,26 @@ class ConversationSummary:
 
 
 def title_from_message(text: str) -> str:
-    """A conversation title from its first user message: first non-blank line, ≤ 60 chars."""
-    line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
+    """A conversation title from its first user message: its first line of prose, trimmed,
+    at most TITLE_MAX characters, cut at a word boundary. Stored whole (no "…"): views elide."""
+    lines = [ln for ln in str(text).splitlines() if ln.strip() and not ln.strip().startswith("```")]
+    line = _MARKDOWN_LEAD.sub("", lines[0].strip()) if lines else ""
     line = " ".join(line.split())
     if not line:
         return DEFAULT_TITLE
     if len(line) <= TITLE_MAX:
         return line
-    cut = line[: TITLE_MAX - 1]
+    cut = line[:TITLE_MAX]
+    space = cut.rfind(" ")
+    if space >= TITLE_MAX // 2 and not line[TITLE_MAX].isspace():
+        cut = cut[:space]  # no word cut in half
     # Do not leave half a grapheme (a combining mark or joiner whose base was cut).
     while cut and (unicodedata.combining(cut[-1]) or cut[-1] in "\u200d\ufe0f"):
         cut = cut[:-1]
-    return cut.rstrip() + "…"
+    return cut.rstrip(" ,;:-–—") or line[:TITLE_MAX]
+
+
+_MARKDOWN_LEAD = re.compile(r"^(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)+")
 
 
 def _db_errors(method):

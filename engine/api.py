@@ -97,12 +97,17 @@ class Engine:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
-            from engine.session import Session
-
             self._thread = EngineThread()
-            self._session = Session(*self._options)
-            self._started = self._thread.submit(self._session.warm_up)
+            self._started = self._thread.submit(self._create_session)
         return self._started
+
+    def _create_session(self) -> None:
+        # engine.session imports mlx_lm (seconds of imports): on the engine thread, so the
+        # caller's thread (the window's) keeps painting meanwhile.
+        from engine.session import Session
+
+        self._session = Session(*self._options)
+        self._session.warm_up()
 
     def _running(self) -> tuple[EngineThread, "Session"]:
         """The thread and session of a started engine; calling before start() is a bug."""
@@ -383,6 +388,7 @@ class Engine:
         if self._remote is not None:
             self._remote.forget(conversation_id)
         if self._thread is not None:
+            await self.start()  # the session exists once start has finished
             await self._call(self._running()[1].forget, conversation_id)
 
 

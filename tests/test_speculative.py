@@ -342,7 +342,7 @@ def engine_turns(model_path, turns, **params):
                 async for ev in engine.chat("c", messages, GenerationParams(**params)):
                     if isinstance(ev, TurnStats):
                         stats = ev
-                    elif isinstance(ev, TextDelta):  # not PrefillProgress
+                    elif isinstance(ev, TextDelta):  # not the prefill's progress events
                         parts.append(ev.text)
                 messages.append({"role": "assistant", "content": "".join(parts)})
                 out.append(stats)
