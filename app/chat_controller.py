@@ -295,10 +295,11 @@ class ChatController(QObject):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
-        gen.reading = reading_text(progress)
-        widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
-        if widget is not None:
-            widget.set_live_note(gen.reading)
+        if progress.done < progress.total:  # still reading (a prompt read at once only gives its size)
+            gen.reading = reading_text(progress)
+            widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
+            if widget is not None:
+                widget.set_live_note(gen.reading)
         self.readingProgress.emit(progress)
 
     def _done_reading(self, gen):

@@ -31,6 +31,17 @@ def test_reading_progress_in_the_live_reply_and_the_status_bar(qtbot, window, st
     assert window.state_label.text() == "Ready"
 
 
+def test_a_prompt_read_at_once_shows_its_size_but_no_reading_text(qtbot, window, store, engine):
+    engine.progress = [PrefillProgress(1, 1, 1234, 4096)]  # a draft read ahead: one token left
+    engine.reading = asyncio.Event()
+    send(qtbot, window, "A message read while it was typed", wait=False)
+    qtbot.waitUntil(lambda: window.context_label.text() == "Context 1,234 / 4,096", timeout=5000)
+    live = window.chat_view.message_widgets()[-1]
+    assert "Reading" not in live.stats_label.text() and "Reading" not in window.state_label.text()
+    engine.reading.set()
+    qtbot.waitUntil(lambda: window.chat.gen is None, timeout=10_000)
+
+
 def test_typing_pause_and_paste_read_the_draft_ahead(qtbot, window, store, engine):
     engine.reply = "ok"
     send(qtbot, window, "first message")
