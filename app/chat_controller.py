@@ -14,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 from app.drafts import Drafts
 from app.message_widget import QUEUED
 from app.settings_dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
-from app.store import MessageStatus
+from app.store import LAST, MessageStatus
 from engine.errors import ChinwagError
 from engine.types import FinishReason
 
@@ -93,6 +93,8 @@ class ChatController(QObject):
         chat_view.editRequested.connect(self.edit_message)
         chat_view.regenerateRequested.connect(self.regenerate)
         chat_view.promptChosen.connect(self.send)
+        chat_view.versionRequested.connect(self.switch_version)
+        chat_view.forkRequested.connect(self.fork)
         sidebar.conversationSelected.connect(self.open_conversation)
         sidebar.newRequested.connect(self.new_conversation)
         sidebar.renameRequested.connect(self.rename)
@@ -184,14 +186,15 @@ class ChatController(QObject):
                 self.composer.set_text(text)
             return False
         try:
+            parent, replaced = LAST, None
             if self.editing is not None and self.conv_id is not None:
-                self.store.delete_messages_from(self.conv_id, self.editing)
-                self.chat_view.remove_from(self.editing)
-                self.cancel_edit()
+                # An edit is a new version beside the old message; the old branch is kept.
+                replaced = self.editing
+                parent = self.store.get_message(replaced).parent_id
             new_chat = self.conv_id is None
             first = new_chat or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
-            msg = self.store.add_message(conv_id, "user", text)  # saved before the engine sees it
+            msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
         except ChinwagError as e:
             self.error.emit(str(e))
             self.composer.set_text(text)
@@ -199,7 +202,10 @@ class ChatController(QObject):
         if new_chat and self._new_draft_read:
             self._new_draft_read = False
             self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
-        self.chat_view.add_message(msg.id, "user", text)
+        if replaced is not None:
+            self.chat_view.remove_from(replaced)
+            self.cancel_edit()
+        self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
         if first:
             self.drafts.put(None, "")  # the blank chat's draft became this message
         self.drafts.put(conv_id, "")
@@ -238,22 +244,27 @@ class ChatController(QObject):
         widgets[-1].set_status(MessageStatus.COMPLETE)
         return self._start_reply()
 
-    def _start_reply(self) -> bool:
+    def _start_reply(self, parent_id=LAST) -> bool:
+        """A reply after parent_id (default: the last message shown; a regenerate passes the
+        old reply's parent, so the new reply is another version of it)."""
         model = self.bridge.current_model
         if model is None or self.conv_id is None:
             return False
         try:
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
-            messages = engine_messages(conv.messages, str(values.get("system_prompt") or ""))
+            ids = [m.id for m in conv.messages]
+            history = conv.messages if parent_id is LAST else conv.messages[: ids.index(parent_id) + 1 if parent_id in ids else 0]
+            messages = engine_messages(history, str(values.get("system_prompt") or ""))
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
-            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id)
+            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id,
+                                           parent_id=parent_id)
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
         widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
-                                            model_id=model.id)
+                                            model_id=model.id, versions=(reply.version, reply.versions))
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()
@@ -410,12 +421,53 @@ class ChatController(QObject):
         if msg_id != widgets[-1].message_id:
             return False
         try:
-            self.store.delete_messages_from(self.conv_id, msg_id)
+            parent = self.store.get_message(msg_id).parent_id  # the new reply is a version beside it
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
         self.chat_view.remove_from(msg_id)
-        return self._start_reply()
+        if not self._start_reply(parent_id=parent):
+            self.open_conversation(self.conv_id)  # show what the store holds
+            return False
+        return True
+
+    def switch_version(self, msg_id, step: int) -> bool:
+        """Show the previous (-1) or next (+1) version of a message, and the branch below it
+        as it was last shown; the conversation continues from there."""
+        if self.gen is not None or self.conv_id is None:
+            return False
+        try:
+            ids = self.store.versions(msg_id)
+            i = ids.index(msg_id) + step
+            if not 0 <= i < len(ids):
+                return False
+            self.store.select_version(ids[i])
+            conv = self.store.get_conversation(self.conv_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        shown = [m.id for m in conv.messages]
+        if ids[i] not in shown:
+            self.open_conversation(self.conv_id)
+            return True
+        self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]):])
+        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        self.statsChanged.emit(last)
+        self.refresh_list()
+        return True
+
+    def fork(self, msg_id) -> bool:
+        """A new conversation with this one's shown messages up to msg_id; it opens."""
+        if self.conv_id is None or (self.gen is not None and self.gen.msg_id == msg_id):
+            return False
+        try:
+            new = self.store.fork_conversation(self.conv_id, msg_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        self.refresh_list()
+        self.open_conversation(new.id)
+        return True
 
     def edit_message(self, msg_id):
         widget = self.chat_view.widget_for(msg_id)

@@ -20,6 +20,8 @@ class ChatView(QScrollArea):
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
     promptChosen = Signal(str)  # an example prompt of the welcome state was clicked
+    versionRequested = Signal(object, int)  # message id, step
+    forkRequested = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -84,7 +86,8 @@ class ChatView(QScrollArea):
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
-            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
+                             versions=(m.version, m.versions))
         self._update_more()
         self._stick = True
         self.scroll_to_bottom()
@@ -102,6 +105,7 @@ class ChatView(QScrollArea):
         new = []
         for offset, m in enumerate(batch):
             widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            widget.set_versions(m.version, m.versions)
             self._layout.insertWidget(first + offset, widget)
             new.append(widget)
         self._widgets[:0] = new
@@ -115,8 +119,9 @@ class ChatView(QScrollArea):
         self.more_button.setVisible(n > 0)
 
     def add_message(self, message_id, role, text="", status="complete", model="", stats=None,
-                    model_id="") -> MessageWidget:
+                    model_id="", versions=(1, 1)) -> MessageWidget:
         widget = self._make(message_id, role, text, status, model, stats, model_id)
+        widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
         self.welcome.setVisible(False)
@@ -128,7 +133,17 @@ class ChatView(QScrollArea):
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
+        widget.versionRequested.connect(self.versionRequested)
+        widget.forkRequested.connect(self.forkRequested)
         return widget
+
+    def replace_from(self, message_id, messages):
+        """Show messages (stored Message objects) in place of message_id and every later one:
+        another version and the branch below it."""
+        self.remove_from(message_id)
+        for m in messages:
+            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
+                             versions=(m.version, m.versions))
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""
@@ -162,6 +177,7 @@ class ChatView(QScrollArea):
         for widget in self._widgets:
             widget.edit_button.setEnabled(on)
             widget.regen_button.setEnabled(on)
+            widget.version_switcher.set_actions_enabled(on)
 
     def _update_regenerate(self):
         last = self._widgets[-1] if self._widgets else None

@@ -42,6 +42,8 @@ class EngineBridge(QObject):
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
+    searchFinished = Signal(str, list)  # query, list[HubModel]
+    searchFailed = Signal(str, str)  # query, one-line reason
 
     def __init__(self, engine=None, engine_factory=default_engine, parent=None):
         super().__init__(parent)
@@ -170,6 +172,18 @@ class EngineBridge(QObject):
                              cancel=self._cancel_download)
         )
 
+    def search_models(self, query: str) -> asyncio.Task:
+        return self.run(self._search(query))
+
+    async def _search(self, query):
+        try:
+            found = await self.engine.search_models(query)
+        except ChinwagError as e:
+            self.searchFailed.emit(query, str(e))
+            return None
+        self.searchFinished.emit(query, list(found))
+        return found
+
     def cancel_download(self):
         if self._cancel_download is not None:
             self._cancel_download.set()
@@ -256,8 +270,8 @@ class EngineBridge(QObject):
             self._engine.stop(conv_id)
 
     def forget(self, conv_id):
-        if self._engine is not None and self._started:
-            self.run(self._forget(conv_id))
+        # Even before the engine has started: caches saved by an earlier run are deleted too.
+        self.run(self._forget(conv_id))
 
     async def _forget(self, conv_id):
         try:

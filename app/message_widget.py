@@ -5,9 +5,10 @@ message, and a finished message is frozen (its text is not re-rendered again).
 """
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
 
 from app.markdown_view import MarkdownView, ProseView
+from app.version_switcher import VersionSwitcher
 
 # Longer user messages show their start, with Show more; Copy and the engine always get all of it.
 USER_DISPLAY_LIMIT = 3_000
@@ -70,6 +71,8 @@ class MessageWidget(QFrame):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    versionRequested = Signal(object, int)  # message id, -1 (previous) or +1 (next)
+    forkRequested = Signal(object)
 
     def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
                  model: str = "", stats=None, parent=None, model_id: str = ""):
@@ -93,6 +96,9 @@ class MessageWidget(QFrame):
         self.who_label.setObjectName("messageAuthor")
         head.addWidget(self.who_label)
         head.addStretch(1)
+        self.version_switcher = VersionSwitcher()
+        self.version_switcher.stepRequested.connect(lambda step: self.versionRequested.emit(self.message_id, step))
+        head.addWidget(self.version_switcher)
         self.copy_button = self._action(head, "Copy", "Copy this message", self.copyRequested)
         self.copy_button.clicked.connect(self.show_copied)
         self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
@@ -201,3 +207,27 @@ class MessageWidget(QFrame):
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")
+
+    def set_versions(self, version: int, versions: int):
+        self.version_switcher.set_versions(version, versions)
+
+    def extend_context_menu(self, menu: QMenu):
+        """The message's own actions, added to whichever context menu opens over it."""
+        menu.addSeparator()
+        copy = menu.addAction("Copy Message")
+        copy.setEnabled(self.status != "streaming")
+        copy.triggered.connect(lambda: self.copyRequested.emit(self.message_id))
+        fork = menu.addAction("Fork from Here")
+        fork.setToolTip("A new conversation with this chat up to this message")
+        fork.setEnabled(self.status != "streaming")
+        fork.triggered.connect(lambda: self.forkRequested.emit(self.message_id))
+
+    def context_menu(self) -> QMenu:
+        menu = QMenu(self)
+        self.extend_context_menu(menu)
+        return menu
+
+    def contextMenuEvent(self, event):
+        menu = self.context_menu()
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(event.globalPos())  # not exec(): no nested loop under qasync

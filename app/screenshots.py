@@ -1,5 +1,5 @@
-"""`python -m app.screenshots`: docs/window.png, docs/model-menu.png, docs/welcome.png and
-docs/window-dark.png.
+"""`python -m app.screenshots`: docs/window.png, docs/model-menu.png, docs/welcome.png,
+docs/window-dark.png and the pictures of app/screenshot_features.py (code block, versions, catalogue).
 
 Renders the real window on a sample conversation in a throwaway data folder. The
 engine is a stand-in that lists the real registry's models (plus two examples) and
@@ -150,6 +150,9 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
         path = out_dir / f"model-menu{suffix}.png"
         shot.save(str(path))
         written.append(path)
+        from app.screenshot_features import shoot_features
+
+        written.extend(await shoot_features(window, store, out_dir, suffix))
 
         # A newcomer's first view: the welcome state of an empty chat.
         conv_id = window.chat.conv_id

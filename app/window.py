@@ -7,6 +7,7 @@ opened with open(), engine work runs as tasks kept by the EngineBridge.
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -23,6 +24,7 @@ from app.chat_view import ChatView
 from app.composer import Composer
 from app.engine_bridge import EngineBridge
 from app.model_menu import ModelMenu
+from app.model_picker import ModelPicker
 from app.notices import NoticeArea
 from app.preferences import load_app_settings
 from app.server_dialog import open_server_dialog
@@ -87,6 +89,8 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         column.setSpacing(0)
         column.addWidget(self.header)
         column.addWidget(self.notices)
+        self.model_picker = ModelPicker()  # the chat header's model picker
+        column.addWidget(self.model_picker, 0, Qt.AlignmentFlag.AlignRight)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
         splitter = QSplitter()
@@ -196,6 +200,13 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        picker = self.model_picker  # the same menu, the same handlers
+        picker.modelChosen.connect(self.load_model)
+        picker.downloadRequested.connect(self.download_dialog)
+        picker.importGgufRequested.connect(self.import_gguf_dialog)
+        picker.addFolderRequested.connect(self.add_folder_dialog)
+        picker.showFolderRequested.connect(self.show_models_folder)
+        picker.connectServerRequested.connect(lambda: open_server_dialog(self))
         self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
         help_menu = bar.addMenu("&Help")
@@ -261,6 +272,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             label = f"Loading {self._model_name(self._loading_spec)}…"
         self.state_label.setText(label)
         self.model_menu.set_busy(state == "loading")
+        self.model_picker.set_busy(state == "loading")
         self.progress.setVisible(state == "loading")
         if state == "loading":
             self.progress.setRange(0, 0)
@@ -270,6 +282,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self._models = models
         current = self.bridge.current_model
         self.model_menu.set_models(models, current.id if current else None)
+        self.model_picker.set_models(models, current.id if current else None)
         self.chat_view.refresh_model_names()
         self._suggest_conversation_model()
 
@@ -288,6 +301,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.model_label.setText(info.name or info.id)
         self.model_label.setToolTip(info.path)
         self.model_menu.set_current(info.id)
+        self.model_picker.set_current(info.id)
         self.notices.dismiss("load")
         if not self.store.read_only:
             try:

@@ -10,7 +10,7 @@ from PySide6.QtCore import QStandardPaths, QUrl
 from PySide6.QtWidgets import QFileDialog
 
 from app import export
-from app.model_menu import DownloadDialog
+from app.download_dialog import CatalogueDownloadDialog
 from app.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.settings_dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
 from engine.errors import ChinwagError
@@ -151,7 +151,10 @@ class WindowDialogs:
                                  lambda p, _f: self.bridge.add_model_folder(p))
 
     def download_dialog(self):
-        dialog = DownloadDialog(self)
+        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
+        dialog.searchRequested.connect(self.bridge.search_models)
+        self.bridge.searchFinished.connect(dialog.on_search_results)
+        self.bridge.searchFailed.connect(dialog.on_search_failed)
         dialog.downloadRequested.connect(self.bridge.download_model)
         dialog.cancelRequested.connect(self.bridge.cancel_download)
         self._download = dialog

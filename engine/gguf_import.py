@@ -73,6 +73,8 @@ def import_gguf(path, progress: Progress = None, dest_root=None, model_id: Optio
     Atomic: the folder appears complete or not at all.
     """
     src = Path(path).expanduser()
+    if "\0" in str(src):
+        raise ModelError(f"not a file name (it holds a NUL byte): {str(src)!r}")
     try:
         src = src.resolve()
     except OSError:
