@@ -19,6 +19,8 @@ from engine.errors import ChinwagError
 from engine.types import FinishReason
 
 SAVE_INTERVAL_MS = 1000
+# The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
+NEW_CHAT_DRAFT = "new-chat-draft"
 UNDO_DELETE_MS = 8000
 DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
 FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
@@ -65,6 +67,7 @@ class ChatController(QObject):
         self.editing = None  # id of the user message being edited
         self.search = ""
         self._pending_delete: dict = {}  # conv id -> QTimer
+        self._new_draft_read = False  # the engine holds a cache under NEW_CHAT_DRAFT
         self._save_timer = QTimer(self)
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self.save_partial)
@@ -137,6 +140,7 @@ class ChatController(QObject):
             return
         self.save_draft()
         self.cancel_edit()
+        self._forget_new_draft()
         self.conv_id = conv.id
         self.chat_view.set_messages(conv.messages)
         if self.gen is not None and self.gen.conv_id == conv.id:
@@ -187,13 +191,17 @@ class ChatController(QObject):
                 # An edit is a new version beside the old message; the old branch is kept.
                 replaced = self.editing
                 parent = self.store.get_message(replaced).parent_id
-            first = self.conv_id is None or not self.chat_view.message_widgets()
+            new_chat = self.conv_id is None
+            first = new_chat or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
             msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
         except ChinwagError as e:
             self.error.emit(str(e))
             self.composer.set_text(text)
             return False
+        if new_chat and self._new_draft_read:
+            self._new_draft_read = False
+            self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
         if replaced is not None:
             self.chat_view.remove_from(replaced)
             self.cancel_edit()
@@ -267,16 +275,25 @@ class ChatController(QObject):
         return True
 
     def prefill_draft(self, text: str):
-        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off)."""
-        if not text.strip() or self.gen is not None or self.conv_id is None:
+        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off).
+
+        A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
+        """
+        if not text.strip() or self.gen is not None:
             return None
         try:
-            conv = self.store.get_conversation(self.conv_id)
+            conv = self.store.get_conversation(self.conv_id) if self.conv_id is not None else None
         except ChinwagError:
             return None
-        values = effective(conv.settings, load_defaults(self.store))
+        values = effective(conv.settings if conv else None, load_defaults(self.store))
         if not values.get(PREFILL_KEY, True):
             return None
+        if conv is None:
+            messages = engine_messages([], str(values.get("system_prompt") or ""))
+            messages.append({"role": "user", "content": text})
+            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
+            self._new_draft_read = self._new_draft_read or task is not None
+            return task
         history = conv.messages
         if self.editing is not None:  # the draft replaces the message being edited and what follows
             ids = [m.id for m in history]
@@ -289,10 +306,11 @@ class ChatController(QObject):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
-        gen.reading = reading_text(progress)
-        widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
-        if widget is not None:
-            widget.set_live_note(gen.reading)
+        if progress.done < progress.total:  # still reading (a prompt read at once only gives its size)
+            gen.reading = reading_text(progress)
+            widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
+            if widget is not None:
+                widget.set_live_note(gen.reading)
         self.readingProgress.emit(progress)
 
     def _done_reading(self, gen):
@@ -382,6 +400,13 @@ class ChatController(QObject):
             self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
         for conv_id in list(self._pending_delete):
             self._commit_delete(conv_id)
+        self._forget_new_draft()
+
+    def _forget_new_draft(self):
+        """A new chat's draft that was read ahead and never sent: its cache goes."""
+        if self._new_draft_read:
+            self._new_draft_read = False
+            self.bridge.forget(NEW_CHAT_DRAFT)
 
     # --- message actions ------------------------------------------------
     def regenerate(self, msg_id=None):

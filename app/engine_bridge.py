@@ -251,6 +251,19 @@ class EngineBridge(QObject):
         self.draftPrefilled.emit(conv_id, result)
         return result
 
+    def adopt(self, draft_id, conv_id) -> asyncio.Task | None:
+        """Hand a new chat's draft cache to the chat just created; queued before any later chat()."""
+        if self._engine is None or not self._started:
+            return None
+        return self.run(self._adopt(self.engine.adopt(draft_id, conv_id)))  # adopt() queues it now
+
+    async def _adopt(self, queued):
+        try:
+            return await queued
+        except ChinwagError as e:
+            log.warning("adopting a draft's cache: %s", e)
+            return False
+
     def stop(self, conv_id=None):
         if self._engine is not None:
             self._stop_wanted.update(self._generating if conv_id is None else {conv_id} & self._generating)

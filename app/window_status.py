@@ -62,7 +62,8 @@ class WindowStatus:
         if progress is None:
             self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
             return
-        self.state_label.setText(reading_text(progress))
+        if progress.done < progress.total:
+            self.state_label.setText(reading_text(progress))
         if progress.context_limit:
             self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
 

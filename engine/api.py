@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Optional
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
@@ -316,6 +316,20 @@ class Engine:
         future = self._start_background(self._session_prefill, conversation_id, messages,
                                         params or GenerationParams())
         return await asyncio.wrap_future(future)
+
+    def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
+        """Give the cache of a draft read under `draft_id` (a chat not saved yet) to `conversation_id`.
+
+        Queued at once, so a `chat` called after this finds the cache. False if there was none.
+        """
+        if self._thread is None or self._remote is not None:
+            return asyncio.sleep(0, False)
+        return asyncio.wrap_future(self._running()[0].submit(self._session_adopt, draft_id, conversation_id))
+
+    def _session_adopt(self, draft_id, conversation_id):
+        from engine.background import adopt
+
+        return adopt(self._running()[1], draft_id, conversation_id)
 
     async def wait_background(self) -> Optional[BackgroundPrefill]:
         """The current background job's result once it ends (None if there is none)."""

@@ -111,6 +111,7 @@ class FakeEngine:
         self.forgotten: list = []
         self.hub_results: Optional[list] = None  # list[HubModel] for search_models; None: offline
         self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
+        self.adopted: list = []  # (draft id, conv id) of each new chat's draft cache handed over
         self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
         self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
         self.servers: dict = {}  # name -> ServerInfo
@@ -198,6 +199,10 @@ class FakeEngine:
     async def prefill(self, conv_id, messages, params=None):
         self.prefills.append((conv_id, list(messages), params))
         return BackgroundPrefill(len(messages), 0, len(messages), True)
+
+    def adopt(self, draft_id, conv_id):
+        self.adopted.append((draft_id, conv_id))
+        return asyncio.sleep(0, True)
 
     async def import_gguf(self, path, progress=None):
         if progress:
