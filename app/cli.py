@@ -3,7 +3,6 @@
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import sys
@@ -47,10 +46,15 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
                        help=spec.help + ("" if default is None else f" (default: {default})"))
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="decode one token per step (speculative decoding is on where it is faster)")
+    p.add_argument("--draft-model", default="", metavar="M",
+                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GenerationParams)})
+    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
+                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
 
 
 def _progress(p) -> None:
@@ -187,6 +191,7 @@ async def _replay(args) -> int:
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
                 "error": stats.error,
+                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
         await engine.close()

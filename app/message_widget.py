@@ -53,6 +53,16 @@ def format_stats(stats) -> str:
     return " · ".join(parts)
 
 
+def format_speculation(stats) -> str:
+    """The stats tooltip's line on speculative decoding: drafted tokens the model accepted."""
+    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
+    drafted = (get("drafted_tokens", 0) or 0) if stats else 0
+    if not drafted:
+        return ""
+    accepted = get("accepted_tokens", 0) or 0
+    return f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
+
+
 class MessageWidget(QFrame):
     copyRequested = Signal(object)
     editRequested = Signal(object)
@@ -138,6 +148,7 @@ class MessageWidget(QFrame):
 
     def set_stats(self, stats):
         self._stats_text = format_stats(stats)
+        self.stats_label.setToolTip(format_speculation(stats))
         self._refresh_footer()
 
     def _refresh_footer(self, error: str = ""):

@@ -10,12 +10,15 @@ from engine.types import param_specs
 
 # Each key's type and range come from GenerationParams, the one source (engine/types.py).
 SPECS = {spec.name: spec for spec in param_specs()}
-TEXT_KEYS = ("system_prompt",)
+TEXT_KEYS = ("system_prompt", "draft_model")
+BOOL_KEYS = ("speculative",)
 
 
 def _problem(key, value):
     if key in TEXT_KEYS:
         return None if isinstance(value, str) else "is not text"
+    if key in BOOL_KEYS:
+        return None if value is None or isinstance(value, bool) else "is not true or false"
     spec = SPECS.get(key)
     if spec is None or value is None:
         return None  # unknown keys are kept and ignored; None means "the default"

@@ -12,11 +12,13 @@ from importlib import resources as importlib_resources
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -25,11 +27,11 @@ from PySide6.QtWidgets import (
 
 from app.settings_check import valid_settings
 from engine.errors import ChinwagError
-from engine.types import GenerationParams, ParamSpec, param_specs
+from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
 
 DEFAULTS_KEY = "default_settings"
 SPECS = {spec.name: spec for spec in param_specs()}
-KEYS = ("system_prompt", *SPECS)
+KEYS = ("system_prompt", *SPECS, "speculative", "draft_model")
 # How the dialog shows a field's lowest value ("off"), and its step; UI only.
 SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
 STEPS = {"min_p": 0.01}
@@ -37,7 +39,9 @@ STEPS = {"min_p": 0.01}
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
-    return {**json.loads(text), **{name: spec.default for name, spec in SPECS.items()}}
+    # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
+    return {"speculative": None, "draft_model": "", **json.loads(text),
+            **{name: spec.default for name, spec in SPECS.items()}}
 
 
 def load_defaults(store) -> dict:
@@ -71,9 +75,12 @@ def _setting(spec: ParamSpec, values: dict):
 def params_from_settings(values: dict) -> GenerationParams:
     """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
     try:
-        return GenerationParams(**{name: _setting(spec, values) for name, spec in SPECS.items()})
+        numbers = {name: _setting(spec, values) for name, spec in SPECS.items()}
     except ChinwagError as e:
         raise ChinwagError(f"chat settings: {e}") from e
+    speculative = values.get("speculative")
+    return GenerationParams(**numbers, speculative=None if speculative is None else bool(speculative),
+                            draft_model=str(values.get("draft_model") or "").strip())
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
@@ -130,6 +137,17 @@ class SettingsDialog(QDialog):
         for key, box in self.fields.items():
             box.setObjectName(key)
             form.addRow(key.replace("_", " ").capitalize(), box)
+        self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
+        self.speculative.setObjectName("speculative")
+        self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
+                                    "the reply is the same as without it")
+        form.addRow("", self.speculative)
+        self.draft_model = QLineEdit()
+        self.draft_model.setObjectName("draft_model")
+        self.draft_model.setPlaceholderText("none: drafts come from the conversation")
+        self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
+                                    "or a folder) that drafts tokens for speculative decoding")
+        form.addRow("Draft model", self.draft_model)
         layout.addLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
@@ -149,6 +167,9 @@ class SettingsDialog(QDialog):
             except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
                 value = spec.default
             box.setValue(box.minimum() if value is None else value)
+        chosen = values.get("speculative", self._defaults.get("speculative"))
+        self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))
+        self.draft_model.setText(str(values.get("draft_model") or ""))
 
     def values(self) -> dict:
         out: dict = {"system_prompt": self.system_prompt.toPlainText()}
@@ -158,4 +179,8 @@ class SettingsDialog(QDialog):
                 out[key] = None
             else:
                 out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
+        # The backend's default is stored as None, so it follows the default if that changes.
+        checked = self.speculative.isChecked()
+        out["speculative"] = None if checked == speculative_default() else checked
+        out["draft_model"] = self.draft_model.text().strip()
         return out

@@ -22,6 +22,7 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],
 }
 ORDER = list(BENCHES)

@@ -14,6 +14,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from engine.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
 from engine.log import report_bug
+from engine.speculative import Sampling, Speculator, can_speculate, speculation_enabled, trim_to
 from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
 # Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
@@ -83,8 +84,9 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
 
 def run_turn(
     model, tokenizer, conv: ConversationCache, turn: TurnInput, params: GenerationParams,
-    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None],
+    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None], drafter=None,
 ) -> TurnStats:
+    """`drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation."""
     started = time.perf_counter()
     prompt_ids = turn.prompt_ids
     if params.seed is not None:
@@ -107,6 +109,30 @@ def run_turn(
     emitted, finish, ttft, first_at, error = [], FinishReason.LENGTH, 0.0, None, ""
     reused = prefilled = 0
     prefill_done = started
+    spec = None
+    if speculation_enabled(params, drafter) and can_speculate(conv.layers):
+        spec = Speculator(prompt_ids, Sampling(params.temperature, params.top_p, params.top_k, params.min_p,
+                                                processors, REPETITION_CONTEXT), drafter=drafter)
+
+    def push(tok):
+        """Emit one token; returns why the turn ends, or None."""
+        nonlocal first_at, ttft
+        emitted.append(tok)
+        conv.token_ids.append(tok)
+        if first_at is None:
+            first_at = time.perf_counter()
+            ttft = first_at - started
+        if tok in eos:
+            return FinishReason.STOP
+        detok.add_token(tok)
+        # One event per token, text or not: a partial UTF-8 character has none yet.
+        emit(TextDelta(detok.last_segment, (tok,)))
+        if should_stop():
+            return FinishReason.CANCELLED
+        if len(emitted) >= max_new:
+            return FinishReason.LENGTH if max_new == params.max_tokens else FinishReason.CONTEXT
+        return None
+
     try:
         logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop)
         prefill_done = time.perf_counter()
@@ -116,6 +142,27 @@ def run_turn(
         if y is not None:
             mx.async_eval(y)
         while y is not None:
+            if spec is not None and spec.drafting:
+                pending = y.item()
+                # Never draft past what the turn may emit: the cache stays within the limit.
+                draft = spec.draft(pending, max_new - len(emitted) - 1)
+                if draft:
+                    verdict = spec.verify(model, conv.layers, pending, draft, history)
+                    out = [pending] + draft[: verdict.accepted]
+                    if processors:
+                        history = mx.concatenate([history, mx.array(out)])[-REPETITION_CONTEXT:]
+                    ended = None
+                    for tok in out:
+                        ended = push(tok)
+                        if ended:
+                            break
+                    # The rejected draft, and accepted tokens past a stop, leave the cache.
+                    trim_to(conv.layers, len(conv.token_ids))
+                    if ended:
+                        finish = ended
+                        break
+                    y = mx.array([verdict.next_token])
+                    continue
             # Feed y before reading it, so the next step overlaps the hand-off (mlx-lm's pipelining).
             # The forward pass writes y's keys and values: every emitted token is in the cache.
             next_logits = model(y[None], cache=conv.layers)[:, -1, :]
@@ -124,22 +171,11 @@ def run_turn(
             next_y = sample(next_logits)
             mx.async_eval(next_y)
             tok = y.item()
-            emitted.append(tok)
-            conv.token_ids.append(tok)
-            if first_at is None:
-                first_at = time.perf_counter()
-                ttft = first_at - started
-            if tok in eos:
-                finish = FinishReason.STOP
-                break
-            detok.add_token(tok)
-            # One event per token, text or not: a partial UTF-8 character has none yet.
-            emit(TextDelta(detok.last_segment, (tok,)))
-            if should_stop():
-                finish = FinishReason.CANCELLED
-                break
-            if len(emitted) >= max_new:
-                finish = FinishReason.LENGTH if max_new == params.max_tokens else FinishReason.CONTEXT
+            if spec is not None:
+                spec.observe(tok)
+            ended = push(tok)
+            if ended:
+                finish = ended
                 break
             y = next_y
         conv.eval()
@@ -147,6 +183,8 @@ def run_turn(
         finish = FinishReason.ERROR
         error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()
+    if spec is not None:
+        spec.finish(conv.token_ids)
     detok.finalize()
     tail = detok.last_segment
     if tail:
@@ -174,4 +212,6 @@ def run_turn(
         prompt_ids=tuple(prompt_ids),
         reply_ids=tuple(emitted),
         error=error,
+        drafted_tokens=spec.drafted if spec else 0,
+        accepted_tokens=spec.accepted if spec else 0,
     )

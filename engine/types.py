@@ -3,6 +3,8 @@
 Only ints, floats, strings and tuples live here: never an MLX array.
 """
 
+import platform
+import sys
 import typing
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -11,6 +13,16 @@ from typing import Any, Optional
 from engine.errors import ChinwagError
 
 DEFAULT_MAX_TOKENS = 512
+# Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
+# backend ("gpu" is Metal, not measured yet); GenerationParams.speculative=None means this default.
+SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
+
+
+def speculative_default(backend: Optional[str] = None) -> bool:
+    """The default for `backend`; without one, the platform's (Apple Silicon macOS runs Metal)."""
+    if backend is None:
+        backend = "gpu" if sys.platform == "darwin" and platform.machine() == "arm64" else "cpu"
+    return SPECULATIVE_BY_BACKEND.get(backend, False)
 
 
 # The values are the strings stored in the database and written to JSON: never change them.
@@ -60,6 +72,10 @@ class GenerationParams:
     seed: Optional[int] = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
+    # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
+    speculative: Optional[bool] = None
+    # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
+    draft_model: str = ""
 
 
 def _number(x: float) -> str:
@@ -100,6 +116,8 @@ def param_specs() -> tuple[ParamSpec, ...]:
     hints = typing.get_type_hints(GenerationParams)
     specs = []
     for f in fields(GenerationParams):
+        if "range" not in f.metadata:  # not a number: speculative, draft_model
+            continue
         args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
         lo, hi = f.metadata.get("range", (0, 1e9))
         specs.append(ParamSpec(f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi,
@@ -135,6 +153,9 @@ class TurnStats:
     prompt_ids: tuple = ()
     reply_ids: tuple = ()
     error: str = ""
+    # Speculative decoding: tokens drafted, and how many of them the model accepted.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def note(self) -> str:
