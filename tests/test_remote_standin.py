@@ -332,3 +332,21 @@ def test_chat_in_the_terminal_through_a_saved_server(standin, chinwag_home):
     assert "Chatting with chat on lab" in out.stdout
     assert "Hello there #0" in out.stdout and "Hello there #1" in out.stdout
     assert [json.loads(raw)["messages"][-1]["content"] for _, raw, _ in standin.requests] == ["hi", "again"]
+
+
+def test_a_reply_from_an_earlier_session_is_sent_without_its_reasoning_block(standin):
+    async def go():
+        engine = Engine()  # a new session: it never saw these replies arrive
+        try:
+            await engine.load_model(f"{standin.url}#chat")
+            history = [{"role": "user", "content": "2+2?"},
+                       {"role": "assistant", "content": "<think>Let me think. Done.</think>The answer is 4."},
+                       {"role": "assistant", "content": "A <think> in the middle stays."},
+                       {"role": "user", "content": "and 3+3?"}]
+            return await collect(engine, "c", history)
+        finally:
+            await engine.close()
+
+    asyncio.run(go())
+    sent = [m["content"] for m in standin.requests[-1][2]["messages"]]
+    assert sent == ["2+2?", "The answer is 4.", "A <think> in the middle stays.", "and 3+3?"]
