@@ -5,6 +5,7 @@ ring -n 2`. Short prompts and few tokens: the starter runs at a few tokens/s on 
 import asyncio
 import os
 import signal
+import sys
 
 import pytest
 from PySide6.QtCore import Qt
@@ -134,7 +135,8 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
         pytest.skip(missing)
     server = start(tiny_model_path, tmp_path_factory, ranks=2)
     try:
-        assert server.proc.poll() is None
+        if sys.platform.startswith("linux"):
+            assert server.server_processes() == 2  # rank 0 answers HTTP, rank 1 holds the other half
         events = []
 
         async def body(engine):
@@ -148,7 +150,6 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert deltas and isinstance(events[-1], TurnStats)
     assert events[-1].generated_tokens == 6 and events[-1].finish_reason == "length"
-    assert "rank" in server.tail().lower() or server.tail()  # the launcher ran it
 
 
 @pytest.mark.starter
