@@ -350,3 +350,22 @@ def test_a_reply_from_an_earlier_session_is_sent_without_its_reasoning_block(sta
     asyncio.run(go())
     sent = [m["content"] for m in standin.requests[-1][2]["messages"]]
     assert sent == ["2+2?", "The answer is 4.", "A <think> in the middle stays.", "and 3+3?"]
+
+
+@pytest.mark.parametrize("error, expected", [
+    ("[Errno -2] Name or service not known", "cannot resolve the host of http://studio.lan:8080/v1 (DNS lookup failed)"),
+    ("[Errno 8] nodename nor servname provided, or not known", "cannot resolve the host"),
+    ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLS error talking to http://studio.lan:8080/v1"),
+])
+def test_connection_failures_are_named(error, expected):
+    import httpx
+
+    server = servers.Server("studio", "http://studio.lan:8080/v1")
+    assert remote.describe_http_error(httpx.ConnectError(error), server).startswith(expected)
+    assert "no answer from" in remote.describe_http_error(httpx.ConnectTimeout("timed out"), server)
+
+
+def test_403_and_unknown_status_lines():
+    assert remote.response_error(403, b'{"detail": "Forbidden"}').startswith("denied access (HTTP 403: Forbidden)")
+    assert remote.response_error(502, b"") == "HTTP 502 with no message"
+    assert remote.response_error(500, b"<html>Bad   Gateway</html>") == "HTTP 500: <html>Bad Gateway</html>"
