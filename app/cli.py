@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from engine import ChinwagError, Engine, GenerationParams, TextDelta
+from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
 from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
@@ -18,6 +18,16 @@ MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#
 def fail(message: str) -> int:
     print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
     return 2
+
+
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
+    if not n >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    return n
 
 
 def _positive(value: str) -> int:
@@ -122,14 +132,24 @@ async def _chat(args) -> int:
                   f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
                   + (f" [{stats.note}]" if stats.note else ""))
     finally:
+        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
 
 
 async def _stream(engine, conv, messages, params):
-    reply, stats = [], None
+    reply, stats, reading = [], None, False
     try:
         async for ev in engine.chat(conv, messages, params):
+            if isinstance(ev, PrefillProgress):
+                # A long prompt: say how far it is read, on one terminal line that the reply replaces.
+                if sys.stderr.isatty() and ev.total > 256:
+                    reading = True
+                    print(f"\r[reading your message… {int(100 * ev.fraction)}%]", end="", file=sys.stderr, flush=True)
+                continue
             if isinstance(ev, TextDelta):
+                if reading:
+                    print("\r\033[K", end="", file=sys.stderr, flush=True)
+                    reading = False
                 reply.append(ev.text)
                 print(ev.text, end="", flush=True)
             else:
@@ -172,13 +192,18 @@ async def _replay(args) -> int:
         await engine.load_model(args.model)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
         for i, user in enumerate(script["turns"]):
+            prepared = 0
+            if i and args.pause:
+                await asyncio.sleep(args.pause)  # the reader reads; the engine prepares the next window
+                done = engine.background_result()
+                prepared = done.computed_tokens if done else 0
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
             reply, stats = [], None
             async for ev in engine.chat(conv, messages, _params(args)):
                 if isinstance(ev, TextDelta):
                     reply.append(ev.text)
-                else:
+                elif not isinstance(ev, PrefillProgress):
                     stats = ev
             if args.no_cache:
                 await engine.forget(conv)
@@ -190,10 +215,11 @@ async def _replay(args) -> int:
                 "generated_tokens": stats.generated_tokens, "ttft_s": stats.ttft_s, "decode_tps": stats.decode_tps,
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
-                "error": stats.error,
+                "prepared_tokens": prepared, "error": stats.error,
                 "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
+        await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
     return 0
 
@@ -227,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
+    p.add_argument("--pause", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="wait between turns as a reader would, so idle-time work can run (default: none, the worst case)")
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 

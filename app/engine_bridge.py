@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import FinishReason, TextDelta, TurnStats
+from engine.types import FinishReason, PrefillProgress, TextDelta, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ class EngineBridge(QObject):
     delta = Signal(object, str)  # conv_id, text
     turnFinished = Signal(object, object)  # conv_id, TurnStats
     turnFailed = Signal(object, str)  # conv_id, reason
+    prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
+    draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
@@ -196,6 +198,8 @@ class EngineBridge(QObject):
                 if isinstance(event, TextDelta):
                     if event.text:
                         self.delta.emit(conv_id, event.text)
+                elif isinstance(event, PrefillProgress):
+                    self.prefillProgress.emit(conv_id, event)
                 elif isinstance(event, TurnStats):
                     stats = event
         except asyncio.CancelledError:
@@ -212,6 +216,21 @@ class EngineBridge(QObject):
             self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
         else:
             self.turnFinished.emit(conv_id, stats)
+
+    def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
+        """Read an unsent draft ahead in the background; only when idle with a model loaded."""
+        if self.state != "ready" or self._generating or self.current_model is None:
+            return None
+        return self.run(self._prefill(conv_id, messages, params))
+
+    async def _prefill(self, conv_id, messages, params):
+        try:
+            result = await self.engine.prefill(conv_id, messages, params)
+        except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
+            log.warning("prefill %s: %s", conv_id, e)
+            return None
+        self.draftPrefilled.emit(conv_id, result)
+        return result
 
     def stop(self, conv_id=None):
         if self._engine is not None:

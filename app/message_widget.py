@@ -64,6 +64,7 @@ def format_speculation(stats) -> str:
 
 
 class MessageWidget(QFrame):
+    live_note = ""  # set_live_note
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
@@ -155,7 +156,7 @@ class MessageWidget(QFrame):
         parts = []
         note = STATUS_NOTES.get(self.status, "")
         if self.status == "streaming" and self.role == "assistant":
-            note = "Writing…"
+            note = self.live_note or "Writing…"
         if note:
             parts.append(note + (f": {error}" if error else ""))
         elif error:
@@ -164,6 +165,11 @@ class MessageWidget(QFrame):
             parts.append(self._stats_text)
         self.stats_label.setText(" — ".join(parts))
         self.stats_label.setVisible(bool(parts))
+
+    def set_live_note(self, text: str):
+        """What a streaming reply says before its text ("Reading your message… 43%"); "" is "Writing…"."""
+        self.live_note = text
+        self._refresh_footer()
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")

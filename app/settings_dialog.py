@@ -31,7 +31,9 @@ from engine.types import GenerationParams, ParamSpec, param_specs, speculative_d
 
 DEFAULTS_KEY = "default_settings"
 SPECS = {spec.name: spec for spec in param_specs()}
-KEYS = ("system_prompt", *SPECS, "speculative", "draft_model")
+# Read the message while it is typed (engine.prefill); its default is in default_settings.json.
+PREFILL_KEY = "prefill_while_typing"
+KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
 # How the dialog shows a field's lowest value ("off"), and its step; UI only.
 SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
 STEPS = {"min_p": 0.01}
@@ -137,6 +139,9 @@ class SettingsDialog(QDialog):
         for key, box in self.fields.items():
             box.setObjectName(key)
             form.addRow(key.replace("_", " ").capitalize(), box)
+        self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
+        self.prefill_box.setObjectName(PREFILL_KEY)
+        form.addRow("", self.prefill_box)
         self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
         self.speculative.setObjectName("speculative")
         self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
@@ -167,6 +172,7 @@ class SettingsDialog(QDialog):
             except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
                 value = spec.default
             box.setValue(box.minimum() if value is None else value)
+        self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
         chosen = values.get("speculative", self._defaults.get("speculative"))
         self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))
         self.draft_model.setText(str(values.get("draft_model") or ""))
@@ -179,6 +185,7 @@ class SettingsDialog(QDialog):
                 out[key] = None
             else:
                 out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
+        out[PREFILL_KEY] = self.prefill_box.isChecked()
         # The backend's default is stored as None, so it follows the default if that changes.
         checked = self.speculative.isChecked()
         out["speculative"] = None if checked == speculative_default() else checked

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_controller import ChatController
+from app.chat_controller import ChatController, reading_text
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.engine_bridge import EngineBridge
@@ -97,6 +97,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.chat.generatingChanged.connect(self._on_generating)
         self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
+        self.chat.readingProgress.connect(self._show_reading)
 
         self._build_status_bar()
         self._build_menus()
@@ -300,6 +301,15 @@ class MainWindow(WindowDialogs, QMainWindow):
         if get and not kv:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
+
+    def _show_reading(self, progress):
+        """While a prompt is read: its progress, and the context it will fill, in the status bar."""
+        if progress is None:
+            self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+            return
+        self.state_label.setText(reading_text(progress))
+        if progress.context_limit:
+            self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
 
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)

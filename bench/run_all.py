@@ -22,6 +22,8 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "longchat": ["bench.longchat"],
+    "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],
 }

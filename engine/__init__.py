@@ -5,6 +5,7 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
     EngineStatus,
     FinishReason,
@@ -13,6 +14,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     ModelStatus,
+    PrefillProgress,
     TextDelta,
     TurnStats,
 )
@@ -29,6 +31,8 @@ __all__ = [
     "MemoryReport",
     "ModelInfo",
     "ModelStatus",
+    "PrefillProgress",
+    "BackgroundPrefill",
     "TextDelta",
     "TurnStats",
     "Engine",

@@ -11,12 +11,14 @@ import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
     EngineStatus,
     GenerationParams,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    PrefillProgress,
     ServerInfo,
     TextDelta,
     TurnStats,
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from engine.session import Session
 
 _DONE = object()
+# After a turn near the context limit, prepare the next window while the user reads.
+IDLE_WORK = True
 
 
 class EngineThread:
@@ -55,6 +59,10 @@ class EngineThread:
             except BaseException as e:  # never let a job kill the thread
                 future.set_exception(e)
 
+    def waiting(self) -> bool:
+        """True while a job waits in the queue: background work yields to it."""
+        return not self._jobs.empty()
+
     def shutdown(self, timeout: float = 10.0):
         self._jobs.put(None)
         self._thread.join(timeout)
@@ -65,8 +73,13 @@ class EngineThread:
 
 
 class Engine:
-    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None,
+                 idle_work: bool = IDLE_WORK):
         self._options = (kv_initial_capacity, memory_budget_bytes)
+        self.idle_work = idle_work
+        # The background job (a draft's prefill, the next window) and the event that cancels it.
+        self._background: Optional[concurrent.futures.Future] = None
+        self._cancel_background = threading.Event()
         self._thread: Optional[EngineThread] = None
         self._session: Optional["Session"] = None
         self._started: Optional[concurrent.futures.Future] = None
@@ -109,7 +122,11 @@ class Engine:
         self.stop()
         if self._thread is not None:
             thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
+            try:  # save the recent caches (engine/memory.py) so the next start reuses them
+                if self._session is not None:
+                    await asyncio.wrap_future(thread.submit(self._session.close))
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
     # --- state -------------------------------------------------------------
 
@@ -211,8 +228,9 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator[TextDelta | TurnStats]:
-        """Yield TextDelta events, then one TurnStats.
+    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+                   ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
+        """Yield PrefillProgress while a long prompt is read, TextDelta events, then one TurnStats.
 
         Problems found before generation starts (no model, bad messages, a prompt
         longer than the context) raise ChinwagError. A failure mid-generation ends the
@@ -241,14 +259,20 @@ class Engine:
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
+        reply = []
         try:
             while True:
                 event = await events.get()
                 if event is _DONE:
                     break
+                if isinstance(event, TextDelta):
+                    reply.append(event.text)
                 yield event
             stats = future.result()  # raises what the engine thread raised
             self.last_kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
+            if self.idle_work and stats.finish_reason in ("stop", "length", "context"):
+                after = list(messages) + [{"role": "assistant", "content": "".join(reply)}]
+                self._start_background(self._session_prepare, conversation_id, after, params or GenerationParams())
             yield stats
         finally:
             if not future.done():
@@ -257,6 +281,59 @@ class Engine:
                 del self._stops[conversation_id]
             self._generating -= 1
 
+    # --- background work ----------------------------------------------------
+
+    async def prefill(self, conversation_id: str, messages: list,
+                      params: Optional[GenerationParams] = None) -> BackgroundPrefill:
+        """Prefill the prompt up to an unsent draft (the last user message), in the background.
+
+        Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
+        or model load preempts it within one prefill chunk. The turn that sends the draft
+        then computes only what is not in the cache yet (the longest common prefix).
+        """
+        if self._generating or self._loading or self.current_model is None:
+            return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
+        if self._remote is not None:  # a server's model reads the prompt itself
+            return BackgroundPrefill(0, 0, 0, False, "the model is served elsewhere")
+        await self.start()
+        future = self._start_background(self._session_prefill, conversation_id, messages,
+                                        params or GenerationParams())
+        return await asyncio.wrap_future(future)
+
+    async def wait_background(self) -> Optional[BackgroundPrefill]:
+        """The current background job's result once it ends (None if there is none)."""
+        future = self._background
+        return None if future is None else await asyncio.wrap_future(future)
+
+    def background_result(self) -> Optional[BackgroundPrefill]:
+        """The last background job's result if it has ended (None while it runs, or if none ran)."""
+        future = self._background
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
+
+    def _start_background(self, fn, *args) -> concurrent.futures.Future:
+        """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
+        self._cancel_background.set()  # a newer background job replaces the older one
+        cancel = self._cancel_background = threading.Event()
+        thread = self._running()[0]
+
+        def should_stop() -> bool:
+            return cancel.is_set() or thread.waiting()
+
+        self._background = future = thread.submit(fn, *args, should_stop)
+        future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
+        return future
+
+    def _session_prefill(self, conv_id, messages, params, should_stop):
+        from engine.background import prefill_draft
+
+        return prefill_draft(self._running()[1], conv_id, messages, params, should_stop)
+
+    def _session_prepare(self, conv_id, messages, params, should_stop):
+        from engine.background import prepare_next_window
+
+        return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
     async def _chat_remote(self, backend, conversation_id, messages, params):
         from engine import remote
 
@@ -279,7 +356,8 @@ class Engine:
         return await self._call(self._running()[1].caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
-        """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
+        """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
+        self._cancel_background.set()
         targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]
         for event in targets:
             if event is not None:
@@ -293,3 +371,10 @@ class Engine:
         if self._thread is not None:
             await self._call(self._running()[1].forget, conversation_id)
 
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        from engine.log import report_bug
+
+        report_bug(error, "background work on the engine thread")

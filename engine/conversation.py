@@ -9,6 +9,7 @@ from typing import Callable, Optional
 import mlx.core as mx
 
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.prompt import History
 
 MIN_INITIAL_CAPACITY = 256
 
@@ -57,8 +58,8 @@ def supports_contiguous_cache(model) -> bool:
 class ConversationCache:
     layers: list
     token_ids: list = field(default_factory=list)
-    # Reply text -> the ids the model generated for it: the truth for the next turn.
-    replies: dict = field(default_factory=dict)
+    # Each message's ids as the model saw them, by position, and the window's start.
+    history: History = field(default_factory=History)
     # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
     fresh_layers: Optional[Callable[[], list]] = None
 
@@ -122,14 +123,6 @@ class ConversationCache:
 
     def eval(self) -> None:
         mx.eval([c.state for c in self.layers])
-
-    def remember_reply(self, text: str, ids: list[int]) -> None:
-        if text:
-            self.replies[text] = tuple(ids)
-
-    def forget_replies_except(self, texts) -> None:
-        keep = set(texts)
-        self.replies = {t: ids for t, ids in self.replies.items() if t in keep}
 
 
 def common_prefix(a, b) -> int:

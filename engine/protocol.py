@@ -9,11 +9,13 @@ import threading
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional, Protocol
 
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
     GenerationParams,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    PrefillProgress,
     ServerInfo,
     TextDelta,
     TurnStats,
@@ -46,8 +48,14 @@ class EngineAPI(Protocol):
 
     def chat(
         self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
-    ) -> AsyncIterator[TextDelta | TurnStats]:
-        """Yields TextDelta events, then one TurnStats (an async generator)."""
+    ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
+        """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
+        ...
+
+    async def prefill(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+    ) -> BackgroundPrefill:
+        """Reads an unsent draft (the last user message) ahead, in the background."""
         ...
 
     async def memory_stats(self) -> MemoryReport: ...

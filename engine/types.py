@@ -13,6 +13,9 @@ from typing import Any, Optional
 from engine.errors import ChinwagError
 
 DEFAULT_MAX_TOKENS = 512
+# After a slide the prompt holds at most this fraction of (limit - reply room). bench/longchat.py:
+# 0.35 re-prefills ~1.7x a turn's new tokens on average past the limit, a half ~2.4x, exact fit ~40x.
+DEFAULT_LOW_WATER = 0.35
 # Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
 # backend ("gpu" is Metal, not measured yet); GenerationParams.speculative=None means this default.
 SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
@@ -72,6 +75,9 @@ class GenerationParams:
     seed: Optional[int] = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
+    # Past the limit the window drops old turns down to this fraction of it (engine/window.py).
+    low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
+                              "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
     speculative: Optional[bool] = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
@@ -131,6 +137,34 @@ class TextDelta:
 
     text: str
     token_ids: tuple = ()
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """Reading the prompt: `done` of the `total` new tokens computed (`chat` yields these first).
+
+    `prompt_tokens` and `context_limit` say how full the context will be once it is read.
+    """
+
+    done: int
+    total: int
+    prompt_tokens: int = 0
+    context_limit: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class BackgroundPrefill:
+    """What a background prefill (a draft, or the next window) computed before it ended."""
+
+    prompt_tokens: int  # the prompt it worked towards
+    reused_tokens: int  # already in the cache
+    computed_tokens: int  # computed by this job
+    finished: bool  # False: preempted by other work, cancelled, or skipped
+    reason: str = ""  # why it did not finish, or why it had nothing to do
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pytest
 
 from engine.errors import ChinwagError
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
     EngineStatus,
     FinishReason,
@@ -107,6 +108,9 @@ class FakeEngine:
         self._stops: dict = {}
         self._generating = 0
         self.forgotten: list = []
+        self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
+        self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
+        self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
         self.servers: dict = {}  # name -> ServerInfo
 
     @property
@@ -157,6 +161,10 @@ class FakeEngine:
         n = 0
         reason = FinishReason.STOP
         try:
+            for event in self.progress:
+                yield event
+            if self.progress and self.reading is not None:
+                await self.reading.wait()
             for piece in self.tokens(reply):
                 if stop.is_set():
                     reason = FinishReason.CANCELLED
@@ -184,6 +192,10 @@ class FakeEngine:
 
     async def memory_stats(self):
         return MemoryReport(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)  # the fake holds no KV caches
+
+    async def prefill(self, conv_id, messages, params=None):
+        self.prefills.append((conv_id, list(messages), params))
+        return BackgroundPrefill(len(messages), 0, len(messages), True)
 
     async def import_gguf(self, path, progress=None):
         if progress:

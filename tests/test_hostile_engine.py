@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from engine import Engine, GenerationParams, TextDelta
+from engine import Engine, GenerationParams, TurnStats
 from tests.app_helpers import FakeEngine, run
 from tests.test_app_bad_input import make_window, send
 
@@ -16,7 +16,7 @@ GREEDY = GenerationParams(temperature=0.0, max_tokens=4)
 
 async def _turn(engine, conv, text):
     async for ev in engine.chat(conv, [{"role": "user", "content": text}], GREEDY):
-        if not isinstance(ev, TextDelta):
+        if isinstance(ev, TurnStats):  # chat also yields PrefillProgress before the text
             return ev
 
 
