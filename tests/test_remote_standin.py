@@ -369,3 +369,20 @@ def test_403_and_unknown_status_lines():
     assert remote.response_error(403, b'{"detail": "Forbidden"}').startswith("denied access (HTTP 403: Forbidden)")
     assert remote.response_error(502, b"") == "HTTP 502 with no message"
     assert remote.response_error(500, b"<html>Bad   Gateway</html>") == "HTTP 500: <html>Bad Gateway</html>"
+
+
+def test_keepalive_comments_reach_the_engines_caller_as_prefill_progress(standin):
+    from engine.types import PrefillProgress
+
+    async def go():
+        engine = Engine()
+        try:
+            await engine.load_model(f"{standin.url}#keepalive")
+            return [ev async for ev in engine.chat("c", [{"role": "user", "content": "hi"}])]
+        finally:
+            await engine.close()
+
+    events = asyncio.run(go())
+    progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
+    assert progress == [(100, 300), (200, 300), (300, 300)]
+    assert isinstance(events[0], PrefillProgress) and isinstance(events[-1], TurnStats)

@@ -100,7 +100,7 @@ def test_model_menu_lists_server_models_under_the_server_name(qtbot):
     assert chosen == ["studio/default_model"]
 
 
-def test_a_servers_reasoning_is_the_replys_reasoning_block(qtbot, qloop):
+def test_a_servers_reasoning_block_and_prefill_progress_show_in_the_window(qtbot, qloop):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
@@ -126,4 +126,15 @@ def test_a_servers_reasoning_is_the_replys_reasoning_block(qtbot, qloop):
         assert "The answer is 4." in reply.text()
         # The second request sent the first reply as the server sent it, without the Reasoning block.
         assert s.requests[-1][2]["messages"][1] == {"role": "assistant", "content": "The answer is 4."}
+
+        # mlx_lm.server's keepalive comments during the prefill: "Reading your message… N%".
+        reading = []
+        window.chat.readingProgress.connect(lambda p: reading.append(p and (p.done, p.total)))
+        window.load_model(f"{s.url}#keepalive")
+        qtbot.waitUntil(lambda: window.bridge.current_model.id.endswith("#keepalive")
+                        and window.bridge.state == "ready", timeout=30_000)
+        window.composer.set_text("hi")
+        QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=30_000)
+        assert [r for r in reading if r] == [(100, 300), (200, 300), (300, 300)]
         dispose(qtbot, window, store)
