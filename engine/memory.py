@@ -23,7 +23,7 @@ from engine.atomic import replacing
 from engine.conversation import ConversationCache
 from engine.errors import ChinwagError
 from engine.kv_cache import ContiguousAttentionKVCache
-from engine.paths import FILE_MODE, private_dir
+from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
 from engine.prompt import History
 from engine.types import MemoryReport
 
@@ -168,14 +168,13 @@ class ConversationCaches:
         """Drop a conversation's cache, and its saved file under every model (a deleted chat's
         text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
-        for path in self.save_dir.glob(f"*/{self._file_name(conv_id)}"):
-            path.unlink(missing_ok=True)
+        forget_saved_caches(conv_id, self.save_dir)
 
     # --- disk --------------------------------------------------------------
 
     @staticmethod
     def _file_name(conv_id: str) -> str:
-        return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+        return kv_file_name(conv_id)
 
     def _path(self, conv_id: str) -> Path:
         return self.save_dir / self.model_key / self._file_name(conv_id)

@@ -12,6 +12,7 @@ from engine.types import (
     BackgroundPrefill,
     EngineState,
     GenerationParams,
+    HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -45,6 +46,8 @@ class EngineAPI(Protocol):
     async def download_model(
         self, repo_id: str, /, progress: Progress = None, cancel: Optional[threading.Event] = None
     ) -> ModelInfo: ...
+
+    async def search_models(self, query: str, /) -> list[HubModel]: ...
 
     def chat(
         self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
