@@ -188,6 +188,9 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     qtbot.waitUntil(lambda: getattr(window.bridge.current_model, "id", "") == "loopback/default_model"
                     and window.bridge.state == "ready", timeout=30_000)
     assert window.model_menu.action_for("loopback/default_model").isChecked()
+    # The chat header's picker is the same menu: it shows and checks the server's model too.
+    assert window.model_picker.action_for("loopback/default_model").isChecked()
+    assert window.model_picker.text() == "default_model on loopback"
 
     for text in ("What is the capital of France?", "And of Germany?"):
         window.composer.set_text(text)
