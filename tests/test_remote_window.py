@@ -116,6 +116,7 @@ def test_a_servers_reasoning_block_and_prefill_progress_show_in_the_window(qtbot
         task = window.start_engine(f"{s.url}#reasoning")
         qtbot.waitUntil(task.done, timeout=60_000)
         assert window.bridge.current_model.name == f"reasoning on {s.url.removeprefix('http://').removesuffix('/v1')}"
+        assert window.chat_view.welcome.model_label.text().endswith(f"served by {s.url}.")
         for text in ("2+2?", "and 3+3?"):
             window.composer.set_text(text)
             QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
