@@ -55,8 +55,10 @@ class Welcome(QWidget):
         layout.addWidget(keys)
         self.set_model("")
 
-    def set_model(self, name: str, loading: bool = False):
-        if not name:
+    def set_model(self, name: str, loading: bool = False, server_url: str = ""):
+        if name and server_url and not loading:  # a model served elsewhere (engine/remote.py)
+            self.model_label.setText(f"You are chatting with {name}, served by {server_url}.")
+        elif not name:
             self.model_label.setText("No model is loaded yet.")
         elif loading:
             self.model_label.setText(f"Loading {name}… you can type now; your message is sent when it is ready.")

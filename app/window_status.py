@@ -70,7 +70,7 @@ class WindowStatus:
     def _update_welcome(self):
         model = self.bridge.current_model
         if model is not None:
-            self.chat_view.welcome.set_model(model.name or model.id)
+            self.chat_view.welcome.set_model(model.name or model.id, server_url=model.path if model.server else "")
         elif self._loading_spec and (self.bridge.state in ("starting", "loading") or self._startup):
             self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
         else:
