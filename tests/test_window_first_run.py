@@ -457,3 +457,7 @@ def test_empty_list_says_so_and_return_in_search_opens_the_first_result(qtbot, w
     QTest.keyClick(window.sidebar.search, Qt.Key.Key_Return)
     assert window.chat_view.message_widgets()[0].text() == "apples"
     assert window.focusWidget() is window.composer.editor
+
+
+def test_the_model_picker_sits_in_the_chat_header(window):
+    assert window.header.isAncestorOf(window.model_picker)
