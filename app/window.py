@@ -7,7 +7,6 @@ opened with open(), engine work runs as tasks kept by the EngineBridge.
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -89,8 +88,8 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         column.setSpacing(0)
         column.addWidget(self.header)
         column.addWidget(self.notices)
-        self.model_picker = ModelPicker()  # the chat header's model picker
-        column.addWidget(self.model_picker, 0, Qt.AlignmentFlag.AlignRight)
+        self.model_picker = ModelPicker()
+        self.header.add_widget(self.model_picker)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
         splitter = QSplitter()
