@@ -16,6 +16,7 @@ async def shoot_features(window, store, out_dir: Path, suffix: str = "") -> list
     from app.markdown_view import CodeBlock
 
     written = []
+    original = window.chat.conv_id  # shown again at the end, for the pictures taken after these
     # A highlighted code block: the last reply's first code block, with its message.
     reply = window.chat_view.message_widgets()[-1]
     code = next((w for w in reply.body.widgets() if isinstance(w, CodeBlock)), None)
@@ -48,4 +49,8 @@ async def shoot_features(window, store, out_dir: Path, suffix: str = "") -> list
     dialog.grab().save(str(path))
     written.append(path)
     dialog.reject()
+
+    store.delete_conversation(conv.id)
+    window.chat.refresh_list()
+    window.chat.open_conversation(original)
     return written

@@ -47,3 +47,7 @@ def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
     action.trigger()
     qtbot.waitUntil(lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000)
     window._download.reject()
+
+
+def test_picker_sits_in_the_chat_header(window):
+    assert window.model_picker.parent() is window.header
