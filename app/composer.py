@@ -1,11 +1,19 @@
 """Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+# Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
+DRAFT_PAUSE_MS = 300
 
 
 class _Editor(QPlainTextEdit):
     enterPressed = Signal()
+    pasted = Signal()
+
+    def insertFromMimeData(self, source):
+        super().insertFromMimeData(source)
+        self.pasted.emit()
 
     def keyPressEvent(self, event):
         key = event.key()
@@ -23,6 +31,7 @@ class Composer(QWidget):
     sendRequested = Signal(str)
     stopRequested = Signal()
     editCancelled = Signal()
+    draftPaused = Signal(str)  # the unsent text, when typing pauses or after a paste
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -55,6 +64,12 @@ class Composer(QWidget):
         self.editor.enterPressed.connect(self.submit)
         self.editor.textChanged.connect(self._update_buttons)
         self.editor.textChanged.connect(self._fit)
+        self._pause = QTimer(self)
+        self._pause.setSingleShot(True)
+        self._pause.setInterval(DRAFT_PAUSE_MS)
+        self._pause.timeout.connect(self._draft_paused)
+        self.editor.textChanged.connect(self._pause.start)
+        self.editor.pasted.connect(self._draft_paused)
         row.addWidget(self.editor, 1)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("sendButton")
@@ -89,11 +104,17 @@ class Composer(QWidget):
         self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
         self.editor.setFocus()
 
+    def _draft_paused(self):
+        self._pause.stop()
+        if self.text().strip():
+            self.draftPaused.emit(self.text())
+
     def submit(self):
         text = self.text()
         if not self._ready or self._generating or not text.strip():
             return
         self.editor.clear()
+        self._pause.stop()  # the text is sent, not a draft any more
         self.sendRequested.emit(text)
 
     def set_ready(self, ready: bool, reason: str = ""):

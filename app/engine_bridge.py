@@ -14,7 +14,8 @@ import threading
 from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
-from engine.types import TextDelta, TurnStats
+from engine.log import report_bug
+from engine.types import FinishReason, PrefillProgress, TextDelta, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ class EngineBridge(QObject):
     delta = Signal(object, str)  # conv_id, text
     turnFinished = Signal(object, object)  # conv_id, TurnStats
     turnFailed = Signal(object, str)  # conv_id, reason
+    prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
+    draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
@@ -73,7 +76,7 @@ class EngineBridge(QObject):
     def _task_done(self, task):
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("engine task failed", exc_info=task.exception())
+            report_bug(task.exception(), "an engine task")
 
     def pending(self) -> int:
         return len(self._tasks)
@@ -97,10 +100,7 @@ class EngineBridge(QObject):
             self.stateChanged.emit(state)
 
     def kv_bytes(self) -> int:
-        try:
-            return int(getattr(self.engine.state, "kv_bytes_total", 0) or 0)
-        except Exception:
-            return 0
+        return int(getattr(self.engine.state, "kv_bytes_total", 0) or 0)
 
     # --- start and models ----------------------------------------------
     def start(self, model_spec: str | None = None, fallback: str | None = None) -> asyncio.Task:
@@ -109,8 +109,8 @@ class EngineBridge(QObject):
     async def _start(self, spec, fallback):
         try:
             await self.engine.start()
-        except Exception as e:  # the engine could not start at all: say why
-            self.last_error = _reason(e)
+        except Exception as e:  # the engine could not start at all: say why (a bug is logged)
+            self.last_error = _reason(e, "starting the engine")
             self.startFailed.emit(self.last_error)
             self.state = "error"
             self.stateChanged.emit("error")
@@ -125,13 +125,14 @@ class EngineBridge(QObject):
                 await self._load(fallback)
 
     def refresh_models(self) -> asyncio.Task:
+        """List the models again (a server was added or removed); the task's result is the list."""
         return self.run(self._list_models())
 
     async def _list_models(self):
         try:
             models = await self.engine.list_models()
-        except Exception as e:
-            log.warning("listing models failed: %s", _reason(e))
+        except Exception as e:  # an empty menu, and the reason in the log
+            log.warning("listing models failed: %s", _reason(e, "listing models"))
             models = []
         self.modelsListed.emit(list(models))
         return models
@@ -144,8 +145,8 @@ class EngineBridge(QObject):
         self._set_state()
         try:
             info = await self.engine.load_model(spec, progress=self.loadProgress.emit)
-        except Exception as e:
-            self.last_error = _reason(e)
+        except Exception as e:  # one line for the user; a bug's traceback goes to the log
+            self.last_error = _reason(e, "loading a model")
             self.loadFailed.emit(str(spec), self.last_error)
             return False
         finally:
@@ -177,8 +178,8 @@ class EngineBridge(QObject):
             kwargs["progress"] = lambda p: self.taskProgress.emit(kind, p)
         try:
             info = await method(arg, **kwargs)
-        except Exception as e:
-            self.taskFailed.emit(kind, _reason(e))
+        except Exception as e:  # one line for the user; a bug's traceback goes to the log
+            self.taskFailed.emit(kind, _reason(e, f"the model {kind}"))
             return None
         self.taskFinished.emit(kind, info)
         await self._list_models()
@@ -197,15 +198,17 @@ class EngineBridge(QObject):
                 if isinstance(event, TextDelta):
                     if event.text:
                         self.delta.emit(conv_id, event.text)
+                elif isinstance(event, PrefillProgress):
+                    self.prefillProgress.emit(conv_id, event)
                 elif isinstance(event, TurnStats):
                     stats = event
         except asyncio.CancelledError:
-            self.turnFailed.emit(conv_id, "cancelled")
+            self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
             raise
-        except Exception as e:
+        except Exception as e:  # one line for the user; a bug's traceback goes to the log
             self._generating.discard(conv_id)
             self._set_state()
-            self.turnFailed.emit(conv_id, _reason(e))
+            self.turnFailed.emit(conv_id, _reason(e, "a reply"))
             return
         self._generating.discard(conv_id)
         self._set_state()
@@ -213,6 +216,21 @@ class EngineBridge(QObject):
             self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
         else:
             self.turnFinished.emit(conv_id, stats)
+
+    def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
+        """Read an unsent draft ahead in the background; only when idle with a model loaded."""
+        if self.state != "ready" or self._generating or self.current_model is None:
+            return None
+        return self.run(self._prefill(conv_id, messages, params))
+
+    async def _prefill(self, conv_id, messages, params):
+        try:
+            result = await self.engine.prefill(conv_id, messages, params)
+        except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
+            log.warning("prefill %s: %s", conv_id, e)
+            return None
+        self.draftPrefilled.emit(conv_id, result)
+        return result
 
     def stop(self, conv_id=None):
         if self._engine is not None:
@@ -225,8 +243,8 @@ class EngineBridge(QObject):
     async def _forget(self, conv_id):
         try:
             await self.engine.forget(conv_id)
-        except Exception as e:
-            log.warning("forget %s: %s", conv_id, _reason(e))
+        except Exception as e:  # deleting the chat went on; the cache's trouble goes to the log
+            log.warning("forget %s: %s", conv_id, _reason(e, "forgetting a chat's cache"))
 
     # --- shutdown -------------------------------------------------------
     async def aclose(self, timeout: float = 10.0):
@@ -234,22 +252,21 @@ class EngineBridge(QObject):
         if self._engine is None:
             return
         self.cancel_download()
-        try:
-            self._engine.stop(None)
-        except Exception:
-            pass
+        self._engine.stop(None)
         pending = [t for t in self._tasks if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=min(timeout, 5.0))
         try:
             await asyncio.wait_for(self._engine.close(), timeout)
-        except Exception as e:
-            log.warning("closing the engine: %s", _reason(e))
+        except asyncio.TimeoutError:
+            log.warning("closing the engine: still busy after %s s", timeout)
         for task in list(self._tasks):
             task.cancel()
 
 
-def _reason(e: BaseException) -> str:
+def _reason(e: BaseException, where: str) -> str:
+    """The user's one line: a ChinwagError's text, or for a bug (logged with its traceback)
+    a line saying so and where the log is."""
     if isinstance(e, ChinwagError):
         return str(e)
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return report_bug(e, where)

@@ -2,28 +2,31 @@
 
 Markdown → HTML lives in app/markdown_html.py and the Qt pdf writer in app/export_pdf.py,
 imported only for a pdf so that the CLI and tests of the other formats stay light.
-Every file is written atomically: a temp file in the same folder, then os.replace.
+Every file is written atomically (engine/atomic.py); a FIFO, device or folder target is refused.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app.settings_check import settings_problems
 from app.store import STATUSES, Conversation, Message
+from engine.atomic import writable_target, write_atomic
 from engine.errors import ChinwagError
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
+MAX_IMPORT_BYTES = 512 << 20
+MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
+MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
 
 def export_conversation(conv: Conversation, fmt: str, path) -> Path:
@@ -34,13 +37,13 @@ def export_conversation(conv: Conversation, fmt: str, path) -> Path:
     if fmt not in FORMATS:
         raise ChinwagError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
     path = Path(path).expanduser()
-    _check_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
+    writable_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
     if fmt == "pdf":
         data = _pdf_bytes(conv)
     else:
         text = {"md": to_markdown, "json": to_json, "html": to_html, "txt": to_text}[fmt](conv)
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
-    _write_atomic(path, data)
+    write_atomic(path, data)
     return path
 
 
@@ -192,6 +195,9 @@ def import_conversation(store, path) -> Conversation:
     """
     path = Path(path).expanduser()
     try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
+                               "larger than any conversation export")
         raw = path.read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
@@ -203,6 +209,8 @@ def import_conversation(store, path) -> Conversation:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ChinwagError(f"cannot import {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    except RecursionError as e:
+        raise ChinwagError(f"cannot import {path}: its JSON is nested too deeply to be a conversation export") from e
     try:
         conv = _conversation_from_json(data)
     except ValueError as e:
@@ -230,6 +238,9 @@ def _conversation_from_json(data) -> Conversation:
         model_id=_field(c, "model_id", str, "conversation", default=""),
         settings=_field(c, "settings", dict, "conversation", default={}),
     )
+    problems = settings_problems(conv.settings)
+    if problems:
+        raise ValueError("conversation." + "; ".join(problems[:3]))
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise ValueError('"messages" is missing or not a list')
@@ -243,9 +254,12 @@ def _conversation_from_json(data) -> Conversation:
         stats = m.get("stats")
         if stats is not None and not isinstance(stats, dict):
             raise ValueError(f"{where}.stats is not an object")
+        role = _field(m, "role", str, where)
+        if role not in ROLE_NAMES:
+            raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
         conv.messages.append(Message(
             id=0, conversation_id="", position=i,
-            role=_field(m, "role", str, where),
+            role=role,
             content=_field(m, "content", str, where),
             status=status,
             created_at=_number(m, "created_at", where, now),
@@ -276,68 +290,29 @@ def _number(obj: dict, key: str, where: str, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{where}.{key} is not a finite number")
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise ValueError(f"{where}.{key} {value!r:.40} is not a time between 1970 and 9999")
     return value
 
 
 def _check_text(value):
-    """JSON may spell lone surrogates (\\ud800) that no UTF-8 database can store."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"text contains an invalid character (lone surrogate) near {value[max(0, e.start - 20):e.start]!r}")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_text(k)
-            _check_text(v)
-    elif isinstance(value, list):
-        for v in value:
-            _check_text(v)
-
-
-# -- writing files -------------------------------------------------------------
-
-
-def _check_target(path: Path):
-    if path.is_dir():
-        raise ChinwagError(f"cannot write {path}: it is a folder")
-    if not path.parent.is_dir():
-        raise ChinwagError(f"cannot write {path}: folder {path.parent} does not exist")
-
-
-def _write_atomic(path: Path, data: bytes):
-    """Write data to path via a temp file in the same folder; never leaves a partial file."""
-    _check_target(path)
-    try:
-        # Short prefix: the temp name must fit even when path's own name is near the limit.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.", suffix=".part")
-    except OSError as e:
-        raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode(path))
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
-        raise
-
-
-def _file_mode(path: Path) -> int:
-    """Keep an overwritten file's mode; new files get the usual umask mode, not mkstemp's 0600."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+    """JSON may spell lone surrogates (\\ud800) that no UTF-8 database can store; and nothing
+    in an export is nested deeper than MAX_DEPTH, so reading it back from the store is safe."""
+    stack = [(value, 0)]  # a loop, not recursion
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"it is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                near = value[max(0, e.start - 20):e.start]
+                raise ValueError(f"text contains an invalid character (lone surrogate) near {near!r}") from e
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in (*value.keys(), *value.values()))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 # -- small helpers -------------------------------------------------------------

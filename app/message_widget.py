@@ -5,7 +5,6 @@ message, and a finished message is frozen (its text is not re-rendered again).
 """
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
 
 from app.markdown_view import MarkdownView, ProseView
@@ -40,6 +39,9 @@ def format_stats(stats) -> str:
     parts.append(f"{tps:.1f} tok/s")
     ttft = get("ttft_s", 0) or 0
     parts.append(f"first token {ttft:.2f} s")
+    reused = get("reused_tokens", 0) or 0
+    if reused:  # from the KV cache, or what a server reported from its prefix cache
+        parts.append(f"{reused:,} prompt tokens reused")
     dropped = get("dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
@@ -62,6 +64,7 @@ def format_speculation(stats) -> str:
 
 
 class MessageWidget(QFrame):
+    live_note = ""  # set_live_note
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
@@ -153,7 +156,7 @@ class MessageWidget(QFrame):
         parts = []
         note = STATUS_NOTES.get(self.status, "")
         if self.status == "streaming" and self.role == "assistant":
-            note = "Writing…"
+            note = self.live_note or "Writing…"
         if note:
             parts.append(note + (f": {error}" if error else ""))
         elif error:
@@ -163,8 +166,10 @@ class MessageWidget(QFrame):
         self.stats_label.setText(" — ".join(parts))
         self.stats_label.setVisible(bool(parts))
 
+    def set_live_note(self, text: str):
+        """What a streaming reply says before its text ("Reading your message… 43%"); "" is "Writing…"."""
+        self.live_note = text
+        self._refresh_footer()
+
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")
-
-    def copy_to_clipboard(self):
-        QGuiApplication.clipboard().setText(self._text)

@@ -35,6 +35,7 @@ class ModelMenu(QMenu):
     addFolderRequested = Signal()
     downloadRequested = Signal()
     showFolderRequested = Signal()
+    connectServerRequested = Signal()
 
     def __init__(self, parent=None):
         super().__init__("&Model", parent)
@@ -63,10 +64,11 @@ class ModelMenu(QMenu):
     def _rebuild(self):
         self.clear()
         self.model_actions = []
-        if not self._models:
+        local = [m for m in self._models if m.source != "server"]
+        if not local:
             empty = self.addAction("No models found yet")
             empty.setEnabled(False)
-        for info in self._models:
+        for info in local:
             action = self.addAction(describe(info))
             action.setCheckable(True)
             action.setChecked(info.id == self._current)
@@ -79,12 +81,30 @@ class ModelMenu(QMenu):
             action.setToolTip(tip)
             action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
             self.model_actions.append(action)
+        self._add_server_models([m for m in self._models if m.source == "server"])
         self.addSeparator()
+        self.addAction("Connect to Server…", self.connectServerRequested.emit)
         self.addAction("Import GGUF…", self.importGgufRequested.emit)
         self.addAction("Add Model Folder…", self.addFolderRequested.emit)
         self.addAction("Download from Hugging Face…", self.downloadRequested.emit)
         self.addSeparator()
         self.addAction("Show Models Folder", self.showFolderRequested.emit)
+
+    def _add_server_models(self, infos):
+        """Each server's models under its name; an unreachable server says why."""
+        for server in dict.fromkeys(m.server for m in infos):
+            self.addSection(server)
+            for info in (m for m in infos if m.server == server):
+                usable = info.status != "unusable"
+                model = info.id.split("/", 1)[1] if "/" in info.id else info.name
+                action = self.addAction(model if usable else "Not reachable")
+                action.setCheckable(usable)
+                action.setChecked(info.id == self._current)
+                action.setData(info.id)
+                action.setEnabled(usable and not self._busy)
+                action.setToolTip(f"{info.path}\n{info.reason}" if info.reason else info.path)
+                action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
+                self.model_actions.append(action)
 
     def _choose(self, model_id):
         # Keep the check on the loaded model until the new one has actually loaded.

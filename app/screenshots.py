@@ -12,6 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.types import EngineStatus, FinishReason, ModelStatus
+
 SAMPLE_REPLY = """<think>The user wants to reverse a list. Mention slicing and reversed().</think>
 
 ## Reversing a list
@@ -37,7 +39,7 @@ See the [Python tutorial](https://docs.python.org/3/tutorial/datastructures.html
 SAMPLE_STATS = {
     "prompt_tokens": 38, "reused_tokens": 0, "prefilled_tokens": 38, "generated_tokens": 164,
     "ttft_s": 0.09, "decode_tps": 182.4, "prefill_tps": 910.0, "kv_capacity": 512, "kv_offset": 202,
-    "kv_bytes": 4_194_304, "context_limit": 8192, "finish_reason": "stop",
+    "kv_bytes": 4_194_304, "context_limit": 8192, "finish_reason": FinishReason.STOP,
 }
 
 
@@ -52,7 +54,7 @@ class _ShowcaseEngine:
         models += [
             ModelInfo("mlx-community/Qwen3-4B-4bit", "Qwen3-4B-4bit", "", "qwen3", 2_260_000_000, "4-bit",
                       40960, source="hf-cache"),
-            ModelInfo("old-model", "broken-model", "", status="unusable",
+            ModelInfo("old-model", "broken-model", "", status=ModelStatus.UNUSABLE,
                       reason="config.json is missing", source="folder"),
         ]
         self.models = models
@@ -62,7 +64,7 @@ class _ShowcaseEngine:
     def state(self):
         from engine.types import EngineState
 
-        return EngineState("ready", self.current_model, kv_bytes_total=4_194_304)
+        return EngineState(EngineStatus.READY, self.current_model, kv_bytes_total=4_194_304)
 
     async def start(self):
         pass

@@ -1,8 +1,10 @@
 """Generation settings: per conversation (overrides) and Preferences (the defaults).
 
-Defaults come from resources/default_settings.json, overlaid by what the user saved in
-Preferences (store state "default_settings"). A conversation stores only the keys that
-differ from the defaults, so changing a default reaches every chat that did not override it.
+Defaults come from GenerationParams (the sampling keys) and resources/default_settings.json
+(the rest), overlaid by what the user saved in Preferences (store state "default_settings").
+A conversation stores only the keys that differ from the defaults, so changing a default
+reaches every chat that did not override it. None means "off" for optional keys (seed,
+context cap).
 """
 
 import json
@@ -23,32 +25,40 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine.types import DEFAULT_MAX_TOKENS, GenerationParams, speculative_default
+from app.settings_check import valid_settings
+from engine.errors import ChinwagError
+from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
 
 DEFAULTS_KEY = "default_settings"
-KEYS = ("system_prompt", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "context_cap",
-        "speculative", "draft_model")
+SPECS = {spec.name: spec for spec in param_specs()}
+# Read the message while it is typed (engine.prefill); its default is in default_settings.json.
+PREFILL_KEY = "prefill_while_typing"
+KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
+# How the dialog shows a field's lowest value ("off"), and its step; UI only.
+SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
+STEPS = {"min_p": 0.01}
 
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
-    # The engine's per-backend default: on where the benchmark measured a gain.
-    return {"speculative": speculative_default(), "draft_model": "", **json.loads(text)}
+    # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
+    return {"speculative": None, "draft_model": "", **json.loads(text),
+            **{name: spec.default for name, spec in SPECS.items()}}
 
 
 def load_defaults(store) -> dict:
     defaults = builtin_defaults()
     try:
         saved = store.get_state(DEFAULTS_KEY, {}) or {}
-    except Exception:
+    except ChinwagError:  # the database cannot be read now: the built-in defaults still work
         saved = {}
-    defaults.update({k: v for k, v in saved.items() if k in KEYS})
+    defaults.update({k: v for k, v in valid_settings(saved).items() if k in KEYS})
     return defaults
 
 
 def effective(conv_settings: dict | None, defaults: dict) -> dict:
     values = dict(defaults)
-    values.update({k: v for k, v in (conv_settings or {}).items() if k in KEYS and v is not None})
+    values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
     return values
 
 
@@ -57,19 +67,22 @@ def overrides(values: dict, defaults: dict) -> dict:
     return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
 
 
+def _setting(spec: ParamSpec, values: dict):
+    value = values.get(spec.name, spec.default)
+    if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
+        return None
+    return spec.convert(value)
+
+
 def params_from_settings(values: dict) -> GenerationParams:
-    cap = int(values.get("context_cap") or 0)
-    return GenerationParams(
-        temperature=float(values.get("temperature", 0.7)),
-        top_p=float(values.get("top_p", 1.0)),
-        top_k=int(values.get("top_k", 0)),
-        min_p=float(values.get("min_p", 0.0)),
-        repetition_penalty=float(values.get("repetition_penalty", 1.0)),
-        max_tokens=int(values.get("max_tokens") or DEFAULT_MAX_TOKENS),
-        context_cap=cap if cap > 0 else None,
-        speculative=None if values.get("speculative") is None else bool(values["speculative"]),
-        draft_model=str(values.get("draft_model") or "").strip(),
-    )
+    """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
+    try:
+        numbers = {name: _setting(spec, values) for name, spec in SPECS.items()}
+    except ChinwagError as e:
+        raise ChinwagError(f"chat settings: {e}") from e
+    speculative = values.get("speculative")
+    return GenerationParams(**numbers, speculative=None if speculative is None else bool(speculative),
+                            draft_model=str(values.get("draft_model") or "").strip())
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
@@ -78,25 +91,28 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     if system_prompt.strip():
         out.append({"role": "system", "content": system_prompt})
     for m in messages:
-        if m.role == "system" or m.status == "failed" or (m.role == "assistant" and not m.content):
+        if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
             continue
         out.append({"role": m.role, "content": m.content})
     return out
 
 
-def _double(lo, hi, step, decimals=2):
-    box = QDoubleSpinBox()
-    box.setRange(lo, hi)
-    box.setSingleStep(step)
-    box.setDecimals(decimals)
-    return box
-
-
-def _int(lo, hi, special=""):
-    box = QSpinBox()
-    box.setRange(lo, hi)
+def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
+    """A spin box over the field's range; an optional field's "off" sits one step below it."""
+    box: QSpinBox | QDoubleSpinBox
+    if spec.kind is float:
+        box = QDoubleSpinBox()
+        box.setDecimals(2)
+        step = STEPS.get(spec.name, 0.05)
+        box.setSingleStep(step)
+        box.setRange(spec.lo - (step if spec.optional else 0), spec.hi)
+    else:
+        box = QSpinBox()
+        box.setRange(int(spec.lo) - (1 if spec.optional else 0), int(spec.hi))
+    special = SPECIAL_TEXT.get(spec.name, "default" if spec.optional else "")
     if special:
         box.setSpecialValueText(special)
+    box.setToolTip(spec.help)
     return box
 
 
@@ -118,23 +134,14 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
         self.system_prompt.setMinimumHeight(80)
-        self.fields = {
-            "temperature": _double(0.0, 2.0, 0.05),
-            "top_p": _double(0.0, 1.0, 0.05),
-            "top_k": _int(0, 1000, "off"),
-            "min_p": _double(0.0, 1.0, 0.01),
-            "repetition_penalty": _double(0.5, 2.0, 0.05),
-            "max_tokens": _int(1, 131072),
-            "context_cap": _int(0, 1 << 20, "model's limit"),
-        }
+        self.fields = {name: _box(spec) for name, spec in SPECS.items()}
         form.addRow("System prompt", self.system_prompt)
-        labels = {
-            "temperature": "Temperature", "top_p": "Top p", "top_k": "Top k", "min_p": "Min p",
-            "repetition_penalty": "Repetition penalty", "max_tokens": "Max tokens", "context_cap": "Context cap",
-        }
         for key, box in self.fields.items():
             box.setObjectName(key)
-            form.addRow(labels[key], box)
+            form.addRow(key.replace("_", " ").capitalize(), box)
+        self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
+        self.prefill_box.setObjectName(PREFILL_KEY)
+        form.addRow("", self.prefill_box)
         self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
         self.speculative.setObjectName("speculative")
         self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
@@ -159,15 +166,28 @@ class SettingsDialog(QDialog):
     def set_values(self, values: dict):
         self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))
         for key, box in self.fields.items():
-            value = values.get(key, self._defaults.get(key, 0)) or 0
-            box.setValue(float(value) if isinstance(box, QDoubleSpinBox) else int(value))
-        self.speculative.setChecked(bool(values.get("speculative", self._defaults.get("speculative", False))))
+            spec = SPECS[key]
+            try:
+                value = _setting(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
+            except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
+                value = spec.default
+            box.setValue(box.minimum() if value is None else value)
+        self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
+        chosen = values.get("speculative", self._defaults.get("speculative"))
+        self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))
         self.draft_model.setText(str(values.get("draft_model") or ""))
 
     def values(self) -> dict:
-        out = {"system_prompt": self.system_prompt.toPlainText()}
+        out: dict = {"system_prompt": self.system_prompt.toPlainText()}
         for key, box in self.fields.items():
-            out[key] = round(box.value(), 4) if isinstance(box, QDoubleSpinBox) else int(box.value())
-        out["speculative"] = self.speculative.isChecked()
+            value = box.value()
+            if SPECS[key].optional and value == box.minimum():
+                out[key] = None
+            else:
+                out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
+        out[PREFILL_KEY] = self.prefill_box.isChecked()
+        # The backend's default is stored as None, so it follows the default if that changes.
+        checked = self.speculative.isChecked()
+        out["speculative"] = None if checked == speculative_default() else checked
         out["draft_model"] = self.draft_model.text().strip()
         return out

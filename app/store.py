@@ -18,16 +18,36 @@ import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
+from app.store_open import (
+    APPLICATION_ID,
+    WriterLock,
+    connect_read_only,
+    create_private,
+    inspect,
+    recovery_path,
+    user_error,
+    writable,
+)
 from engine import paths
 from engine.errors import ChinwagError
 
+
+class MessageStatus(StrEnum):
+    """A message's state; the values are what the database and JSON exports hold."""
+
+    COMPLETE = "complete"
+    STREAMING = "streaming"  # a reply being written (saved as it grows)
+    STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
+    FAILED = "failed"  # a reply that ended in an error
+
+
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
-STATUSES = ("complete", "streaming", "stopped", "failed")
-APPLICATION_ID = 0x43687767  # "Chwg": marks the file as ours
+STATUSES = tuple(MessageStatus)
 
 # Each entry upgrades the schema by one version; user_version = len(applied).
 MIGRATIONS = [
@@ -60,6 +80,8 @@ MIGRATIONS = [
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+BUSY_TIMEOUT_MS = 5000  # sqlite3.connect(timeout=5)
+SCRUB_WAIT_MS = 200
 
 
 class NotFoundError(ChinwagError):
@@ -73,7 +95,7 @@ class Message:
     position: int
     role: str
     content: str
-    status: str = "complete"
+    status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
     stats: Optional[dict] = None
@@ -116,14 +138,18 @@ def title_from_message(text: str) -> str:
 
 
 def _db_errors(method):
-    """Turn sqlite failures (locked, disk full, I/O) into one-line ChinwagErrors."""
+    """Turn sqlite environment failures (locked, disk full, I/O, read-only) into one-line
+    ChinwagErrors; a programming error (ProgrammingError, a bad statement) stays a bug."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as e:
-            raise ChinwagError(f"conversation database {self.path}: {e}") from e
+            error = user_error(e, self.path)
+            if error is e:
+                raise
+            raise error from e
 
     return wrapper
 
@@ -158,57 +184,73 @@ def _snippet(text: str, needle: str, width: int = 80) -> str:
 
 
 class Store:
-    """All of Chinwag's conversations. See docs/ARCHITECTURE.md for the contract."""
+    """All of Chinwag's conversations. See docs/ARCHITECTURE.md for the contract.
 
-    def __init__(self, path=None):
-        self.requested_path = Path(path) if path else paths.data_dir() / "chinwag.db"
+    read_only: for commands that only read (list, export): never writes, never waits on
+    another process's write lock, and works on a database it may not write.
+    """
+
+    def __init__(self, path=None, read_only=False):
+        self.requested_path = Path(path) if path else paths.data_dir_path() / "chinwag.db"
         self.path = self.requested_path  # the file in use (a recovered one if unreadable)
         self.read_only = False
         self.notice = ""  # why the store is read-only or not the usual file; "" if normal
         self._last_now = 0.0
-        self._conn = self._open()
+        self._writer: Optional[WriterLock] = None
+        self._scrub_pending = False
+        self._conn: sqlite3.Connection | None = self._open(read_only)
 
     # -- opening ---------------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
-        try:
-            self.requested_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}")
-        problem, version = _inspect(self.requested_path)
+    def _open(self, want_read_only: bool) -> sqlite3.Connection:
+        folder = self.requested_path.parent
+        if folder == paths.data_dir_path():
+            paths.data_dir()  # created private (0700), or a one-line error
+        else:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ChinwagError(f"cannot create the folder for {self.requested_path}: {e.strerror or e}") from e
+        problem, version = inspect(self.requested_path)
         if problem is None and version > SCHEMA_VERSION:
-            self.read_only = True
             self.notice = (
                 f"conversations are read-only: {self.requested_path} was written by a newer version "
                 f"of Chinwag (schema {version}; this one knows {SCHEMA_VERSION}), so nothing in it is changed"
             )
-            return self._connect_read_only()
+            return self._read_only(self.requested_path)
         if problem is not None:
-            self.path = self._recovery_path()
+            self.path = recovery_path(self.requested_path, SCHEMA_VERSION)
             self.notice = (
                 f"could not read {self.requested_path} ({problem}); it was left untouched "
                 f"and conversations are saved to {self.path.name} beside it"
             )
+        if want_read_only:
+            return self._read_only(self.path)
+        if not writable(self.path):
+            self.notice = f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
+            return self._read_only(self.path)
         try:
             return self._connect_writable()
         except sqlite3.Error as e:
             raise ChinwagError(f"cannot open conversation database {self.path}: {e}") from e
 
-    def _recovery_path(self) -> Path:
-        """Reuse the newest healthy recovered file beside the original, else name a new one."""
-        folder, stem = self.requested_path.parent, self.requested_path.stem
-        for old in sorted(folder.glob(f"{stem}-recovered-*.db"), key=_mtime, reverse=True):
-            problem, version = _inspect(old)
-            if problem is None and version <= SCHEMA_VERSION:
-                return old
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        candidate, n = folder / f"{stem}-recovered-{stamp}.db", 1
-        while candidate.exists():
-            n += 1
-            candidate = folder / f"{stem}-recovered-{stamp}-{n}.db"
-        return candidate
+    def _read_only(self, path: Path) -> sqlite3.Connection:
+        self.read_only = True
+        if not path.exists() or path.stat().st_size == 0:
+            # Nothing saved yet: an empty in-memory store, so listing says "none" and writes nothing.
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            self._migrate(conn)
+            conn.execute("PRAGMA query_only=ON")
+        else:
+            try:
+                conn = connect_read_only(path)
+            except sqlite3.Error as e:
+                raise ChinwagError(f"cannot read conversation database {path}: {e}") from e
+        self._register(conn)
+        return conn
 
     def _connect_writable(self) -> sqlite3.Connection:
+        created = create_private(self.path)  # 0600: chats are the user's alone
         conn = sqlite3.connect(self.path, timeout=5, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -219,23 +261,21 @@ class Store:
             conn.execute("PRAGMA temp_store=MEMORY")  # no sort spill files with message text
             self._register(conn)
             self._migrate(conn)
-            # Whatever was streaming when the app died is no longer streaming.
-            conn.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
+            create_private(self.path)  # the WAL and SHM the pragmas made
+            self._writer = WriterLock(self.path)
+            if self._writer.alone:
+                # Whatever was streaming when its (now gone) writer died is no longer streaming.
+                if conn.execute("SELECT 1 FROM messages WHERE status='streaming' LIMIT 1").fetchone():
+                    conn.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
+                self._writer.share()
         except BaseException:
             conn.close()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            if created and self.path.stat().st_size == 0:
+                self.path.unlink(missing_ok=True)  # never leave an empty file named in an error
             raise
-        return conn
-
-    def _connect_read_only(self) -> sqlite3.Connection:
-        uri = self.requested_path.resolve().as_uri()
-        try:
-            conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=5, isolation_level=None)
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error:
-            # e.g. a WAL file in a folder we cannot write: read the file as it is.
-            conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
-        conn.execute("PRAGMA query_only=ON")
-        self._register(conn)
         return conn
 
     @staticmethod
@@ -253,8 +293,13 @@ class Store:
 
     def close(self):
         if self._conn is not None:
+            if self._scrub_pending:
+                self._try_scrub()
             self._conn.close()
             self._conn = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def __enter__(self):
         return self
@@ -272,8 +317,12 @@ class Store:
     def _write(self):
         """A write transaction; refused on a read-only store."""
         if self.read_only:
-            raise ChinwagError(f"cannot save changes: {self.notice}")
-        return _Transaction(self._db())
+            raise ChinwagError(f"cannot save changes: {self.notice or 'conversations were opened read-only'}")
+        return _Transaction(self._db(), self._after_commit)
+
+    def _after_commit(self):
+        if self._scrub_pending:
+            self._try_scrub()
 
     def _now(self) -> float:
         # Strictly increasing, so "newest activity first" is stable even on coarse clocks.
@@ -402,8 +451,21 @@ class Store:
 
     def _scrub(self):
         # Older copies of the deleted pages live in the WAL until a checkpoint; TRUNCATE
-        # copies the zeroed pages into the database and empties the WAL file.
-        self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        # copies the zeroed pages into the database and empties the WAL file. Another
+        # process reading blocks it: then it is tried again after each write and on close.
+        self._scrub_pending = True
+        self._try_scrub()
+
+    def _try_scrub(self):
+        db = self._db()
+        db.execute(f"PRAGMA busy_timeout={SCRUB_WAIT_MS}")  # wait briefly for readers, never freeze
+        try:
+            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError:
+            busy = 1
+        finally:
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._scrub_pending = bool(busy)
 
     @_db_errors
     def insert_conversation(self, conv: Conversation) -> Conversation:
@@ -432,7 +494,7 @@ class Store:
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status="complete", model_id="", stats=None) -> Message:
+    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None) -> Message:
         """Append a message, committed at once. The first user message titles a "New chat"."""
         _check_status(status)
         content, stats = _clean(content), _stats(stats)
@@ -518,8 +580,9 @@ class Store:
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, after_commit=None):
         self.conn = conn
+        self.after_commit = after_commit
 
     def __enter__(self):
         self.conn.execute("BEGIN IMMEDIATE")
@@ -528,49 +591,11 @@ class _Transaction:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.conn.execute("COMMIT")
+            if self.after_commit is not None:
+                self.after_commit()
         elif self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
         return False
-
-
-def _inspect(path: Path):
-    """(problem, user_version): problem is None for a usable (or absent/empty) file."""
-    try:
-        if path.is_dir():
-            return "it is a folder", 0
-        if not path.exists() or path.stat().st_size == 0:
-            return None, 0
-        with open(path, "rb") as f:
-            header = f.read(100)
-    except OSError as e:
-        return e.strerror or str(e), 0
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        return "not an SQLite database", 0
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error as e:
-        return str(e), 0
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
-    except sqlite3.DatabaseError as e:
-        return f"corrupt: {e}", 0
-    finally:
-        conn.close()
-    if check != "ok":
-        return "corrupt: " + " ".join(check.replace("*** in database main ***", "").split())[:160], version
-    if tables and app_id != APPLICATION_ID:
-        return "not a Chinwag database", version
-    return None, version
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _like_escape(text: str) -> str:

@@ -34,10 +34,10 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=cmd_import)
 
 
-def _open_store():
+def _open_store(read_only: bool = False):
     from app.store import Store
 
-    store = Store()
+    store = Store(read_only=read_only)
     if store.notice:
         print(f"chinwag: note: {store.notice}", file=sys.stderr)
     return store
@@ -50,7 +50,7 @@ def _fail(error: Exception) -> int:
 
 def cmd_conversations(args) -> int:
     try:
-        store = _open_store()
+        store = _open_store(read_only=True)
         try:
             rows = store.list_conversations(search=args.search)
         finally:
@@ -85,7 +85,7 @@ def cmd_export(args) -> int:
     try:
         from app.export import export_conversation
 
-        store = _open_store()
+        store = _open_store(read_only=True)
         try:
             conv = store.get_conversation(store.resolve_conversation_id(args.id))
         finally:
@@ -121,7 +121,10 @@ def _short_ids(ids: list[str], minimum: int = 8) -> list[str]:
 
 
 def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    except (OverflowError, OSError, ValueError, TypeError):  # a stored time out of the calendar
+        return "-"
 
 
 def _char_width(ch: str) -> int:

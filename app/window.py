@@ -17,13 +17,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_controller import ChatController
+from app.chat_controller import ChatController, reading_text
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.engine_bridge import EngineBridge
 from app.message_widget import format_bytes
 from app.model_menu import ModelMenu
 from app.notices import NoticeArea
+from app.server_dialog import open_server_dialog
 from app.window_dialogs import WindowDialogs
 from engine.errors import ChinwagError
 
@@ -48,7 +49,7 @@ def starter_id() -> str:
         from engine.registry import STARTER_ID as sid
 
         return sid
-    except Exception:
+    except ImportError:  # the engine package is incomplete: the built-in name still works
         return STARTER_ID
 
 
@@ -96,6 +97,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.chat.generatingChanged.connect(self._on_generating)
         self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
+        self.chat.readingProgress.connect(self._show_reading)
 
         self._build_status_bar()
         self._build_menus()
@@ -184,6 +186,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
         self.model_menu.downloadRequested.connect(self.download_dialog)
         self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
     def _connect_bridge(self):
         b = self.bridge
@@ -298,6 +301,15 @@ class MainWindow(WindowDialogs, QMainWindow):
         if get and not kv:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
+
+    def _show_reading(self, progress):
+        """While a prompt is read: its progress, and the context it will fill, in the status bar."""
+        if progress is None:
+            self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+            return
+        self.state_label.setText(reading_text(progress))
+        if progress.context_limit:
+            self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
 
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)

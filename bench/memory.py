@@ -103,7 +103,7 @@ def part_b(reps: int) -> list:
     folder = tempfile.mkdtemp(prefix="chinwag-bench-kv-")
     for n in STARTER_SIZES:
         saves, restores, engine_restores = [], [], []
-        for rep in range(reps):
+        for _rep in range(reps):
             caches = ConversationCaches(budget_bytes=0, save_dir=folder)
             caches.set_model("bench-starter-shape")
             layers = []

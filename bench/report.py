@@ -813,6 +813,62 @@ def plot_speculative(d, path):
     plt.close(fig)
 
 
+# --- figure 8: models served elsewhere (bench/remote.py) ----------------------------------
+
+
+def plot_remote(d, path):
+    plt = _plt()
+    rows = d["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for k, label, style, color in (
+            ("careless", "server, history re-rendered each turn (careless client)", "s--", COLORS["reprefill"]),
+            ("identical", "server, history byte-identical (Chinwag)", "o-", COLORS["chinwag"]),
+            ("local", "Chinwag's local engine", "^-", COLORS["proposed"])):
+        rs = rows[k]
+        ax.plot([r["turn"] for r in rs], [r["ttft_s"] for r in rs], style, color=color, label=label)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title(f"{len(rows['identical'])}-turn chat through mlx_lm.server on loopback")
+    ax.legend(fontsize=8)
+# --- 7. Long chats past the window (bench/longchat.py) --------------------------------------
+
+
+def plot_longchat(d, path):
+    plt = _plt()
+    chat = d.get("chat")
+    fig, axes = plt.subplots(1, 3 if chat else 2, figsize=(14 if chat else 10, 4))
+    ax = axes[0]
+    for lw, pol in d["policy"].items():
+        rows = pol["rows"]
+        ax.plot([r["turn"] for r in rows], [r["prefilled"] for r in rows], lw=1,
+                label=f"low-water {float(lw):.2f}" + (" (exact fit, before)" if float(lw) == 1.0 else ""))
+    ax.set_yscale("log")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("prefilled tokens (log)")
+    ax.set_title(f"policy alone: {d['params']['policy_turns']} turns, cap {d['params']['policy_cap']}")
+    ax.legend(fontsize=7)
+    if chat:
+        names = {"chinwag": "Chinwag (default low-water)", "exact_fit": "exact fit (before)",
+                 "mlx_lm": "mlx-lm RotatingKVCache"}
+        colors = {"chinwag": COLORS["chinwag"], "exact_fit": COLORS["reprefill"], "mlx_lm": COLORS["mlx_lm"]}
+        ax = axes[1]
+        for side, rows in chat.items():
+            ax.plot([r["turn"] for r in rows], [r["ttft_s"] for r in rows], lw=1, color=colors[side], label=names[side])
+        ax.set_xlabel("turn")
+        ax.set_ylabel("time to first token, s")
+        ax.set_title(f"starter model: {d['params']['turns']} turns, cap {d['params']['cap']}")
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    r = d["restart"]
+    ax.bar([0, 1], [r["saved_ttft_s"], r["none_ttft_s"]], color=[COLORS["chinwag"], COLORS["reprefill"]])
+    ax.set_xticks([0, 1], ["saved cache", "no saved cache"])
+    ax.set_ylabel("first follow-up TTFT after a restart, s")
+    ax.set_title(f"restart, a {r['chat_tokens']}-token chat")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def section_speculative(d):
     rows = []
     for model, res in d["results"].items():
@@ -849,6 +905,140 @@ FIGURES.append("speculative")
 TITLES["speculative"] = "7. Speculative decoding from the conversation"
 PLOTTERS["speculative"] = plot_speculative
 SECTIONS["speculative"] = section_speculative
+
+
+def section_remote(d):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    table_rows = []
+    for i, r in enumerate(rows["identical"]):
+        c, loc = rows["careless"][i], rows["local"][i]
+        table_rows.append([r["turn"], f"{r['reused_tokens']} / {r['prompt_tokens']}", f(r["ttft_s"]),
+                           f"{c['reused_tokens']} / {c['prompt_tokens']}", f(c["ttft_s"]), f(loc["ttft_s"])])
+    last = s["last_turn"]
+    return [
+        f"A {p['turns']}-turn chat (greedy replies of up to {p['reply_tokens']} tokens) through `mlx_lm.server` on "
+        "127.0.0.1 serving a float32 copy of the starter (the weights Chinwag runs on the CPU, the same BLAS), "
+        "three sides interleaved turn by turn: **identical** (Chinwag's remote backend: the full history sent "
+        "byte-identical, each reply exactly as received), **careless** (the same client, but the history "
+        "re-rendered each request: the time of the request in the system prompt, replies stored normalized; the "
+        "server's prompt cache misses from the first changed byte), and **local** (Chinwag's own engine on the "
+        "same weights). Reused tokens are what the server reported (`usage.prompt_tokens_details.cached_tokens`).",
+        "",
+        table(["turn", "identical reused / prompt", "identical TTFT s", "careless reused / prompt",
+               "careless TTFT s", "local TTFT s"], table_rows),
+        "",
+        f"At the last turn the byte-identical history had {last['identical']['reused_tokens']} of "
+        f"{last['identical']['prompt_tokens']} prompt tokens served from the server's cache "
+        f"({s['identical_reused_share_last']:.0%}), the careless client {s['careless_reused_share_last']:.0%}; its "
+        f"TTFT was **{s['last_turn_careless_over_identical']:.2f}x** the byte-identical one "
+        f"(median over the follow-up turns {s['median_followup_careless_over_identical']:.2f}x). Through the server "
+        f"the last turn's TTFT was {s['last_turn_identical_over_local']:.2f}x the local engine's (HTTP, JSON and "
+        "the server's own scheduling on top of the same prefill).",
+    ]
+
+
+FIGURES.append("remote")
+TITLES["remote"] = "8. Models served elsewhere: mlx_lm.server on loopback"
+PLOTTERS["remote"] = plot_remote
+SECTIONS["remote"] = section_remote
+def section_longchat(d):
+    p = d["params"]
+    out = [f"The window policy alone first (the starter's tokenizer, fixed {p['reply_tokens']}-token replies, "
+           f"{p['policy_turns']} short turns, context cap {p['policy_cap']}): prefilled tokens per turn averaged "
+           "from the first slide on, over a turn's own new tokens (the median prefill before the limit). "
+           "Low-water 1.0 is the previous exact-fit policy.", ""]
+    out += table(["low-water", "first slide at turn", "prefilled / turn past the limit", "× new tokens",
+                  "mean prompt past the limit"],
+                 [[f"{float(lw):.2f}", str(x["first_slide"]), f(x["mean_prefilled_past_limit"], 1), f(x["ratio"]),
+                   f(x["mean_prompt_past_limit"], 0)] for lw, x in d["policy"].items()])
+    out += ["", f"Default: `DEFAULT_LOW_WATER` = {p['default_low_water']:.3f} (engine/window.py).", ""]
+    if d.get("chat_summary"):
+        out += [f"The starter model, greedy, {p['turns']} turns, context cap {p['cap']}, replies of up to "
+                f"{p['reply_tokens']} tokens, the three sides interleaved turn by turn, no pause between turns "
+                "(the worst case: no idle-time work). Late = turns "
+                f"{'–'.join(map(str, next(iter(d['chat_summary'].values()))['late_turns']))}.", ""]
+        names = {"chinwag": "Chinwag", "exact_fit": "exact fit (before)", "mlx_lm": "mlx-lm RotatingKVCache"}
+        out += table(["side", "median TTFT turns 2–10, s", "median TTFT late, s", "late / early",
+                      "mean prefilled late"],
+                     [[names[k], f(v["early_ttft_s"]), f(v["late_ttft_s"]), f(v["late_over_early"]),
+                       f(v["mean_prefilled_late"], 1)] for k, v in d["chat_summary"].items()])
+        out += ["", "mlx-lm's rotating cache never re-prefills, but past the limit it overwrites the oldest "
+                "positions: its replies no longer equal a fresh computation of any prompt. Chinwag's stay exact.", ""]
+    out += ["`plan_window` (the fit) on the starter's tokenizer: the first call for a chat (nothing remembered) "
+            "and a steady-state turn.", ""]
+    out += table(["turns", "first call, ms", "a turn, ms"],
+                 [[str(r["turns"]), f(r["cold_ms"], 1), f(r["turn_ms"], 2)] for r in d["fit"]])
+    r = d["restart"]
+    out += ["", f"Restart: a {r['chat_tokens']}-token chat, `Engine.close()`, a new `Engine`, its first follow-up: "
+            f"{f(r['saved_ttft_s'])} s with the saved cache, {f(r['none_ttft_s'])} s without "
+            f"({f(r['speedup'], 1)}× faster)."]
+    return out
+
+
+FIGURES.append("longchat")
+TITLES["longchat"], PLOTTERS["longchat"], SECTIONS["longchat"] = "9. Long chats past the window", plot_longchat, section_longchat
+
+
+
+# --- Prefill while typing (bench/typing_prefill.py) -----------------------------------
+
+
+def plot_typing_prefill(d, path):
+    plt = _plt()
+    rows = d["rows"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = list(range(len(rows)))
+    width = 0.38
+    ax.bar([x - width / 2 for x in xs], [r["cold_ttft_s"] for r in rows], width, color=COLORS["reprefill"],
+           label="Enter with nothing read ahead")
+    ax.bar([x + width / 2 for x in xs], [r["ahead_ttft_s"] for r in rows], width, color=COLORS["chinwag"],
+           label="read while typing (engine.prefill)")
+    for x, r in zip(xs, rows):
+        ax.annotate(f"{r['speedup']:.0f}x", (x + width / 2, r["ahead_ttft_s"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, [f"{r['message_tokens']:,}-token message" for r in rows])
+    ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("Enter to first token, s (log)")
+    ax.set_title(f"Prefill while typing, starter model ({_model_label(d)})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section_typing_prefill(d):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    table_rows = [[f"{r['message_tokens']:,}", f"{r['prompt_tokens']:,}", f(r["cold_ttft_s"], 3), f(r["ahead_ttft_s"], 3),
+                   f"**{r['speedup']:.1f}x**", f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
+                   f(r["read_ahead_s"]), "yes" if r["identical_replies"] else "**no**"] for r in rows]
+    goal = s.get("goal_speedup")
+    return [
+        f"A chat on the starter model ({_model_label(d)}): a system prompt and one earlier exchange, cached; then a "
+        f"new user message (a paste of plain notes and a question). **Read ahead**: the window's typing pause "
+        f"calls `engine.prefill(conv, messages + [draft])`, which reads the draft in the background (not timed: "
+        f"the user is still typing), then Enter sends it. **Cold**: Enter with nothing read ahead, the previous "
+        f"behaviour. Timed from the `chat` call to the first token; greedy replies of {p['reply_tokens']} tokens; "
+        f"{p['reps']} repetitions in fresh conversations, the two sides interleaved; medians.",
+        "",
+        table(["message tokens", "prompt tokens", "cold s", "read ahead s", "speed-up", "prefilled on Enter (cold / ahead)",
+               "read-ahead time s", "identical replies"], table_rows),
+        "",
+        f"Goal: at least {s['goal_ratio']:.0f}x at {s['goal_size']} tokens. Measured: "
+        + (f"**{goal:.1f}x** — " + ("met." if s["goal_met"] else "**not met**.") if goal else "not run at that size.")
+        + (" Replies were identical with and without reading ahead." if s["identical_replies"] else
+           " **Some replies differed.**")
+        + " With the draft read ahead, Enter computes one token (the prompt's last, whose logits start the reply) "
+          "and then decodes: the time left is one forward pass and the sampling of the first token.",
+    ]
+
+
+FIGURES.append("typing_prefill")
+TITLES["typing_prefill"] = f"{len(FIGURES)}. Prefill while typing"
+PLOTTERS["typing_prefill"] = plot_typing_prefill
+SECTIONS["typing_prefill"] = section_typing_prefill
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "longchat": ["bench.longchat"],
+    "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],
+    "remote": ["bench.remote"],
 }
 ORDER = list(BENCHES)
 

@@ -71,9 +71,10 @@ def _fill_store(home, n_messages: int):
 def child_stream(model_path: str, tokens: int):
     import asyncio
 
-    import qasync
     from PySide6.QtCore import Qt, QTimer
     from PySide6.QtWidgets import QApplication
+
+    import qasync
 
     from app.settings_dialog import DEFAULTS_KEY
     from app.store import Store

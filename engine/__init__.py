@@ -5,11 +5,16 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
+    BackgroundPrefill,
     EngineState,
+    EngineStatus,
+    FinishReason,
     GenerationParams,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    ModelStatus,
+    PrefillProgress,
     TextDelta,
     TurnStats,
 )
@@ -19,10 +24,15 @@ __all__ = [
     "ContextOverflowError",
     "ModelError",
     "EngineState",
+    "EngineStatus",
+    "FinishReason",
     "GenerationParams",
     "LoadProgress",
     "MemoryReport",
     "ModelInfo",
+    "ModelStatus",
+    "PrefillProgress",
+    "BackgroundPrefill",
     "TextDelta",
     "TurnStats",
     "Engine",

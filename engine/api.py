@@ -8,11 +8,29 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
-from engine.types import EngineState, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import (
+    BackgroundPrefill,
+    EngineState,
+    EngineStatus,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    PrefillProgress,
+    ServerInfo,
+    TextDelta,
+    TurnStats,
+)
+
+if TYPE_CHECKING:
+    from engine.remote import RemoteBackend
+    from engine.session import Session
 
 _DONE = object()
+# After a turn near the context limit, prepare the next window while the user reads.
+IDLE_WORK = True
 
 
 class EngineThread:
@@ -24,7 +42,7 @@ class EngineThread:
         self._thread.start()
 
     def submit(self, fn, *args) -> concurrent.futures.Future:
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((future, fn, args))
         return future
 
@@ -41,6 +59,10 @@ class EngineThread:
             except BaseException as e:  # never let a job kill the thread
                 future.set_exception(e)
 
+    def waiting(self) -> bool:
+        """True while a job waits in the queue: background work yields to it."""
+        return not self._jobs.empty()
+
     def shutdown(self, timeout: float = 10.0):
         self._jobs.put(None)
         self._thread.join(timeout)
@@ -51,21 +73,27 @@ class EngineThread:
 
 
 class Engine:
-    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None,
+                 idle_work: bool = IDLE_WORK):
         self._options = (kv_initial_capacity, memory_budget_bytes)
+        self.idle_work = idle_work
+        # The background job (a draft's prefill, the next window) and the event that cancels it.
+        self._background: Optional[concurrent.futures.Future] = None
+        self._cancel_background = threading.Event()
         self._thread: Optional[EngineThread] = None
-        self._session = None
+        self._session: Optional["Session"] = None
         self._started: Optional[concurrent.futures.Future] = None
         self._stops: dict = {}
         self._generating = 0
         self._loading = False
         self.current_model: Optional[ModelInfo] = None
         self.last_kv_bytes = 0
+        self._remote: Optional["RemoteBackend"] = None  # while the current model is a server's
 
     # --- lifecycle ---------------------------------------------------------
 
     def _ensure_thread(self) -> concurrent.futures.Future:
-        if self._thread is None:
+        if self._thread is None or self._started is None:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
@@ -76,32 +104,42 @@ class Engine:
             self._started = self._thread.submit(self._session.warm_up)
         return self._started
 
+    def _running(self) -> tuple[EngineThread, "Session"]:
+        """The thread and session of a started engine; calling before start() is a bug."""
+        if self._thread is None or self._session is None:
+            raise RuntimeError("the engine thread is not running")
+        return self._thread, self._session
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
 
     async def _call(self, fn, *args):
         await self.start()
-        return await asyncio.wrap_future(self._thread.submit(fn, *args))
+        return await asyncio.wrap_future(self._running()[0].submit(fn, *args))
 
     async def close(self) -> None:
         self.stop()
         if self._thread is not None:
             thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
+            try:  # save the recent caches (engine/memory.py) so the next start reuses them
+                if self._session is not None:
+                    await asyncio.wrap_future(thread.submit(self._session.close))
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
     # --- state -------------------------------------------------------------
 
     @property
     def state(self) -> EngineState:
         if self._loading:
-            name = "loading"
+            name = EngineStatus.LOADING
         elif self._generating:
-            name = "generating"
+            name = EngineStatus.GENERATING
         elif self.current_model is not None:
-            name = "ready"
+            name = EngineStatus.READY
         else:
-            name = "idle"
+            name = EngineStatus.IDLE
         return EngineState(name, self.current_model, kv_bytes_total=self.last_kv_bytes)
 
     @staticmethod
@@ -122,28 +160,55 @@ class Engine:
     # --- models ------------------------------------------------------------
 
     async def list_models(self) -> list:
-        from engine import registry
+        from engine import registry, servers
 
         # Off the engine thread: listing reads files only, and must not wait for a reply.
-        return await asyncio.to_thread(registry.list_models)
+        local, remote = await asyncio.gather(asyncio.to_thread(registry.list_models),
+                                             asyncio.to_thread(servers.server_models))
+        return local + remote
+
+    # --- model servers (engine/servers.py: files and the keychain, no MLX) ----------
+
+    async def list_servers(self) -> list:
+        from engine import servers
+
+        return await asyncio.to_thread(servers.server_infos)
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""):
+        """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
+        from engine import servers
+
+        server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
+        return ServerInfo(server.name, servers.display_url(server.url), bool(server.api_key))
+
+    async def remove_server(self, name: str) -> None:
+        from engine import servers
+
+        await asyncio.to_thread(servers.remove_server, name)
 
     async def load_model(self, spec: str, progress: Optional[Callable[[LoadProgress], None]] = None) -> ModelInfo:
         """Load a model (registry id, MLX folder or GGUF file); stops generation first.
 
         A model that fails to load leaves the previous one loaded.
         """
+        from engine import remote
+
         self.stop()
         self._loading = True
         try:
+            target = await asyncio.to_thread(remote.resolve, spec)  # None for a local model
+            if target is not None:
+                self._remote, self.current_model = remote.RemoteBackend(target), target.info()
+                return self.current_model
             info = await self._call(self._session_load, spec, self._on_loop(progress))
-            self.current_model = info
+            self._remote, self.current_model = None, info
             self.last_kv_bytes = 0
             return info
         finally:
             self._loading = False
 
     def _session_load(self, spec, progress):
-        return self._session.load(spec, progress)
+        return self._running()[1].load(spec, progress)
 
     async def import_gguf(self, path: str, progress=None) -> ModelInfo:
         from engine.gguf_import import import_gguf
@@ -163,13 +228,18 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None) -> AsyncIterator:
-        """Yield TextDelta events, then one TurnStats.
+    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+                   ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
+        """Yield PrefillProgress while a long prompt is read, TextDelta events, then one TurnStats.
 
         Problems found before generation starts (no model, bad messages, a prompt
         longer than the context) raise ChinwagError. A failure mid-generation ends the
         stream with TurnStats(finish_reason="error", error=...), the cache repaired.
         """
+        if self._remote is not None:  # a server's model: the same events, from the network
+            async for event in self._chat_remote(self._remote, conversation_id, messages, params):
+                yield event
+            return
         await self.start()
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -183,19 +253,26 @@ class Engine:
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        future = self._thread.submit(
-            self._session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
+        thread, session = self._running()
+        future = thread.submit(
+            session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
         )
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
+        reply = []
         try:
             while True:
                 event = await events.get()
                 if event is _DONE:
                     break
+                if isinstance(event, TextDelta):
+                    reply.append(event.text)
                 yield event
             stats = future.result()  # raises what the engine thread raised
-            self.last_kv_bytes = await asyncio.wrap_future(self._thread.submit(self._session.kv_bytes))
+            self.last_kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
+            if self.idle_work and stats.finish_reason in ("stop", "length", "context"):
+                after = list(messages) + [{"role": "assistant", "content": "".join(reply)}]
+                self._start_background(self._session_prepare, conversation_id, after, params or GenerationParams())
             yield stats
         finally:
             if not future.done():
@@ -204,13 +281,83 @@ class Engine:
                 del self._stops[conversation_id]
             self._generating -= 1
 
+    # --- background work ----------------------------------------------------
+
+    async def prefill(self, conversation_id: str, messages: list,
+                      params: Optional[GenerationParams] = None) -> BackgroundPrefill:
+        """Prefill the prompt up to an unsent draft (the last user message), in the background.
+
+        Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
+        or model load preempts it within one prefill chunk. The turn that sends the draft
+        then computes only what is not in the cache yet (the longest common prefix).
+        """
+        if self._generating or self._loading or self.current_model is None:
+            return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
+        if self._remote is not None:  # a server's model reads the prompt itself
+            return BackgroundPrefill(0, 0, 0, False, "the model is served elsewhere")
+        await self.start()
+        future = self._start_background(self._session_prefill, conversation_id, messages,
+                                        params or GenerationParams())
+        return await asyncio.wrap_future(future)
+
+    async def wait_background(self) -> Optional[BackgroundPrefill]:
+        """The current background job's result once it ends (None if there is none)."""
+        future = self._background
+        return None if future is None else await asyncio.wrap_future(future)
+
+    def background_result(self) -> Optional[BackgroundPrefill]:
+        """The last background job's result if it has ended (None while it runs, or if none ran)."""
+        future = self._background
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
+
+    def _start_background(self, fn, *args) -> concurrent.futures.Future:
+        """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
+        self._cancel_background.set()  # a newer background job replaces the older one
+        cancel = self._cancel_background = threading.Event()
+        thread = self._running()[0]
+
+        def should_stop() -> bool:
+            return cancel.is_set() or thread.waiting()
+
+        self._background = future = thread.submit(fn, *args, should_stop)
+        future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
+        return future
+
+    def _session_prefill(self, conv_id, messages, params, should_stop):
+        from engine.background import prefill_draft
+
+        return prefill_draft(self._running()[1], conv_id, messages, params, should_stop)
+
+    def _session_prepare(self, conv_id, messages, params, should_stop):
+        from engine.background import prepare_next_window
+
+        return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
+    async def _chat_remote(self, backend, conversation_id, messages, params):
+        from engine import remote
+
+        self.stop(conversation_id)
+        stop = remote.StopSignal()
+        self._stops[conversation_id] = stop
+        self._generating += 1
+        try:
+            async for event in backend.chat(conversation_id, messages, params or GenerationParams(), stop,
+                                            progress=remote.prefill_progress):
+                yield event
+        finally:
+            if self._stops.get(conversation_id) is stop:
+                del self._stops[conversation_id]
+            self._generating -= 1
+
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""
         await self.start()
-        return await self._call(self._session.caches.report)
+        return await self._call(self._running()[1].caches.report)
 
     def stop(self, conversation_id: Optional[str] = None) -> None:
-        """Stop one conversation's reply (or all); takes effect within one token. Thread-safe."""
+        """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
+        self._cancel_background.set()
         targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]
         for event in targets:
             if event is not None:
@@ -219,6 +366,15 @@ class Engine:
     async def forget(self, conversation_id: str) -> None:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
+        if self._remote is not None:
+            self._remote.forget(conversation_id)
         if self._thread is not None:
-            await self._call(self._session.forget, conversation_id)
+            await self._call(self._running()[1].forget, conversation_id)
 
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        from engine.log import report_bug
+
+        report_bug(error, "background work on the engine thread")

@@ -4,10 +4,12 @@ Runs on the engine thread only.
 """
 
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import mlx.core as mx
 
 from engine.kv_cache import ContiguousAttentionKVCache
+from engine.prompt import History
 
 MIN_INITIAL_CAPACITY = 256
 
@@ -56,10 +58,10 @@ def supports_contiguous_cache(model) -> bool:
 class ConversationCache:
     layers: list
     token_ids: list = field(default_factory=list)
-    # Reply text -> the ids the model generated for it: the truth for the next turn.
-    replies: dict = field(default_factory=dict)
+    # Each message's ids as the model saw them, by position, and the window's start.
+    history: History = field(default_factory=History)
     # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
-    fresh_layers: object = None
+    fresh_layers: Optional[Callable[[], list]] = None
 
     @classmethod
     def create(cls, model, capacity: int) -> "ConversationCache":
@@ -77,7 +79,9 @@ class ConversationCache:
 
     @property
     def capacity(self) -> int:
-        first = self.layers[0] if self.layers else None
+        if not self.layers:
+            return 0
+        first = self.layers[0]
         return getattr(first, "max_seq_len", None) or (first.keys.shape[2] if getattr(first, "keys", None) is not None else 0)
 
     @property
@@ -104,6 +108,7 @@ class ConversationCache:
             for c in self.layers:
                 c.trim(c.offset)
         else:
+            assert self.fresh_layers is not None, "an untrimmable cache is built with fresh_layers"
             self.layers = self.fresh_layers()
         self.token_ids.clear()
 
@@ -118,14 +123,6 @@ class ConversationCache:
 
     def eval(self) -> None:
         mx.eval([c.state for c in self.layers])
-
-    def remember_reply(self, text: str, ids: list[int]) -> None:
-        if text:
-            self.replies[text] = tuple(ids)
-
-    def forget_replies_except(self, texts) -> None:
-        keep = set(texts)
-        self.replies = {t: ids for t, ids in self.replies.items() if t in keep}
 
 
 def common_prefix(a, b) -> int:

@@ -12,6 +12,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
 from engine.types import LoadProgress, ModelInfo
 
@@ -85,7 +86,10 @@ def download_model(repo_id: str, progress: Optional[Callable] = None,
         _write_ref(repo_dir, sha)
     except BaseException as e:
         _cleanup(repo_dir, existed, snapshot, snapshot_existed)
-        raise _user_error(e, repo) from None
+        error = _user_error(e, repo)
+        if error is e:
+            raise
+        raise error from e
     report.send(report.total, report.total, force=True)
     info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1],
                                        source="hf-cache")
@@ -158,9 +162,7 @@ def _write_ref(repo_dir: Path, sha: str) -> None:
     """refs/main → sha, so the registry picks this snapshot (we downloaded by commit)."""
     ref = repo_dir / "refs" / "main"
     ref.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ref.with_name(f".main.{os.getpid()}.tmp")
-    tmp.write_text(sha)
-    os.replace(tmp, ref)
+    write_atomic(ref, sha)
 
 
 def _check_cancel(cancel: threading.Event, repo: str) -> None:
@@ -198,7 +200,9 @@ def _user_error(e: BaseException, repo: str) -> BaseException:
         return ChinwagError(f"Hugging Face refused the download of {repo}: {detail}")
     if isinstance(e, OSError):
         return ChinwagError(f"cannot save {repo} to the Hugging Face cache: {detail}")
-    return ChinwagError(f"download of {repo} failed: {detail}")
+    if type(e).__module__.split(".")[0] in ("huggingface_hub", "requests", "httpx", "urllib3"):
+        return ChinwagError(f"download of {repo} failed: {detail}")
+    return e  # anything else is a bug: it reaches the caller, who logs its traceback
 
 
 class _Reporter:

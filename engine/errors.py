@@ -1,11 +1,16 @@
 """The one error type that front ends show to users as a single line."""
 
+import re
+
+# C0/C1 control characters (ESC, CSI...): a hostile file name or GGUF field must not drive the terminal.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
 
 class ChinwagError(Exception):
     """A user-facing failure: the message says what went wrong and where, in one line."""
 
     def __init__(self, message: str):
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(" ".join(_CONTROLS.sub(" ", str(message)).split()))
 
 
 class ModelError(ChinwagError):

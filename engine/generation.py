@@ -6,14 +6,16 @@ Invariant: when a turn ends for any reason, the conversation's cache holds exact
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from engine.conversation import ConversationCache, common_prefix
+from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.speculative import Sampling, Speculator, can_speculate, speculation_enabled, trim_to
-from engine.types import GenerationParams, TextDelta, TurnStats
+from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
 # Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
 # Stop is checked between chunks, and speed ranges from ~10 tokens/s (quantized on a CPU)
@@ -29,6 +31,7 @@ class TurnInput:
     prompt_ids: list
     context_limit: int
     dropped_messages: int = 0
+    progress: Optional[Callable[[int, int], None]] = None  # (done, total) while reading the prompt
 
 
 def _sampler(params: GenerationParams):
@@ -46,38 +49,81 @@ def _processors(params: GenerationParams):
     return []
 
 
-def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False):
-    """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
-
-    Logits are None if `should_stop` said so between chunks.
-    """
-    reused = common_prefix(conv.token_ids, prompt_ids)
-    reused = min(reused, len(prompt_ids) - 1)  # always compute at least one token
+def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
+    """Trim the cache to its longest common prefix with the prompt, at most `keep` tokens."""
+    reused = min(common_prefix(conv.token_ids, prompt_ids), keep)
     if not conv.trimmable() and reused < len(conv.token_ids):
         conv.reset()
         reused = 0
     conv.truncate(reused)
-    rest = prompt_ids[reused:]
-    body, last = rest[:-1], rest[-1:]
+    return reused
+
+
+def extend(model, conv: ConversationCache, ids: list, should_stop=lambda: False,
+           progress=None, check_first: bool = True) -> int:
+    """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
+
+    `should_stop` is asked before each chunk (not the first unless `check_first`), so
+    work ends within one chunk; the cache always holds exactly `conv.token_ids`.
+    """
     start, step = 0, PREFILL_FIRST_STEP
-    while start < len(body):
-        if start and should_stop():
-            return None, reused, start
-        chunk = body[start : start + step]
+    while start < len(ids):
+        if (start or check_first) and should_stop():
+            return start
+        chunk = ids[start : start + step]
         began = time.perf_counter()
         model(mx.array(chunk)[None], cache=conv.layers)
         # Evaluate the cache alone: the output layer's logits at these positions are never used.
         conv.eval()
         conv.token_ids.extend(chunk)  # the ids follow only once computed
         start += len(chunk)
+        if progress is not None:
+            progress(start)
         if time.perf_counter() - began < PREFILL_CHUNK_SECONDS:
             step = min(2 * step, PREFILL_MAX_STEP)
-    if body and should_stop():
-        return None, reused, len(body)
+    return start
+
+
+def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False, progress=None):
+    """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
+
+    Logits are None if `should_stop` said so between chunks. When more than one chunk is
+    to be computed, `progress(done, total)` is called before the first chunk and after each
+    one, `total` being the tokens to compute.
+    """
+    reused = reuse_prefix(conv, prompt_ids, len(prompt_ids) - 1)  # always compute at least one token
+    rest = prompt_ids[reused:]
+    body, last = rest[:-1], rest[-1:]
+    # A prompt read in one chunk has no progress to show (and old consumers see no new events).
+    report = (lambda done: progress(done, len(rest))) if progress is not None and len(rest) > PREFILL_FIRST_STEP else None
+    if report is not None:
+        report(0)
+    done = extend(model, conv, body, should_stop, report, check_first=False)
+    if done < len(body) or (body and should_stop()):
+        return None, reused, done
     logits = model(mx.array(last)[None], cache=conv.layers)[:, -1, :]
     mx.eval(logits)
     conv.token_ids.extend(last)
+    if report is not None:
+        report(len(rest))
     return logits, reused, len(rest)
+
+
+def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop) -> tuple:
+    """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
+
+    Caches that cannot be trimmed are left alone: a draft that then changed would cost
+    the turn a re-prefill of the whole chat instead of its new tokens.
+    """
+    if should_stop() or not conv.trimmable():
+        return common_prefix(conv.token_ids, target_ids), 0, False
+    reused = reuse_prefix(conv, target_ids, len(target_ids))
+    try:
+        done = extend(model, conv, target_ids[reused:], should_stop)
+    except Exception:
+        conv.repair()  # a failed chunk: the cache goes back to exactly its token_ids
+        raise
+    return reused, done, reused + done == len(target_ids)
 
 
 def run_turn(
@@ -104,7 +150,7 @@ def run_turn(
 
     detok = tokenizer.detokenizer
     detok.reset()
-    emitted, finish, ttft, first_at, error = [], "length", 0.0, None, ""
+    emitted, finish, ttft, first_at, error = [], FinishReason.LENGTH, 0.0, None, ""
     reused = prefilled = 0
     prefill_done = started
     spec = None
@@ -121,21 +167,21 @@ def run_turn(
             first_at = time.perf_counter()
             ttft = first_at - started
         if tok in eos:
-            return "stop"
+            return FinishReason.STOP
         detok.add_token(tok)
         # One event per token, text or not: a partial UTF-8 character has none yet.
         emit(TextDelta(detok.last_segment, (tok,)))
         if should_stop():
-            return "cancelled"
+            return FinishReason.CANCELLED
         if len(emitted) >= max_new:
-            return "length" if max_new == params.max_tokens else "context"
+            return FinishReason.LENGTH if max_new == params.max_tokens else FinishReason.CONTEXT
         return None
 
     try:
-        logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop)
+        logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop, turn.progress)
         prefill_done = time.perf_counter()
         if logits is None:
-            finish = "cancelled"
+            finish = FinishReason.CANCELLED
         y = sample(logits) if max_new and logits is not None else None
         if y is not None:
             mx.async_eval(y)
@@ -177,8 +223,9 @@ def run_turn(
                 break
             y = next_y
         conv.eval()
-    except Exception as e:
-        finish, error = "error", f"{type(e).__name__}: {e}"
+    except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
+        finish = FinishReason.ERROR
+        error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()
     if spec is not None:
         spec.finish(conv.token_ids)
@@ -186,8 +233,8 @@ def run_turn(
     tail = detok.last_segment
     if tail:
         emit(TextDelta(tail, ()))
-    if finish == "length" and max_new == 0 and params.max_tokens:
-        finish = "context"
+    if finish == FinishReason.LENGTH and max_new == 0 and params.max_tokens:
+        finish = FinishReason.CONTEXT
     now = time.perf_counter()
     decode_time = now - first_at if first_at else 0.0
     decoded = max(0, len(emitted) - 1)

@@ -6,6 +6,7 @@ listing models, and a truncated file must be refused before MLX memory-maps it.
 
 import mmap
 import struct
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,13 @@ GGML_TYPES = {
 _VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
                   7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+
+# Bounds that no real GGUF comes near, so a hostile header costs little memory and time.
+MAX_STRING_BYTES = 1 << 20  # chat templates are ~10 KB, tokens a few bytes
+MAX_KEPT_ARRAY = 1_000_000  # the largest vocabularies are ~260k tokens
+MAX_ALIGNMENT = 1 << 16
+# Arrays the importer needs (the tokenizer's); every other array is skipped, whatever its size.
+KEPT_ARRAY_PREFIX = "tokenizer."
 
 
 @dataclass
@@ -56,21 +64,30 @@ class GGUFHeader:
 
     @property
     def context_length(self) -> int:
-        return int(self.arch_value("context_length", 0) or 0)
+        value = self.arch_value("context_length", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
     @property
     def name(self) -> str:
-        return str(self.metadata.get("general.name") or self.path.stem)
+        return printable(self.metadata.get("general.name")) or printable(self.path.stem) or "model"
 
     def type_counts(self) -> dict:
         """Parameter count per tensor type name, for the quantization label."""
-        counts = {}
+        counts: dict[str, int] = {}
         for t in self.tensors:
             n = 1
             for d in t.shape:
                 n *= d
             counts[t.type_name] = counts.get(t.type_name, 0) + n
         return counts
+
+
+def printable(value, limit: int = 200) -> str:
+    """One line without control or format characters: a GGUF's text may reach a terminal."""
+    if not isinstance(value, str):
+        return ""
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") else c for c in value)
+    return " ".join(text.split())[:limit]
 
 
 class _Reader:
@@ -86,6 +103,8 @@ class _Reader:
         n = self.unpack("<Q")
         if self.pos + n > len(self.buf):
             raise ValueError("string runs past the end of the file")
+        if n > MAX_STRING_BYTES:
+            raise ValueError(f"a metadata string of {n} bytes (at most {MAX_STRING_BYTES})")
         s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
         self.pos += n
         return s
@@ -95,12 +114,16 @@ class _Reader:
             return self.string()
         if vtype == _ARRAY:
             item_type, n = self.unpack("<I"), self.unpack("<Q")
+            if keep_arrays and n > MAX_KEPT_ARRAY:
+                raise ValueError(f"a metadata array of {n} items (at most {MAX_KEPT_ARRAY})")
             if item_type == _STRING:
                 if not keep_arrays:
+                    if n * 8 > len(self.buf) - self.pos:
+                        raise ValueError("array runs past the end of the file")
                     for _ in range(n):
                         self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
-                    if self.pos > len(self.buf):
-                        raise ValueError("array runs past the end of the file")
+                        if self.pos > len(self.buf):
+                            raise ValueError("array runs past the end of the file")
                     return _Skipped(n)
                 return [self.string() for _ in range(n)]
             fmt = _VALUE_FORMATS.get(item_type)
@@ -157,12 +180,13 @@ def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
     if version < 2:
         raise ValueError(f"GGUF version {version} is too old")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
-    if n_tensors > 1_000_000 or n_kv > 1_000_000:
+    # A tensor entry takes at least 24 bytes and a metadata entry 12: counts the file cannot hold are lies.
+    if n_tensors > 1_000_000 or n_kv > 1_000_000 or n_tensors * 24 + n_kv * 12 > size:
         raise ValueError("implausible header counts")
     metadata = {}
     for _ in range(n_kv):
         key = r.string()
-        metadata[key] = r.value(r.unpack("<I"), keep_arrays)
+        metadata[key] = r.value(r.unpack("<I"), keep_arrays and key.startswith(KEPT_ARRAY_PREFIX))
     tensors = []
     for _ in range(n_tensors):
         name = r.string()
@@ -171,7 +195,10 @@ def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
             raise ValueError(f"tensor {name} has {n_dims} dimensions")
         shape = tuple(r.unpack("<Q") for _ in range(n_dims))
         tensors.append(GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q")))
-    align = int(metadata.get("general.alignment", 32) or 32)
+    align = metadata.get("general.alignment", 32)
+    if isinstance(align, bool) or not isinstance(align, int) or not 0 < align <= MAX_ALIGNMENT \
+            or align & (align - 1):
+        raise ValueError(f"general.alignment {printable(repr(align), 40)} is not a power of two")
     data_offset = (r.pos + align - 1) // align * align
     for t in tensors:
         info = GGML_TYPES.get(t.type_id)

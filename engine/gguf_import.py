@@ -9,32 +9,41 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
 from engine import paths
-from engine.errors import ChinwagError, ModelError
-# Re-exported: callers and tests import these names from engine.gguf_import, and _convert
-# looks build_tokenizer up here at call time (a test monkeypatches it on this module).
+from engine.errors import ModelError
+
+# Re-exported: callers and tests import these names from engine.gguf_import.
+from engine.gguf_checks import (  # noqa: F401
+    LAYER_NAMES,
+    NATIVE_TYPES,
+    REQUANT_BITS,
+    SUPPORTED_ARCHITECTURES,
+    TOKENIZER_MODELS,
+    check_importable,
+    hyperparameters,
+)
 from engine.gguf_header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
-from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config
+
+# _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
+from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
+from engine.model_folders import (  # noqa: F401
+    INFO_FILE,
+    STARTER_ID,
+    TMP_PREFIX,
+    info_for_imported,
+    mlx_quantization_label,
+    read_info_file,
+    starter_gguf_path,
+)
 from engine.types import LoadProgress, ModelInfo
 
 Progress = Optional[Callable[[LoadProgress], None]]
-
-SUPPORTED_ARCHITECTURES = ("llama",)
-# GGUF tokenizer.ggml.model values: byte-level BPE, and SentencePiece BPE (Llama 2, Mistral).
-TOKENIZER_MODELS = ("gpt2", "llama")
-INFO_FILE = "chinwag.json"
-TMP_PREFIX = ".tmp-import-"
-
-# MLX loads these as MLX quantized triples (group size 32) or as plain arrays.
-NATIVE_TYPES = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
-# MLX dequantizes these to float16 (gguflib: not Q3_K, Q5_K, Q5_0, ...); we re-quantize
-# them so that a Q4_K_M file stays about its size instead of growing 4x.
-REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
 
 
 def quantization_label(type_counts: dict) -> str:
@@ -42,7 +51,7 @@ def quantization_label(type_counts: dict) -> str:
     quant = {k: v for k, v in type_counts.items() if k not in ("F32",)}
     if not quant:
         return "float32"
-    main = max(quant, key=quant.get)
+    main = max(quant, key=quant.__getitem__)
     return main if main not in ("F16", "BF16") else main.lower().replace("f16", "float16")
 
 
@@ -51,55 +60,14 @@ def slugify(text: str) -> str:
     return slug or "model"
 
 
-def check_importable(header: GGUFHeader) -> None:
-    """Refuse, before writing anything, a GGUF this importer cannot convert."""
-    path = header.path
-    arch = header.architecture or "unknown"
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelError(
-            f"cannot import {path.name}: architecture '{arch}' is not supported "
-            f"(only {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files can be imported): {path}"
-        )
-    tok_model = header.metadata.get("tokenizer.ggml.model", "")
-    if tok_model not in TOKENIZER_MODELS:
-        raise ModelError(
-            f"cannot import {path.name}: tokenizer model '{tok_model or 'none'}' is not supported "
-            f"(only {' and '.join(TOKENIZER_MODELS)}): {path}"
-        )
-    if int(header.metadata.get("split.count", 1) or 1) > 1:
-        raise ModelError(f"cannot import {path.name}: it is one part of a split GGUF "
-                         f"(merge the parts with llama-gguf-split --merge first): {path}")
-    bad = sorted({t.type_name for t in header.tensors
-                  if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS})
-    if bad:
-        raise ModelError(
-            f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}"
-        )
-    missing = _missing_tensors(header)
-    if missing:
-        raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} "
-                         f"missing: {path}")
-
-
-def _missing_tensors(header: GGUFHeader) -> list:
-    names = {t.name for t in header.tensors}
-    try:
-        layers = int(header.arch_value("block_count", 0) or 0)
-    except (TypeError, ValueError):
-        layers = 0
-    if not layers:
-        return [f"{header.architecture}.block_count (metadata)"]
-    want = ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{i}.{part}.weight" for i in range(layers) for part in _LAYER_NAMES
-    ]
-    return [n for n in want if n not in names]
-
 
 # --- import -------------------------------------------------------------------------------
 
 
-def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
+def import_gguf(path, progress: Progress = None, dest_root=None, model_id: Optional[str] = None) -> ModelInfo:
     """Convert a llama GGUF to an MLX folder under models_dir(); returns its ModelInfo.
+
+    model_id: the folder's name (the registry passes the starter's); by default from the file name.
 
     Idempotent: a folder already imported from the same file (path, size, mtime) is reused.
     Atomic: the folder appears complete or not at all.
@@ -116,7 +84,7 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
     st = src.stat()
     root = Path(dest_root) if dest_root is not None else paths.models_dir()
     root.mkdir(parents=True, exist_ok=True)
-    dest, existing = _destination(root, src, header)
+    dest, existing = _destination(root, src, header, model_id)
     if existing is not None and _same_source(existing, src, st):
         info = info_from_folder(dest)
         if info.status == "ready":
@@ -131,9 +99,9 @@ def import_gguf(path, progress: Progress = None, dest_root=None) -> ModelInfo:
         _install(tmp, dest)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, ChinwagError) or not isinstance(e, Exception):
-            raise
-        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
+        if isinstance(e, OSError):  # disk full, a read-only models folder: the user's to fix
+            raise ModelError(f"cannot import {src.name}: {e.strerror or e}: {root}") from e
+        raise  # a ChinwagError says what is wrong; anything else is a bug for the log
     report("Imported", 5)
     return info_from_folder(dest)
 
@@ -156,12 +124,14 @@ def _reporter(progress: Progress):
     return report
 
 
-def _destination(root: Path, src: Path, header: GGUFHeader):
+def _destination(root: Path, src: Path, header: GGUFHeader, model_id: Optional[str] = None):
     """Folder for this GGUF: same-source folder if any, else a free slug. Returns (dest, record)."""
-    from engine.registry import STARTER_ID, starter_gguf_path
-
     starter = starter_gguf_path()
-    base = STARTER_ID if starter is not None and _same_file(src, starter) else slugify(src.stem)
+    if model_id is None and starter is not None and _same_file(src, starter):
+        model_id = STARTER_ID  # the starter's own file, imported by its path
+    base = model_id or slugify(src.stem)
+    if base == STARTER_ID and model_id is None:
+        base = f"{STARTER_ID}-gguf"  # the starter's id is reserved for the starter
     for i in range(1, 1000):
         dest = root / (base if i == 1 else f"{base}-{i}")
         record = read_info_file(dest)
@@ -187,14 +157,6 @@ def _same_source(record: dict, src: Path, st) -> bool:
     )
 
 
-def read_info_file(folder: Path) -> Optional[dict]:
-    try:
-        data = json.loads((Path(folder) / INFO_FILE).read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def _install(tmp: Path, dest: Path) -> None:
     """Move the finished temp folder into place, replacing an out-of-date import of the same file."""
     old = None
@@ -217,9 +179,14 @@ def _convert(src: Path, st, out: Path, report) -> None:
     report("Reading GGUF", 1)
     header = read_gguf_header(src, keep_arrays=True)
     try:
-        weights = mx.load(str(src))  # metadata comes from our own reader
-    except Exception as e:
-        raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from None
+        check_tokenizer_metadata(header.metadata)
+    except ModelError as e:
+        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
+    readable = _writable_copy(src, out)
+    try:
+        weights = mx.load(str(readable))  # metadata comes from our own reader
+    except (RuntimeError, ValueError) as e:  # MLX's words for a GGUF it cannot parse
+        raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from e
 
     report("Converting weights", 2)
     types = {t.name: t.type_name for t in header.tensors}
@@ -227,7 +194,10 @@ def _convert(src: Path, st, out: Path, report) -> None:
     config = build_config(header, weights, quant)
 
     report("Building tokenizer", 3)
-    tokenizer = build_tokenizer(header.metadata)
+    try:
+        tokenizer = build_tokenizer(header.metadata)
+    except ModelError as e:
+        raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
     tokenizer.save(str(out / "tokenizer.json"))
     _write_json(out / "tokenizer_config.json", build_tokenizer_config(header.metadata, config))
 
@@ -246,6 +216,20 @@ def _convert(src: Path, st, out: Path, report) -> None:
         "context_length": header.context_length,
         "imported_at": time.time(),
     })
+    if readable != src:
+        readable.unlink()
+
+
+def _writable_copy(src: Path, out: Path) -> Path:
+    """src, or a copy of it in out when we may not write it: mx.load opens a GGUF read-write,
+    so a 0444 file, a read-only mount or a read-only install of the starter fails there."""
+    mode = src.stat().st_mode
+    if os.access(src, os.W_OK) and mode & stat.S_IWUSR:
+        return src
+    copy = out / ".source.gguf"
+    shutil.copyfile(src, copy)
+    os.chmod(copy, 0o600)
+    return copy
 
 
 def _write_json(path: Path, data) -> None:
@@ -254,12 +238,6 @@ def _write_json(path: Path, data) -> None:
 
 # --- weights ------------------------------------------------------------------------------
 
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # Tensors that carry no weights of their own in MLX (rope_freqs becomes config.rope_scaling).
 _IGNORED = {"rope_freqs"}
@@ -270,8 +248,8 @@ def mlx_module_name(gguf_base: str) -> Optional[str]:
     if gguf_base in _TOP_NAMES:
         return _TOP_NAMES[gguf_base]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)", gguf_base)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
+    if m and m.group(2) in LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
     return None
 
 
@@ -392,29 +370,9 @@ def _rope_scaling(header: GGUFHeader) -> Optional[dict]:
     return None
 
 
-def mlx_quantization_label(config: dict) -> str:
-    """'4-bit', '8-bit/4-bit mixed', a dtype name, or '' (unknown) for an mlx-lm config."""
-    q = config.get("quantization") or config.get("quantization_config")
-    if isinstance(q, dict):
-        if q.get("mode") and q.get("mode") != "affine":
-            return str(q["mode"])
-        bits = {q.get("bits")} | {v.get("bits") for v in q.values() if isinstance(v, dict)}
-        bits = sorted((b for b in bits if isinstance(b, int)), reverse=True)
-        if len(bits) == 1:
-            return f"{bits[0]}-bit"
-        if bits:
-            return "/".join(f"{b}-bit" for b in bits) + " mixed"
-        if q.get("quant_method"):
-            return str(q["quant_method"])
-    dtype = config.get("torch_dtype") or config.get("dtype")
-    return str(dtype) if isinstance(dtype, str) else ""
-
-
 # --- describing an imported folder --------------------------------------------------------
 
 
 def info_from_folder(folder: Path) -> ModelInfo:
     """ModelInfo for a folder this module wrote (registry entry of source 'imported')."""
-    from engine.registry import info_for_imported
-
     return info_for_imported(Path(folder))

@@ -4,6 +4,12 @@
 (the registry imports gguf_import, and with it this, while listing models).
 """
 
+from engine.errors import ModelError
+
+# SentencePiece merges are found by splitting every piece at every position: quadratic in a
+# piece's length. Real pieces are under ~50 characters; a longer one is a hostile file.
+MAX_SPM_PIECE_CHARS = 256
+
 _GPT2 = "gpt2"
 _DIGITS = "digits"
 _LLAMA3_RE = (
@@ -40,15 +46,48 @@ def _pre_tokenizer(pre: str):
     ])
 
 
+def _list(meta: dict, key: str, kinds, length=None):
+    """meta[key] as a list whose items are all of kinds (and of length items); ModelError if not."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+        raise ModelError(f"tokenizer metadata {key} is not a list of {kinds[0].__name__}")
+    if length is not None and len(value) != length:
+        raise ModelError(f"tokenizer metadata {key} has {len(value)} entries for {length} tokens")
+    return value
+
+
+def check_tokenizer_metadata(meta: dict) -> list:
+    """The token list, after checking every tokenizer array the build reads; ModelError if one is wrong."""
+    tokens = _list(meta, "tokenizer.ggml.tokens", (str,))
+    if not tokens:
+        raise ModelError("tokenizer metadata has no tokenizer.ggml.tokens")
+    _list(meta, "tokenizer.ggml.token_type", (int,), len(tokens))
+    _list(meta, "tokenizer.ggml.scores", (float, int), len(tokens))
+    _list(meta, "tokenizer.ggml.merges", (str,))
+    if meta.get("tokenizer.ggml.model") == "llama":
+        longest = max(range(len(tokens)), key=lambda i: len(tokens[i]))
+        if len(tokens[longest]) > MAX_SPM_PIECE_CHARS:
+            raise ModelError(f"tokenizer token {longest} is {len(tokens[longest])} characters long "
+                             f"(SentencePiece pieces are at most {MAX_SPM_PIECE_CHARS} here)")
+    return tokens
+
+
+def _token_id(meta: dict, kind: str, tokens) -> "int | None":
+    i = meta.get(f"tokenizer.ggml.{kind}_token_id")
+    return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(tokens) else None
+
+
 def build_tokenizer(meta: dict):
-    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata."""
+    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata; ModelError if the metadata is unusable."""
     from tokenizers import AddedToken, processors
 
-    tokens = meta["tokenizer.ggml.tokens"]
+    tokens = check_tokenizer_metadata(meta)
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if meta.get("tokenizer.ggml.model") == "llama":
         tok = _sentencepiece_bpe(meta, tokens)
-        special_types = (2, 3)  # unknown, control
+        special_types: tuple[int, ...] = (2, 3)  # unknown, control
     else:
         tok = _byte_level_bpe(meta, tokens)
         special_types = (3,)
@@ -57,9 +96,9 @@ def build_tokenizer(meta: dict):
                             for i, t in enumerate(types) if t in special_types])
     tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
                     for i, t in enumerate(types) if t == 4])
-    bos_id = meta.get("tokenizer.ggml.bos_token_id")
+    bos_id = _token_id(meta, "bos", tokens)
     add_bos = meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
-    if add_bos and isinstance(bos_id, int):
+    if add_bos and bos_id is not None:
         bos = tokens[bos_id]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
@@ -70,7 +109,7 @@ def build_tokenizer(meta: dict):
 
 
 def _vocab(tokens) -> dict:
-    vocab = {}
+    vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
     return vocab
@@ -80,6 +119,8 @@ def _byte_level_bpe(meta: dict, tokens):
     from tokenizers import Tokenizer, decoders, models
 
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+    if any(len(m) != 2 for m in merges):
+        raise ModelError("tokenizer metadata tokenizer.ggml.merges has an entry without a space")
     tok = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=merges, fuse_unk=False))
     tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
     tok.decoder = decoders.ByteLevel()
@@ -94,10 +135,10 @@ def _sentencepiece_bpe(meta: dict, tokens):
     scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
     merges = _merges_from_scores(tokens, scores, vocab)
     unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
-    unk = tokens[unk_id] if isinstance(unk_id, int) and unk_id < len(tokens) else None
+    unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
                                byte_fallback=True))
-    steps = [normalizers.Replace(" ", "\u2581")]
+    steps: list = [normalizers.Replace(" ", "\u2581")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("\u2581"))
     tok.normalizer = normalizers.Sequence(steps)
@@ -111,7 +152,7 @@ def _sentencepiece_bpe(meta: dict, tokens):
 def _merges_from_scores(tokens, scores, vocab) -> list:
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
     pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
-    merges = []
+    merges: list = []
     for piece_id, piece in enumerate(tokens):
         local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
                  if piece[:i] in vocab and piece[i:] in vocab]
@@ -122,11 +163,11 @@ def _merges_from_scores(tokens, scores, vocab) -> list:
 
 
 def build_tokenizer_config(meta: dict, config: dict) -> dict:
-    tokens = meta["tokenizer.ggml.tokens"]
+    tokens = check_tokenizer_metadata(meta)
 
     def token(kind):
-        i = meta.get(f"tokenizer.ggml.{kind}_token_id")
-        return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+        i = _token_id(meta, kind, tokens)
+        return None if i is None else tokens[i]
 
     eot = token("eot")
     result = {

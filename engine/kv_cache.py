@@ -6,9 +6,12 @@ an array's end raises nothing and writes nothing, so both write paths here grow 
 
 It is the cache object of any mlx-lm attention layer (`offset`, `update_and_fetch`,
 `make_mask`). It must not define `bits`: that routes mlx-lm to quantized attention.
+It follows mlx-lm's prompt-cache protocol: `copy.deepcopy` (cheap: the valid prefix),
+`trim`, `state`/`from_state`, so `save_prompt_cache`/`load_prompt_cache` work on it.
 """
 
 import mlx.core as mx
+import mlx_lm.models.cache as mlx_lm_cache
 from mlx_lm.models.cache import create_attention_mask
 
 DEFAULT_MAX_SEQ_LEN = 4096
@@ -23,7 +26,6 @@ class ContiguousAttentionKVCache:
         self.v_head_dim = v_head_dim or head_dim
         self.initial_capacity = max_seq_len
         self.max_seq_len = max_seq_len
-        self.dtype = dtype
         self.offset = 0
         self.peak = 0  # the most tokens ever held
         self.bytes_copied = 0  # by growth, for the benchmarks
@@ -84,11 +86,15 @@ class ContiguousAttentionKVCache:
         # An empty cache takes the model's dtype: storing float32 keys as float16
         # would silently change the model's outputs. Later writes are cast.
         if self.offset == 0 and dtype != self.dtype:
-            self.dtype = dtype
             self.keys = self.keys.astype(dtype)
             self.values = self.values.astype(dtype)
 
     # --- reading -----------------------------------------------------------
+
+    @property
+    def dtype(self):
+        # Read from the buffer, not kept as an attribute: an mx.Dtype cannot be pickled or deep-copied.
+        return self.keys.dtype
 
     def get_kv(self):
         """The valid prefix: (keys, values) of shape (1, heads, offset, dim)."""
@@ -130,6 +136,13 @@ class ContiguousAttentionKVCache:
     def state(self, v):
         self.__dict__.update(type(self).from_state(v).__dict__)
 
+    def __deepcopy__(self, memo):
+        """An independent cache holding a copy of the valid prefix only (no spare capacity)."""
+        copy = type(self).from_state(self.state)
+        copy.initial_capacity, copy.peak, copy.bytes_copied = self.initial_capacity, self.peak, self.bytes_copied
+        memo[id(self)] = copy
+        return copy
+
     @classmethod
     def from_state(cls, state, max_seq_len=None):
         """Restore a cache from `state`, reserving `max_seq_len` if given."""
@@ -141,3 +154,7 @@ class ContiguousAttentionKVCache:
             obj.values[..., :n, :] = values
         obj.offset = obj.peak = n
         return obj
+
+
+# mlx-lm's load_prompt_cache rebuilds each cache by looking its class name up in its own module.
+mlx_lm_cache.__dict__.setdefault(ContiguousAttentionKVCache.__name__, ContiguousAttentionKVCache)

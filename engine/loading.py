@@ -38,6 +38,7 @@ def load(path: Path):
             log.info("running %s dequantized to float32 on OpenBLAS", path)
             model = blas.dequantize(model)
         mx.eval(model.parameters())
-    except Exception as e:  # mlx-lm raises many kinds for a bad folder
-        raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # mlx-lm raises many kinds for a bad folder; the traceback is logged
+        log.warning("loading %s failed", path, exc_info=True)
+        raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from e
     return model, tokenizer

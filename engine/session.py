@@ -5,16 +5,17 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 
 import json
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from engine import loading, paths, registry
 from engine.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial_capacity, supports_contiguous_cache
 from engine.errors import ChinwagError
 from engine.generation import TurnInput, prefill, run_turn
 from engine.memory import ConversationCaches, default_budget_bytes
-from engine.prompt import check_messages, fit
+from engine.prompt import History, check_messages
 from engine.speculative import ModelDrafter, check_vocabularies
-from engine.types import GenerationParams, LoadProgress, ModelInfo, TextDelta, TurnStats
+from engine.types import GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
+from engine.window import plan_window, reply_room
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
@@ -36,9 +37,12 @@ class Session:
     def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
         self.kv_initial_capacity = kv_initial_capacity
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
-        self.model = self.tokenizer = self.info = None
+        # mlx-lm's model and tokenizer (untyped); None until a model loads.
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.info: Optional[ModelInfo] = None
         self.context_length = 0
-        self._draft = None  # (spec, model) of the draft model, checked against the main tokenizer
+        self._draft: Optional[tuple] = None  # (spec, model) of the draft model, checked against the main tokenizer
         self.draft_caches: dict = {}  # conv id -> the draft model's ConversationCache
 
     def warm_up(self) -> None:
@@ -61,38 +65,69 @@ class Session:
         report(LoadProgress("ready", 1, 1))
         return info
 
-    def chat(self, conv_id: str, messages, params: GenerationParams,
-             should_stop: Callable[[], bool], emit: Callable[[TextDelta], None]) -> TurnStats:
-        if self.model is None:
-            raise ChinwagError("no model is loaded: load one before chatting")
-        messages = check_messages(messages)
-        params = params or GenerationParams()
+    def context_limit(self, params: GenerationParams) -> int:
         limit = self.context_length
         if params.context_cap:
             limit = max(2, min(limit, params.context_cap))
+        return limit
+
+    def turn_input(self, conv_id: str, messages, params: GenerationParams):
+        """(cache or None if new, its History, WindowPlan, TurnInput): the one place a turn's prompt is built.
+
+        Turns and background work (engine/background.py) both call it, so a prefill done
+        ahead of time matches the prompt the turn will compute. Pure: the caller commits
+        `plan.start` to `history.start` once it uses the plan.
+        """
+        if self.model is None:
+            raise ChinwagError("no model is loaded: load one before chatting")
+        messages = check_messages(messages)
+        limit = self.context_limit(params)
         conv = self.caches.get(conv_id)
-        replies = conv.replies if conv else {}
-        prompt_ids, dropped = fit(self.tokenizer, messages, replies, limit)
+        history = conv.history if conv else History()
+        plan = plan_window(self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit),
+                           params.low_water)
+        return conv, history, plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+
+    def new_cache(self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams) -> ConversationCache:
+        capacity = self.kv_initial_capacity or initial_capacity(len(turn.prompt_ids) + params.max_tokens,
+                                                                turn.context_limit)
+        conv = ConversationCache.create(self.model, capacity)
+        conv.history = history
+        self.caches.put(conv_id, conv)
+        return conv
+
+    def chat(self, conv_id: str, messages, params: GenerationParams,
+             should_stop: Callable[[], bool], emit: Callable[[TextDelta | PrefillProgress], None]) -> TurnStats:
+        params = params or GenerationParams()
+        messages = check_messages(messages)
+        conv, history, plan, turn = self.turn_input(conv_id, messages, params)
         if conv is None:
-            capacity = self.kv_initial_capacity or initial_capacity(len(prompt_ids) + params.max_tokens, limit)
-            conv = ConversationCache.create(self.model, capacity)
-            self.caches.put(conv_id, conv)
+            conv = self.new_cache(conv_id, history, turn, params)
+        history.start = plan.start
         parts = []
 
         def collect(delta: TextDelta):
             parts.append(delta.text)
             emit(delta)
 
+        n_prompt, limit = len(turn.prompt_ids), turn.context_limit
+        turn.progress = lambda done, total: emit(PrefillProgress(done, total, n_prompt, limit))
         drafter = None
         if params.draft_model and params.speculative is not False:
             drafter = self.drafter(conv_id, params.draft_model)
-        stats = run_turn(self.model, self.tokenizer, conv, TurnInput(prompt_ids, limit, dropped),
-                         params, should_stop, collect, drafter)
+        stats = run_turn(self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter)
         reply = "".join(parts)
-        conv.forget_replies_except([m["content"] for m in messages if m["role"] == "assistant"])
-        conv.remember_reply(reply, stats.reply_ids)
+        if plan.prompt.complete:
+            history.record_reply(len(messages), plan.prompt.tail, plan.prompt.tail_ids, reply, stats.reply_ids,
+                                 set(self.tokenizer.eos_token_ids))
+        else:
+            history.truncate(len(messages))
         self.caches.enforce(keep=conv_id)
         return stats
+
+    def close(self) -> int:
+        """Save the most recently used conversations' caches for the next start; how many were saved."""
+        return self.caches.save_all()
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
@@ -107,7 +142,7 @@ class Session:
         except ChinwagError as e:
             raise ChinwagError(f"draft model: {e}") from None
         model, tokenizer = loading.load(path)
-        check_vocabularies(self.tokenizer, tokenizer, self.info.name, info.name)
+        check_vocabularies(self.tokenizer, tokenizer, self.info.name if self.info else "", info.name)
         if not supports_contiguous_cache(model):
             raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
         self._draft = (spec, model)

@@ -44,7 +44,7 @@ class NgramIndex:
 
     def __init__(self, ids):
         self.ids = list(ids)
-        self.follow = [dict() for _ in range(MAX_NGRAM + 1)]
+        self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
         self._indexed = 0  # n-grams ending before this position are in `follow`
         self._index()
 

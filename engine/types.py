@@ -5,10 +5,17 @@ Only ints, floats, strings and tuples live here: never an MLX array.
 
 import platform
 import sys
-from dataclasses import dataclass
-from typing import Optional
+import typing
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Any, Optional
+
+from engine.errors import ChinwagError
 
 DEFAULT_MAX_TOKENS = 512
+# After a slide the prompt holds at most this fraction of (limit - reply room). bench/longchat.py:
+# 0.35 re-prefills ~1.7x a turn's new tokens on average past the limit, a half ~2.4x, exact fit ~40x.
+DEFAULT_LOW_WATER = 0.35
 # Speculative decoding is on by default where bench/speculative.py measured a gain, per MLX
 # backend ("gpu" is Metal, not measured yet); GenerationParams.speculative=None means this default.
 SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
@@ -21,21 +28,107 @@ def speculative_default(backend: Optional[str] = None) -> bool:
     return SPECULATIVE_BY_BACKEND.get(backend, False)
 
 
+# The values are the strings stored in the database and written to JSON: never change them.
+class FinishReason(StrEnum):
+    """Why a turn ended (TurnStats.finish_reason)."""
+
+    STOP = "stop"  # the model's end-of-sequence token
+    LENGTH = "length"  # max_tokens
+    CONTEXT = "context"  # the context limit
+    CANCELLED = "cancelled"  # engine.stop
+    ERROR = "error"  # TurnStats.error says what failed
+
+
+class ModelStatus(StrEnum):
+    """Whether a listed model can be loaded (ModelInfo.status)."""
+
+    READY = "ready"
+    NEEDS_IMPORT = "needs-import"  # a GGUF (or the starter) imported on first use
+    UNUSABLE = "unusable"  # ModelInfo.reason says why
+
+
+class EngineStatus(StrEnum):
+    """What the engine is doing (EngineState.state)."""
+
+    IDLE = "idle"  # no model loaded
+    LOADING = "loading"
+    READY = "ready"
+    GENERATING = "generating"
+
+
+def _param(default, help: str, lo: float, hi: float) -> Any:
+    """A sampling setting: its CLI flag, settings key and dialog field are all made from this."""
+    return field(default=default, metadata={"help": help, "range": (lo, hi)})
+
+
 @dataclass(frozen=True)
 class GenerationParams:
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    seed: Optional[int] = None
+    """The sampling settings: the one place their defaults and valid ranges are written."""
+
+    temperature: float = _param(0.7, "sampling temperature; 0 always picks the likeliest token", 0.0, 2.0)
+    top_p: float = _param(1.0, "keep the likeliest tokens up to this probability mass (1 = off)", 0.0, 1.0)
+    top_k: int = _param(0, "keep only the k likeliest tokens (0 = off)", 0, 1000)
+    min_p: float = _param(0.0, "drop tokens less likely than this fraction of the likeliest (0 = off)", 0.0, 1.0)
+    repetition_penalty: float = _param(1.0, "penalise recently seen tokens (1 = off)", 0.5, 2.0)
+    max_tokens: int = _param(DEFAULT_MAX_TOKENS, "the longest reply, in tokens", 1, 131072)
+    # None samples from a fresh random state every turn.
+    seed: Optional[int] = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
     # A cap below the model's own context length; None uses the model's.
-    context_cap: Optional[int] = None
+    context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
+    # Past the limit the window drops old turns down to this fraction of it (engine/window.py).
+    low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
+                              "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
     speculative: Optional[bool] = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One GenerationParams field as front ends need it: a number in a range, or None if optional."""
+
+    name: str
+    kind: type  # int or float
+    default: Any
+    optional: bool
+    lo: float
+    hi: float
+    help: str = ""
+
+    def convert(self, value: Any) -> Any:
+        """`value` (a number or its text) as this field's type; ChinwagError if it is not valid."""
+        if value is None and self.optional:
+            return None
+        what = f"{'an integer' if self.kind is int else 'a number'} from {_number(self.lo)} to {_number(self.hi)}"
+        problem = ChinwagError(f"{self.name} must be {what}, got {value!r}"[:200])
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise problem
+        try:
+            number = float(value)
+        except (ValueError, OverflowError):
+            raise problem from None
+        if not self.lo <= number <= self.hi or (self.kind is int and not number.is_integer()):
+            raise problem
+        return int(number) if self.kind is int else number
+
+
+def param_specs() -> tuple[ParamSpec, ...]:
+    """Every GenerationParams field, in order: what the CLI, the settings and the dialog offer."""
+    hints = typing.get_type_hints(GenerationParams)
+    specs = []
+    for f in fields(GenerationParams):
+        if "range" not in f.metadata:  # not a number: speculative, draft_model
+            continue
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+        lo, hi = f.metadata.get("range", (0, 1e9))
+        specs.append(ParamSpec(f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi,
+                               f.metadata.get("help", "")))
+    return tuple(specs)
 
 
 @dataclass(frozen=True)
@@ -44,6 +137,34 @@ class TextDelta:
 
     text: str
     token_ids: tuple = ()
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """Reading the prompt: `done` of the `total` new tokens computed (`chat` yields these first).
+
+    `prompt_tokens` and `context_limit` say how full the context will be once it is read.
+    """
+
+    done: int
+    total: int
+    prompt_tokens: int = 0
+    context_limit: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class BackgroundPrefill:
+    """What a background prefill (a draft, or the next window) computed before it ended."""
+
+    prompt_tokens: int  # the prompt it worked towards
+    reused_tokens: int  # already in the cache
+    computed_tokens: int  # computed by this job
+    finished: bool  # False: preempted by other work, cancelled, or skipped
+    reason: str = ""  # why it did not finish, or why it had nothing to do
 
 
 @dataclass(frozen=True)
@@ -61,9 +182,7 @@ class TurnStats:
     kv_offset: int
     kv_bytes: int
     context_limit: int
-    # "stop" (EOS), "length" (max tokens), "context" (hit the context limit),
-    # "cancelled" (engine.stop), "error".
-    finish_reason: str
+    finish_reason: FinishReason
     dropped_messages: int = 0
     prompt_ids: tuple = ()
     reply_ids: tuple = ()
@@ -97,10 +216,10 @@ class ModelInfo:
     size_bytes: int = 0
     quantization: str = ""
     context_length: int = 0
-    # "ready", "needs-import" (GGUF / starter not yet imported), or "unusable".
-    status: str = "ready"
+    status: ModelStatus = ModelStatus.READY
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder"
+    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -127,7 +246,15 @@ class MemoryReport:
 class EngineState:
     """What the status bar shows."""
 
-    state: str  # "idle", "loading", "ready", "generating"
+    state: EngineStatus
     model: Optional[ModelInfo] = None
-    detail: str = ""
     kv_bytes_total: int = 0
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
+
+    name: str
+    url: str
+    has_api_key: bool = False

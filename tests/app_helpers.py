@@ -6,11 +6,24 @@ failures); the main flow runs on the real Engine with the tiny model.
 
 import asyncio
 import threading
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 
 from engine.errors import ChinwagError
-from engine.types import EngineState, LoadProgress, ModelInfo, TextDelta, TurnStats
+from engine.types import (
+    BackgroundPrefill,
+    EngineState,
+    EngineStatus,
+    FinishReason,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    ModelStatus,
+    ServerInfo,
+    TextDelta,
+    TurnStats,
+)
 
 
 @pytest.fixture
@@ -74,31 +87,36 @@ FAKE_MODELS = [
     ModelInfo("fake-small", "Fake Small", "/models/fake-small", "llama", 270 * 1024 * 1024, "Q8_0", 2048,
               source="starter"),
     ModelInfo("fake-big", "Fake Big", "/models/fake-big", "llama", 4 * 1024**3, "4-bit", 8192, source="folder"),
-    ModelInfo("broken", "Broken Model", "/models/broken", status="unusable",
+    ModelInfo("broken", "Broken Model", "/models/broken", status=ModelStatus.UNUSABLE,
               reason="config.json is missing", source="folder"),
 ]
 
 
 class FakeEngine:
-    """The Engine contract (docs/ARCHITECTURE.md) with scripted replies."""
+    """The Engine contract (engine/protocol.py, checked by mypy) with scripted replies."""
 
     def __init__(self, reply="Hello **there**! How can I help?", token_delay=0.005, models=None):
         self.reply = reply
         self.token_delay = token_delay
         self.models = list(models or FAKE_MODELS)
-        self.current_model = None
-        self.calls = []  # (conv_id, messages, params)
+        self.current_model: Optional[ModelInfo] = None
+        self.calls: list = []  # (conv_id, messages, params)
         self.started = False
         self.closed = False
-        self.fail_load = {}  # spec -> reason
+        self.fail_load: dict = {}  # spec -> reason
         self.load_delay = 0.0
-        self._stops = {}
+        self._stops: dict = {}
         self._generating = 0
-        self.forgotten = []
+        self.forgotten: list = []
+        self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
+        self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
+        self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
+        self.servers: dict = {}  # name -> ServerInfo
 
     @property
     def state(self):
-        name = "generating" if self._generating else ("ready" if self.current_model else "idle")
+        name = EngineStatus.READY if self.current_model else EngineStatus.IDLE
+        name = EngineStatus.GENERATING if self._generating else name
         return EngineState(name, self.current_model, kv_bytes_total=12345 if self.current_model else 0)
 
     async def start(self):
@@ -116,7 +134,7 @@ class FakeEngine:
         info = next((m for m in self.models if m.id == spec), None)
         if info is None:
             info = ModelInfo(str(spec), str(spec).rsplit("/", 1)[-1], str(spec), context_length=2048)
-        if info.status == "unusable":
+        if info.status == ModelStatus.UNUSABLE:
             raise ChinwagError(f"{info.name}: {info.reason}")
         if progress:
             progress(LoadProgress("Loading weights", 2, 2))
@@ -141,15 +159,19 @@ class FakeEngine:
         self._generating += 1
         reply = self.reply(messages) if callable(self.reply) else self.reply
         n = 0
-        reason = "stop"
+        reason = FinishReason.STOP
         try:
+            for event in self.progress:
+                yield event
+            if self.progress and self.reading is not None:
+                await self.reading.wait()
             for piece in self.tokens(reply):
                 if stop.is_set():
-                    reason = "cancelled"
+                    reason = FinishReason.CANCELLED
                     break
                 await asyncio.sleep(self.token_delay)
                 if stop.is_set():
-                    reason = "cancelled"
+                    reason = FinishReason.CANCELLED
                     break
                 n += 1
                 yield TextDelta(piece, (n,))
@@ -167,6 +189,13 @@ class FakeEngine:
 
     async def forget(self, conv_id):
         self.forgotten.append(conv_id)
+
+    async def memory_stats(self):
+        return MemoryReport(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)  # the fake holds no KV caches
+
+    async def prefill(self, conv_id, messages, params=None):
+        self.prefills.append((conv_id, list(messages), params))
+        return BackgroundPrefill(len(messages), 0, len(messages), True)
 
     async def import_gguf(self, path, progress=None):
         if progress:
@@ -188,9 +217,27 @@ class FakeEngine:
         await asyncio.sleep(0.01)
         raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
 
+    async def list_servers(self):
+        return list(self.servers.values())
+
+    async def save_server(self, name, url, api_key=None, replace=""):
+        self.servers.pop(replace, None)
+        self.servers[name] = ServerInfo(name, url, bool(api_key))
+        return self.servers[name]
+
+    async def remove_server(self, name):
+        if self.servers.pop(name, None) is None:
+            raise ChinwagError(f"no saved server named '{name}'")
+
     async def close(self):
         self.stop()
         self.closed = True
+
+
+if TYPE_CHECKING:  # mypy: the fake keeps the real engine's API
+    from engine.protocol import EngineAPI
+
+    _fake: EngineAPI = FakeEngine()
 
 
 @pytest.fixture

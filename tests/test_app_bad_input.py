@@ -6,7 +6,7 @@ import time
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QFontMetrics, QGuiApplication
 from PySide6.QtTest import QTest
 
 from engine.errors import ContextOverflowError
@@ -87,7 +87,10 @@ def test_unclosed_code_fence_renders_as_code(qtbot, window, store):
     reply = window.chat_view.message_widgets()[-1]
     code = [w for w in reply.body.widgets() if isinstance(w, CodeBlock)]
     assert len(code) == 1 and code[0].text() == "def f(x):\n    return x  # never closed"
-    assert code[0].editor.font().fixedPitch() or code[0].editor.fontInfo().fixedPitch()
+    # What the reader sees: every character as wide as every other. Not QFontInfo.fixedPitch(),
+    # which is False for some monospace fonts (Noto Sans Mono) and would tie the test to the machine.
+    metrics = QFontMetrics(code[0].editor.font())
+    assert len({metrics.horizontalAdvance(c) for c in "iW.m0 _"}) == 1
     user = window.chat_view.message_widgets()[0]
     assert user.text().startswith("```")
     assert store.get_conversation(window.chat.conv_id).messages[-1].status == "complete"

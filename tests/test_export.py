@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import export
 from app.export import (
     export_conversation,
     import_conversation,
@@ -242,7 +241,9 @@ def test_permission_denied_simulated(conv, out, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(export.tempfile, "mkstemp", denied)
+    from engine import atomic
+
+    monkeypatch.setattr(atomic.os, "open", denied)
     with pytest.raises(ChinwagError, match="Permission denied") as info:
         export_conversation(conv, "html", out / "x.html")
     assert str(out / "x.html") in str(info.value)
@@ -257,7 +258,7 @@ def test_failed_write_keeps_the_old_file_and_no_temp(conv, out, monkeypatch):
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export.os, "replace", broken_replace)
+    monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(ChinwagError, match="No space left"):
         export_conversation(conv, "md", target)
     assert target.read_text() == "old contents"

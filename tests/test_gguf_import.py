@@ -37,8 +37,11 @@ def _permute(w, n_head):
 
 
 def write_tiny_gguf(model_dir: Path, out: Path, architecture: str = "llama",
-                    name: str = "Tiny Llama") -> Path:
-    """A float32 llama GGUF with the tiny model's weights and tokenizer, as llama.cpp writes one."""
+                    name: str = "Tiny Llama", meta_overrides: dict = None) -> Path:
+    """A float32 llama GGUF with the tiny model's weights and tokenizer, as llama.cpp writes one.
+
+    meta_overrides: metadata keys to replace (None removes a key), for hostile variants.
+    """
     import mlx.core as mx
 
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -84,6 +87,11 @@ def write_tiny_gguf(model_dir: Path, out: Path, architecture: str = "llama",
         "tokenizer.ggml.add_bos_token": mx.array(False),
         "tokenizer.chat_template": tok_cfg["chat_template"],
     }
+    for key, value in (meta_overrides or {}).items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
     mx.save_gguf(str(out), weights, meta)
     return out
 
@@ -244,7 +252,8 @@ def test_failed_conversion_leaves_no_folder(tiny_gguf, monkeypatch):
         raise RuntimeError("tokenizer exploded")
 
     monkeypatch.setattr(gguf_import, "build_tokenizer", boom)
-    with pytest.raises(ModelError, match="tokenizer exploded"):
+    # A bug stays a bug (the caller logs it), never a user error; the temp folder still goes.
+    with pytest.raises(RuntimeError, match="tokenizer exploded"):
         gguf_import.import_gguf(tiny_gguf)
     assert _leftovers() == []
 

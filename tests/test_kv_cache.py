@@ -145,3 +145,90 @@ def test_model_logits_equal_mlx_lm_kvcache_across_growths(tiny_model):
             tok = mx.argmax(a[:, -1:], axis=-1)
     assert ours[0].offset == theirs[0].offset == 7 + 40 + 5
     assert ours[0].max_seq_len == 64
+
+
+# --- mlx-lm's prompt-cache protocol (its tests/test_prompt_cache.py, on this cache) --------
+
+
+def filled(n, capacity=4, layers=1):
+    caches = [ContiguousAttentionKVCache(HEADS, DIM, max_seq_len=capacity, dtype=mx.float32) for _ in range(layers)]
+    for c in caches:
+        c.update_and_fetch(*token(0, n))
+    return caches
+
+
+def test_deep_copy_is_independent_of_later_writes_and_trims():
+    import copy
+
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    cache = filled(10)
+    y = token(10)
+    cache[0].update_and_fetch(*y)
+    old = copy.deepcopy(cache)
+    assert trim_prompt_cache(cache, 1) == 1
+    assert old[0].offset == 11 and cache[0].offset == 10
+    z = (y[0] + 100, y[1] - 100)
+    cache[0].update_and_fetch(*z)
+    assert mx.array_equal(old[0].keys[..., 10:11, :], y[0])
+    assert mx.array_equal(cache[0].keys[..., 10:11, :], z[0])
+    # Cheap: the copy holds the valid prefix, not the 16 positions of spare capacity.
+    assert old[0].max_seq_len == 11 < cache[0].max_seq_len
+    old[0].update_and_fetch(*token(11, 3))  # and it grows like any other
+    assert old[0].offset == 14
+    np.testing.assert_array_equal(np.array(old[0].get_kv()[0][0, 0, :, 0]), np.arange(14))
+
+
+def test_deep_copy_and_pickle_keep_the_dtype():
+    import copy
+    import pickle
+
+    cache = ContiguousAttentionKVCache(HEADS, DIM, max_seq_len=4)
+    cache.update_and_fetch(*token(0, 2))
+    assert copy.deepcopy(cache).dtype == mx.float32
+    assert "dtype" not in vars(cache)
+    again = pickle.loads(pickle.dumps(cache))
+    assert again.offset == 2 and mx.array_equal(again.get_kv()[0], cache.get_kv()[0])
+
+
+def test_trim_counts_like_mlx_lm():
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    cache = filled(10, layers=2)
+    assert trim_prompt_cache(cache, 7) == 7
+    assert trim_prompt_cache(cache, 4) == 3
+    assert all(c.offset == 0 for c in cache)
+
+
+def test_masks_with_a_cache_match_mlx_lm():
+    from mlx_lm.models.base import create_attention_mask, create_causal_mask
+    from mlx_lm.models.cache import KVCache
+
+    cache = ContiguousAttentionKVCache(HEADS, DIM, max_seq_len=4, dtype=mx.float32)
+    assert create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=False) == "causal"
+    assert mx.array_equal(create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=True), create_causal_mask(4))
+    cache.update_and_fetch(mx.zeros((1, 2, 16, 8)), mx.zeros((1, 2, 16, 8)))
+    ours = create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=True)
+    reference = KVCache()
+    reference.update_and_fetch(mx.zeros((1, 2, 16, 8)), mx.zeros((1, 2, 16, 8)))
+    assert ours.shape == (4, 20)
+    assert mx.array_equal(ours, create_attention_mask(mx.zeros((1, 4)), cache=reference, return_array=True))
+    assert create_attention_mask(mx.zeros((1, 1)), cache=cache) is None
+
+
+def test_save_load_round_trip_with_mlx_lm_keeps_metadata_offsets_and_states(tmp_path):
+    from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
+
+    cache = filled(10, layers=4)
+    path = str(tmp_path / "prompt_cache.safetensors")
+    save_prompt_cache(path, cache, {"a": "b", "c": "d"})
+    loaded, metadata = load_prompt_cache(path, return_metadata=True)
+    assert metadata == {"a": "b", "c": "d"}
+    assert len(loaded) == 4 and all(type(c) is ContiguousAttentionKVCache for c in loaded)
+    for c, lc in zip(cache, loaded):
+        assert c.offset == lc.offset == 10
+        assert mx.array_equal(c.state[0], lc.state[0]) and mx.array_equal(c.state[1], lc.state[1])
+        # Both keep working the same way after the round trip.
+        k, _ = c.update_and_fetch(*token(10))
+        lk, _ = lc.update_and_fetch(*token(10))
+        assert mx.array_equal(k, lk)

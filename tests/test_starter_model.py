@@ -76,3 +76,40 @@ def test_command_line_answers_on_this_platform(starter_home, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in json.loads(proc.stdout)["reply"]
+
+
+def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starter_home, monkeypatch):
+    """Issue 9 point 5 end to end: engine.prefill on the real model changes nothing but the wait."""
+    import asyncio
+
+    from engine import Engine, GenerationParams, TextDelta, TurnStats
+
+    monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
+    params = GenerationParams(temperature=0.0, max_tokens=8)
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Name three colours of the rainbow, please."}]
+
+    async def reply(engine, conv):
+        text, stats = "", None
+        async for ev in engine.chat(conv, messages, params):
+            if isinstance(ev, TextDelta):
+                text += ev.text
+            elif isinstance(ev, TurnStats):
+                stats = ev
+        await engine.forget(conv)
+        return text, stats
+
+    async def run():
+        engine = Engine()
+        try:
+            await engine.load_model(registry.STARTER_ID)
+            read = await engine.prefill("ahead", messages, params)
+            return read, await reply(engine, "ahead"), await reply(engine, "cold")
+        finally:
+            await engine.close()
+
+    read, (text, ahead), (cold_text, cold) = asyncio.run(run())
+    assert read.finished and read.computed_tokens == len(ahead.prompt_ids) - 1
+    assert ahead.reused_tokens == len(ahead.prompt_ids) - 1 and ahead.prefilled_tokens == 1
+    assert cold.reused_tokens == 0 and cold.prompt_ids == ahead.prompt_ids
+    assert ahead.reply_ids == cold.reply_ids and text == cold_text and text.strip()

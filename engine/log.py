@@ -1,0 +1,109 @@
+"""Chinwag's log: a rotating `chinwag.log` in the data folder that a user can attach to a bug report.
+
+A `ChinwagError` is the user's problem and is shown as one line. Anything else is a bug in
+Chinwag: `report_bug` writes its traceback here and returns the one line to show instead,
+which says a bug happened and where the log is. No Qt here; the window and the CLI both use it.
+"""
+
+import logging
+import logging.handlers
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from engine.errors import ChinwagError
+
+LOG_FILE = "chinwag.log"
+LOG_MAX_BYTES = 1 << 20
+LOG_BACKUPS = 2
+FILE_MODE = 0o600  # conversations can appear in tracebacks: only the user may read the log
+FORMAT = "%(asctime)s %(levelname)s %(process)d %(threadName)s %(name)s: %(message)s"
+
+log = logging.getLogger("chinwag")
+
+
+class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
+    """A RotatingFileHandler whose files are created 0600."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        os.chmod(self.baseFilename, FILE_MODE)  # an older log made before this rule
+        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+_handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger
+
+
+def log_path() -> Path:
+    """Where the log is (or would be): <data folder>/chinwag.log."""
+    from engine import paths
+
+    return paths.data_dir_path() / LOG_FILE
+
+
+def setup(verbose: bool = False) -> Optional[Path]:
+    """Send warnings (and every bug's traceback) to chinwag.log; with verbose, to stderr too.
+
+    Safe to call again (a changed CHINWAG_HOME moves the file). Returns the log path, or
+    None when the data folder cannot hold one (then bugs go to stderr only).
+    """
+    root = logging.getLogger()
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    path = None
+    try:
+        from engine import paths
+
+        path = paths.data_dir() / LOG_FILE
+        old = _handlers.get("file")
+        if old is None or old.baseFilename != str(path.absolute()):
+            handler = _PrivateRotatingHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
+                                              encoding="utf-8", delay=False)
+            handler.setLevel(logging.INFO)
+            handler.setFormatter(logging.Formatter(FORMAT))
+            _replace("file", handler)
+    except (OSError, ChinwagError):
+        # No usable data folder: the command itself says so in one line; bugs go to stderr.
+        path = None
+        _replace("file", None)
+    if verbose and "stderr" not in _handlers:
+        console = logging.StreamHandler(sys.stderr)
+        console.setLevel(logging.INFO)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        _replace("stderr", console)
+    return path
+
+
+def _replace(kind: str, handler) -> None:
+    root = logging.getLogger()
+    old = _handlers.pop(kind, None)
+    if old is not None:
+        root.removeHandler(old)
+        old.close()
+    if handler is not None:
+        _handlers[kind] = handler
+        root.addHandler(handler)
+
+
+def log_file_in_use() -> Optional[Path]:
+    handler = _handlers.get("file")
+    return Path(handler.baseFilename) if handler is not None else None
+
+
+def bug_message(error: BaseException, where: str) -> str:
+    """The one line a user sees for a bug: what failed, and where the traceback is."""
+    detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+    path = log_file_in_use()
+    place = f"details are in {path}" if path else "details were printed above"
+    return f"a bug in Chinwag stopped {where} ({detail}); {place} — please report it"
+
+
+def report_bug(error: BaseException, where: str) -> str:
+    """Log error with its traceback (to chinwag.log, and stderr if nothing else) and return
+    the one line to show the user."""
+    setup()  # cheap when set up already; follows a changed CHINWAG_HOME
+    if log_file_in_use() is None and "stderr" not in _handlers:
+        _replace("stderr", logging.StreamHandler(sys.stderr))
+    log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))
+    return bug_message(error, where)

@@ -1,0 +1,77 @@
+"""The engine's API as front ends see it (docs/ARCHITECTURE.md), as a typing.Protocol.
+
+`Engine` and the tests' fake engine (tests/app_helpers.py) both satisfy it; mypy checks both
+(`make check`), so neither can drift from the other. Ids are positional-only: the fake names
+them differently, and every caller passes them by position.
+"""
+
+import threading
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional, Protocol
+
+from engine.types import (
+    BackgroundPrefill,
+    EngineState,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    PrefillProgress,
+    ServerInfo,
+    TextDelta,
+    TurnStats,
+)
+
+Progress = Optional[Callable[[LoadProgress], None]]
+
+
+class EngineAPI(Protocol):
+    current_model: Optional[ModelInfo]
+
+    @property
+    def state(self) -> EngineState: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def list_models(self) -> list[ModelInfo]: ...
+
+    async def load_model(self, spec: str, /, progress: Progress = None) -> ModelInfo: ...
+
+    async def import_gguf(self, path: str, /, progress: Progress = None) -> ModelInfo: ...
+
+    async def add_model_folder(self, path: str, /) -> ModelInfo: ...
+
+    async def download_model(
+        self, repo_id: str, /, progress: Progress = None, cancel: Optional[threading.Event] = None
+    ) -> ModelInfo: ...
+
+    def chat(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+    ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
+        """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
+        ...
+
+    async def prefill(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+    ) -> BackgroundPrefill:
+        """Reads an unsent draft (the last user message) ahead, in the background."""
+        ...
+
+    async def memory_stats(self) -> MemoryReport: ...
+
+    def stop(self, conversation_id: Optional[str] = None, /) -> None: ...
+
+    async def forget(self, conversation_id: str, /) -> None: ...
+
+    async def list_servers(self) -> list[ServerInfo]: ...
+
+    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = "") -> ServerInfo: ...
+
+    async def remove_server(self, name: str, /) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy: the real engine keeps this API
+    from engine.api import Engine
+
+    _engine: EngineAPI = Engine()

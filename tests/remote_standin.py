@@ -1,0 +1,160 @@
+"""A stdlib stand-in for an OpenAI-compatible server, for what a real one will not do on demand.
+
+The requested model name picks the behaviour: "chat" (a normal stream), "reasoning",
+"keepalive", "malformed", "malformed-first", "stall", "drop", "error-500", "overflow",
+"slow" (one token every 50 ms, 400 of them). Every request body is recorded as received.
+"""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODELS = ["chat", "reasoning", "keepalive", "malformed", "malformed-first", "stall", "drop", "error-500",
+          "overflow", "slow"]
+
+
+def chunk(content=None, reasoning=None, finish=None, usage=None):
+    delta = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    event = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        event = {"object": "chat.completion.chunk", "choices": [], "usage": usage}
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+class StandIn:
+    def __init__(self, api_key: str = "", models_body: bytes = None, models_endpoint: bool = True):
+        self.api_key = api_key
+        self.models_body = models_body
+        self.models_endpoint = models_endpoint
+        self.requests = []  # (path, raw body bytes, parsed)
+        self.release = threading.Event()  # ends a stalled stream
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _auth_ok(self):
+                if standin.api_key and self.headers.get("Authorization") != f"Bearer {standin.api_key}":
+                    self._json(401, {"error": {"message": "Invalid API key provided"}})
+                    return False
+                return True
+
+            def _json(self, status, data):
+                body = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if not self._auth_ok():
+                    return
+                if self.path.rstrip("/").endswith("/models") and standin.models_endpoint:
+                    if standin.models_body is not None:
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(standin.models_body)))
+                        self.end_headers()
+                        self.wfile.write(standin.models_body)
+                    else:
+                        self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+                else:
+                    self._json(404, {"error": "not found"})
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
+                standin.requests.append((self.path, raw, body))
+                if not self._auth_ok():
+                    return
+                model = body.get("model")
+                if model == "error-500":
+                    return self._json(500, {"error": "the GPU caught fire"})
+                if model == "overflow" and len(body["messages"]) > 3:
+                    return self._json(400, {"error": {"message": "This model's maximum context length is 64 tokens"}})
+                if model not in MODELS:
+                    return self._json(404, {"error": f"model {model} not found"})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    getattr(self, "stream_" + model.replace("-", "_"), self.stream_chat)(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+
+            def send(self, data: bytes):
+                self.wfile.write(data)
+                self.wfile.flush()
+
+            def finish_stream(self, finish="stop", prompt=20, completion=3, cached=0):
+                self.send(chunk(finish=finish))
+                usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+                if cached:
+                    usage["prompt_tokens_details"] = {"cached_tokens": cached}
+                self.send(chunk(usage=usage))
+                self.send(b"data: [DONE]\n\n")
+
+            def stream_chat(self, body):
+                turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                for word in ("Hello", " there", f" #{turns}"):
+                    self.send(chunk(word))
+                self.finish_stream("length" if body.get("max_tokens") == 3 else "stop", cached=10 * turns)
+
+            def stream_reasoning(self, body):
+                self.send(chunk(reasoning="Let me think."))
+                self.send(chunk(reasoning=" Done."))
+                self.send(chunk("The answer"))
+                self.send(chunk(" is 4."))
+                self.finish_stream(completion=4)
+
+            def stream_keepalive(self, body):
+                for i in (1, 2, 3):
+                    self.send(f": keepalive {i * 100}/300\n\n".encode())
+                self.stream_chat(body)
+
+            def stream_malformed(self, body):
+                self.send(chunk("Partial"))
+                self.send(b"data: {not json\n\n")
+
+            def stream_malformed_first(self, body):
+                self.send(b"data: {not json\n\n")
+
+            def stream_stall(self, body):
+                self.send(chunk("Before the stall"))
+                standin.release.wait(30)
+
+            def stream_drop(self, body):
+                self.send(chunk("Cut"))
+                self.send(chunk(" off"))
+                self.wfile.flush()
+                self.connection.shutdown(2)
+
+            def stream_slow(self, body):
+                for i in range(400):
+                    self.send(chunk(f" t{i}"))
+                    time.sleep(0.05)
+                self.finish_stream(completion=400)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
