@@ -347,7 +347,7 @@ def engine_turns(model_path, turns, **params):
     """Replies (TurnStats) of a few turns of one conversation on a fresh Engine, and its session."""
     import asyncio
 
-    from engine import Engine, TurnStats
+    from engine import Engine, TextDelta, TurnStats
 
     async def main():
         engine = Engine()
@@ -360,7 +360,7 @@ def engine_turns(model_path, turns, **params):
                 async for ev in engine.chat("c", messages, GenerationParams(**params)):
                     if isinstance(ev, TurnStats):
                         stats = ev
-                    else:
+                    elif isinstance(ev, TextDelta):  # not the prefill's progress events
                         parts.append(ev.text)
                 messages.append({"role": "assistant", "content": "".join(parts)})
                 out.append(stats)
