@@ -784,7 +784,8 @@ RECOMMENDATIONS = [
 
 # --- figure 7: speculative decoding (bench/speculative.py) ---------------------------------
 
-SPEC_CASES = {"a_code": "(a) rewrite code", "b_summary": "(b) summarise", "c_chat": "(c) free chat"}
+SPEC_CASES = {"a_code": "(a) rewrite code", "b_summary": "(b) summarise", "c_chat": "(c) free chat",
+              "d_draft_copy": "(d) draft: a copy", "d_draft_other": "(d) draft: other weights"}
 SPEC_SIDES = [("mlx_lm", "mlx-lm", COLORS["mlx_lm"]), ("off", "Chinwag, speculation off", "#aec7e8"),
               ("on", "Chinwag, speculation on", COLORS["chinwag"])]
 
@@ -894,8 +895,11 @@ def section_speculative(d):
         f"rejected positions trimmed from the cache; the draft length adapts to the acceptance rate and drops to 0 "
         f"while drafts keep failing. Greedy, {d['params']['reps']} repetitions, the three sides rotating; decode "
         f"tok/s from the caller, (tokens − 1) / (last − first token). The tiny model has random weights and copies "
-        f"nothing from its prompt: it shows what drafting costs when it never pays off. The draft-model case (d) "
-        f"is not measured: no draft-model support yet.",
+        f"nothing from its prompt: it shows what drafting costs when it never pays off. (d) drafts with a draft "
+        f"model instead, on the free-chat prompt: no small/large pair of one family is available offline, so only "
+        f"the tiny model runs it, for the mechanics, drafted by a copy of itself (every draft right) and by a tiny "
+        f"model with the same tokenizer and other weights (drafts nearly always wrong; a failing draft model pauses "
+        f"with a doubling back-off). Speculation on: the switch's value, not the backend's default.",
         "",
         table(["model", "case", "prompt", "tokens", "mlx-lm tok/s", "off tok/s", "on tok/s", "on / mlx-lm",
                "on / off", "accepted / drafted", "same ids"], rows),

@@ -23,9 +23,12 @@ from engine.types import speculative_default
 MAX_NGRAM = 3
 MAX_DRAFT = 8
 # Drafting pauses while the recent acceptance rate is below this; lookups still run for
-# free on every plain step and resume drafting when they start to hit.
+# free on every plain step, and drafting resumes once their own hit rate reaches RESUME_RATE
+# (a few hits in a row, not one lucky guess in free text).
 MIN_ACCEPT_RATE = 0.3
+RESUME_RATE = 0.5
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
+PROBE_DECAY = 0.8  # the same for the free guesses' hit rate
 DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
 DRAFTER_MAX_PAUSE = 256
 
@@ -130,6 +133,7 @@ class Speculator:
         self._pause, self._paused_for = DRAFTER_PAUSE, 0
         self.drafted = self.accepted = 0
         self._guess = None  # a free lookup's guess of the next token, checked on plain steps
+        self._probe_rate = 0.0
 
     @property
     def drafting(self) -> bool:
@@ -142,10 +146,11 @@ class Speculator:
             if self._paused_for >= self._pause:
                 self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
                 self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
-        if self.drafter is None and self._guess is not None and not self.drafting:
-            self.length.record(1, int(self._guess == tok))
-            if self.drafting:
-                self.length.k = 1
+        if self.drafter is None and not self.drafting:
+            hit = self._guess is not None and self._guess == tok
+            self._probe_rate = PROBE_DECAY * self._probe_rate + (1 - PROBE_DECAY) * hit
+            if self._probe_rate >= RESUME_RATE:
+                self.length.k, self.length.rate, self._probe_rate = 1, RESUME_RATE, 0.0
         self.index.extend([tok])
         guess = self.index.propose(1)
         self._guess = guess[0] if guess else None

@@ -81,6 +81,24 @@ def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
     assert length.rate < 0.3
 
 
+def test_paused_lookups_resume_after_a_run_of_free_hits_not_after_one():
+    from engine.speculative import Speculator
+
+    spec = Speculator(list(range(10, 40)), Sampling(0.0, 1.0, 0, 0.0, [], 64))
+    spec.length.record(2, 0)
+    spec.length.record(1, 0)
+    assert not spec.drafting
+    # Free text: the guess after 10 is 11 and it hits, then two tokens the lookup never saw.
+    for start in range(10, 38, 3):
+        for tok in (start, start + 1, 100 + start, 200 + start):
+            spec.observe(tok)
+            assert not spec.drafting
+    # Copying the prompt: four hits in a row resume drafting.
+    for tok in range(20, 25):
+        spec.observe(tok)
+    assert spec.drafting and spec.draft(25, room=8) == [26]
+
+
 def test_a_failing_draft_model_pauses_with_a_doubling_back_off():
     from engine.speculative import DRAFTER_PAUSE, ModelDrafter, Speculator
 
