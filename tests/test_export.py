@@ -283,7 +283,7 @@ def test_big_message_exports_quickly(store, tmp_path):
         start = time.perf_counter()
         path = export_conversation(c, fmt, tmp_path / f"big.{fmt}")
         assert path.stat().st_size > 900_000
-        assert time.perf_counter() - start < 10
+        assert time.perf_counter() - start < 60  # a few seconds here; generous for a loaded machine
 
 
 # -- pdf (Qt) ------------------------------------------------------------------
@@ -368,7 +368,8 @@ def test_megabyte_of_unmatched_emphasis_is_fast():
     for text in ("**a " * 250_000, "_a " * 300_000, "`a ``b " * 100_000, "[a " * 300_000):
         start = time.perf_counter()
         markdown_to_html(text)
-        assert time.perf_counter() - start < 10
+        # ~1 s here; a quadratic scan of a megabyte takes hours: a bound no machine load reaches.
+        assert time.perf_counter() - start < 60
 
 
 @pytest.mark.parametrize(

@@ -107,7 +107,7 @@ def test_block_count_bomb_is_refused_in_bounded_memory_and_time(tmp_path, capsys
     finally:
         tracemalloc.stop()
     assert "block_count" in message
-    assert elapsed < 1.0 and peak < 20 << 20, (elapsed, peak)
+    assert elapsed < 5.0 and peak < 20 << 20, (elapsed, peak)  # milliseconds here; the bomb took 17 s
     cli_refuses(path, capsys, "block_count")
 
 
@@ -161,7 +161,7 @@ def test_long_sentencepiece_piece_is_refused_quickly():
     started = time.perf_counter()
     with pytest.raises(ModelError, match="200000 characters"):
         build_tokenizer(meta)
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 5.0  # milliseconds here; the quadratic merge took 6.5 s
 
 
 @pytest.mark.parametrize("key, value, needle", [
