@@ -5,9 +5,11 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 """
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.message_widget import MessageWidget
+from app.theme import READING_WIDTH
+from app.welcome import Welcome
 
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
@@ -17,6 +19,9 @@ class ChatView(QScrollArea):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    promptChosen = Signal(str)  # an example prompt of the welcome state was clicked
+    versionRequested = Signal(object, int)  # message id, step
+    forkRequested = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -25,13 +30,21 @@ class ChatView(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._inner = QWidget()
         self._inner.setObjectName("chatInner")
-        self._layout = QVBoxLayout(self._inner)
+        # A centred reading column: lines stay readable however wide the window is.
+        row = QHBoxLayout(self._inner)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.column = QWidget()
+        self.column.setObjectName("chatColumn")
+        self.column.setMaximumWidth(READING_WIDTH)
+        row.addStretch(1)
+        row.addWidget(self.column, 1000)
+        row.addStretch(1)
+        self._layout = QVBoxLayout(self.column)
         self._layout.setContentsMargins(16, 12, 16, 12)
         self._layout.setSpacing(10)
-        self.empty_label = QLabel("Type a message below to start the conversation.")
-        self.empty_label.setObjectName("emptyChat")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._layout.addWidget(self.empty_label)
+        self.welcome = Welcome()
+        self.welcome.promptChosen.connect(self.promptChosen)
+        self._layout.addWidget(self.welcome)
         self.more_button = QPushButton()
         self.more_button.setObjectName("earlierButton")
         self.more_button.setFlat(True)
@@ -64,7 +77,7 @@ class ChatView(QScrollArea):
         self._widgets.clear()
         self._hidden = []
         self.more_button.setVisible(False)
-        self.empty_label.setVisible(True)
+        self.welcome.setVisible(True)
 
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
@@ -73,7 +86,8 @@ class ChatView(QScrollArea):
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
-            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
+                             versions=(m.version, m.versions))
         self._update_more()
         self._stick = True
         self.scroll_to_bottom()
@@ -91,6 +105,7 @@ class ChatView(QScrollArea):
         new = []
         for offset, m in enumerate(batch):
             widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            widget.set_versions(m.version, m.versions)
             self._layout.insertWidget(first + offset, widget)
             new.append(widget)
         self._widgets[:0] = new
@@ -104,11 +119,12 @@ class ChatView(QScrollArea):
         self.more_button.setVisible(n > 0)
 
     def add_message(self, message_id, role, text="", status="complete", model="", stats=None,
-                    model_id="") -> MessageWidget:
+                    model_id="", versions=(1, 1)) -> MessageWidget:
         widget = self._make(message_id, role, text, status, model, stats, model_id)
+        widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
-        self.empty_label.setVisible(False)
+        self.welcome.setVisible(False)
         self._update_regenerate()
         return widget
 
@@ -117,7 +133,17 @@ class ChatView(QScrollArea):
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
+        widget.versionRequested.connect(self.versionRequested)
+        widget.forkRequested.connect(self.forkRequested)
         return widget
+
+    def replace_from(self, message_id, messages):
+        """Show messages (stored Message objects) in place of message_id and every later one:
+        another version and the branch below it."""
+        self.remove_from(message_id)
+        for m in messages:
+            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
+                             versions=(m.version, m.versions))
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""
@@ -130,7 +156,7 @@ class ChatView(QScrollArea):
             self._layout.removeWidget(widget)
             widget.deleteLater()
         del self._widgets[ids.index(message_id):]
-        self.empty_label.setVisible(not self._widgets)
+        self.welcome.setVisible(not self._widgets)
         self._update_regenerate()
 
     def widget_for(self, message_id) -> MessageWidget | None:
@@ -151,6 +177,7 @@ class ChatView(QScrollArea):
         for widget in self._widgets:
             widget.edit_button.setEnabled(on)
             widget.regen_button.setEnabled(on)
+            widget.version_switcher.set_actions_enabled(on)
 
     def _update_regenerate(self):
         last = self._widgets[-1] if self._widgets else None

@@ -5,10 +5,12 @@ import argparse
 import asyncio
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
+from engine.atomic import describe_kind
 from engine.types import ParamSpec, param_specs
 
 PROG = "chinwag"
@@ -81,10 +83,13 @@ def cmd_models(args) -> int:
     if args.json:
         print(json.dumps([m.to_json() for m in models], indent=2))
         return 0
+    from engine.gguf_header import printable
+
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
         detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
-        print(f"{m.id:40} {m.status:12} {size:>9}  {detail}")
+        # Folder names come from disk: no escape sequence of theirs reaches the terminal.
+        print(f"{printable(m.id, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
     return 0
 
 
@@ -164,9 +169,14 @@ async def _stream(engine, conv, messages, params):
 
 def load_script(path: str) -> dict:
     try:
+        mode = Path(path).stat().st_mode
+        if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot read script {path}: it is {describe_kind(mode)}, not a file")
         raw = Path(path).read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot read script {path!r}: {e}") from e
     try:
         script = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:

@@ -1,7 +1,10 @@
 """Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.theme import READING_WIDTH
 
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
 DRAFT_PAUSE_MS = 300
@@ -14,6 +17,14 @@ class _Editor(QPlainTextEdit):
     def insertFromMimeData(self, source):
         super().insertFromMimeData(source)
         self.pasted.emit()
+
+    def event(self, event):
+        # With no typing left to undo, Ctrl/Cmd+Z goes to the window (Undo of a deleted chat).
+        if (event.type() == QEvent.Type.ShortcutOverride and event.matches(QKeySequence.StandardKey.Undo)
+                and not self.document().isUndoAvailable()):
+            event.ignore()
+            return True
+        return super().event(event)
 
     def keyPressEvent(self, event):
         key = event.key()
@@ -36,8 +47,15 @@ class Composer(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("composer")
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(12, 6, 12, 10)
+        frame = QHBoxLayout(self)
+        frame.setContentsMargins(12, 6, 12, 10)
+        self.column = QWidget()  # the same centred column as the transcript
+        self.column.setMaximumWidth(READING_WIDTH)
+        frame.addStretch(1)
+        frame.addWidget(self.column, 1000)
+        frame.addStretch(1)
+        outer = QVBoxLayout(self.column)
+        outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(4)
         self.reason_label = QLabel()
         self.reason_label.setObjectName("composerReason")
@@ -84,7 +102,10 @@ class Composer(QWidget):
         row.addWidget(self.stop_button)
         outer.addLayout(row)
         self._ready = True
+        self._queue = False  # not ready, but a message sent now waits for the model
         self._generating = False
+        self._waiting = ""  # why sending waits for something else (another chat's reply)
+        self._reason = ""
         self._update_buttons()
         self._fit()
 
@@ -104,6 +125,12 @@ class Composer(QWidget):
         self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
         self.editor.setFocus()
 
+    def set_draft(self, text: str):
+        """Show a saved draft without taking the focus."""
+        if text != self.text():
+            self.editor.setPlainText(text)
+            self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+
     def _draft_paused(self):
         self._pause.stop()
         if self.text().strip():
@@ -111,19 +138,36 @@ class Composer(QWidget):
 
     def submit(self):
         text = self.text()
-        if not self._ready or self._generating or not text.strip():
+        if not (self._ready or self._queue) or self._generating or self._waiting or not text.strip():
             return
         self.editor.clear()
         self._pause.stop()  # the text is sent, not a draft any more
         self.sendRequested.emit(text)
 
-    def set_ready(self, ready: bool, reason: str = ""):
-        """Enable sending, or disable it and show why (no model loaded, still loading...)."""
+    def set_ready(self, ready: bool, reason: str = "", queue: bool = False):
+        """Enable sending, or disable it and show why (no model loaded, still loading...).
+
+        queue: not ready yet, but a message sent now is queued and sent when it is.
+        """
         # Typing ahead stays possible; sending waits for a model.
         self._ready = ready
-        self.reason_label.setText(reason)
-        self.reason_label.setVisible(bool(reason) and not ready)
+        self._queue = queue and not ready
+        self.send_button.setText("Queue" if self._queue else "Send")
+        self.send_button.setToolTip("Sent as soon as the model is ready" if self._queue else "Send (Enter)")
+        self._reason = reason if not ready else ""
+        self._show_reason()
         self._update_buttons()
+
+    def set_waiting(self, reason: str):
+        """Hold sending (and say why) while something else finishes; "" lets it go."""
+        self._waiting = reason
+        self._show_reason()
+        self._update_buttons()
+
+    def _show_reason(self):
+        text = self._waiting or self._reason
+        self.reason_label.setText(text)
+        self.reason_label.setVisible(bool(text))
 
     def set_generating(self, on: bool):
         self._generating = on
@@ -137,5 +181,9 @@ class Composer(QWidget):
     def is_ready(self) -> bool:
         return self._ready
 
+    def can_queue(self) -> bool:
+        return self._queue
+
     def _update_buttons(self):
-        self.send_button.setEnabled(self._ready and not self._generating and bool(self.text().strip()))
+        self.send_button.setEnabled((self._ready or self._queue) and not self._generating
+                                    and not self._waiting and bool(self.text().strip()))

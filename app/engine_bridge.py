@@ -42,6 +42,8 @@ class EngineBridge(QObject):
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
+    searchFinished = Signal(str, list)  # query, list[HubModel]
+    searchFailed = Signal(str, str)  # query, one-line reason
 
     def __init__(self, engine=None, engine_factory=default_engine, parent=None):
         super().__init__(parent)
@@ -49,6 +51,7 @@ class EngineBridge(QObject):
         self._factory = engine_factory
         self._tasks: set[asyncio.Task] = set()
         self._generating: set = set()
+        self._stop_wanted: set = set()  # conv ids whose Stop may have come before their turn began
         self._loading = False
         self._started = False
         self._cancel_download: threading.Event | None = None
@@ -169,6 +172,18 @@ class EngineBridge(QObject):
                              cancel=self._cancel_download)
         )
 
+    def search_models(self, query: str) -> asyncio.Task:
+        return self.run(self._search(query))
+
+    async def _search(self, query):
+        try:
+            found = await self.engine.search_models(query)
+        except ChinwagError as e:
+            self.searchFailed.emit(query, str(e))
+            return None
+        self.searchFinished.emit(query, list(found))
+        return found
+
     def cancel_download(self):
         if self._cancel_download is not None:
             self._cancel_download.set()
@@ -187,6 +202,7 @@ class EngineBridge(QObject):
 
     # --- chat ------------------------------------------------------------
     def chat(self, conv_id, messages: list[dict], params) -> asyncio.Task:
+        self._stop_wanted.discard(conv_id)
         self._generating.add(conv_id)
         self._set_state()
         return self.run(self._chat(conv_id, messages, params))
@@ -195,6 +211,9 @@ class EngineBridge(QObject):
         stats = None
         try:
             async for event in self.engine.chat(conv_id, messages, params):
+                if conv_id in self._stop_wanted:  # Stop came before the engine's turn had begun
+                    self._stop_wanted.discard(conv_id)
+                    self.engine.stop(conv_id)
                 if isinstance(event, TextDelta):
                     if event.text:
                         self.delta.emit(conv_id, event.text)
@@ -232,13 +251,27 @@ class EngineBridge(QObject):
         self.draftPrefilled.emit(conv_id, result)
         return result
 
+    def adopt(self, draft_id, conv_id) -> asyncio.Task | None:
+        """Hand a new chat's draft cache to the chat just created; queued before any later chat()."""
+        if self._engine is None or not self._started:
+            return None
+        return self.run(self._adopt(self.engine.adopt(draft_id, conv_id)))  # adopt() queues it now
+
+    async def _adopt(self, queued):
+        try:
+            return await queued
+        except ChinwagError as e:
+            log.warning("adopting a draft's cache: %s", e)
+            return False
+
     def stop(self, conv_id=None):
         if self._engine is not None:
+            self._stop_wanted.update(self._generating if conv_id is None else {conv_id} & self._generating)
             self._engine.stop(conv_id)
 
     def forget(self, conv_id):
-        if self._engine is not None and self._started:
-            self.run(self._forget(conv_id))
+        # Even before the engine has started: caches saved by an earlier run are deleted too.
+        self.run(self._forget(conv_id))
 
     async def _forget(self, conv_id):
         try:

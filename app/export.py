@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 import time
 from pathlib import Path
 
+from app import highlight
+
 # markdown_to_html and split_think are re-exported: callers import them from app.export.
 from app.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app.message_tree import active_path
 from app.settings_check import settings_problems
 from app.store import STATUSES, Conversation, Message
-from engine.atomic import writable_target, write_atomic
+from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
@@ -25,6 +29,7 @@ FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 MAX_IMPORT_BYTES = 512 << 20
+MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
@@ -71,19 +76,27 @@ def to_json(conv: Conversation) -> str:
             "model_id": conv.model_id,
             "settings": conv.settings,
         },
-        "messages": [
-            {
-                "role": m.role,
-                "content": m.content,
-                "status": m.status,
-                "created_at": m.created_at,
-                "model_id": m.model_id,
-                "stats": m.stats,
-            }
-            for m in conv.messages
-        ],
+        "messages": [_message_json(m) for m in conv.messages],  # the shown path
     }
+    if any(m.versions > 1 for m in conv.tree):
+        # Every version: "parent" is an index into this list (null for a first message).
+        # Readers that know only "messages" still import the shown path.
+        index = {m.id: i for i, m in enumerate(conv.tree)}
+        data["tree"] = [
+            {**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree
+        ]
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _message_json(m: Message) -> dict:
+    return {
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "created_at": m.created_at,
+        "model_id": m.model_id,
+        "stats": m.stats,
+    }
 
 
 def to_markdown(conv: Conversation) -> str:
@@ -159,24 +172,33 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="Chinwag">\n<title>{e(title)}</title>\n'
-        f"<style>{_PRINT_CSS if for_print else _CSS}</style>\n</head>\n<body>\n"
+        f"<style>{_PRINT_CSS if for_print else _CSS + _code_css(parts)}</style>\n</head>\n<body>\n"
         f'<header><h1 dir="auto">{e(title)}</h1>{info}</header>\n'
         "<main>\n" + "\n".join(parts) + "\n</main>\n</body>\n</html>\n"
     )
 
 
 def _render_content(m: Message, for_print: bool) -> str:
+    # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
+    inline = False if for_print else None
     if m.role != "assistant":
-        return markdown_to_html(m.content)
+        return markdown_to_html(m.content, inline)
     out = []
     for kind, text in split_think(m.content):
         if kind == "text":
-            out.append(markdown_to_html(text))
+            out.append(markdown_to_html(text, inline))
         elif for_print:
-            out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text)}</div>')
+            out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
         else:
             out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
     return "".join(out)
+
+
+def _code_css(parts: list) -> str:
+    """Highlighted code in both palettes, following the reader's colour scheme (if any code)."""
+    if not any('class="hl-' in part for part in parts):
+        return ""
+    return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
 def _pdf_bytes(conv: Conversation) -> bytes:
@@ -195,12 +217,17 @@ def import_conversation(store, path) -> Conversation:
     """
     path = Path(path).expanduser()
     try:
-        if path.stat().st_size > MAX_IMPORT_BYTES:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
+        if st.st_size > MAX_IMPORT_BYTES:
             raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
                                "larger than any conversation export")
         raw = path.read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot import {str(path)!r}: {e}") from e
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -238,36 +265,65 @@ def _conversation_from_json(data) -> Conversation:
         model_id=_field(c, "model_id", str, "conversation", default=""),
         settings=_field(c, "settings", dict, "conversation", default={}),
     )
+    if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
+        raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
     problems = settings_problems(conv.settings)
     if problems:
         raise ValueError("conversation." + "; ".join(problems[:3]))
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise ValueError('"messages" is missing or not a list')
+    tree = data.get("tree")
+    if tree is not None:
+        conv.tree = _tree_from_json(tree, now)
     for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise ValueError(f"{where} is not an object")
-        status = _field(m, "status", str, where, default="complete")
-        if status not in STATUSES:
-            raise ValueError(f"{where}.status {status!r} is not one of {', '.join(STATUSES)}")
-        stats = m.get("stats")
-        if stats is not None and not isinstance(stats, dict):
-            raise ValueError(f"{where}.stats is not an object")
-        role = _field(m, "role", str, where)
-        if role not in ROLE_NAMES:
-            raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
-        conv.messages.append(Message(
-            id=0, conversation_id="", position=i,
-            role=role,
-            content=_field(m, "content", str, where),
-            status=status,
-            created_at=_number(m, "created_at", where, now),
-            model_id=_field(m, "model_id", str, where, default=""),
-            stats=stats,
-        ))
+        conv.messages.append(_message_from_json(m, f"messages[{i}]", i, now))
+    if conv.tree:
+        conv.messages = active_path(conv.tree)  # the tree is the whole truth; "messages" its shown path
     _check_text(data)
     return conv
+
+
+def _message_from_json(m, where: str, index: int, now: float) -> Message:
+    if not isinstance(m, dict):
+        raise ValueError(f"{where} is not an object")
+    status = _field(m, "status", str, where, default="complete")
+    if status not in STATUSES:
+        raise ValueError(f"{where}.status {status!r} is not one of {', '.join(STATUSES)}")
+    stats = m.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise ValueError(f"{where}.stats is not an object")
+    role = _field(m, "role", str, where)
+    if role not in ROLE_NAMES:
+        raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
+    return Message(
+        id=index, conversation_id="", position=index,
+        role=role,
+        content=_field(m, "content", str, where),
+        status=status,
+        created_at=_number(m, "created_at", where, now),
+        model_id=_field(m, "model_id", str, where, default=""),
+        stats=stats,
+    )
+
+
+def _tree_from_json(tree, now: float) -> list[Message]:
+    """Every version of every message; a parent must come before its children."""
+    if not isinstance(tree, list):
+        raise ValueError('"tree" is not a list')
+    out = []
+    for i, m in enumerate(tree):
+        where = f"tree[{i}]"
+        msg = _message_from_json(m, where, i, now)
+        parent = m.get("parent")
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
+            raise ValueError(f"{where}.parent is not the index of an earlier message")
+        active = m.get("active", True)
+        if not isinstance(active, bool):
+            raise ValueError(f"{where}.active is not true or false")
+        msg.parent_id, msg.active = parent, active
+        out.append(msg)
+    return out
 
 
 _MISSING = object()
@@ -349,6 +405,8 @@ def _message_meta(m: Message) -> str:
         bits.append(m.model_id)
     if m.status != "complete":
         bits.append(m.status)
+    if m.versions > 1:  # the export shows this one; JSON keeps the others
+        bits.append(f"version {m.version} of {m.versions}")
     stats = m.stats or {}
     if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
         bits.append(f"{stats['generated_tokens']} tokens")

@@ -7,41 +7,11 @@ usable, and the last used model loads in the background with progress shown.
 
 import asyncio
 import gc
-import os
 import sys
-from pathlib import Path
 
+from app.single_instance import WindowLock, ask_window_to_raise, serve_raise_requests
 from engine.errors import ChinwagError
 from engine.log import report_bug
-
-WINDOW_LOCK = "window.lock"
-
-
-class WindowLock:
-    """Held by the one window open on a data folder: two windows would each think they own
-    every chat (streaming repairs, settings, the last conversation)."""
-
-    def __init__(self, folder: Path):
-        import fcntl
-
-        from engine.paths import FILE_MODE
-
-        self.path = Path(folder) / WINDOW_LOCK
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        except OSError as e:
-            raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise ChinwagError(f"Chinwag is already open on the data folder {folder}: "
-                               "use that window (one window per data folder)") from None
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def run_app(argv=None, model: str | None = None) -> int:
@@ -50,6 +20,13 @@ def run_app(argv=None, model: str | None = None) -> int:
     argv: arguments after the program name, as argparse takes them (Qt options allowed).
     model: a model to load instead of the last used one.
     """
+    from app.platform_check import xcb_problem
+
+    problem = xcb_problem()
+    if problem:  # Qt would abort with a long message that does not say what to install
+        print(f"chinwag: error: {problem}", file=sys.stderr)
+        return 2
+
     from PySide6.QtCore import QEvent, QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -70,8 +47,13 @@ def run_app(argv=None, model: str | None = None) -> int:
     from app.store import Store
 
     try:
-        lock = WindowLock(paths.data_dir())
+        folder = paths.data_dir()
+        lock = WindowLock(folder)
     except ChinwagError as e:
+        if "already open" in str(e) and ask_window_to_raise(paths.data_dir_path()):
+            print(f"chinwag: {paths.data_dir_path()} is open in another window: brought it to the front",
+                  file=sys.stderr)
+            return 0
         print(f"chinwag: error: {e}", file=sys.stderr)
         QMessageBox.information(None, "Chinwag", str(e))  # the loop has not started: modal is fine
         return 2
@@ -87,6 +69,7 @@ def run_app(argv=None, model: str | None = None) -> int:
 
     window = MainWindow(store)
     previous_hook = _show_bugs_in(window)
+    raise_server = serve_raise_requests(window, folder)  # a second `chinwag` brings this one forward
     window.show()
     window.repaint()  # painted now, before the engine (and mlx) is even imported
     app.processEvents()
@@ -103,6 +86,7 @@ def run_app(argv=None, model: str | None = None) -> int:
         # Delete the window here, on the GUI thread: left to the garbage collector it could
         # be collected on another thread (the engine's), which Qt does not allow.
         sys.excepthook = previous_hook  # drop the hook's reference to the window first
+        raise_server.close()
         window.deleteLater()
         app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         del window

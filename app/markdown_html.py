@@ -11,6 +11,8 @@ import html
 import re
 import unicodedata
 
+from app.highlight import highlight_html
+
 _FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -21,9 +23,11 @@ _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _MAX_DEPTH = 20
 
 
-def markdown_to_html(text: str) -> str:
+def markdown_to_html(text: str, inline_colors: bool | None = None) -> str:
+    """HTML for text. Code is highlighted with hl- classes (see app.highlight.css), or with
+    inline colours of the light (False) or dark (True) palette for Qt's rich text."""
     lines = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd").split("\n")
-    return "".join(_blocks(lines))
+    return "".join(_blocks(lines, hl=inline_colors))
 
 
 def split_think(text: str) -> list[tuple[str, str]]:
@@ -87,7 +91,7 @@ def _starts_block(lines, i) -> bool:
     return _table_start(lines, i)
 
 
-def _blocks(lines: list[str], depth: int = 0) -> list[str]:
+def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[str]:
     if depth > _MAX_DEPTH:  # "> > > > ..." a thousand deep must not blow the stack
         return [f'<p dir="auto">{_esc(chr(10).join(lines).strip())}</p>\n']
     out, i, n = [], 0, len(lines)
@@ -106,7 +110,7 @@ def _blocks(lines: list[str], depth: int = 0) -> list[str]:
             i += 1  # the closing fence; an unclosed block simply runs to the end
             lang = info.split()[0] if info else ""
             cls = f' class="language-{_esc(lang)}"' if lang else ""
-            out.append(f"<pre><code{cls}>{_esc(chr(10).join(body))}</code></pre>\n")
+            out.append(f"<pre><code{cls}>{highlight_html(chr(10).join(body), lang, hl)}</code></pre>\n")
             continue
         m = _HEADING.match(line)
         if m:
@@ -124,10 +128,10 @@ def _blocks(lines: list[str], depth: int = 0) -> list[str]:
                 q = _QUOTE.match(lines[i])
                 inner.append(q.group(1) if q else lines[i])
                 i += 1
-            out.append(f"<blockquote>{''.join(_blocks(inner, depth + 1))}</blockquote>\n")
+            out.append(f"<blockquote>{''.join(_blocks(inner, depth + 1, hl))}</blockquote>\n")
             continue
         if _ITEM.match(line):
-            html_list, i = _list(lines, i, depth)
+            html_list, i = _list(lines, i, depth, hl)
             out.append(html_list)
             continue
         if _table_start(lines, i):
@@ -152,7 +156,7 @@ def _blocks(lines: list[str], depth: int = 0) -> list[str]:
     return out
 
 
-def _list(lines, i, depth):
+def _list(lines, i, depth, hl=None):
     first = _ITEM.match(lines[i])
     base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
     start = int(first.group(2)[:-1]) if ordered else 1
@@ -188,7 +192,7 @@ def _list(lines, i, depth):
         items.append(body)
     parts = []
     for body in items:
-        html_item = "".join(_blocks(body, depth + 1))
+        html_item = "".join(_blocks(body, depth + 1, hl))
         if tight:
             html_item = re.sub(r'^<p dir="auto">(.*?)</p>\n', r"\1", html_item, count=1, flags=re.S)
         html_item = re.sub(r"^\[ \] ", "☐ ", html_item)

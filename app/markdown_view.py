@@ -1,15 +1,14 @@
 """Markdown for one message, re-rendered block by block.
 
-`split_blocks` cuts a reply into prose chunks, fenced code blocks and `<think>` blocks.
+`split_blocks` (app/markdown_blocks.py) cuts a reply into prose, fenced code and `<think>` blocks.
 `MarkdownView` keeps one widget per block and, on every update, re-renders only the
 blocks whose text changed: while a reply streams that is the last one, so an update
 costs the size of the last paragraph, not of the whole reply.
 """
 
-import re
-from dataclasses import dataclass
+import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import (
     QFont,
     QFontDatabase,
@@ -18,6 +17,7 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextFormat,
     QTextOption,
 )
 from PySide6.QtWidgets import (
@@ -32,106 +32,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.highlight import resolve_language, spans
+from app.highlight_qt import SpanHighlighter, is_dark
+from app.markdown_blocks import Block, merge_prose, split_blocks  # noqa: F401 (Block: re-exported)
+
 MD_FEATURES = QTextDocument.MarkdownFeature(
     QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
     | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
 )
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
-_LIST_OR_INDENT = re.compile(r"^(\s+\S|[-*+]\s|\d{1,9}[.)]\s)")
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-
-
-@dataclass(frozen=True)
-class Block:
-    kind: str  # "prose", "code" or "think"
-    text: str
-    lang: str = ""
-    closed: bool = True
-
-
-def split_blocks(text: str) -> list[Block]:
-    """Cut text into prose, code and think blocks. Unclosed fences and think tags run to the end."""
-    blocks: list[Block] = []
-    pos = 0
-    # A reply can start inside the reasoning when the chat template opened <think> itself.
-    close_first = text.find(THINK_CLOSE)
-    open_first = text.find(THINK_OPEN)
-    if close_first != -1 and (open_first == -1 or open_first > close_first):
-        blocks.append(Block("think", text[:close_first].strip()))
-        pos = close_first + len(THINK_CLOSE)
-    while pos < len(text):
-        start = text.find(THINK_OPEN, pos)
-        if start == -1:
-            blocks += _markdown_blocks(text[pos:])
-            break
-        blocks += _markdown_blocks(text[pos:start])
-        end = text.find(THINK_CLOSE, start)
-        if end == -1:
-            blocks.append(Block("think", text[start + len(THINK_OPEN):].strip(), closed=False))
-            break
-        blocks.append(Block("think", text[start + len(THINK_OPEN):end].strip()))
-        pos = end + len(THINK_CLOSE)
-    return blocks
-
-
-def merge_prose(blocks: list[Block]) -> list[Block]:
-    """Fewer widgets for a message that will not change: one document per run of prose."""
-    out: list[Block] = []
-    for block in blocks:
-        if block.kind == "prose" and out and out[-1].kind == "prose":
-            out[-1] = Block("prose", out[-1].text + "\n\n" + block.text)
-        else:
-            out.append(block)
-    return out
-
-
-def _markdown_blocks(text: str) -> list[Block]:
-    blocks: list[Block] = []
-    prose: list[str] = []
-    code: list[str] = []
-    fence = None  # (char, length, lang) while inside a fenced block
-
-    def flush_prose():
-        chunk = "\n".join(prose).strip("\n")
-        if chunk.strip():
-            blocks.append(Block("prose", chunk))
-        prose.clear()
-
-    for line in text.split("\n"):
-        if fence is None:
-            m = _FENCE.match(line)
-            if m:
-                flush_prose()
-                fence = (m.group(1)[0], len(m.group(1)), m.group(2))
-                continue
-            if prose and _starts_new_chunk(prose, line):
-                flush_prose()
-            prose.append(line)
-        else:
-            stripped = line.strip()
-            if (
-                len(line) - len(line.lstrip(" ")) <= 3
-                and stripped
-                and set(stripped) == {fence[0]}
-                and len(stripped) >= fence[1]
-            ):
-                blocks.append(Block("code", "\n".join(code), fence[2]))
-                code.clear()
-                fence = None
-            else:
-                code.append(line)
-    if fence is not None:
-        blocks.append(Block("code", "\n".join(code), fence[2], closed=False))
-    flush_prose()
-    return blocks
-
-
-def _starts_new_chunk(prose: list[str], line: str) -> bool:
-    """A blank line then a line that cannot continue a list: safe to render apart."""
-    if not line.strip() or prose[-1].strip():
-        return False
-    return not _LIST_OR_INDENT.match(line)
+# A live code block re-highlights only after this many times its last highlight's cost.
+HIGHLIGHT_COST_FACTOR = 10
 
 
 SAFE_SCHEMES = ("http", "https", "mailto")
@@ -177,6 +88,35 @@ def _monospace_code_spans(doc: QTextDocument):
         cursor.mergeCharFormat(fmt)
 
 
+def _style_quotes_and_lists(doc: QTextDocument):
+    """Blockquotes: indented on a tinted band in a dimmed colour; lists: room between items."""
+    palette = QGuiApplication.palette()
+    block = doc.begin()
+    cursor = QTextCursor(doc)
+    while block.isValid():
+        fmt = block.blockFormat()
+        level = int(fmt.property(QTextFormat.Property.BlockQuoteLevel) or 0)
+        changed = False
+        if level:
+            fmt.setLeftMargin(14 * level)
+            fmt.setBackground(palette.color(QPalette.ColorRole.AlternateBase))
+            fmt.setTopMargin(2)
+            fmt.setBottomMargin(2)
+            changed = True
+            text = QTextCharFormat()
+            text.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
+            cursor.setPosition(block.position())
+            cursor.setPosition(block.position() + max(0, block.length() - 1), QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(text)
+        elif block.textList() is not None:
+            fmt.setBottomMargin(3)
+            changed = True
+        if changed:
+            cursor.setPosition(block.position())
+            cursor.setBlockFormat(fmt)
+        block = block.next()
+
+
 class ProseView(QTextBrowser):
     """A borderless, self-sizing rich text view: its height follows its text."""
 
@@ -213,6 +153,7 @@ class ProseView(QTextBrowser):
         self._source = text
         self.document().setMarkdown(text, MD_FEATURES)
         _monospace_code_spans(self.document())
+        _style_quotes_and_lists(self.document())
         self._fit()
 
     def set_plain(self, text: str):
@@ -240,6 +181,21 @@ class ProseView(QTextBrowser):
 
     def wheelEvent(self, event):
         event.ignore()  # let the chat view scroll
+
+    def context_menu(self, pos):
+        """Qt's Copy/Select All, then the actions of the message this text belongs to."""
+        menu = self.createStandardContextMenu(pos)
+        owner = self.parent()
+        while owner is not None and not hasattr(owner, "extend_context_menu"):
+            owner = owner.parent()
+        if owner is not None:
+            owner.extend_context_menu(menu)
+        return menu
+
+    def contextMenuEvent(self, event):
+        menu = self.context_menu(event.pos())
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(event.globalPos())
 
 
 class CodeBlock(QFrame):
@@ -274,16 +230,22 @@ class CodeBlock(QFrame):
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
         self.editor.wheelEvent = lambda event: event.ignore()
         layout.addWidget(self.editor)
+        self.highlighter = SpanHighlighter(self.editor.document())
+        self.highlights = 0  # how many times the block was highlighted (for tests)
+        self._lang = lang
+        self._next_highlight = 0.0
+        self._final = False  # highlighted as a complete block
         self._text = ""
         self._fit()
 
     def text(self) -> str:
         return self._text
 
-    def set_code(self, text: str, lang: str = ""):
+    def set_code(self, text: str, lang: str = "", closed: bool = True):
         if lang:
             self.lang_label.setText(lang)
-        if text == self._text:
+        self._lang = lang
+        if text == self._text and (self._final or not closed):
             return
         if text.startswith(self._text) and self._text:
             cursor = self.editor.textCursor()
@@ -292,11 +254,35 @@ class CodeBlock(QFrame):
         else:
             self.editor.setPlainText(text)
         self._text = text
+        self._final = False
         self._fit()
+        self._highlight(final=closed)
+
+    def _highlight(self, final: bool):
+        """Colour the code; while it streams, at most every HIGHLIGHT_COST_FACTOR× its cost,
+        and a block without a language is only guessed once it is complete."""
+        now = time.monotonic()
+        if not final and (now < self._next_highlight or not self._lang):
+            return
+        started = time.perf_counter()
+        lang = self._lang or resolve_language(self._text, "")
+        if lang and not self._lang:
+            self.lang_label.setText(lang)  # the guess, so a wrong one is visible
+        self.highlighter.set_spans(spans(self._text, lang, is_dark()), self._text)
+        self.highlights += 1
+        self._final = final
+        self._next_highlight = 0.0 if final else now + HIGHLIGHT_COST_FACTOR * (time.perf_counter() - started)
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange) and self._final:
+            self._highlight(final=True)  # light ↔ dark: the other palette's colours
 
     def copy(self):
         QGuiApplication.clipboard().setText(self._text)
-        self.copy_button.setText("Copied")
+        from app.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button)  # says "Copied" for ~2 s, then "Copy" again
         self.copied.emit(self._text)
 
     def _fit(self):
@@ -416,7 +402,7 @@ class MarkdownView(QWidget):
     def _render(self, widget, block: Block):
         self.renders += 1
         if block.kind == "code":
-            widget.set_code(block.text, block.lang)
+            widget.set_code(block.text, block.lang, block.closed)
         elif block.kind == "think":
             widget.set_think(block.text, block.closed)
         else:

@@ -5,18 +5,21 @@ message, and a finished message is frozen (its text is not re-rendered again).
 """
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
 
 from app.markdown_view import MarkdownView, ProseView
+from app.version_switcher import VersionSwitcher
 
-# Longer user messages show their start only; Copy and the engine still get all of it.
-USER_DISPLAY_LIMIT = 20_000
+# Longer user messages show their start, with Show more; Copy and the engine always get all of it.
+USER_DISPLAY_LIMIT = 3_000
 
+QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
 STATUS_NOTES = {
     "stopped": "Stopped",
     "failed": "Failed",
     "streaming": "",
     "complete": "",
+    QUEUED: "Queued: sent when the model is ready",
 }
 
 
@@ -68,6 +71,8 @@ class MessageWidget(QFrame):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    versionRequested = Signal(object, int)  # message id, -1 (previous) or +1 (next)
+    forkRequested = Signal(object)
 
     def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
                  model: str = "", stats=None, parent=None, model_id: str = ""):
@@ -91,11 +96,16 @@ class MessageWidget(QFrame):
         self.who_label.setObjectName("messageAuthor")
         head.addWidget(self.who_label)
         head.addStretch(1)
+        self.version_switcher = VersionSwitcher()
+        self.version_switcher.stepRequested.connect(lambda step: self.versionRequested.emit(self.message_id, step))
+        head.addWidget(self.version_switcher)
         self.copy_button = self._action(head, "Copy", "Copy this message", self.copyRequested)
+        self.copy_button.clicked.connect(self.show_copied)
         self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
         self.edit_button.setVisible(role == "user")
         self.regen_button.setVisible(False)
+        self._expanded = False  # a long user message shows all of its text
 
         if role == "user":
             self.body = ProseView()
@@ -103,6 +113,12 @@ class MessageWidget(QFrame):
         else:
             self.body = MarkdownView()
         layout.addWidget(self.body)
+        self.more_button = QToolButton(text="Show more")
+        self.more_button.setObjectName("showMoreButton")
+        self.more_button.setAutoRaise(True)
+        self.more_button.clicked.connect(self.toggle_more)
+        self.more_button.setVisible(False)
+        layout.addWidget(self.more_button)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("messageStats")
         self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -112,9 +128,13 @@ class MessageWidget(QFrame):
         self.set_status(status)
 
     def _action(self, layout, text, tip, signal):
-        button = QToolButton(text=text)
+        from app.icons import icon
+
+        button = QToolButton()
         button.setObjectName(f"{text.lower()}Button")
+        button.setIcon(icon(text.lower()))
         button.setToolTip(tip)
+        button.setAccessibleName(text)
         button.setAutoRaise(True)
         button.clicked.connect(lambda: signal.emit(self.message_id))
         layout.addWidget(button)
@@ -131,9 +151,14 @@ class MessageWidget(QFrame):
     def _render(self):
         if self.role == "user":
             text = self._text
-            if len(text) > USER_DISPLAY_LIMIT:
+            long = len(text) > USER_DISPLAY_LIMIT
+            if long and not self._expanded:
                 more = len(text) - USER_DISPLAY_LIMIT
-                text = text[:USER_DISPLAY_LIMIT] + f"\n\n… {more:,} more characters not shown (Copy copies all)"
+                text = text[:USER_DISPLAY_LIMIT] + "…"
+                self.more_button.setText(f"Show more ({more:,} more characters)")
+            elif long:
+                self.more_button.setText("Show less")
+            self.more_button.setVisible(long)
             self.body.set_plain(text)
         else:
             self.body.set_text(self._text, merge=self.status != "streaming")
@@ -166,6 +191,15 @@ class MessageWidget(QFrame):
         self.stats_label.setText(" — ".join(parts))
         self.stats_label.setVisible(bool(parts))
 
+    def toggle_more(self):
+        self._expanded = not self._expanded
+        self._render()
+
+    def show_copied(self):
+        from app.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button, icon="copied")
+
     def set_live_note(self, text: str):
         """What a streaming reply says before its text ("Reading your message… 43%"); "" is "Writing…"."""
         self.live_note = text
@@ -173,3 +207,27 @@ class MessageWidget(QFrame):
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == "assistant")
+
+    def set_versions(self, version: int, versions: int):
+        self.version_switcher.set_versions(version, versions)
+
+    def extend_context_menu(self, menu: QMenu):
+        """The message's own actions, added to whichever context menu opens over it."""
+        menu.addSeparator()
+        copy = menu.addAction("Copy Message")
+        copy.setEnabled(self.status != "streaming")
+        copy.triggered.connect(lambda: self.copyRequested.emit(self.message_id))
+        fork = menu.addAction("Fork from Here")
+        fork.setToolTip("A new conversation with this chat up to this message")
+        fork.setEnabled(self.status != "streaming")
+        fork.triggered.connect(lambda: self.forkRequested.emit(self.message_id))
+
+    def context_menu(self) -> QMenu:
+        menu = QMenu(self)
+        self.extend_context_menu(menu)
+        return menu
+
+    def contextMenuEvent(self, event):
+        menu = self.context_menu()
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(event.globalPos())  # not exec(): no nested loop under qasync

@@ -1,4 +1,5 @@
-"""`python -m app.screenshots`: docs/window.png and docs/model-menu.png.
+"""`python -m app.screenshots`: docs/window.png, docs/model-menu.png, docs/welcome.png,
+docs/window-dark.png and the pictures of app/screenshot_features.py (code block, versions, catalogue).
 
 Renders the real window on a sample conversation in a throwaway data folder. The
 engine is a stand-in that lists the real registry's models (plus two examples) and
@@ -96,23 +97,6 @@ def _fill(store):
     store.set_state("last_conversation", conv.id)
 
 
-def dark_palette():
-    from PySide6.QtGui import QColor, QPalette
-
-    pal = QPalette()
-    roles = QPalette.ColorRole
-    for role, color in {
-        roles.Window: "#2b2b2b", roles.WindowText: "#e6e6e6", roles.Base: "#1e1e1e",
-        roles.AlternateBase: "#333333", roles.Text: "#e6e6e6", roles.Button: "#3a3a3a",
-        roles.ButtonText: "#e6e6e6", roles.Highlight: "#3d6fb6", roles.HighlightedText: "#ffffff",
-        roles.PlaceholderText: "#9a9a9a", roles.ToolTipBase: "#3a3a3a", roles.ToolTipText: "#e6e6e6",
-        roles.Link: "#7fb2ff", roles.Mid: "#555555", roles.Midlight: "#444444", roles.Light: "#505050",
-        roles.Dark: "#1a1a1a",
-    }.items():
-        pal.setColor(role, QColor(color))
-    return pal
-
-
 def take(out_dir: Path, dark: bool = False) -> list[Path]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ["CHINWAG_HOME"] = tempfile.mkdtemp(prefix="chinwag-shots-")
@@ -124,9 +108,11 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
 
     app = QApplication.instance() or QApplication(["chinwag"])
     app.setApplicationName("Chinwag")
-    if dark:  # what a dark system palette looks like (the style sheet only uses palette roles)
+    if dark:  # the whole set in the dark theme of Preferences
+        from app import theme
+
         app.setStyle("Fusion")
-        app.setPalette(dark_palette())
+        theme.apply("dark")
     suffix = "-dark" if dark else ""
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
@@ -164,6 +150,32 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
         path = out_dir / f"model-menu{suffix}.png"
         shot.save(str(path))
         written.append(path)
+        from app.screenshot_features import shoot_features
+
+        written.extend(await shoot_features(window, store, out_dir, suffix))
+
+        # A newcomer's first view: the welcome state of an empty chat.
+        conv_id = window.chat.conv_id
+        window.chat.new_conversation()
+        await asyncio.sleep(0.2)
+        path = out_dir / f"welcome{suffix}.png"
+        window.grab().save(str(path))
+        written.append(path)
+
+        if not dark:  # the same conversation in the dark theme (Preferences › Theme)
+            from app import theme
+
+            theme.apply("dark")
+            window.setStyleSheet(window.styleSheet())
+            window.chat.open_conversation(conv_id)
+            window.composer.set_text("Can you also show reversed()?")
+            await asyncio.sleep(0.3)
+            window.chat_view.scroll_to_bottom()
+            await asyncio.sleep(0.1)
+            path = out_dir / "window-dark.png"
+            window.grab().save(str(path))
+            written.append(path)
+            theme.apply("system")
 
     with loop:
         loop.run_until_complete(shoot())

@@ -10,13 +10,15 @@ context cap).
 import json
 from importlib import resources as importlib_resources
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QGroupBox,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -37,6 +39,23 @@ KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
 # How the dialog shows a field's lowest value ("off"), and its step; UI only.
 SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
 STEPS = {"min_p": 0.01}
+# The dialog's tooltips: what each knob does, for someone who has never heard of it (UI text;
+# a key without one shows GenerationParams' own help).
+TIPS = {
+    "system_prompt": "Instructions the model reads before the conversation (Enter: OK, Shift+Enter: new line).",
+    "temperature": "Randomness. 0 always picks the likeliest word; 0.7 is balanced; above 1 gets creative "
+                   "and less reliable.",
+    "top_p": "Nucleus sampling: pick only among the likeliest words whose probabilities add up to this. "
+             "1 turns it off; 0.9 trims unlikely words.",
+    "top_k": "Pick only among this many likeliest words. Off: no limit.",
+    "min_p": "Drop words less likely than this fraction of the likeliest one. 0 turns it off; "
+             "0.05 is a good start.",
+    "repetition_penalty": "Above 1 discourages repeating words already written (1.1 is mild); 1 turns it off.",
+    "max_tokens": "The longest reply, in tokens (a token is about three quarters of a word).",
+    "seed": "The same seed and settings give the same reply again. Random: a new one each time.",
+    "context_cap": "Use at most this many tokens of context (less memory, older turns dropped sooner). "
+                   "Model's limit: the model's own.",
+}
 
 
 def builtin_defaults() -> dict:
@@ -116,6 +135,31 @@ def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
     return box
 
 
+def load_presets() -> list[dict]:
+    """System prompt presets ({"name", "prompt"}) shipped in resources/prompt_presets.json."""
+    text = importlib_resources.files("resources").joinpath("prompt_presets.json").read_text("utf-8")
+    return [p for p in json.loads(text) if isinstance(p, dict) and "name" in p and "prompt" in p]
+
+
+class PromptEdit(QPlainTextEdit):
+    """A dialog's multi-line field: Tab moves on, Enter is OK, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, event):
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
 class SettingsDialog(QDialog):
     """Edits one settings dict. Show it with open() (never exec() from a coroutine)."""
 
@@ -130,17 +174,39 @@ class SettingsDialog(QDialog):
             label = QLabel(note)
             label.setWordWrap(True)
             layout.addWidget(label)
+        self.extra_group = QGroupBox()  # rows a subclass adds above the chat settings
+        self.extra_form = QFormLayout(self.extra_group)
+        self.extra_group.setVisible(False)
+        layout.addWidget(self.extra_group)
+        self.chat_group = QGroupBox()
+        layout.addWidget(self.chat_group)
         form = QFormLayout()
-        self.system_prompt = QPlainTextEdit()
+        self.presets = load_presets()
+        self.preset_box = QComboBox()
+        self.preset_box.setObjectName("promptPreset")
+        self.preset_box.addItem("Choose a preset…")
+        for preset in self.presets:
+            self.preset_box.addItem(preset["name"], preset["prompt"])
+        self.preset_box.setToolTip("Fill the system prompt with a ready-made one (you can edit it after)")
+        self.preset_box.activated.connect(self._use_preset)
+        self.system_prompt = PromptEdit()
+        self.system_prompt.setObjectName("systemPrompt")
         self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
         self.system_prompt.setMinimumHeight(80)
+        self.system_prompt.setToolTip(TIPS["system_prompt"])
+        self.system_prompt.submitted.connect(self.accept)
         self.fields = {name: _box(spec) for name, spec in SPECS.items()}
+        form.addRow("Preset", self.preset_box)
         form.addRow("System prompt", self.system_prompt)
         for key, box in self.fields.items():
             box.setObjectName(key)
+            box.setToolTip(TIPS.get(key, SPECS[key].help))
             form.addRow(key.replace("_", " ").capitalize(), box)
+            form.labelForField(box).setToolTip(box.toolTip())
         self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
         self.prefill_box.setObjectName(PREFILL_KEY)
+        self.prefill_box.setToolTip("The model starts reading your message when you pause typing, "
+                                    "so the reply starts sooner after Enter")
         form.addRow("", self.prefill_box)
         self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
         self.speculative.setObjectName("speculative")
@@ -153,7 +219,7 @@ class SettingsDialog(QDialog):
         self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
                                     "or a folder) that drafts tokens for speculative decoding")
         form.addRow("Draft model", self.draft_model)
-        layout.addLayout(form)
+        self.chat_group.setLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.reset_button = QPushButton("Reset to Defaults")
         buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)
@@ -161,7 +227,15 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setDefault(True)  # Return in a field is OK
         self.set_values(values)
+
+    def _use_preset(self, index):
+        if index > 0:
+            self.system_prompt.setPlainText(self.preset_box.itemData(index) or "")
+            self.preset_box.setCurrentIndex(0)
+            self.system_prompt.setFocus()
 
     def set_values(self, values: dict):
         self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))

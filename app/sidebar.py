@@ -1,19 +1,88 @@
-"""The conversation list: search, new, rename (in place), delete (the window offers Undo)."""
+"""The conversation list: search, new, rename (in place), delete (the window offers Undo).
 
-from PySide6.QtCore import Qt, QTimer, Signal
+Titles are stored whole and elided only when drawn; while searching, each row shows where
+it matched; the row of the chat that is writing a reply shows a spinner.
+"""
+
+from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyle,
+    QStyledItemDelegate,
     QVBoxLayout,
     QWidget,
 )
 
 ID_ROLE = Qt.ItemDataRole.UserRole
+SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 1
+SPINNER = "◐◓◑◒"
+SPINNER_MS = 150
+
+
+def _around(snippet: str, needle: str, before: int = 12) -> str:
+    """The snippet from a few characters before the match, so a narrow row still shows it."""
+    at = snippet.casefold().find(needle.strip().casefold()) if needle.strip() else -1
+    if at <= before:
+        return snippet
+    return "…" + snippet[at - before:].lstrip("…")
+
+
+class _RowDelegate(QStyledItemDelegate):
+    """Title (elided to fit), a busy spinner, and the search snippet as a dimmed second line."""
+
+    def __init__(self, sidebar):
+        super().__init__(sidebar.list)
+        self.sidebar = sidebar
+
+    def sizeHint(self, option, index):
+        size = super().sizeHint(option, index)
+        if index.data(SNIPPET_ROLE):
+            size.setHeight(size.height() + option.fontMetrics.lineSpacing())
+        return QSize(size.width(), size.height())
+
+    def paint(self, painter, option, index):
+        snippet = index.data(SNIPPET_ROLE) or ""
+        busy = index.data(ID_ROLE) == self.sidebar.generating_id
+        self.initStyleOption(option, index)
+        title = option.text
+        option.text = ""
+        style = option.widget.style() if option.widget else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter, option.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        group = QPalette.ColorGroup.Normal
+        text_role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        rect = option.rect.adjusted(8, 4, -8, -4)
+        line = option.fontMetrics.lineSpacing()
+        painter.save()
+        if busy:
+            mark = SPINNER[self.sidebar.spin_step % len(SPINNER)]
+            painter.setPen(option.palette.color(group, text_role))
+            width = option.fontMetrics.horizontalAdvance(mark + " ")
+            painter.drawText(QRect(rect.right() - width, rect.top(), width, line),
+                             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, mark)
+            rect.setRight(rect.right() - width - 4)
+        painter.setPen(option.palette.color(group, text_role))
+        shown = option.fontMetrics.elidedText(title, Qt.TextElideMode.ElideRight, rect.width())
+        top = QRect(rect.left(), rect.top(), rect.width(), line if snippet else rect.height())
+        painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
+        if snippet:
+            snippet = _around(snippet, self.sidebar.search_text)
+            dim = option.palette.color(group, QPalette.ColorRole.HighlightedText if selected
+                                       else QPalette.ColorRole.PlaceholderText)
+            painter.setPen(dim)
+            below = QRect(rect.left(), rect.top() + line, rect.width(), line)
+            painter.drawText(below, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                             option.fontMetrics.elidedText(snippet, Qt.TextElideMode.ElideRight, rect.width()))
+        painter.restore()
 
 
 class Sidebar(QWidget):
@@ -34,6 +103,7 @@ class Sidebar(QWidget):
         self.search.setObjectName("searchBox")
         self.search.setPlaceholderText("Search chats")
         self.search.setClearButtonEnabled(True)
+        self.search.installEventFilter(self)
         top.addWidget(self.search, 1)
         self.new_button = QPushButton("New")
         self.new_button.setObjectName("newChatButton")
@@ -52,7 +122,20 @@ class Sidebar(QWidget):
         self.list.setUniformItemSizes(True)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_RowDelegate(self))
         layout.addWidget(self.list, 1)
+        self.no_match = QLabel()
+        self.no_match.setObjectName("noMatch")
+        self.no_match.setWordWrap(True)
+        self.no_match.setAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
+        self.no_match.setVisible(False)
+        layout.addWidget(self.no_match, 1)
+        self.generating_id = None
+        self.search_text = ""
+        self.spin_step = 0
+        self._spinner = QTimer(self)
+        self._spinner.setInterval(SPINNER_MS)
+        self._spinner.timeout.connect(self._spin)
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(150)
@@ -60,20 +143,63 @@ class Sidebar(QWidget):
         self.search.textChanged.connect(lambda _t: self._debounce.start())
         self._filling = False
 
-    def set_conversations(self, summaries, current_id=None):
+    def set_conversations(self, summaries, current_id=None, search=""):
         """Fill the list (already sorted newest activity first by the store)."""
         self._filling = True
         self.list.clear()
+        self.list.setUniformItemSizes(not search)
+        self.search_text = search
         for s in summaries:
             item = QListWidgetItem(s.title or "Untitled")
             item.setData(ID_ROLE, s.id)
             snippet = getattr(s, "snippet", "")
+            if search and snippet and snippet != s.title:
+                item.setData(SNIPPET_ROLE, snippet)
             item.setToolTip(f"{s.title}\n{snippet}" if snippet and snippet != s.title else (s.title or ""))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if s.id == current_id:
                 self.list.setCurrentItem(item)
         self._filling = False
+        empty = not summaries
+        if search.strip():
+            note = f"No chats match “{search.strip()}”."
+        else:
+            note = "No chats yet: the ones you start appear here."
+        self.no_match.setText(note if empty else "")
+        self.no_match.setVisible(empty)
+        self.list.setVisible(not empty)
+
+    def set_generating(self, conv_id):
+        """Mark the row of the chat writing a reply (None: no chat is)."""
+        self.generating_id = conv_id
+        if conv_id is None:
+            self._spinner.stop()
+        elif not self._spinner.isActive():
+            self._spinner.start()
+        self.list.viewport().update()
+
+    def _spin(self):
+        self.spin_step += 1
+        self.list.viewport().update()
+
+    def snippets(self) -> list[str]:
+        return [self.list.item(i).data(SNIPPET_ROLE) or "" for i in range(self.list.count())]
+
+    def eventFilter(self, obj, event):
+        # Down (or Return) in the search box moves into the results.
+        if obj is self.search and event.type() == QEvent.Type.KeyPress:
+            if event.key() == Qt.Key.Key_Down and self.list.count():
+                self.list.setFocus()
+                if self.list.currentRow() < 0:
+                    self.list.setCurrentRow(0)
+                return True
+            if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.list.count():
+                item = self.list.currentItem() or self.list.item(0)
+                self.list.setCurrentItem(item)
+                self.list.itemActivated.emit(item)
+                return True
+        return super().eventFilter(obj, event)
 
     def ids(self) -> list:
         return [self.list.item(i).data(ID_ROLE) for i in range(self.list.count())]

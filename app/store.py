@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -22,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Optional
 
+from app.message_tree import Node, active_path, chosen_versions, same_nodes
 from app.store_open import (
     APPLICATION_ID,
     WriterLock,
@@ -44,6 +46,8 @@ class MessageStatus(StrEnum):
     STOPPED = "stopped"  # a reply the user stopped, or cut off by a crash
     FAILED = "failed"  # a reply that ended in an error
 
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
@@ -78,10 +82,28 @@ MIGRATIONS = [
     CREATE INDEX messages_streaming ON messages(status) WHERE status = 'streaming';
     CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 2: reply versions and branches. Messages form a tree (parent_id); among siblings the
+    # one with active=1 is shown, so the conversation is the path of active children from
+    # the root. position stays unique per conversation: it is now the order of creation.
+    # The existing linear chats become single-branch trees, each message the child of the
+    # one before it.
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+    ALTER TABLE messages ADD COLUMN active INTEGER NOT NULL DEFAULT 1;
+    UPDATE messages SET parent_id = (
+        SELECT p.id FROM messages p
+        WHERE p.conversation_id = messages.conversation_id AND p.position < messages.position
+        ORDER BY p.position DESC LIMIT 1
+    );
+    CREATE INDEX messages_by_parent ON messages(parent_id);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000  # sqlite3.connect(timeout=5)
 SCRUB_WAIT_MS = 200
+
+
+LAST = object()  # add_message's default parent: the last message shown
 
 
 class NotFoundError(ChinwagError):
@@ -99,6 +121,10 @@ class Message:
     created_at: float = 0.0
     model_id: str = ""
     stats: Optional[dict] = None
+    parent_id: Optional[int] = None  # the message this one answers or follows; None for the first
+    active: bool = True  # the version shown among its siblings
+    version: int = 1  # 1-based, among the messages with the same parent (by creation)
+    versions: int = 1
 
 
 @dataclass
@@ -109,7 +135,8 @@ class Conversation:
     updated_at: float
     model_id: str = ""
     settings: dict = field(default_factory=dict)
-    messages: list = field(default_factory=list)  # list[Message], by position
+    messages: list = field(default_factory=list)  # list[Message]: the active path, first to last
+    tree: list = field(default_factory=list)  # list[Message]: every version, by creation; [] = messages
 
 
 @dataclass
@@ -123,18 +150,26 @@ class ConversationSummary:
 
 
 def title_from_message(text: str) -> str:
-    """A conversation title from its first user message: first non-blank line, ≤ 60 chars."""
-    line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
+    """A conversation title from its first user message: its first line of prose, trimmed,
+    at most TITLE_MAX characters, cut at a word boundary. Stored whole (no "…"): views elide."""
+    lines = [ln for ln in str(text).splitlines() if ln.strip() and not ln.strip().startswith("```")]
+    line = _MARKDOWN_LEAD.sub("", lines[0].strip()) if lines else ""
     line = " ".join(line.split())
     if not line:
         return DEFAULT_TITLE
     if len(line) <= TITLE_MAX:
         return line
-    cut = line[: TITLE_MAX - 1]
+    cut = line[:TITLE_MAX]
+    space = cut.rfind(" ")
+    if space >= TITLE_MAX // 2 and not line[TITLE_MAX].isspace():
+        cut = cut[:space]  # no word cut in half
     # Do not leave half a grapheme (a combining mark or joiner whose base was cut).
     while cut and (unicodedata.combining(cut[-1]) or cut[-1] in "\u200d\ufe0f"):
         cut = cut[:-1]
-    return cut.rstrip() + "…"
+    return cut.rstrip(" ,;:-–—") or line[:TITLE_MAX]
+
+
+_MARKDOWN_LEAD = re.compile(r"^(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)+")
 
 
 def _db_errors(method):
@@ -224,8 +259,8 @@ class Store:
                 f"could not read {self.requested_path} ({problem}); it was left untouched "
                 f"and conversations are saved to {self.path.name} beside it"
             )
-        if want_read_only:
-            return self._read_only(self.path)
+        if want_read_only and not (problem is None and 0 < version < SCHEMA_VERSION):
+            return self._read_only(self.path)  # (an older schema must be migrated first: opened writable)
         if not writable(self.path):
             self.notice = f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
             return self._read_only(self.path)
@@ -346,9 +381,9 @@ class Store:
     @_db_errors
     def list_conversations(self, search="") -> list[ConversationSummary]:
         """Newest activity first; with search, only those whose title or text contains it."""
-        raw = " ".join(str(search or "").split())
+        raw = " ".join(_clean(search or "").split())  # a lone surrogate (from argv bytes) cannot be bound
         needle = raw.casefold()
-        count = "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+        count = _SHOWN_COUNT
         if not needle:
             rows = self._db().execute(
                 f"SELECT c.id, c.title, c.updated_at, c.model_id, {count}, NULL FROM conversations c"
@@ -388,10 +423,11 @@ class Store:
         if row is None:
             raise NotFoundError(f"no conversation with id {conv_id}")
         conv = Conversation(row[0], row[1], row[2], row[3], row[4], _loads(row[5]) or {})
-        conv.messages = [
+        conv.tree = [
             _message(r)
             for r in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,))
         ]
+        conv.messages = active_path(conv.tree)
         return conv
 
     @_db_errors
@@ -469,55 +505,120 @@ class Store:
 
     @_db_errors
     def insert_conversation(self, conv: Conversation) -> Conversation:
-        """Copy conv (with its messages) under a new id in one transaction; for import."""
+        """Copy conv (with every message version) under a new id in one transaction; for
+        import and fork. conv.tree's parent ids may be any ids unique within it (an import's
+        indices); without a tree (or one whose shown path is not conv.messages), conv.messages
+        are stored as one branch."""
         new = Conversation(
             str(uuid.uuid4()), _clean(conv.title), conv.created_at, conv.updated_at,
             conv.model_id or "", dict(conv.settings or {}),
         )
+        tree = conv.tree if conv.tree and same_nodes(active_path(conv.tree), conv.messages) else [
+            dataclasses.replace(m, id=i, parent_id=i - 1 if i else None, active=True)
+            for i, m in enumerate(conv.messages)
+        ]
+        chosen = chosen_versions(tree)  # exactly one shown version among siblings
+        new_ids: dict = {}
         with self._write() as db:
             db.execute(
                 "INSERT INTO conversations (id, title, created_at, updated_at, model_id, settings)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (new.id, new.title, new.created_at, new.updated_at, new.model_id, _dumps(new.settings)),
             )
-            for position, m in enumerate(conv.messages):
+            for position, m in enumerate(tree):
                 _check_status(m.status)
+                if m.parent_id is not None and m.parent_id not in new_ids:
+                    raise ChinwagError(f"message {position} of {conv.title!r} follows a message that is not before it")
                 cur = db.execute(
-                    "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats,"
+                    " parent_id, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (new.id, position, _clean(m.role), _clean(m.content), m.status, m.created_at,
-                     m.model_id or "", _dumps(m.stats) if m.stats is not None else None),
+                     m.model_id or "", _dumps(m.stats) if m.stats is not None else None,
+                     new_ids.get(m.parent_id), int(id(m) in chosen)),
                 )
-                new.messages.append(dataclasses.replace(m, id=cur.lastrowid, conversation_id=new.id, position=position))
+                new_ids[m.id] = cur.lastrowid
+            rows = db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,))
+            new.tree = [_message(r) for r in rows]
+        new.messages = active_path(new.tree)
         return new
+
+    @_db_errors
+    def fork_conversation(self, conv_id, msg_id) -> Conversation:
+        """A new conversation holding the shown path up to and including msg_id."""
+        conv = self.get_conversation(conv_id)
+        ids = [m.id for m in conv.messages]
+        if msg_id not in ids:
+            raise NotFoundError(f"no message with id {msg_id} shown in conversation {conv_id}")
+        now = self._now()
+        fork = Conversation("", f"{conv.title} (fork)", now, now, conv.model_id, conv.settings,
+                            messages=conv.messages[: ids.index(msg_id) + 1])
+        return self.insert_conversation(fork)
 
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None) -> Message:
-        """Append a message, committed at once. The first user message titles a "New chat"."""
+    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None,
+                    parent_id=LAST) -> Message:
+        """Add a message, committed at once, after parent_id (default: the last shown message).
+        A message added beside others (same parent) is a new version and becomes the shown one.
+        The first user message titles a "New chat"."""
         _check_status(status)
         content, stats = _clean(content), _stats(stats)
         with self._write() as db:
             row = db.execute("SELECT title FROM conversations WHERE id=?", (conv_id,)).fetchone()
             if row is None:
                 raise NotFoundError(f"no conversation with id {conv_id}")
+            if parent_id is LAST:
+                path = active_path([Node(*r) for r in db.execute(
+                    "SELECT id, parent_id, active FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,)
+                )])
+                parent_id = path[-1].id if path else None
+            elif parent_id is not None and not db.execute(
+                "SELECT 1 FROM messages WHERE id=? AND conversation_id=?", (parent_id, conv_id)
+            ).fetchone():
+                raise NotFoundError(f"no message with id {parent_id} in conversation {conv_id}")
             position = db.execute(
                 "SELECT coalesce(max(position) + 1, 0) FROM messages WHERE conversation_id=?", (conv_id,)
             ).fetchone()[0]
             now = self._now()
+            db.execute("UPDATE messages SET active=0 WHERE conversation_id=? AND parent_id IS ?", (conv_id, parent_id))
             cur = db.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (conv_id, position, _clean(role), content, status, now, model_id or "", _dumps(stats) if stats is not None else None),
+                "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats,"
+                " parent_id, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                (conv_id, position, _clean(role), content, status, now, model_id or "",
+                 _dumps(stats) if stats is not None else None, parent_id),
             )
+            versions = db.execute(
+                "SELECT count(*) FROM messages WHERE conversation_id=? AND parent_id IS ?", (conv_id, parent_id)
+            ).fetchone()[0]
             title = row[0]
             if role == "user" and title == DEFAULT_TITLE and not db.execute(
                 "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)
             ).fetchone():
                 title = title_from_message(content)
             db.execute("UPDATE conversations SET updated_at=?, title=? WHERE id=?", (now, title, conv_id))
-        return Message(cur.lastrowid, conv_id, position, _clean(role), content, status, now, model_id or "", stats)
+        return Message(cur.lastrowid, conv_id, position, _clean(role), content, status, now, model_id or "", stats,
+                       parent_id, True, versions, versions)
+
+    @_db_errors
+    def versions(self, msg_id) -> list[int]:
+        """The ids of msg_id's versions (itself and its siblings), oldest first."""
+        row = self._db().execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no message with id {msg_id}")
+        return [r[0] for r in self._db().execute(
+            "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY position", row
+        )]
+
+    @_db_errors
+    def select_version(self, msg_id):
+        """Show msg_id instead of its siblings; below it, the versions last shown there."""
+        with self._write() as db:
+            row = db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no message with id {msg_id}")
+            # Not activity: the chat keeps its place in the list.
+            db.execute("UPDATE messages SET active=(id=?) WHERE conversation_id=? AND parent_id IS ?", (msg_id, *row))
 
     @_db_errors
     def update_message(self, msg_id, content=None, status=None, stats=None):
@@ -550,14 +651,20 @@ class Store:
 
     @_db_errors
     def delete_messages_from(self, conv_id, msg_id):
-        """Delete that message and every later one (edit, regenerate)."""
+        """Delete that message and everything that follows it (its whole branch); a sibling
+        version, if any, is shown in its place."""
         with self._write() as db:
             row = db.execute(
-                "SELECT position FROM messages WHERE id=? AND conversation_id=?", (msg_id, conv_id)
+                "SELECT parent_id, active FROM messages WHERE id=? AND conversation_id=?", (msg_id, conv_id)
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"no message with id {msg_id} in conversation {conv_id}")
-            db.execute("DELETE FROM messages WHERE conversation_id=? AND position>=?", (conv_id, row[0]))
+            db.execute("DELETE FROM messages WHERE id=?", (msg_id,))  # ON DELETE CASCADE: its branch too
+            if row[1]:
+                db.execute(
+                    "UPDATE messages SET active=1 WHERE id=(SELECT max(id) FROM messages"
+                    " WHERE conversation_id=? AND parent_id IS ?)", (conv_id, row[0]),
+                )
         self._scrub()
 
     # -- app state -------------------------------------------------------------
@@ -602,11 +709,18 @@ def _like_escape(text: str) -> str:
     return re.sub(r"([\\%_])", r"\\\1", text)
 
 
-_MESSAGE_COLUMNS = "id, conversation_id, position, role, content, status, created_at, model_id, stats"
+# How many messages a conversation shows: the path of active children from the root.
+_SHOWN_COUNT = (
+    "(WITH RECURSIVE shown(id) AS ("
+    " SELECT id FROM messages WHERE conversation_id = c.id AND parent_id IS NULL AND active = 1"
+    " UNION ALL SELECT m.id FROM messages m JOIN shown s ON m.parent_id = s.id WHERE m.active = 1"
+    ") SELECT count(*) FROM shown)"
+)
+_MESSAGE_COLUMNS = "id, conversation_id, position, role, content, status, created_at, model_id, stats, parent_id, active"
 
 
 def _message(row) -> Message:
-    return Message(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]))
+    return Message(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]), row[9], bool(row[10]))
 
 
 def _check_status(status):
@@ -625,4 +739,12 @@ def _dumps(value: Any) -> str:
 
 
 def _loads(text):
-    return None if text is None else json.loads(text)
+    """A stored JSON value; a damaged or hand-edited one reads as absent (and is logged), so
+    one bad row cannot make a conversation unopenable."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        log.warning("unreadable JSON in the conversation database (%s): %.80r", e, text)
+        return None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
+from engine.atomic import describe_kind
 from engine.errors import ChinwagError
 from engine.paths import FILE_MODE, private_file
 
@@ -51,6 +53,8 @@ def inspect(path: Path):
     try:
         if path.is_dir():
             return "it is a folder", 0
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            return f"it is {describe_kind(path.stat().st_mode)}, not a file", 0
         if not path.exists() or path.stat().st_size == 0:
             return None, 0
         with open(path, "rb") as f:
@@ -154,7 +158,10 @@ class WriterLock:
 
         self._fcntl = fcntl
         self.path = db_path.with_name(db_path.name + WRITERS_SUFFIX)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        except OSError as e:
+            raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
         private_file(self.path)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -10,7 +10,8 @@ from PySide6.QtCore import QStandardPaths, QUrl
 from PySide6.QtWidgets import QFileDialog
 
 from app import export
-from app.model_menu import DownloadDialog
+from app.download_dialog import CatalogueDownloadDialog
+from app.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.settings_dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
 from engine.errors import ChinwagError
 
@@ -33,6 +34,7 @@ class WindowDialogs:
         self._dialogs.append(dialog)
         dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
         dialog.finished.connect(dialog.deleteLater)
+        dialog.finished.connect(lambda *_: self.focus_composer())  # back to typing
         dialog.open()
         return dialog
 
@@ -103,16 +105,19 @@ class WindowDialogs:
 
     def preferences_dialog(self):
         defaults = load_defaults(self.store)
-        dialog = SettingsDialog(defaults, defaults, "Preferences", self,
-                                "Defaults for every chat that does not set its own.")
-        dialog.accepted.connect(lambda: self.save_preferences(dialog.values()))
+        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self._models, self)
+        dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
         return self._keep(dialog)
 
-    def save_preferences(self, values: dict):
+    def save_preferences(self, values: dict, app_values: dict | None = None):
         try:
             self.store.set_state(DEFAULTS_KEY, values)
+            if app_values is not None:
+                self.store.set_state(APP_KEY, app_values)
         except ChinwagError as e:
             self.show_error(f"Preferences not saved: {e}")
+            return
+        self.apply_app_settings()
 
     def chat_settings_dialog(self):
         try:
@@ -131,6 +136,9 @@ class WindowDialogs:
             self.store.update_settings(conv_id, overrides(values, load_defaults(self.store)))
         except ChinwagError as e:
             self.show_error(f"Settings not saved: {e}")
+            return
+        if conv_id == self.chat.conv_id:
+            self._on_conversation_changed(conv_id)  # the header's system prompt marker
 
     # --- models: import, add, download, folder -----------------------------
     def import_gguf_dialog(self):
@@ -143,7 +151,10 @@ class WindowDialogs:
                                  lambda p, _f: self.bridge.add_model_folder(p))
 
     def download_dialog(self):
-        dialog = DownloadDialog(self)
+        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
+        dialog.searchRequested.connect(self.bridge.search_models)
+        self.bridge.searchFinished.connect(dialog.on_search_results)
+        self.bridge.searchFailed.connect(dialog.on_search_failed)
         dialog.downloadRequested.connect(self.bridge.download_model)
         dialog.cancelRequested.connect(self.bridge.cancel_download)
         self._download = dialog

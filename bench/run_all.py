@@ -22,6 +22,7 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "highlight": ["bench.highlight"],
     "longchat": ["bench.longchat"],
     "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],

@@ -8,13 +8,16 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Optional
 
+from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.types import (
     BackgroundPrefill,
     EngineState,
     EngineStatus,
     GenerationParams,
+    HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -57,6 +60,9 @@ class EngineThread:
             try:
                 future.set_result(fn(*args))
             except BaseException as e:  # never let a job kill the thread
+                if isinstance(e, Exception) and not isinstance(e, ChinwagError):
+                    # Logged here, on the thread it happened on, even if nobody awaits the result.
+                    report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")
                 future.set_exception(e)
 
     def waiting(self) -> bool:
@@ -97,12 +103,17 @@ class Engine:
             from engine import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
-            from engine.session import Session
-
             self._thread = EngineThread()
-            self._session = Session(*self._options)
-            self._started = self._thread.submit(self._session.warm_up)
+            self._started = self._thread.submit(self._create_session)
         return self._started
+
+    def _create_session(self) -> None:
+        # engine.session imports mlx_lm (seconds of imports): on the engine thread, so the
+        # caller's thread (the window's) keeps painting meanwhile.
+        from engine.session import Session
+
+        self._session = Session(*self._options)
+        self._session.warm_up()
 
     def _running(self) -> tuple[EngineThread, "Session"]:
         """The thread and session of a started engine; calling before start() is a bug."""
@@ -226,6 +237,12 @@ class Engine:
         # Network only, no MLX: its own thread, so chats go on while it downloads.
         return await asyncio.to_thread(download_model, repo_id, self._on_loop(progress), cancel)
 
+    async def search_models(self, query: str) -> list[HubModel]:
+        """list[HubModel]: MLX models on the Hugging Face Hub matching query (network only)."""
+        from engine.download import search_models
+
+        return await asyncio.to_thread(search_models, query)
+
     # --- chat --------------------------------------------------------------
 
     async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
@@ -300,6 +317,20 @@ class Engine:
                                         params or GenerationParams())
         return await asyncio.wrap_future(future)
 
+    def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
+        """Give the cache of a draft read under `draft_id` (a chat not saved yet) to `conversation_id`.
+
+        Queued at once, so a `chat` called after this finds the cache. False if there was none.
+        """
+        if self._thread is None or self._remote is not None:
+            return asyncio.sleep(0, False)
+        return asyncio.wrap_future(self._running()[0].submit(self._session_adopt, draft_id, conversation_id))
+
+    def _session_adopt(self, draft_id, conversation_id):
+        from engine.background import adopt
+
+        return adopt(self._running()[1], draft_id, conversation_id)
+
     async def wait_background(self) -> Optional[BackgroundPrefill]:
         """The current background job's result once it ends (None if there is none)."""
         future = self._background
@@ -369,7 +400,12 @@ class Engine:
         if self._remote is not None:
             self._remote.forget(conversation_id)
         if self._thread is not None:
+            await self.start()  # the session exists once start has finished
             await self._call(self._running()[1].forget, conversation_id)
+        else:  # not started: no cache in memory, but files saved by an earlier run may be there
+            from engine.paths import forget_saved_caches
+
+            await asyncio.to_thread(forget_saved_caches, conversation_id)
 
 
 def _log_failure(future: concurrent.futures.Future) -> None:

@@ -18,7 +18,8 @@ from engine.errors import ChinwagError
 TEMP_SUFFIX = ".part"
 
 
-def _describe(mode: int) -> str:
+def describe_kind(mode: int) -> str:
+    """'a named pipe', 'a device'...: what a path that is not a regular file is."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -47,11 +48,13 @@ def writable_target(path) -> Path:
         except FileNotFoundError:
             st = None
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise ChinwagError(f"cannot write {path}: it is {_describe(st.st_mode)}, not a regular file")
+            raise ChinwagError(f"cannot write {path}: it is {describe_kind(st.st_mode)}, not a regular file")
         if not target.parent.is_dir():
             raise ChinwagError(f"cannot write {path}: folder {target.parent} does not exist")
     except OSError as e:
         raise ChinwagError(f"cannot write {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot write {str(path)!r}: {e}") from e
     return target
 
 

@@ -74,3 +74,13 @@ def prepare_next_window(session, conv_id: str, messages, params: GenerationParam
     conv = session.caches.get(conv_id)
     conv.history.start = plan.start
     return _run(session, conv_id, conv, conv.history, None, plan.prompt_ids, params, should_stop)
+
+
+def adopt(session, draft_id: str, conv_id: str) -> bool:
+    """Give the cache read ahead under `draft_id` (a new chat's draft) to the chat created for it."""
+    cache = session.caches.get(draft_id)
+    if cache is None:
+        return False
+    session.caches.forget(draft_id)
+    session.caches.put(conv_id, cache)
+    return True

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
-from engine.types import LoadProgress, ModelInfo
+from engine.types import HubModel, LoadProgress, ModelInfo
 
 ALLOW_PATTERNS = [
     "*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "tiktoken.model",
@@ -98,6 +98,44 @@ def download_model(repo_id: str, progress: Optional[Callable] = None,
     return info
 
 
+SEARCH_LIMIT = 30
+SEARCH_TIMEOUT_S = 10
+
+
+def search_models(query: str, limit: int = SEARCH_LIMIT) -> list[HubModel]:
+    """MLX models on the Hub whose id contains query, most downloaded first."""
+    query = " ".join(str(query or "").split())
+    if not query or len(query) > 96:
+        raise ChinwagError("type part of a model name to search Hugging Face (at most 96 characters)")
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    if _offline(constants):
+        raise ChinwagError("cannot search Hugging Face: offline mode is on (HF_HUB_OFFLINE=1)")
+    try:
+        # One request (HfApi.list_models retries for ~20 s when offline): the Hub's model
+        # list API, as list_models(search=, filter="mlx", sort="downloads", limit=) sends it.
+        response = get_session().get(
+            f"{_endpoint() or constants.ENDPOINT}/api/models",
+            params={"search": query, "filter": "mlx", "sort": "downloads", "limit": limit},
+            headers=build_hf_headers(), timeout=SEARCH_TIMEOUT_S,
+        )
+        hf_raise_for_status(response)
+        found = response.json()
+        return [HubModel(str(m["id"]), int(m.get("downloads") or 0), int(m.get("likes") or 0))
+                for m in found if isinstance(m, dict) and m.get("id")]
+    except ValueError as e:  # not JSON, or odd numbers
+        raise ChinwagError(f"Hugging Face sent an unreadable answer to the search for {query!r}") from e
+    except Exception as e:  # huggingface_hub/httpx raise many kinds; all become one line
+        names = {c.__name__ for c in type(e).__mro__}
+        detail = " ".join(str(e).split())[:200] or type(e).__name__
+        if names & _NETWORK_ERRORS:
+            raise ChinwagError(f"cannot reach Hugging Face to search for {query!r} (offline?): {detail}") from e
+        if "HfHubHTTPError" in names:
+            raise ChinwagError(f"Hugging Face refused the search for {query!r}: {detail}") from e
+        raise
+
+
 def _offline(constants) -> bool:
     fn = getattr(constants, "is_offline_mode", None)
     return bool(fn() if callable(fn) else getattr(constants, "HF_HUB_OFFLINE", False))
@@ -143,8 +181,8 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
                            endpoint=_endpoint())
     try:
         model_type = json.loads(Path(path).read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        raise ModelError(f"{repo} has a corrupt config.json") from None
+    except (OSError, ValueError, RecursionError, AttributeError) as e:
+        raise ModelError(f"{repo} has a corrupt config.json") from e
     if not supported_model_type(model_type):
         raise ModelError(f"{repo} is a '{model_type}' model, which mlx-lm cannot run")
 

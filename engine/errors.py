@@ -6,11 +6,16 @@ import re
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
+def one_line(text) -> str:
+    """text on one line, without control characters, for a terminal or a banner."""
+    return " ".join(_CONTROLS.sub(" ", str(text)).split())
+
+
 class ChinwagError(Exception):
     """A user-facing failure: the message says what went wrong and where, in one line."""
 
     def __init__(self, message: str):
-        super().__init__(" ".join(_CONTROLS.sub(" ", str(message)).split()))
+        super().__init__(one_line(message))
 
 
 class ModelError(ChinwagError):

@@ -87,18 +87,19 @@ def extend(model, conv: ConversationCache, ids: list, should_stop=lambda: False,
 def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False, progress=None):
     """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
 
-    Logits are None if `should_stop` said so between chunks. When more than one chunk is
-    to be computed, `progress(done, total)` is called before the first chunk and after each
-    one, `total` being the tokens to compute.
+    Logits are None if `should_stop` said so between chunks. `progress(done, total)` is
+    called once the prompt is read (`total` being the tokens computed) and, when that takes
+    more than one chunk, also before the first chunk and after each one.
     """
     reused = reuse_prefix(conv, prompt_ids, len(prompt_ids) - 1)  # always compute at least one token
     rest = prompt_ids[reused:]
     body, last = rest[:-1], rest[-1:]
-    # A prompt read in one chunk has no progress to show (and old consumers see no new events).
-    report = (lambda done: progress(done, len(rest))) if progress is not None and len(rest) > PREFILL_FIRST_STEP else None
-    if report is not None:
-        report(0)
-    done = extend(model, conv, body, should_stop, report, check_first=False)
+    report = (lambda done: progress(done, len(rest))) if progress is not None else None
+    # A prompt read in one chunk reports once, when read: its size, and no progress to show.
+    chunked = report if len(rest) > PREFILL_FIRST_STEP else None
+    if chunked is not None:
+        chunked(0)
+    done = extend(model, conv, body, should_stop, chunked, check_first=False)
     if done < len(body) or (body and should_stop()):
         return None, reused, done
     logits = model(mx.array(last)[None], cache=conv.layers)[:, -1, :]

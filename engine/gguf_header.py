@@ -5,11 +5,13 @@ listing models, and a truncated file must be refused before MLX memory-maps it.
 """
 
 import mmap
+import stat
 import struct
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.atomic import describe_kind
 from engine.errors import ChinwagError, ModelError
 
 # GGUF tensor types: name, elements per block, bytes per block.
@@ -31,6 +33,7 @@ _STRING, _ARRAY = 8, 9
 MAX_STRING_BYTES = 1 << 20  # chat templates are ~10 KB, tokens a few bytes
 MAX_KEPT_ARRAY = 1_000_000  # the largest vocabularies are ~260k tokens
 MAX_ALIGNMENT = 1 << 16
+MAX_ENTRIES = 1 << 16  # tensors or metadata keys: real models have a few thousand at most
 # Arrays the importer needs (the tokenizer's); every other array is skipped, whatever its size.
 KEPT_ARRAY_PREFIX = "tokenizer."
 
@@ -155,7 +158,11 @@ def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
     """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
     path = Path(path)
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            # Opening a named pipe would wait forever for a writer.
+            raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {path}")
+        size = st.st_size
         with open(path, "rb") as f:
             if size < 24:
                 raise ValueError("file is too small")
@@ -163,12 +170,12 @@ def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
                 return _parse_header(path, buf, size, keep_arrays)
     except ChinwagError:
         raise
-    except FileNotFoundError:
-        raise ModelError(f"GGUF file not found: {path}") from None
-    except IsADirectoryError:
-        raise ModelError(f"not a GGUF file (it is a folder): {path}") from None
+    except FileNotFoundError as e:
+        raise ModelError(f"GGUF file not found: {path}") from e
+    except IsADirectoryError as e:
+        raise ModelError(f"not a GGUF file (it is a folder): {path}") from e
     except (ValueError, struct.error, OverflowError, MemoryError, OSError) as e:
-        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from None
+        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from e
 
 
 def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
@@ -181,7 +188,7 @@ def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
         raise ValueError(f"GGUF version {version} is too old")
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
     # A tensor entry takes at least 24 bytes and a metadata entry 12: counts the file cannot hold are lies.
-    if n_tensors > 1_000_000 or n_kv > 1_000_000 or n_tensors * 24 + n_kv * 12 > size:
+    if n_tensors > MAX_ENTRIES or n_kv > MAX_ENTRIES or n_tensors * 24 + n_kv * 12 > size:
         raise ValueError("implausible header counts")
     metadata = {}
     for _ in range(n_kv):

@@ -73,6 +73,8 @@ def import_gguf(path, progress: Progress = None, dest_root=None, model_id: Optio
     Atomic: the folder appears complete or not at all.
     """
     src = Path(path).expanduser()
+    if "\0" in str(src):
+        raise ModelError(f"not a file name (it holds a NUL byte): {str(src)!r}")
     try:
         src = src.resolve()
     except OSError:
@@ -114,6 +116,21 @@ def _remove_stale_temps(root: Path, max_age_s: float = 86400) -> None:
                 shutil.rmtree(p, ignore_errors=True)
         except OSError:
             pass
+
+
+def _eval_with_progress(weights: dict, report, steps: int = 20) -> None:
+    """Compute the converted tensors (the import's long step) reporting the fraction done."""
+    import mlx.core as mx
+
+    arrays = list(weights.values())
+    total = sum(a.nbytes for a in arrays) or 1
+    done = reported = 0
+    for array in arrays:
+        mx.eval(array)
+        done += array.nbytes
+        if done * steps // total > reported:  # about `steps` reports, not one per tensor
+            reported = done * steps // total
+            report(done / total)
 
 
 def _reporter(progress: Progress):
@@ -192,6 +209,7 @@ def _convert(src: Path, st, out: Path, report) -> None:
     types = {t.name: t.type_name for t in header.tensors}
     weights, quant = convert_weights(weights, types, src)
     config = build_config(header, weights, quant)
+    _eval_with_progress(weights, lambda fraction: report("Converting weights", 2 + fraction))
 
     report("Building tokenizer", 3)
     try:

@@ -115,13 +115,23 @@ def _vocab(tokens) -> dict:
     return vocab
 
 
+def _bpe(models, **kwargs):
+    """tokenizers' BPE model; ModelError for merges the vocabulary does not hold."""
+    try:
+        return models.BPE(**kwargs)
+    except Exception as e:
+        if type(e) is not Exception:  # tokenizers reports bad data as a bare Exception; others are bugs
+            raise
+        raise ModelError(f"tokenizer metadata does not fit together ({e})") from e
+
+
 def _byte_level_bpe(meta: dict, tokens):
     from tokenizers import Tokenizer, decoders, models
 
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
     if any(len(m) != 2 for m in merges):
         raise ModelError("tokenizer metadata tokenizer.ggml.merges has an entry without a space")
-    tok = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=merges, fuse_unk=False))
+    tok = Tokenizer(_bpe(models, vocab=_vocab(tokens), merges=merges, fuse_unk=False))
     tok.pre_tokenizer = _pre_tokenizer(meta.get("tokenizer.ggml.pre", "default"))
     tok.decoder = decoders.ByteLevel()
     return tok
@@ -136,7 +146,7 @@ def _sentencepiece_bpe(meta: dict, tokens):
     merges = _merges_from_scores(tokens, scores, vocab)
     unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
     unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
+    tok = Tokenizer(_bpe(models, vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
                                byte_fallback=True))
     steps: list = [normalizers.Replace(" ", "\u2581")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):

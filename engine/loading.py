@@ -9,7 +9,9 @@ float32, which prefills ~24x faster here (docs/BENCHMARKS.md, figure 6).
 
 import logging
 import os
+import re
 from pathlib import Path
+from typing import Callable, Optional
 
 from engine import blas
 from engine.errors import ModelError
@@ -25,20 +27,51 @@ def use_float32() -> bool:
     return mx.default_device() == mx.cpu and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
 
 
-def load(path: Path):
-    """(model, tokenizer) ready to run on this device; ModelError if the folder cannot load."""
-    import mlx.core as mx
-    import mlx_lm
+def load(path: Path, progress: Optional[Callable[[str, float, float], None]] = None):
+    """(model, tokenizer) ready to run on this device; ModelError if the folder cannot load.
 
+    progress(stage, done, total) is called on this thread: the tokenizer, then the weights
+    as each layer is read into memory (done/total in bytes).
+    """
+    import mlx.core as mx
+    from mlx_lm.utils import load_model, load_tokenizer
+
+    report = progress or (lambda stage, done, total: None)
     try:
-        model, tokenizer = mlx_lm.load(str(path), lazy=True)
+        report("Reading the model's configuration", 0, 0)
+        model, config = load_model(Path(path), lazy=True)
+        report("Loading the tokenizer", 0, 0)
+        tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id", None))
         if use_float32():
             model.set_dtype(mx.float32)
+        eval_weights(model, report)
         if blas.should_dequantize(model):
             log.info("running %s dequantized to float32 on OpenBLAS", path)
+            report("Preparing the weights for this CPU", 0, 0)
             model = blas.dequantize(model)
         mx.eval(model.parameters())
     except Exception as e:  # mlx-lm raises many kinds for a bad folder; the traceback is logged
         log.warning("loading %s failed", path, exc_info=True)
         raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from e
     return model, tokenizer
+
+
+_LAYER = re.compile(r"^(.*?layers\.\d+)\.")
+
+
+def eval_weights(model, report) -> None:
+    """Read the weights into memory one layer at a time, reporting the bytes done."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    groups: dict = {}
+    for name, array in tree_flatten(model.parameters()):
+        match = _LAYER.match(name)
+        groups.setdefault(match.group(1) if match else "", []).append(array)
+    total = sum(a.nbytes for arrays in groups.values() for a in arrays) or 1
+    done = 0
+    report("Loading weights", 0, total)
+    for arrays in groups.values():
+        mx.eval(arrays)
+        done += sum(a.nbytes for a in arrays)
+        report("Loading weights", done, total)

@@ -12,12 +12,15 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from engine.errors import ChinwagError
+from engine import paths
+from engine.errors import ChinwagError, one_line
+from engine.paths import FILE_MODE  # conversations can appear in tracebacks: only the user may read the log
 
 LOG_FILE = "chinwag.log"
 LOG_MAX_BYTES = 1 << 20
 LOG_BACKUPS = 2
-FILE_MODE = 0o600  # conversations can appear in tracebacks: only the user may read the log
+OWN_LOGGERS = ("engine", "app", "chinwag")
+LOGGED = "_chinwag_logged"  # set on an exception once its traceback is in the log
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(threadName)s %(name)s: %(message)s"
 
 log = logging.getLogger("chinwag")
@@ -27,19 +30,13 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
     """A RotatingFileHandler whose files are created 0600."""
 
     def _open(self):
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        os.chmod(self.baseFilename, FILE_MODE)  # an older log made before this rule
+        # O_NOFOLLOW: a symlink planted as the log is not followed to some other file.
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)  # an older log made before this rule
         return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
 _handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger
-
-
-def log_path() -> Path:
-    """Where the log is (or would be): <data folder>/chinwag.log."""
-    from engine import paths
-
-    return paths.data_dir_path() / LOG_FILE
 
 
 def setup(verbose: bool = False) -> Optional[Path]:
@@ -48,13 +45,11 @@ def setup(verbose: bool = False) -> Optional[Path]:
     Safe to call again (a changed CHINWAG_HOME moves the file). Returns the log path, or
     None when the data folder cannot hold one (then bugs go to stderr only).
     """
-    root = logging.getLogger()
-    if root.level > logging.INFO or root.level == logging.NOTSET:
-        root.setLevel(logging.INFO)
+    # Chinwag's own notes from INFO up; libraries (httpx, huggingface_hub) only when they warn.
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     path = None
     try:
-        from engine import paths
-
         path = paths.data_dir() / LOG_FILE
         old = _handlers.get("file")
         if old is None or old.baseFilename != str(path.absolute()):
@@ -93,7 +88,7 @@ def log_file_in_use() -> Optional[Path]:
 
 def bug_message(error: BaseException, where: str) -> str:
     """The one line a user sees for a bug: what failed, and where the traceback is."""
-    detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+    detail = one_line(f"{type(error).__name__}: {error}")[:200]
     path = log_file_in_use()
     place = f"details are in {path}" if path else "details were printed above"
     return f"a bug in Chinwag stopped {where} ({detail}); {place} — please report it"
@@ -102,8 +97,13 @@ def bug_message(error: BaseException, where: str) -> str:
 def report_bug(error: BaseException, where: str) -> str:
     """Log error with its traceback (to chinwag.log, and stderr if nothing else) and return
     the one line to show the user."""
-    setup()  # cheap when set up already; follows a changed CHINWAG_HOME
-    if log_file_in_use() is None and "stderr" not in _handlers:
-        _replace("stderr", logging.StreamHandler(sys.stderr))
-    log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))
+    if not getattr(error, LOGGED, False):  # once, where it happened (the engine thread), not again
+        setup()  # cheap when set up already; follows a changed CHINWAG_HOME
+        if log_file_in_use() is None and "stderr" not in _handlers:
+            _replace("stderr", logging.StreamHandler(sys.stderr))
+        log.error("bug in %s", where, exc_info=(type(error), error, error.__traceback__))
+        try:
+            setattr(error, LOGGED, True)
+        except AttributeError:  # an exception type without a __dict__: logged twice at worst
+            pass
     return bug_message(error, where)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from engine.atomic import replacing
+from engine.atomic import TEMP_SUFFIX, replacing
 from engine.conversation import ConversationCache
 from engine.errors import ChinwagError
 from engine.kv_cache import ContiguousAttentionKVCache
-from engine.paths import FILE_MODE, private_dir
+from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
 from engine.prompt import History
 from engine.types import MemoryReport
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET_FRACTION = 0.25
 # Disk kept for saved caches (kv/), across every model.
 DEFAULT_DISK_BUDGET_BYTES = 4 << 30
+# Saving on close stops after this long (the most recently used are saved first): the window waits.
+SAVE_ON_CLOSE_SECONDS = 5.0
 _IDENTITY_BYTES = 1 << 20
 
 
@@ -136,16 +138,17 @@ class ConversationCaches:
             self.prune_disk()
         return evicted
 
-    def save_all(self) -> int:
-        """Save the caches in memory, most recently used first, within the disk budget (on close).
+    def save_all(self, seconds: float = SAVE_ON_CLOSE_SECONDS) -> int:
+        """Save the caches in memory, most recently used first, within the disk budget and `seconds`
+        (the most recent one whatever the time).
 
         Returns how many were saved. Least recently used files are deleted first to make room.
         """
-        saved, used = 0, 0
+        saved, used, began = 0, 0, time.perf_counter()
         for conv_id in reversed(list(self._caches)):
             cache = self._caches[conv_id]
             size = _file_bytes(cache)
-            if used + size > self.disk_budget_bytes:
+            if used + size > self.disk_budget_bytes or (saved and time.perf_counter() - began > seconds):
                 break
             try:
                 if self._save(conv_id, cache):
@@ -157,6 +160,8 @@ class ConversationCaches:
 
     def prune_disk(self) -> None:
         """Delete saved caches, least recently written first, until kv/ is within its budget."""
+        for partial in self.save_dir.rglob(f"*{TEMP_SUFFIX}.safetensors"):  # left by a save that was cut off
+            partial.unlink(missing_ok=True)
         files = sorted(self.save_dir.rglob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
         used = 0
         for f in files:
@@ -168,14 +173,13 @@ class ConversationCaches:
         """Drop a conversation's cache, and its saved file under every model (a deleted chat's
         text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
-        for path in self.save_dir.glob(f"*/{self._file_name(conv_id)}"):
-            path.unlink(missing_ok=True)
+        forget_saved_caches(conv_id, self.save_dir)
 
     # --- disk --------------------------------------------------------------
 
     @staticmethod
     def _file_name(conv_id: str) -> str:
-        return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+        return kv_file_name(conv_id)
 
     def _path(self, conv_id: str) -> Path:
         return self.save_dir / self.model_key / self._file_name(conv_id)

@@ -42,7 +42,7 @@ def read_info_file(folder: Path) -> Optional[dict]:
     try:
         data = json.loads((Path(folder) / INFO_FILE).read_text())
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
 
 
@@ -123,7 +123,7 @@ def _safetensors_header(path: Path):
         if 8 + n + end > size:
             return None, f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
         return header, None
-    except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError, AttributeError):
+    except (OSError, ValueError, RecursionError, struct.error, KeyError, TypeError, IndexError, AttributeError):
         return None, f"{path.name} is not a readable safetensors file"
 
 
@@ -180,7 +180,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
             raise ValueError("not a JSON object")
     except FileNotFoundError:
         return unusable("no config.json")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         return unusable(f"config.json is corrupt ({e})")
     size = _folder_size(folder)
     arch = config.get("model_type")
@@ -214,7 +214,7 @@ def _missing_shards(folder: Path) -> Optional[str]:
         return None
     try:
         shards = set(json.loads(index.read_text())["weight_map"].values())
-    except (OSError, ValueError, KeyError, AttributeError):
+    except (OSError, ValueError, RecursionError, KeyError, AttributeError, TypeError):
         return "model.safetensors.index.json is corrupt"
     missing = sorted(s for s in shards if not (folder / s).exists())
     return f"missing weight file(s) {', '.join(missing)}" if missing else None

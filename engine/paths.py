@@ -4,6 +4,7 @@ The data folder and its subfolders are private (0700): conversations, KV caches 
 log hold chat text. Files in it are created 0600 by the modules that write them.
 """
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -13,6 +14,9 @@ from engine.errors import ChinwagError
 APP_NAME = "Chinwag"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+# The data folder's own files: chinwag.db (and -wal, -shm, recovered copies), chinwag.log,
+# the lock files, folders.json, servers.json, server-keys.json.
+OWN_FILE_PREFIXES = ("chinwag", "window.lock", "folders.json", "servers.json", "server-keys.json")
 
 
 def data_dir_path() -> Path:
@@ -34,15 +38,41 @@ def private_dir(path: Path, what: str = "data folder") -> Path:
             raise NotADirectoryError(20, "not a folder")
         if st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
-    except FileExistsError:
-        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from None
+    except FileExistsError as e:
+        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from e
     except OSError as e:
         raise ChinwagError(f"cannot use the {what} {path}: {e.strerror or e}") from e
     return path
 
 
+_secured: set = set()  # data folders whose older files were made private in this process
+
+
 def data_dir() -> Path:
-    return private_dir(data_dir_path())
+    path = private_dir(data_dir_path())
+    if path not in _secured:
+        _secured.add(path)
+        _secure_older_files(path)
+    return path
+
+
+def _secure_older_files(folder: Path) -> None:
+    """Files an older Chinwag left group- or world-readable (0644): the data folder's own
+    files and the saved KV caches become 0600, once per process."""
+    try:
+        # Only Chinwag's own names: CHINWAG_HOME may point at a folder that also holds other files.
+        found = [p for p in folder.iterdir() if p.name.startswith(OWN_FILE_PREFIXES)]
+        found += [*folder.glob("kv/*"), *folder.glob("kv/*/*.safetensors")]
+    except OSError:
+        return  # the next write fails with a clear message of its own
+    for path in found:
+        try:
+            if path.is_dir() and not path.is_symlink() and path.parent.name == "kv":
+                private_dir(path, "KV cache folder")
+            else:
+                private_file(path)
+        except (OSError, ChinwagError):
+            pass  # not ours to change (another owner): leave it as it is
 
 
 def models_dir() -> Path:
@@ -54,10 +84,25 @@ def kv_dir() -> Path:
     return private_dir(data_dir() / "kv", "KV cache folder")
 
 
+def kv_file_name(conv_id: str) -> str:
+    """A conversation's saved KV cache file, in kv/<model key>/ (the id itself never on disk)."""
+    return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
+
+
+def forget_saved_caches(conv_id: str, folder=None) -> None:
+    """Delete a conversation's saved KV caches under every model: its text decodes from them.
+    Needs no MLX, so a chat deleted before the engine has started is erased too."""
+    folder = Path(folder) if folder is not None else data_dir_path() / "kv"
+    for path in folder.glob(f"*/{kv_file_name(conv_id)}"):
+        path.unlink(missing_ok=True)
+
+
 def private_file(path: Path) -> None:
-    """Make an existing file readable by its owner only (0600)."""
+    """Make an existing regular file readable by its owner only (0600). A symlink or a device
+    is left alone: its mode is not ours to change."""
     try:
-        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
-            os.chmod(path, FILE_MODE)
+        st = os.lstat(path)
     except FileNotFoundError:
-        pass
+        return
+    if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, FILE_MODE)

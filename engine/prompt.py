@@ -7,6 +7,7 @@ conversation (`History`), never looked up by its text; a reply's piece holds the
 model generated. So a follow-up turn's prompt starts with exactly the ids the cache holds.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,6 +16,7 @@ from engine.errors import ChinwagError
 ROLES = ("system", "user", "assistant")
 # Private-use characters stand in for each message's content to find where the template puts it.
 _MARK = "\ue000{}\ue001"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_messages(messages) -> list[dict]:
@@ -24,7 +26,8 @@ def check_messages(messages) -> list[dict]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ChinwagError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}, got {m!r:.80}")
-        clean.append({"role": m["role"], "content": m["content"]})
+        # A lone surrogate (JSON "\\ud800", undecodable terminal bytes) cannot be tokenized.
+        clean.append({"role": m["role"], "content": _SURROGATE.sub("\ufffd", m["content"])})
     if all(m["role"] == "system" for m in clean):
         raise ChinwagError("the message list has no user message")
     return clean

@@ -6,12 +6,13 @@ them differently, and every caller passes them by position.
 """
 
 import threading
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Optional, Protocol
 
 from engine.types import (
     BackgroundPrefill,
     EngineState,
     GenerationParams,
+    HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -46,6 +47,8 @@ class EngineAPI(Protocol):
         self, repo_id: str, /, progress: Progress = None, cancel: Optional[threading.Event] = None
     ) -> ModelInfo: ...
 
+    async def search_models(self, query: str, /) -> list[HubModel]: ...
+
     def chat(
         self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
     ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
@@ -56,6 +59,10 @@ class EngineAPI(Protocol):
         self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
     ) -> BackgroundPrefill:
         """Reads an unsent draft (the last user message) ahead, in the background."""
+        ...
+
+    def adopt(self, draft_id: str, conversation_id: str, /) -> Awaitable[bool]:
+        """Gives a draft's cache (read before its chat was saved) to the chat; queued at once."""
         ...
 
     async def memory_stats(self) -> MemoryReport: ...

@@ -175,7 +175,7 @@ def _load_folders() -> list:
         data = json.loads(_folders_path().read_text())
         folders = data.get("folders", []) if isinstance(data, dict) else []
         return [str(f) for f in folders if isinstance(f, str)]
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return []
 
 

@@ -235,9 +235,11 @@ class RemoteBackend:
         self._replies.pop(conv_id, None)
 
     def wire_messages(self, conv_id: str, messages: list) -> list:
-        """The history as the server sent it: our own replies without the added <think> wrapper."""
+        """The history as the server sent it: each reply's content as received, without the
+        Reasoning block shown for it. A reply from before this session (not remembered) loses a
+        leading <think> block, which is where a server's separate reasoning was shown."""
         known = self._replies.get(conv_id, {})
-        return [{"role": m["role"], "content": known.get(m["content"], m["content"])}
+        return [{"role": "assistant", "content": known.get(m["content"]) or _without_reasoning(m["content"])}
                 if m["role"] == "assistant" else m for m in messages]
 
     async def chat(self, conv_id: str, messages, params: GenerationParams, stop: StopSignal,
@@ -420,6 +422,12 @@ class RemoteBackend:
             kv_capacity=0, kv_offset=prompt + generated, kv_bytes=0, context_limit=0,
             finish_reason=FinishReason(turn.finish or FinishReason.STOP), dropped_messages=dropped, error=error,
         )
+
+
+def _without_reasoning(text: str) -> str:
+    if text.startswith(THINK_OPEN) and THINK_CLOSE in text:
+        return text[text.index(THINK_CLOSE) + len(THINK_CLOSE):]
+    return text
 
 
 def _int(value) -> int:

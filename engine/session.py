@@ -52,17 +52,21 @@ class Session:
 
     def load(self, spec: str, progress: Optional[Callable] = None) -> ModelInfo:
         report = progress or (lambda p: None)
-        report(LoadProgress("finding model"))
-        path, info = registry.resolve_model(spec, progress=progress)
-        report(LoadProgress("loading weights", 0, 1))
-        model, tokenizer = loading.load(path)
+        report(LoadProgress("Finding the model"))
+
+        def importing(p: LoadProgress):  # a GGUF (the starter's, on the first run) becomes an MLX folder
+            stage = p.stage[:1].lower() + p.stage[1:]
+            report(LoadProgress(f"Importing the model (first time only): {stage}", p.done, p.total))
+
+        path, info = registry.resolve_model(spec, progress=importing if progress else None)
+        model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self._draft = None
         self.draft_caches.clear()
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path))
-        report(LoadProgress("ready", 1, 1))
+        report(LoadProgress("Ready", 1, 1))
         return info
 
     def context_limit(self, params: GenerationParams) -> int:

@@ -252,6 +252,15 @@ class EngineState:
 
 
 @dataclass(frozen=True)
+class HubModel:
+    """One Hugging Face Hub search result (engine.download.search_models)."""
+
+    repo: str
+    downloads: int = 0
+    likes: int = 0
+
+
+@dataclass(frozen=True)
 class ServerInfo:
     """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
 

@@ -59,15 +59,25 @@ def plan_window(tokenizer, messages, history: History, limit: int, room: int,
     low_water = DEFAULT_LOW_WATER if low_water is None else low_water
     options = starts(messages)
     current = max(s for s in options if s <= history.start)
-    prompt = build(tokenizer, messages, kept(messages, current), history)
-    if len(prompt.ids) + room <= limit:
-        return _plan(messages, current, prompt, False)
-    target = low_water * max(1, limit - room)
-    later = [s for s in options if s > current]
+    budget = max(1, limit - room)
+    # Every piece holds a token at least: a window of more messages than `budget` cannot fit, so a
+    # chat far past its limit never renders or tokenizes the turns it would drop anyway.
+    floor = next((s for s in options if len(messages) - s <= budget), options[-1])
+    if current >= floor:
+        base = current
+        prompt = build(tokenizer, messages, kept(messages, current), history)
+        if len(prompt.ids) + room <= limit:
+            return _plan(messages, current, prompt, False)
+        later = [s for s in options if s > current]
+    else:
+        base = floor
+        prompt = build(tokenizer, messages, kept(messages, floor), history)
+        later = [s for s in options if s >= floor]
+    target = low_water * budget
     # The first later start to try, estimated from piece lengths (no render per candidate); else the last.
     chosen = max(0, len(later) - 1)
     if prompt.complete:
-        size, previous = len(prompt.ids), current
+        size, previous = len(prompt.ids), base
         positions = {p: j for j, p in enumerate(prompt.keep)}
         for k, s in enumerate(later):
             size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")

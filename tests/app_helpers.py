@@ -16,6 +16,7 @@ from engine.types import (
     EngineState,
     EngineStatus,
     FinishReason,
+    HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -108,7 +109,9 @@ class FakeEngine:
         self._stops: dict = {}
         self._generating = 0
         self.forgotten: list = []
+        self.hub_results: Optional[list] = None  # list[HubModel] for search_models; None: offline
         self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
+        self.adopted: list = []  # (draft id, conv id) of each new chat's draft cache handed over
         self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
         self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
         self.servers: dict = {}  # name -> ServerInfo
@@ -197,6 +200,10 @@ class FakeEngine:
         self.prefills.append((conv_id, list(messages), params))
         return BackgroundPrefill(len(messages), 0, len(messages), True)
 
+    def adopt(self, draft_id, conv_id):
+        self.adopted.append((draft_id, conv_id))
+        return asyncio.sleep(0, True)
+
     async def import_gguf(self, path, progress=None):
         if progress:
             progress(LoadProgress("Converting", 1, 1))
@@ -216,6 +223,12 @@ class FakeEngine:
             progress(LoadProgress(f"Connecting to Hugging Face for {repo_id}", 0, 0))
         await asyncio.sleep(0.01)
         raise ChinwagError(f"cannot download {repo_id}: offline (no network connection to huggingface.co)")
+
+    async def search_models(self, query: str, /) -> list[HubModel]:
+        await asyncio.sleep(0.01)
+        if self.hub_results is None:
+            raise ChinwagError("cannot reach Hugging Face to search for models (offline?)")
+        return [m for m in self.hub_results if query.lower() in m.repo.lower()]
 
     async def list_servers(self):
         return list(self.servers.values())

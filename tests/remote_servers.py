@@ -52,6 +52,22 @@ class MlxServer:
             time.sleep(0.25)
         raise RuntimeError(f"mlx_lm.server did not answer in {START_TIMEOUT_S} s: {self.tail()}")
 
+    def server_processes(self) -> int:
+        """How many mlx_lm.server processes run in this server's process group (Linux /proc)."""
+        count = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+            if pgrp == self.proc.pid and b"mlx_lm.server" in cmdline and b"mlx.launch" not in cmdline:
+                count += 1
+        return count
+
     def tail(self) -> str:
         try:
             return self.log.read_text(errors="replace")[-2000:]

@@ -319,3 +319,16 @@ def test_a_failure_mid_draft_leaves_the_cache_exact_and_reaches_the_caller(engin
     assert offset == held == generation.PREFILL_FIRST_STEP  # the first chunk, exactly
     assert stats.reused_tokens == generation.PREFILL_FIRST_STEP
     assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)
+
+
+def test_a_drafts_cache_is_adopted_by_the_chat_created_for_it(engine_with):
+    async def body(engine):
+        read = await engine.prefill("draft", draft(LONG))
+        moved = await engine.adopt("draft", "saved-chat")
+        missing = await engine.adopt("draft", "other")  # already handed over
+        _, stats = await turn(engine, "saved-chat", draft(LONG))
+        return read, moved, missing, stats, await cache_state(engine, "draft")
+
+    read, moved, missing, stats, left = engine_with(body)
+    assert read.finished and moved and not missing and left == (0, 0)
+    assert stats.reused_tokens == len(stats.prompt_ids) - 1 and stats.prefilled_tokens == 1

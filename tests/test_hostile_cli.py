@@ -117,7 +117,7 @@ def test_error_exits_after_mlx_never_abort(tmp_path, tiny_model_path, chinwag_ho
 
 
 def test_second_window_on_the_same_data_folder_is_refused(chinwag_home):
-    from app.main import WindowLock
+    from app.single_instance import WindowLock
     from engine.errors import ChinwagError
 
     first = WindowLock(chinwag_home)
@@ -129,3 +129,81 @@ def test_second_window_on_the_same_data_folder_is_refused(chinwag_home):
         first.release()
     WindowLock(chinwag_home).release()  # free again once the first window closed
     assert stat.S_IMODE((chinwag_home / "window.lock").stat().st_mode) == 0o600
+
+
+def test_models_table_never_prints_escape_sequences(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "evil\x1b[2Jfolder"
+    folder.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    from engine import registry
+
+    monkeypatch.setattr(registry, "_load_folders", lambda: [str(folder)])  # as if added earlier
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "evil" in out and "\x1b" not in out
+
+
+@pytest.mark.parametrize("argv", [["import", "{fifo}"], ["import-conversation", "{fifo}"],
+                                  ["replay", "{fifo}", "--model", "nowhere"]])
+def test_a_named_pipe_as_input_is_refused_not_waited_on(tmp_path, capsys, argv):
+    import threading
+
+    fifo = tmp_path / "input.pipe"
+    os.mkfifo(fifo)
+
+    def unblock():  # should the reader wait after all, end its wait (and fail the test) instead of hanging
+        if not done.wait(10):
+            with open(fifo, "wb"):
+                pass
+
+    done = threading.Event()
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        assert main([a.format(fifo=fifo) for a in argv]) == 2
+    finally:
+        done.set()
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
+    assert len(err) == 1 and "named pipe" in err[0], err
+
+
+@pytest.mark.qt
+def test_a_second_chinwag_brings_the_first_window_forward(qtbot, chinwag_home):
+    from PySide6.QtWidgets import QWidget
+
+    from app.single_instance import ask_window_to_raise, serve_raise_requests
+
+    class Window(QWidget):
+        raised = 0
+
+        def raise_(self):  # the offscreen platform cannot raise a window: count the request
+            self.raised += 1
+
+    window = Window()
+    qtbot.addWidget(window)
+    server = serve_raise_requests(window, chinwag_home)
+    assert ask_window_to_raise(chinwag_home)
+    qtbot.waitUntil(lambda: window.raised == 1)
+    server.close()
+    assert not ask_window_to_raise(chinwag_home)  # no window: the caller says so instead
+
+
+def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):
+    # Bytes that are not UTF-8 reach argv as lone surrogates; SQLite cannot bind those.
+    assert main(["conversations", "--search", "\udcff"]) == 0
+    capsys.readouterr()
+    # A NUL byte cannot come from a shell, but the same functions serve the window and scripts.
+    for argv in (["export", conv_id, "-o", str(tmp_path / "a\x00.md")],
+                 ["import-conversation", str(tmp_path / "a\x00.json")],
+                 ["import", str(tmp_path / "a\x00.gguf")],
+                 ["replay", str(tmp_path / "a\x00.json"), "--model", "x"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "bug" not in err[0], err
+
+
+def test_lone_surrogates_in_a_replay_script_are_replaced_not_a_bug(tmp_path, tiny_model_path, capsys):
+    script = tmp_path / "surrogates.json"
+    script.write_text('{"system": "\\udfff", "turns": ["hi \\ud800 there", "again \\udcff"]}')
+    assert main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "2"]) == 0
+    turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t["turn"] for t in turns] == [0, 1] and turns[1]["reused_tokens"] > 0

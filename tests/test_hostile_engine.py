@@ -99,3 +99,44 @@ def test_download_failures_from_the_hub_are_user_errors_and_bugs_stay_bugs():
     assert isinstance(hub, ChinwagError) and "a/b" in str(hub)
     disk = _user_error(OSError(28, "No space left on device"), "a/b")
     assert isinstance(disk, ChinwagError) and "No space left" in str(disk)
+
+
+def test_a_bug_on_the_engine_thread_is_logged_there_once(chinwag_home):
+    from engine.api import EngineThread
+
+    def broken_job():
+        return {}["missing"]
+
+    thread = EngineThread()
+    try:
+        future = thread.submit(broken_job)
+        with pytest.raises(KeyError):
+            future.result(timeout=30)
+        from engine.log import report_bug
+
+        line = report_bug(future.exception(), "the caller")  # the caller reports it too: not logged twice
+    finally:
+        thread.shutdown()
+    log = (chinwag_home / "chinwag.log").read_text()
+    assert log.count("Traceback") == 1 and "broken_job" in log and "the engine thread (broken_job)" in log
+    assert "a bug in Chinwag stopped the caller" in line
+
+
+def test_a_chat_deleted_before_the_engine_starts_loses_its_saved_caches(chinwag_home):
+    from engine.paths import kv_file_name
+
+    saved = [chinwag_home / "kv" / model / kv_file_name("old-chat") for model in ("model-a", "model-b")]
+    for f in saved:
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"saved by an earlier run")
+    other = chinwag_home / "kv" / "model-a" / kv_file_name("another-chat")
+    other.write_bytes(b"keep")
+
+    async def main():
+        engine = Engine()  # never started: no thread, no MLX
+        await engine.forget("old-chat")
+        assert engine._thread is None
+        await engine.close()
+
+    asyncio.run(main())
+    assert not any(f.exists() for f in saved) and other.exists()

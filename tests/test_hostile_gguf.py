@@ -2,6 +2,7 @@
 and bounded time and memory where a hostile header used to cost gigabytes or seconds."""
 
 import os
+import shutil
 import stat
 import struct
 import time
@@ -262,3 +263,31 @@ def test_the_importer_does_not_import_the_registry():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_header_claiming_too_many_tensors_is_refused_before_reading_them(tmp_path):
+    head = b"GGUF" + struct.pack("<IQQ", 3, 100_000, 0)
+    path = tmp_path / "many.gguf"
+    path.write_bytes(head + b"\0" * (100_000 * 24))
+    assert "implausible" in refuse(path)
+
+
+def test_deeply_nested_json_in_model_folders_lists_as_unusable(tiny_model_path, tmp_path, chinwag_home):
+    from engine import registry
+
+    deep = "[" * 100_000 + "]" * 100_000
+    folder = shutil.copytree(tiny_model_path, tmp_path / "deep-config")
+    registry.add_model_folder(folder)
+    (folder / "config.json").write_text(deep)
+    listed = {m.path: m for m in registry.list_models()}
+    assert listed[str(folder)].status == "unusable" and "config.json" in listed[str(folder)].reason
+    (chinwag_home / "folders.json").write_text(deep)
+    assert str(folder) not in {m.path for m in registry.list_models()}  # a broken list reads as empty
+
+
+def test_merges_outside_the_vocabulary_are_a_model_error():
+    from engine.gguf_tokenizer import build_tokenizer
+
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab"], "tokenizer.ggml.merges": ["x y"]}
+    with pytest.raises(ModelError, match="out of vocabulary"):
+        build_tokenizer(meta)

@@ -271,3 +271,79 @@ def test_deleted_text_leaves_the_wal_once_a_reader_lets_go(store, chinwag_home):
     for name in ("chinwag.db", "chinwag.db-wal"):
         path = chinwag_home / name
         assert not path.exists() or marker.encode() not in path.read_bytes(), name
+
+
+def test_read_only_commands_migrate_an_older_database_first(chinwag_home, monkeypatch):
+    from app import store as store_module
+
+    with Store() as store:
+        conv = store.create_conversation(title="old schema")
+    # As if this Chinwag knew one more schema step than the file has.
+    monkeypatch.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS + ["CREATE TABLE extra (x)"])
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", store_module.SCHEMA_VERSION + 1)
+    with Store(read_only=True) as store:
+        assert [c.id for c in store.list_conversations()] == [conv.id]
+    raw = sqlite3.connect(chinwag_home / "chinwag.db")
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == store_module.SCHEMA_VERSION
+    raw.close()
+
+
+def test_a_database_path_that_is_not_a_file_is_left_alone(chinwag_home, tmp_path):
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)
+    (chinwag_home / "chinwag.db").symlink_to(fifo)
+    done = threading.Event()
+
+    def unblock():  # should the store open the pipe after all, end its wait instead of hanging
+        if not done.wait(10):
+            with open(fifo, "wb"):
+                pass
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        with Store() as store:
+            assert "named pipe" in store.notice and store.path.name.startswith("chinwag-recovered-")
+    finally:
+        done.set()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_IMODE(os.stat(fifo).st_mode) == 0o666
+
+
+def test_an_endless_title_is_refused(tmp_path, capsys):
+    import_refused(tmp_path, capsys, export_json(title="x" * 20_000), "10000 characters")
+
+
+def test_files_an_older_chinwag_left_readable_are_made_private(tmp_path, monkeypatch):
+    from engine import paths
+
+    home = tmp_path / "older-home"
+    (home / "kv" / "model").mkdir(parents=True)
+    old = [home / "folders.json", home / "chinwag.log", home / "kv" / "model" / "abc.safetensors"]
+    for f in old:
+        f.write_text("x")
+        f.chmod(0o644)
+    other = home / "notes.txt"
+    other.write_text("the user's own")
+    other.chmod(0o644)
+    home.chmod(0o755)
+    (home / "kv" / "model").chmod(0o755)
+    monkeypatch.setenv("CHINWAG_HOME", str(home))
+    assert paths.data_dir() == home
+    assert _mode(home) == 0o700 and _mode(home / "kv" / "model") == 0o700
+    for f in old:
+        assert _mode(f) == 0o600, f
+    assert _mode(other) == 0o644  # not Chinwag's: left alone
+
+
+def test_a_hand_edited_row_with_broken_json_still_opens(store, chinwag_home):
+    conv = store.create_conversation(title="edited", settings={"top_p": 0.5})
+    msg = store.add_message(conv.id, "assistant", "hello", stats={"generated_tokens": 3})
+    raw = sqlite3.connect(chinwag_home / "chinwag.db")
+    raw.execute("UPDATE conversations SET settings='{broken' WHERE id=?", (conv.id,))
+    raw.execute("UPDATE messages SET stats='[' || ? WHERE id=?", ("[" * 5000, msg.id))
+    raw.commit()
+    raw.close()
+    back = store.get_conversation(conv.id)
+    assert back.settings == {} and back.messages[0].stats is None and back.messages[0].content == "hello"

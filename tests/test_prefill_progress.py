@@ -54,9 +54,12 @@ def test_long_prefill_reports_progress_before_the_first_token(engine_with, tiny_
     assert all(p.prompt_tokens == stats.prompt_tokens and p.context_limit == stats.context_limit for p in progress)
     # The long first prompt is read in several chunks, each reported.
     assert stats.prefilled_tokens > 4 * generation.PREFILL_FIRST_STEP and len(progress) >= 3
-    # A short follow-up is read in one chunk: no progress events, as before.
-    assert 0 < second[-1].prefilled_tokens <= generation.PREFILL_FIRST_STEP
-    assert [type(ev).__name__ for ev in second[:-1]] == ["TextDelta"] * (len(second) - 1)
+    # A short follow-up is read in one chunk: one event once it is read (the prompt's size), then text.
+    short = second[-1]
+    assert 0 < short.prefilled_tokens <= generation.PREFILL_FIRST_STEP
+    assert second[0] == PrefillProgress(short.prefilled_tokens, short.prefilled_tokens, short.prompt_tokens,
+                                        short.context_limit)
+    assert [type(ev).__name__ for ev in second[1:-1]] == ["TextDelta"] * (len(second) - 2)
     for events in (first, second):
         stats = events[-1]
         assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)

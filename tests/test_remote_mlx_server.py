@@ -5,6 +5,7 @@ ring -n 2`. Short prompts and few tokens: the starter runs at a few tokens/s on 
 import asyncio
 import os
 import signal
+import sys
 
 import pytest
 from PySide6.QtCore import Qt
@@ -96,8 +97,8 @@ def test_stop_mid_reply_and_the_next_turn_still_works(mlx_server):
     async def body(engine):
         stopped = await turn(engine, "s", ask, GenerationParams(temperature=0.0, max_tokens=200),
                              on_delta=lambda text: len(text) == 2 and engine.stop("s"))
-        after = await turn(engine, "s", ask + [{"role": "assistant", "content": stopped[0]},
-                                               {"role": "user", "content": "Thanks."}])
+        after = await turn(engine, "s2", [{"role": "user", "content": "Hi"}],
+                           GenerationParams(temperature=0.0, max_tokens=2))  # the server is free again
         return stopped, after
 
     (text, stats), (after, after_stats) = with_engine(f"{mlx_server.url}#default_model", body)
@@ -134,7 +135,8 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
         pytest.skip(missing)
     server = start(tiny_model_path, tmp_path_factory, ranks=2)
     try:
-        assert server.proc.poll() is None
+        if sys.platform.startswith("linux"):
+            assert server.server_processes() == 2  # rank 0 answers HTTP, rank 1 holds the other half
         events = []
 
         async def body(engine):
@@ -148,7 +150,6 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert deltas and isinstance(events[-1], TurnStats)
     assert events[-1].generated_tokens == 6 and events[-1].finish_reason == "length"
-    assert "rank" in server.tail().lower() or server.tail()  # the launcher ran it
 
 
 @pytest.mark.starter
@@ -187,6 +188,9 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     qtbot.waitUntil(lambda: getattr(window.bridge.current_model, "id", "") == "loopback/default_model"
                     and window.bridge.state == "ready", timeout=30_000)
     assert window.model_menu.action_for("loopback/default_model").isChecked()
+    # The chat header's picker is the same menu: it shows and checks the server's model too.
+    assert window.model_picker.action_for("loopback/default_model").isChecked()
+    assert window.model_picker.text() == "default_model on loopback"
 
     for text in ("What is the capital of France?", "And of Germany?"):
         window.composer.set_text(text)

@@ -332,3 +332,57 @@ def test_chat_in_the_terminal_through_a_saved_server(standin, chinwag_home):
     assert "Chatting with chat on lab" in out.stdout
     assert "Hello there #0" in out.stdout and "Hello there #1" in out.stdout
     assert [json.loads(raw)["messages"][-1]["content"] for _, raw, _ in standin.requests] == ["hi", "again"]
+
+
+def test_a_reply_from_an_earlier_session_is_sent_without_its_reasoning_block(standin):
+    async def go():
+        engine = Engine()  # a new session: it never saw these replies arrive
+        try:
+            await engine.load_model(f"{standin.url}#chat")
+            history = [{"role": "user", "content": "2+2?"},
+                       {"role": "assistant", "content": "<think>Let me think. Done.</think>The answer is 4."},
+                       {"role": "assistant", "content": "A <think> in the middle stays."},
+                       {"role": "user", "content": "and 3+3?"}]
+            return await collect(engine, "c", history)
+        finally:
+            await engine.close()
+
+    asyncio.run(go())
+    sent = [m["content"] for m in standin.requests[-1][2]["messages"]]
+    assert sent == ["2+2?", "The answer is 4.", "A <think> in the middle stays.", "and 3+3?"]
+
+
+@pytest.mark.parametrize("error, expected", [
+    ("[Errno -2] Name or service not known", "cannot resolve the host of http://studio.lan:8080/v1 (DNS lookup failed)"),
+    ("[Errno 8] nodename nor servname provided, or not known", "cannot resolve the host"),
+    ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLS error talking to http://studio.lan:8080/v1"),
+])
+def test_connection_failures_are_named(error, expected):
+    import httpx
+
+    server = servers.Server("studio", "http://studio.lan:8080/v1")
+    assert remote.describe_http_error(httpx.ConnectError(error), server).startswith(expected)
+    assert "no answer from" in remote.describe_http_error(httpx.ConnectTimeout("timed out"), server)
+
+
+def test_403_and_unknown_status_lines():
+    assert remote.response_error(403, b'{"detail": "Forbidden"}').startswith("denied access (HTTP 403: Forbidden)")
+    assert remote.response_error(502, b"") == "HTTP 502 with no message"
+    assert remote.response_error(500, b"<html>Bad   Gateway</html>") == "HTTP 500: <html>Bad Gateway</html>"
+
+
+def test_keepalive_comments_reach_the_engines_caller_as_prefill_progress(standin):
+    from engine.types import PrefillProgress
+
+    async def go():
+        engine = Engine()
+        try:
+            await engine.load_model(f"{standin.url}#keepalive")
+            return [ev async for ev in engine.chat("c", [{"role": "user", "content": "hi"}])]
+        finally:
+            await engine.close()
+
+    events = asyncio.run(go())
+    progress = [(e.done, e.total) for e in events if isinstance(e, PrefillProgress)]
+    assert progress == [(100, 300), (200, 300), (300, 300)]
+    assert isinstance(events[0], PrefillProgress) and isinstance(events[-1], TurnStats)

@@ -98,3 +98,44 @@ def test_model_menu_lists_server_models_under_the_server_name(qtbot):
     assert down.text() == "Not reachable" and not down.isEnabled() and "connection refused" in down.toolTip()
     menu.action_for("studio/default_model").trigger()
     assert chosen == ["studio/default_model"]
+
+
+def test_a_servers_reasoning_block_and_prefill_progress_show_in_the_window(qtbot, qloop):
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.markdown_view import ThinkBlock
+    from app.store import Store
+    from app.window import MainWindow
+    from tests.app_helpers import dispose
+
+    store = Store()
+    with StandIn() as s:
+        window = MainWindow(store, Engine())
+        window.show()
+        task = window.start_engine(f"{s.url}#reasoning")
+        qtbot.waitUntil(task.done, timeout=60_000)
+        assert window.bridge.current_model.name == f"reasoning on {s.url.removeprefix('http://').removesuffix('/v1')}"
+        assert window.chat_view.welcome.model_label.text().endswith(f"served by {s.url}.")
+        for text in ("2+2?", "and 3+3?"):
+            window.composer.set_text(text)
+            QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+            qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=30_000)
+        reply = window.chat_view.message_widgets()[-1]
+        [think] = [w for w in reply.body.widgets() if isinstance(w, ThinkBlock)]
+        assert think.toggle.text().startswith("Reasoning (4 words)")
+        assert "The answer is 4." in reply.text()
+        # The second request sent the first reply as the server sent it, without the Reasoning block.
+        assert s.requests[-1][2]["messages"][1] == {"role": "assistant", "content": "The answer is 4."}
+
+        # mlx_lm.server's keepalive comments during the prefill: "Reading your message… N%".
+        reading = []
+        window.chat.readingProgress.connect(lambda p: reading.append(p and (p.done, p.total)))
+        window.load_model(f"{s.url}#keepalive")
+        qtbot.waitUntil(lambda: window.bridge.current_model.id.endswith("#keepalive")
+                        and window.bridge.state == "ready", timeout=30_000)
+        window.composer.set_text("hi")
+        QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=30_000)
+        assert [r for r in reading if r] == [(100, 300), (200, 300), (300, 300)]
+        dispose(qtbot, window, store)

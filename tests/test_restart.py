@@ -46,7 +46,7 @@ def test_the_first_follow_up_after_a_restart_prefills_only_its_new_tokens(tiny_m
     first, again = first_then_follow_up(tiny_model_path)
     held = len(first.prompt_ids) + len(first.reply_ids)
     assert again.reused_tokens == held and again.prefilled_tokens == len(again.prompt_ids) - held
-    assert not list((chinwag_home / "kv").rglob("*.partial.safetensors"))
+    assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))
 
 
 def test_other_weights_at_the_same_path_never_restore_a_cache(tiny_model_path, tmp_path):
@@ -115,3 +115,22 @@ def test_a_damaged_saved_cache_costs_a_re_prefill_not_a_failed_turn(tiny_model_p
 
     again = session(tiny_model_path, second)
     assert again.reused_tokens == 0 and again.finish_reason in ("length", "stop")
+
+
+def test_saving_on_close_stops_at_its_time_limit_most_recent_first(tiny_model_path, chinwag_home):
+    async def body(engine):
+        for conv in ("old", "recent"):
+            await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
+        return engine._session.caches
+
+    caches = None
+
+    async def run(engine):
+        nonlocal caches
+        caches = await body(engine)
+        (chinwag_home / "kv" / "x").mkdir(parents=True, exist_ok=True)
+        (chinwag_home / "kv" / "x" / ".cut.0123abcd.part.safetensors").write_bytes(b"half")
+        return await asyncio.wrap_future(engine._thread.submit(lambda: caches.save_all(seconds=0.0)))
+
+    assert session(tiny_model_path, run) == 1  # the first (most recent) is always saved
+    assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))

@@ -128,12 +128,27 @@ def test_title_from_message(text, title):
     assert title_from_message(text) == title
 
 
-def test_title_from_long_message_is_cut_with_ellipsis():
+def test_title_from_long_message_is_cut_at_a_word_without_ellipsis():
     title = title_from_message("word " * 40)
-    assert len(title) <= 60 and title.endswith("…") and title.startswith("word word")
-    # A family emoji is joined with ZWJs: never leave a dangling joiner before the ellipsis.
+    assert len(title) <= 60 and title.endswith("word") and not title.endswith("…")
+    title = title_from_message("Please explain the difference between concurrency and parallelism in Python")
+    assert title == "Please explain the difference between concurrency and"
+    # A family emoji is joined with ZWJs: never leave a dangling joiner at the end.
     title = title_from_message("a" * 57 + "👨\u200d👩\u200d👧 trailing text")
-    assert len(title) <= 60 and "\u200d…" not in title
+    assert len(title) <= 60 and not title.endswith("\u200d")
+
+
+@pytest.mark.parametrize(
+    "text, title",
+    [
+        ("# How do tides work?", "How do tides work?"),
+        ("> quoted question\nmore", "quoted question"),
+        ("```python\nprint(1)\n```", "print(1)"),
+        ("- first item", "first item"),
+    ],
+)
+def test_title_skips_markdown_markers(text, title):
+    assert title_from_message(text) == title
 
 
 def test_newest_activity_first(store):

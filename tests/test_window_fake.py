@@ -110,7 +110,7 @@ def test_composer_enter_shift_enter_and_whitespace(qtbot, window, store, engine)
     assert window.composer.text() == ""
 
 
-def test_composer_disabled_until_a_model_loads(qtbot, qloop, store):
+def test_message_sent_while_loading_is_queued_then_sent(qtbot, qloop, store):
     from app.window import MainWindow
 
     engine = FakeEngine()
@@ -123,12 +123,22 @@ def test_composer_disabled_until_a_model_loads(qtbot, qloop, store):
     qtbot.waitUntil(lambda: w.bridge.state == "loading", timeout=3000)
     assert not w.composer.is_ready() and "Loading" in w.composer.reason_label.text()
     assert w.progress.isVisible()
+    assert w.composer.send_button.text() == "Queue"
     w.composer.set_text("typed ahead")
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
-    assert engine.calls == [] and w.composer.text() == "typed ahead"
+    # Not ignored: saved, shown as queued, and sent once the model is ready.
+    assert engine.calls == [] and w.composer.text() == ""
+    (queued,) = w.chat_view.message_widgets()
+    assert queued.text() == "typed ahead" and "Queued" in queued.stats_label.text()
+    assert [m.content for m in store.get_conversation(w.chat.conv_id).messages] == ["typed ahead"]
+    assert w.sidebar.titles() == ["typed ahead"]
     qtbot.waitUntil(task.done, timeout=5000)
     assert w.composer.is_ready() and not w.composer.reason_label.isVisible()
     assert not w.progress.isVisible()
+    qtbot.waitUntil(lambda: w.chat.gen is None and len(w.chat_view.message_widgets()) == 2, timeout=5000)
+    assert engine.calls[0][1][-1] == {"role": "user", "content": "typed ahead"}
+    assert "Queued" not in queued.stats_label.text()
+    assert w.chat_view.message_widgets()[1].text() == engine.reply
     w.close()
     run(qtbot, w.shutdown())
 

@@ -252,3 +252,23 @@ def test_a_template_that_cannot_be_cut_still_slides_to_the_low_water_mark(tiny_m
     slid = [plan for plan, _, _ in turns if plan.slid]
     assert slid and all(len(p.prompt_ids) <= 0.4 * (limit - room) for p in slid)
     assert all(len(p.prompt_ids) + room <= limit for p, _, _ in turns)
+
+
+def test_a_chat_far_past_its_limit_keeps_the_most_history_under_the_mark_without_rendering_it_all(tiny_model):
+    from engine.prompt import build
+    from engine.window import kept, starts
+
+    _, tokenizer = tiny_model
+    messages = [SYSTEM]
+    for i in range(300):
+        messages += [question(i), {"role": "assistant", "content": f"answer {i}"}]
+    messages.append(question(300))
+    limit, room, low = 200, 20, 0.5
+    history = History()
+    plan = plan_window(tokenizer, messages, history, limit, room, low)
+    assert plan.slid and len(plan.prompt_ids) <= low * (limit - room)
+    # The start before it would have been over the mark: the window keeps all it can.
+    earlier = max(s for s in starts(messages) if s < plan.start)
+    assert len(build(tokenizer, messages, kept(messages, earlier), History()).ids) > low * (limit - room)
+    # Only the last (limit - room) messages or so were ever tokenized.
+    assert sum(s is not None for s in history.spans) <= (limit - room) + 2

@@ -31,6 +31,17 @@ def test_reading_progress_in_the_live_reply_and_the_status_bar(qtbot, window, st
     assert window.state_label.text() == "Ready"
 
 
+def test_a_prompt_read_at_once_shows_its_size_but_no_reading_text(qtbot, window, store, engine):
+    engine.progress = [PrefillProgress(1, 1, 1234, 4096)]  # a draft read ahead: one token left
+    engine.reading = asyncio.Event()
+    send(qtbot, window, "A message read while it was typed", wait=False)
+    qtbot.waitUntil(lambda: window.context_label.text() == "Context 1,234 / 4,096", timeout=5000)
+    live = window.chat_view.message_widgets()[-1]
+    assert "Reading" not in live.stats_label.text() and "Reading" not in window.state_label.text()
+    engine.reading.set()
+    qtbot.waitUntil(lambda: window.chat.gen is None, timeout=10_000)
+
+
 def test_typing_pause_and_paste_read_the_draft_ahead(qtbot, window, store, engine):
     engine.reply = "ok"
     send(qtbot, window, "first message")
@@ -104,4 +115,50 @@ def test_a_draft_typed_in_the_real_window_makes_enter_compute_one_token(qtbot, q
     stats = store.get_conversation(window.chat.conv_id).messages[-1].stats
     assert stats["prefilled_tokens"] == 1 and stats["reused_tokens"] == stats["prompt_tokens"] - 1
     assert read.args[1].prompt_tokens == stats["prompt_tokens"] - 1
+    dispose(qtbot, window, store)
+
+
+def test_a_new_chats_draft_is_read_ahead_and_handed_to_the_chat_it_becomes(qtbot, window, store, engine):
+    from app.chat_controller import NEW_CHAT_DRAFT
+
+    engine.reply = "ok"
+    assert window.chat.conv_id is None
+    with qtbot.waitSignal(window.composer.draftPaused, timeout=5000):
+        QTest.keyClicks(window.composer.editor, "a first message")
+    qtbot.waitUntil(lambda: len(engine.prefills) == 1, timeout=5000)
+    assert engine.prefills[0][:2] == (NEW_CHAT_DRAFT, [{"role": "user", "content": "a first message"}])
+    assert window.sidebar.ids() == []  # nothing is saved while typing
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=10_000)
+    conv_id = window.chat.conv_id
+    assert engine.adopted == [(NEW_CHAT_DRAFT, conv_id)] and engine.calls[-1][0] == conv_id
+    # A draft in a new chat that is left for another chat is forgotten.
+    window.new_action.trigger()
+    with qtbot.waitSignal(window.composer.draftPaused, timeout=5000):
+        QTest.keyClicks(window.composer.editor, "never sent")
+    qtbot.waitUntil(lambda: len(engine.prefills) == 2, timeout=5000)
+    window.chat.open_conversation(conv_id)
+    qtbot.waitUntil(lambda: NEW_CHAT_DRAFT in engine.forgotten, timeout=5000)
+    assert engine.adopted == [(NEW_CHAT_DRAFT, conv_id)]
+
+
+def test_a_long_first_message_pasted_in_a_new_chat_costs_one_token_on_enter(qtbot, qloop, tiny_model_path):
+    from app.store import Store
+    from app.window import MainWindow
+    from engine.api import Engine
+
+    store = Store()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
+    window = MainWindow(store, Engine())
+    window.show()
+    task = window.start_engine(str(tiny_model_path))
+    qtbot.waitUntil(task.done, timeout=120_000)
+    with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as read:
+        QGuiApplication.clipboard().setText("Tell me a story about a cat and a long journey. " * 6)
+        window.composer.editor.paste()
+    assert read.args[1].finished and window.chat.conv_id is None
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=60_000)
+    stats = store.get_conversation(window.chat.conv_id).messages[-1].stats
+    assert stats["prefilled_tokens"] == 1 and stats["reused_tokens"] == stats["prompt_tokens"] - 1
     dispose(qtbot, window, store)

@@ -1,0 +1,82 @@
+"""The bar above the transcript: sidebar toggle, the chat's title, its markers, and a slot
+for more controls (the model picker is added with `add_widget`)."""
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
+
+
+class ElidedLabel(QLabel):
+    """Keeps the whole text; elides it only when drawn narrower than it needs."""
+
+    def __init__(self, text="", parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(40)
+        self.set_full_text(text)
+
+    def set_full_text(self, text: str):
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self):
+        shown = QFontMetrics(self.font()).elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width(), 40))
+        if shown != self.text():
+            self.setText(shown)
+
+
+class ChatHeader(QWidget):
+    toggleSidebarRequested = Signal()
+    settingsRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("chatHeader")
+        self._layout = QHBoxLayout(self)
+        self._layout.setContentsMargins(8, 4, 8, 4)
+        self._layout.setSpacing(8)
+        self.sidebar_button = QToolButton(text="☰")
+        self.sidebar_button.setObjectName("sidebarToggle")
+        self.sidebar_button.setAutoRaise(True)
+        self.sidebar_button.setToolTip("Show or hide the chat list (Ctrl+Shift+S)")
+        self.sidebar_button.clicked.connect(self.toggleSidebarRequested)
+        self._layout.addWidget(self.sidebar_button)
+        self.title_label = ElidedLabel("New chat")
+        self.title_label.setObjectName("chatTitle")
+        self._layout.addWidget(self.title_label, 1)
+        # A chat with its own system prompt says so (it changes every reply).
+        self.prompt_marker = QToolButton(text="Custom system prompt")
+        self.prompt_marker.setObjectName("systemPromptMarker")
+        self.prompt_marker.setAutoRaise(True)
+        self.prompt_marker.clicked.connect(self.settingsRequested)
+        self.prompt_marker.setVisible(False)
+        self._layout.addWidget(self.prompt_marker)
+        self._extras = QHBoxLayout()  # other controls (model picker) go here, right-aligned
+        self._extras.setContentsMargins(0, 0, 0, 0)
+        self._layout.addLayout(self._extras)
+
+    def add_widget(self, widget: QWidget):
+        """Add a control at the header's right end."""
+        self._extras.addWidget(widget)
+
+    def set_title(self, title: str):
+        self.title_label.set_full_text(title or "New chat")
+
+    def title(self) -> str:
+        return self.title_label.full_text()
+
+    def set_custom_prompt(self, prompt):
+        """Show the marker when this chat sets its own system prompt (None: it uses the default)."""
+        self.prompt_marker.setVisible(prompt is not None)
+        prompt = prompt or "(empty: no system prompt)"
+        short = prompt if len(prompt) <= 300 else prompt[:300] + "…"
+        self.prompt_marker.setToolTip(f"This chat has its own system prompt (click to edit):\n{short}")

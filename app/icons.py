@@ -1,0 +1,60 @@
+"""Small line icons drawn with QPainter in the palette's text colour: no icon theme or font
+glyph is needed (Linux desktops often have neither for these)."""
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QGuiApplication, QIcon, QPainter, QPainterPath, QPalette, QPen, QPixmap
+
+SIZE = 16
+
+
+def _pen(colour):
+    pen = QPen(colour, 1.4)
+    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
+    return pen
+
+
+def _copy(p):
+    p.drawRoundedRect(QRectF(5.5, 5.5, 8, 8.5), 1.5, 1.5)
+    p.drawPolyline([QPointF(3.5, 10.5), QPointF(2.5, 10.5), QPointF(2.5, 2.5), QPointF(9.5, 2.5),
+                    QPointF(9.5, 3.5)])
+
+
+def _edit(p):
+    p.drawPolygon([QPointF(3, 13), QPointF(3.6, 10.2), QPointF(11, 2.8), QPointF(13.2, 5),
+                   QPointF(5.8, 12.4)])
+    p.drawLine(QPointF(9.6, 4.2), QPointF(11.8, 6.4))
+
+
+def _regenerate(p):
+    path = QPainterPath()
+    path.arcMoveTo(QRectF(3, 3, 10, 10), 60)
+    path.arcTo(QRectF(3, 3, 10, 10), 60, 290)
+    p.drawPath(path)
+    p.drawPolyline([QPointF(10.2, 1.8), QPointF(10.6, 4.6), QPointF(13.2, 3.6)])
+
+
+def _check(p):
+    p.drawPolyline([QPointF(3, 8.5), QPointF(6.5, 12), QPointF(13, 4.5)])
+
+
+_DRAW = {"copy": _copy, "edit": _edit, "regenerate": _regenerate, "copied": _check}
+
+
+def icon(name: str, palette: QPalette | None = None) -> QIcon:
+    """The named icon, in normal and disabled colours."""
+    palette = palette or QGuiApplication.palette()
+    result = QIcon()
+    ratio = QGuiApplication.primaryScreen().devicePixelRatio() if QGuiApplication.primaryScreen() else 1.0
+    for mode, group in ((QIcon.Mode.Normal, QPalette.ColorGroup.Active),
+                        (QIcon.Mode.Disabled, QPalette.ColorGroup.Disabled)):
+        pixmap = QPixmap(int(SIZE * ratio), int(SIZE * ratio))
+        pixmap.setDevicePixelRatio(ratio)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(_pen(palette.color(group, QPalette.ColorRole.WindowText)))
+        _DRAW[name](painter)
+        painter.end()
+        result.addPixmap(pixmap, mode)
+    return result

@@ -1,0 +1,45 @@
+"""Every keyboard shortcut of the window in one place: the menus, the welcome state and
+Help › Keyboard Shortcuts all read this table."""
+
+from PySide6.QtGui import QKeySequence
+
+# (what it does, key) in the order the shortcuts sheet lists them. A QKeySequence.StandardKey
+# is the platform's own key (Cmd on macOS, Ctrl elsewhere).
+SEND = "Return"
+NEWLINE = "Shift+Return"
+NEW_CHAT = QKeySequence.StandardKey.New
+FIND = QKeySequence.StandardKey.Find
+STOP = "Esc"
+REGENERATE = "Ctrl+R"
+COPY_LAST_REPLY = "Ctrl+Shift+C"
+TOGGLE_SIDEBAR = "Ctrl+Shift+S"
+RENAME = "F2"
+EXPORT = "Ctrl+Shift+E"
+UNDO = QKeySequence.StandardKey.Undo
+PREFERENCES = "Ctrl+,"
+SHORTCUTS_SHEET = "Ctrl+/"
+
+SHEET = [
+    ("Send the message", SEND),
+    ("New line in the message", NEWLINE),
+    ("New chat", NEW_CHAT),
+    ("Search chats (Down moves into the results)", FIND),
+    ("Stop the reply / cancel an edit", STOP),
+    ("Regenerate the last reply", REGENERATE),
+    ("Copy the last reply", COPY_LAST_REPLY),
+    ("Show or hide the chat list", TOGGLE_SIDEBAR),
+    ("Rename the chat", RENAME),
+    ("Undo deleting a chat", UNDO),
+    ("Export the conversation", EXPORT),
+    ("Preferences", PREFERENCES),
+    ("This list of shortcuts", SHORTCUTS_SHEET),
+]
+
+# The few the welcome state shows.
+WELCOME = [SHEET[0], SHEET[1], SHEET[2], SHEET[3], SHEET[4]]
+
+
+def key_text(key) -> str:
+    """How the key reads on this platform (Ctrl+N, or ⌘N on macOS)."""
+    seq = QKeySequence(key)
+    return seq.toString(QKeySequence.SequenceFormat.NativeText) or str(key)

@@ -1,0 +1,66 @@
+"""How the window looks: the reading column's width, the light/dark theme and the font size.
+
+Applied to the whole QApplication from Preferences (store state "app_settings").
+"""
+
+from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtWidgets import QApplication
+
+READING_WIDTH = 760  # px: the transcript and composer column; wider lines are hard to read
+THEMES = ("system", "light", "dark")
+
+_DARK = {
+    QPalette.ColorRole.Window: "#202124", QPalette.ColorRole.WindowText: "#e8eaed",
+    QPalette.ColorRole.Base: "#17181a", QPalette.ColorRole.AlternateBase: "#2a2b2e",
+    QPalette.ColorRole.Text: "#e8eaed", QPalette.ColorRole.Button: "#2d2e31",
+    QPalette.ColorRole.ButtonText: "#e8eaed", QPalette.ColorRole.Highlight: "#4f7fd9",
+    QPalette.ColorRole.HighlightedText: "#ffffff", QPalette.ColorRole.ToolTipBase: "#303134",
+    QPalette.ColorRole.ToolTipText: "#e8eaed", QPalette.ColorRole.PlaceholderText: "#9aa0a6",
+    QPalette.ColorRole.Link: "#8ab4f8", QPalette.ColorRole.Mid: "#5f6368",
+    QPalette.ColorRole.Midlight: "#3c4043", QPalette.ColorRole.Dark: "#111213",
+    QPalette.ColorRole.Light: "#5f6368", QPalette.ColorRole.BrightText: "#ffffff",
+}
+_LIGHT = {
+    QPalette.ColorRole.Window: "#f3f3f3", QPalette.ColorRole.WindowText: "#1f1f1f",
+    QPalette.ColorRole.Base: "#ffffff", QPalette.ColorRole.AlternateBase: "#f0f2f5",
+    QPalette.ColorRole.Text: "#1f1f1f", QPalette.ColorRole.Button: "#f6f6f6",
+    QPalette.ColorRole.ButtonText: "#1f1f1f", QPalette.ColorRole.Highlight: "#2f6fd6",
+    QPalette.ColorRole.HighlightedText: "#ffffff", QPalette.ColorRole.ToolTipBase: "#fff8dc",
+    QPalette.ColorRole.ToolTipText: "#1f1f1f", QPalette.ColorRole.PlaceholderText: "#6b6b6b",
+    QPalette.ColorRole.Link: "#1a5fb4", QPalette.ColorRole.Mid: "#b8b8b8",
+    QPalette.ColorRole.Midlight: "#dcdcdc", QPalette.ColorRole.Dark: "#9a9a9a",
+    QPalette.ColorRole.Light: "#ffffff", QPalette.ColorRole.BrightText: "#000000",
+}
+
+_system = {}  # the palette and font the app started with, to go back to "system"
+
+
+def palette_for(theme: str) -> QPalette:
+    app = QApplication.instance()
+    if theme not in ("light", "dark"):
+        return QPalette(_system.get("palette", app.palette()))
+    palette = QPalette()
+    for role, colour in (_DARK if theme == "dark" else _LIGHT).items():
+        palette.setColor(role, QColor(colour))
+    disabled = QColor("#7f8389" if theme == "dark" else "#9a9a9a")
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        palette.setColor(QPalette.ColorGroup.Disabled, role, disabled)
+    return palette
+
+
+def apply(theme: str = "system", font_size: int = 0) -> None:
+    """Set the app's palette and base font size (0: the system's size)."""
+    app = QApplication.instance()
+    if app is None:
+        return
+    _system.setdefault("palette", QPalette(app.palette()))
+    _system.setdefault("font", QFont(app.font()))
+    app.setPalette(palette_for(theme))
+    font = QFont(_system["font"])
+    if font_size:
+        font.setPointSize(int(font_size))
+    app.setFont(font)
+
+
+def is_dark(palette: QPalette) -> bool:
+    return palette.color(QPalette.ColorRole.Base).lightness() < 128
