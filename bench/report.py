@@ -785,7 +785,7 @@ RECOMMENDATIONS = [
 # --- figure 7: speculative decoding (bench/speculative.py) ---------------------------------
 
 SPEC_CASES = {"a_code": "(a) rewrite code", "b_summary": "(b) summarise", "c_chat": "(c) free chat",
-              "d_draft_copy": "(d) draft: a copy", "d_draft_other": "(d) draft: other weights"}
+              "d_draft_copy": "(d) drafts by\na copy", "d_draft_other": "(d) drafts by\nother weights"}
 SPEC_SIDES = [("mlx_lm", "mlx-lm", COLORS["mlx_lm"]), ("off", "Chinwag, speculation off", "#aec7e8"),
               ("on", "Chinwag, speculation on", COLORS["chinwag"])]
 
@@ -793,7 +793,9 @@ SPEC_SIDES = [("mlx_lm", "mlx-lm", COLORS["mlx_lm"]), ("off", "Chinwag, speculat
 def plot_speculative(d, path):
     plt = _plt()
     models = list(d["results"])
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.8), squeeze=False)
+    widths = [len(d["results"][m]) for m in models]
+    fig, axes = plt.subplots(1, len(models), figsize=(2 + 1.9 * sum(widths), 4.2), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
     width = 0.27
     for ax, model in zip(axes[0], models):
         res = d["results"][model]
@@ -878,10 +880,17 @@ def section_speculative(d):
     for model, res in d["results"].items():
         for case, r in res.items():
             t = r["decode_tps"]
-            rows.append([model, SPEC_CASES.get(case, case), r["prompt_tokens"], r["tokens"], f(t["mlx_lm"]), f(t["off"]),
+            rows.append([model, SPEC_CASES.get(case, case).replace("\n", " "), r["prompt_tokens"], r["tokens"], f(t["mlx_lm"]), f(t["off"]),
                          f(t["on"]), f"**{r['on_over_mlx_lm']:.2f}x**", f"{r['on_over_off']:.2f}x",
                          f"{r['accepted']}/{r['drafted']} ({f(100 * r['acceptance'], 0)}%)" if r["drafted"] else "0/0",
                          "yes" if r["same_ids"] else "**no**"])
+    spreads = []
+    for model, res in d["results"].items():
+        tps = [x["decode_tps"] for r in res.values() for rs in r["runs"].values() for x in rs]
+        # The same side and case from one repetition to the next: how much the machine's load moved.
+        worst = max(max(x["decode_tps"] for x in rs) / min(x["decode_tps"] for x in rs)
+                    for r in res.values() for rs in r["runs"].values())
+        spreads.append(f"{model}: up to {worst:.1f}x between repetitions of one side and case" if tps else "")
     goals = []
     starter = d["results"].get("starter", {})
     for case, goal in (("a_code", 1.5), ("b_summary", 1.5), ("c_chat", 0.97)):
@@ -905,6 +914,12 @@ def section_speculative(d):
                "on / off", "accepted / drafted", "same ids"], rows),
         "",
         "Starter model: " + "; ".join(goals) + "." if goals else "",
+        "",
+        "Noise (the dots): " + "; ".join(spreads) + ", as other jobs start and stop. Starter, on / mlx-lm in "
+        "each repetition: " + "; ".join(f"{SPEC_CASES.get(c, c)} " + ", ".join(f(x) for x in r["per_rep_on_over_mlx_lm"])
+                                        for c, r in starter.items()) + ". The tiny model, at hundreds of tokens/s, "
+        "is timed in milliseconds per reply on a machine shared with other test runs: its ratios are noise and "
+        "only its same-ids column counts.",
     ]
 
 
