@@ -53,3 +53,26 @@ def store(chinwag_home):
     s = Store()
     yield s
     s.close()
+
+
+def run_with_engine(model_path, body, **options):
+    """`await body(engine)` on a fresh Engine with the model at `model_path` loaded; closed after."""
+    import asyncio
+
+    from engine import Engine
+
+    async def main():
+        engine = Engine(**options)
+        try:
+            await engine.load_model(str(model_path))
+            return await body(engine)
+        finally:
+            await engine.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def engine_with(tiny_model_path):
+    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
+    return lambda body, **options: run_with_engine(tiny_model_path, body, **options)

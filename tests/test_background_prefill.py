@@ -13,23 +13,6 @@ from tests.test_engine import GREEDY, reference, turn
 LONG = "The quick brown fox jumps over the lazy dog. " * 30
 
 
-@pytest.fixture
-def engine_with(tiny_model_path):
-    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
-
-    def go(body, **options):
-        async def main():
-            engine = Engine(**options)
-            try:
-                await engine.load_model(str(tiny_model_path))
-                return await body(engine)
-            finally:
-                await engine.close()
-
-        return asyncio.run(main())
-
-    return go
-
 
 def draft(text, history=()):
     return list(history) + [{"role": "user", "content": text}]

@@ -22,10 +22,10 @@ async def turn(engine, conv, messages, params=GREEDY, stop_after=None):
         if isinstance(ev, TextDelta):
             text += ev.text
             seen += len(ev.token_ids)
-            if stop_after is not None and seen >= stop_after and not engine.stopped_at:
+            if stop_after is not None and seen >= stop_after and not getattr(engine, "stopped_at", 0):
                 engine.stop(conv)
                 engine.stopped_at = seen
-        else:
+        elif isinstance(ev, TurnStats):
             stats = ev
     assert isinstance(stats, TurnStats)
     return text, stats
@@ -42,24 +42,6 @@ def reference(model, prompt_ids, max_tokens, eos):
             break
     return out
 
-
-@pytest.fixture
-def engine_with(tiny_model_path):
-    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
-
-    def go(body, **options):
-        async def main():
-            engine = Engine(**options)
-            engine.stopped_at = 0
-            try:
-                await engine.load_model(str(tiny_model_path))
-                return await body(engine)
-            finally:
-                await engine.close()
-
-        return run(main())
-
-    return go
 
 
 def test_follow_up_turns_prefill_only_new_tokens_and_match_fresh_mlx_lm(engine_with, tiny_model):

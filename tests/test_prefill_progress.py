@@ -1,30 +1,9 @@
 """Point 6 of issue 9: `chat` says how far it has read a long prompt before the first token."""
 
-import asyncio
 import json
 
-import pytest
-
-from engine import Engine, PrefillProgress, TextDelta, TurnStats, generation
+from engine import PrefillProgress, TextDelta, TurnStats, generation
 from tests.test_engine import GREEDY, reference
-
-
-@pytest.fixture
-def engine_with(tiny_model_path):
-    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
-
-    def go(body, **options):
-        async def main():
-            engine = Engine(**options)
-            try:
-                await engine.load_model(str(tiny_model_path))
-                return await body(engine)
-            finally:
-                await engine.close()
-
-        return asyncio.run(main())
-
-    return go
 
 
 async def events_of(engine, conv, messages, params=GREEDY):

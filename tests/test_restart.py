@@ -6,24 +6,16 @@ import shutil
 
 import pytest
 
-from engine import Engine, GenerationParams
+from engine import GenerationParams
 from engine.memory import weights_identity
+from tests.conftest import run_with_engine
 from tests.test_engine import turn
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=8)
 FIRST = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a cat"}]
 
 
-def session(model_path, body, **options):
-    async def main():
-        engine = Engine(**options)
-        try:
-            await engine.load_model(str(model_path))
-            return await body(engine)
-        finally:
-            await engine.close()
-
-    return asyncio.run(main())
+session = run_with_engine
 
 
 def first_then_follow_up(model_path, second_path=None):

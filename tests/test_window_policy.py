@@ -1,11 +1,10 @@
 """The window past the context limit: slides in steps, keeps room for the reply, stays exact."""
 
-import asyncio
 import time
 
 import pytest
 
-from engine import Engine, GenerationParams
+from engine import GenerationParams
 from engine.conversation import common_prefix
 from engine.prompt import History
 from engine.window import DEFAULT_LOW_WATER, plan_next_window, plan_window, reply_room
@@ -13,23 +12,6 @@ from tests.test_engine import reference, turn
 
 SYSTEM = {"role": "system", "content": "You are brief."}
 
-
-@pytest.fixture
-def engine_with(tiny_model_path):
-    """Run `body(engine)` on a fresh engine with the tiny model loaded."""
-
-    def go(body):
-        async def main():
-            engine = Engine()
-            try:
-                await engine.load_model(str(tiny_model_path))
-                return await body(engine)
-            finally:
-                await engine.close()
-
-        return asyncio.run(main())
-
-    return go
 
 
 def question(i):
