@@ -24,6 +24,7 @@ BENCHES = {
     "followup": ["bench.followup"],
     "highlight": ["bench.highlight"],
     "longchat": ["bench.longchat"],
+    "longchat_pause": ["bench.longchat_pause"],
     "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],

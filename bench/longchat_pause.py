@@ -1,0 +1,84 @@
+"""Figure 12: a long chat past the window with a reader's pause between turns, and without one.
+
+The same scripted chat as figure 9 (starter model, greedy, short turns, a context cap) through
+the Engine, twice: once with no pause (every slide of the window is paid on the user's clock)
+and once with `--pause` seconds between turns, as a reader would take, during which the engine
+prepares the next window in the background (issue 9, point 4). Not interleaved: the two runs
+would preempt each other's background work, so they run one after the other.
+
+    python -m bench.longchat_pause [--turns 120] [--cap 512] [--reply-tokens 16] [--pause 1.0]
+"""
+
+import argparse
+import asyncio
+import time
+
+from bench import common
+from bench.common import log, median
+from bench.longchat import SYSTEM, question
+
+
+async def run(turns, cap, reply_tokens, pause):
+    from engine import Engine, GenerationParams, TextDelta, TurnStats, registry
+
+    params = GenerationParams(temperature=0.0, max_tokens=reply_tokens, context_cap=cap)
+    engine = Engine()
+    await engine.load_model(registry.STARTER_ID)
+    messages, rows = [{"role": "system", "content": SYSTEM}], []
+    try:
+        for i in range(turns):
+            prepared = 0
+            if i and pause:
+                await asyncio.sleep(pause)  # the reader reads; the engine may prepare the next window
+                done = engine.background_result()
+                prepared = done.computed_tokens if done else 0
+            messages.append({"role": "user", "content": question(i)})
+            parts, stats = [], None
+            async for ev in engine.chat("bench-pause", messages, params):
+                if isinstance(ev, TextDelta):
+                    parts.append(ev.text)
+                elif isinstance(ev, TurnStats):
+                    stats = ev
+            assert stats is not None
+            messages.append({"role": "assistant", "content": "".join(parts)})
+            rows.append({"turn": i + 1, "ttft_s": stats.ttft_s, "prefilled_tokens": stats.prefilled_tokens,
+                         "dropped": stats.dropped_messages, "prepared_tokens": prepared})
+            if (i + 1) % 20 == 0:
+                log(f"pause {pause}: turn {i + 1}, ttft {stats.ttft_s:.2f}s, prefilled {stats.prefilled_tokens}")
+    finally:
+        await engine.close()
+    return rows
+
+
+def summary(rows):
+    tail = max(2, len(rows) - min(50, max(5, len(rows) // 4)))
+    early = median([r["ttft_s"] for r in rows[1:10]])
+    late = median([r["ttft_s"] for r in rows[tail:]])
+    big = [r for r in rows[1:] if r["prefilled_tokens"] > 100]  # a slide re-read on the user's clock
+    return {"early_ttft_s": early, "late_ttft_s": late, "late_over_early": late / early,
+            "late_turns": [tail + 1, len(rows)], "max_late_ttft_s": max(r["ttft_s"] for r in rows[tail:]),
+            "slides_on_users_clock": len(big), "prepared_turns": sum(1 for r in rows if r["prepared_tokens"])}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--turns", type=int, default=40 if common.QUICK else 120)
+    p.add_argument("--cap", type=int, default=256 if common.QUICK else 512)
+    p.add_argument("--reply-tokens", type=int, default=8 if common.QUICK else 16)
+    p.add_argument("--pause", type=float, default=1.0)
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    common.temp_home()
+    result = {"params": vars(args), "runs": {}, "summary": {}}
+    for name, pause in (("no_pause", 0.0), ("pause", args.pause)):
+        rows = asyncio.run(run(args.turns, args.cap, args.reply_tokens, pause))
+        result["runs"][name], result["summary"][name] = rows, summary(rows)
+        log(f"{name}: {result['summary'][name]}")
+    common.save("longchat_pause", result,
+                f"python -m bench.longchat_pause --turns {args.turns} --cap {args.cap} "
+                f"--reply-tokens {args.reply_tokens} --pause {args.pause}", started)
+    common.finish()
+
+
+if __name__ == "__main__":
+    main()
