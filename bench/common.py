@@ -201,16 +201,19 @@ at_start()
 
 
 async def timed_chat(engine, conv, messages, params):
-    """One Engine turn timed from the caller: (seconds to the first token, reply text, TurnStats)."""
-    from engine import TextDelta
+    """One Engine turn timed from the caller: (seconds to the first token, reply text, TurnStats).
+
+    A server's deltas carry no token ids: their first text counts as the first token.
+    """
+    from engine import TextDelta, TurnStats
 
     t0 = time.perf_counter()
     first, parts, stats = None, [], None
     async for ev in engine.chat(conv, messages, params):
         if isinstance(ev, TextDelta):
-            if first is None and ev.token_ids:
+            if first is None and (ev.token_ids or ev.text):
                 first = time.perf_counter()
             parts.append(ev.text)
-        else:
+        elif isinstance(ev, TurnStats):  # not the prefill's progress events
             stats = ev
     return (first or time.perf_counter()) - t0, "".join(parts), stats

@@ -101,22 +101,6 @@ def careless(history, turn):
     return out
 
 
-async def timed(engine, conv, messages, params):
-    """Seconds to the first text, the reply, and the TurnStats (a server's deltas carry no token ids)."""
-    from engine import TextDelta
-
-    t0 = time.perf_counter()
-    first, parts, stats = None, [], None
-    async for ev in engine.chat(conv, messages, params):
-        if isinstance(ev, TextDelta):
-            if first is None and ev.text:
-                first = time.perf_counter()
-            parts.append(ev.text)
-        elif hasattr(ev, "finish_reason"):
-            stats = ev
-    return (first or time.perf_counter()) - t0, "".join(parts), stats
-
-
 async def main_async(args, url, folder):
     from engine import Engine, GenerationParams
 
@@ -131,13 +115,13 @@ async def main_async(args, url, folder):
     rows = {side: [] for side in SIDES}
     # Warm-up: one short request on each side, outside the chat.
     for side in SIDES:
-        await timed(engines[side], f"warm-{side}", [{"role": "user", "content": "Hi"}], params)
+        await common.timed_chat(engines[side], f"warm-{side}", [{"role": "user", "content": "Hi"}], params)
     for turn in range(args.turns):
         order = SIDES[turn % 3:] + SIDES[:turn % 3]
         for side in order:
             history[side].append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
             sent = careless(history[side], turn) if side == "careless" else history[side]
-            ttft, text, stats = await timed(engines[side], side, sent, params)
+            ttft, text, stats = await common.timed_chat(engines[side], side, sent, params)
             history[side].append({"role": "assistant", "content": text})
             rows[side].append({"turn": turn + 1, "ttft_s": ttft, "prompt_tokens": stats.prompt_tokens,
                                "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens,
