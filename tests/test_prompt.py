@@ -76,10 +76,10 @@ def test_an_edited_message_is_tokenized_again(tiny_model):
     assert prompt.ids == tokenizer.encode(render(tokenizer, edited), add_special_tokens=False)
 
 
-def test_a_template_that_rewrites_content_falls_back_to_plain_tokenization(tiny_model):
-    _, tokenizer = tiny_model
+def upper_template(tokenizer):
+    """`tokenizer` with a template that upper-cases user content: it cannot be cut at a user message."""
 
-    class Upper:  # a template that transforms content cannot be cut at that message
+    class Upper:
         chat_template = "x"
         eos_token_ids = tokenizer.eos_token_ids
 
@@ -90,8 +90,13 @@ def test_a_template_that_rewrites_content_falls_back_to_plain_tokenization(tiny_
         def encode(self, text, **kwargs):
             return tokenizer.encode(text, **kwargs)
 
+    return Upper()
+
+
+def test_a_template_that_rewrites_content_falls_back_to_plain_tokenization(tiny_model):
+    _, tokenizer = tiny_model
     messages = [SYSTEM, {"role": "user", "content": "hello"}]
-    prompt = build(Upper(), messages, [0, 1], History())
+    prompt = build(upper_template(tokenizer), messages, [0, 1], History())
     assert not prompt.complete and len(prompt.lengths) == 1
     assert prompt.ids[prompt.lengths[0]:] == tokenizer.encode(prompt.tail, add_special_tokens=False)
     assert "HELLO" in prompt.tail

@@ -9,6 +9,7 @@ from engine.conversation import common_prefix
 from engine.prompt import History
 from engine.window import DEFAULT_LOW_WATER, plan_next_window, plan_window, reply_room
 from tests.test_engine import reference, turn
+from tests.test_prompt import upper_template
 
 SYSTEM = {"role": "system", "content": "You are brief."}
 
@@ -18,20 +19,22 @@ def question(i):
     return {"role": "user", "content": f"question number {i} about the cat"}
 
 
+async def scripted_chat(engine, conv, turns, params):
+    """`turns` scripted questions in one conversation; each turn's TurnStats."""
+    messages, results = [SYSTEM], []
+    for i in range(turns):
+        messages.append(question(i))
+        text, stats = await turn(engine, conv, messages, params)
+        results.append(stats)
+        messages.append({"role": "assistant", "content": text})
+    return results
+
+
 def test_a_long_chat_slides_in_steps_and_every_reply_equals_a_fresh_computation(engine_with, tiny_model):
     model, tokenizer = tiny_model
     cap, params = 160, GenerationParams(temperature=0.0, max_tokens=8, context_cap=160)
 
-    async def body(engine):
-        messages, results = [SYSTEM], []
-        for i in range(24):
-            messages.append(question(i))
-            text, stats = await turn(engine, "long", messages, params)
-            results.append(stats)
-            messages.append({"role": "assistant", "content": text})
-        return results
-
-    results = engine_with(body)
+    results = engine_with(lambda engine: scripted_chat(engine, "long", 24, params))
     room = reply_room(params.max_tokens, cap)
     slides, steady, after = 0, [], []
     for i, stats in enumerate(results):
@@ -196,17 +199,8 @@ def test_replay_low_water_option_slides_further_and_rejects_bad_values(tmp_path,
 def test_context_finish_only_when_the_reply_outgrows_its_room(engine_with):
     cap, params = 64, GenerationParams(temperature=0.0, max_tokens=200, context_cap=64)
 
-    async def body(engine):
-        messages, out = [SYSTEM], []
-        for i in range(4):
-            messages.append(question(i))
-            text, stats = await turn(engine, "room", messages, params)
-            out.append(stats)
-            messages.append({"role": "assistant", "content": text})
-        return out
-
     room = reply_room(200, cap)
-    for stats in engine_with(body):
+    for stats in engine_with(lambda engine: scripted_chat(engine, "room", 4, params)):
         assert len(stats.prompt_ids) + room <= cap
         if stats.finish_reason == "context":
             assert stats.generated_tokens >= room and stats.kv_offset == cap
@@ -216,20 +210,9 @@ def test_context_finish_only_when_the_reply_outgrows_its_room(engine_with):
 
 def test_a_template_that_cannot_be_cut_still_slides_to_the_low_water_mark(tiny_model):
     _, tokenizer = tiny_model
-
-    class Upper:  # rewrites user content, so pieces stop at the first user message
-        chat_template = "x"
-        eos_token_ids = tokenizer.eos_token_ids
-
-        def apply_chat_template(self, messages, **kwargs):
-            return tokenizer.apply_chat_template(
-                [dict(m, content=m["content"].upper()) if m["role"] == "user" else m for m in messages], **kwargs)
-
-        def encode(self, text, **kwargs):
-            return tokenizer.encode(text, **kwargs)
-
     limit, room = 200, 20
-    turns = simulate(Upper(), 40, limit, room, 0.4)
+    # Rewrites user content, so pieces stop at the first user message.
+    turns = simulate(upper_template(tokenizer), 40, limit, room, 0.4)
     assert not turns[0][0].prompt.complete
     slid = [plan for plan, _, _ in turns if plan.slid]
     assert slid and all(len(p.prompt_ids) <= 0.4 * (limit - room) for p in slid)
