@@ -15,6 +15,21 @@ from tests.app_helpers import dispose, send
 pytestmark = pytest.mark.qt
 
 
+def real_window(qtbot, model_path):
+    """The real window on a real engine with `model_path` loaded; short greedy replies."""
+    from app.store import Store
+    from app.window import MainWindow
+    from engine.api import Engine
+
+    store = Store()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
+    window = MainWindow(store, Engine())
+    window.show()
+    task = window.start_engine(str(model_path))
+    qtbot.waitUntil(task.done, timeout=120_000)
+    return store, window
+
+
 def test_reading_progress_in_the_live_reply_and_the_status_bar(qtbot, window, store, engine):
     engine.progress = [PrefillProgress(0, 3000, 3100, 4096), PrefillProgress(1290, 3000, 3100, 4096)]
     engine.reading = asyncio.Event()
@@ -94,16 +109,7 @@ def test_no_draft_is_read_while_a_reply_generates_or_when_turned_off(qtbot, wind
 
 
 def test_a_draft_typed_in_the_real_window_makes_enter_compute_one_token(qtbot, qloop, tiny_model_path):
-    from app.store import Store
-    from app.window import MainWindow
-    from engine.api import Engine
-
-    store = Store()
-    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
-    window = MainWindow(store, Engine())
-    window.show()
-    task = window.start_engine(str(tiny_model_path))
-    qtbot.waitUntil(task.done, timeout=120_000)
+    store, window = real_window(qtbot, tiny_model_path)
     send(qtbot, window, "Hello there")
     draft = "Tell me a story about a cat and a long journey. " * 6
     with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as read:
@@ -143,16 +149,7 @@ def test_a_new_chats_draft_is_read_ahead_and_handed_to_the_chat_it_becomes(qtbot
 
 
 def test_a_long_first_message_pasted_in_a_new_chat_costs_one_token_on_enter(qtbot, qloop, tiny_model_path):
-    from app.store import Store
-    from app.window import MainWindow
-    from engine.api import Engine
-
-    store = Store()
-    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
-    window = MainWindow(store, Engine())
-    window.show()
-    task = window.start_engine(str(tiny_model_path))
-    qtbot.waitUntil(task.done, timeout=120_000)
+    store, window = real_window(qtbot, tiny_model_path)
     with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as read:
         QGuiApplication.clipboard().setText("Tell me a story about a cat and a long journey. " * 6)
         window.composer.editor.paste()

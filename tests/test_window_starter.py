@@ -2,11 +2,11 @@
 
 import json
 
-import mlx.core as mx
 import pytest
 
 from app.cli import main
 from engine import loading, registry
+from tests.test_engine import reference
 
 pytestmark = pytest.mark.starter
 
@@ -21,17 +21,6 @@ def replay(tmp_path, capsys, system, turns, *options):
     script.write_text(json.dumps({"system": system, "turns": turns}))
     assert main(["replay", str(script), "--model", registry.STARTER_ID, *options]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-
-
-def fresh(model, eos, prompt_ids, max_tokens):
-    from mlx_lm.generate import generate_step
-
-    out = []
-    for tok, _ in generate_step(mx.array(prompt_ids), model, max_tokens=max_tokens):
-        out.append(int(tok))
-        if int(tok) in eos:
-            break
-    return out
 
 
 def test_a_reply_quoted_by_the_user_before_it_keeps_the_whole_history_reused(starter_home, monkeypatch, tmp_path, capsys):
@@ -53,7 +42,7 @@ def test_a_chat_that_slides_its_window_twice_stays_exact_on_every_turn(starter_h
     model, tokenizer = loading.load(path)
     slides = 0
     for i, t in enumerate(turns):
-        assert t["reply_ids"] == fresh(model, tokenizer.eos_token_ids, t["prompt_ids"], 4), f"turn {i}"
+        assert t["reply_ids"] == reference(model, t["prompt_ids"], 4, tokenizer.eos_token_ids), f"turn {i}"
         assert t["finish_reason"] in ("stop", "length") and t["kv_offset"] <= 64
         if i:
             prev = turns[i - 1]
