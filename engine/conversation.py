@@ -113,7 +113,7 @@ class ConversationCache:
         self.token_ids.clear()
 
     def repair(self) -> None:
-        """After an error mid-step: every layer back to exactly `token_ids`, or empty."""
+        """After an error mid-step or a rejected draft: every layer back to exactly `token_ids`, or empty."""
         target = len(self.token_ids)
         if any(c.offset < target for c in self.layers) or not self.trimmable():
             self.reset()

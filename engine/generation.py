@@ -14,7 +14,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from engine.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.speculative import Sampling, Speculator, can_speculate, speculation_enabled, trim_to
+from engine.speculative import Sampling, Speculator, can_speculate, speculation_enabled
 from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
 # Prefill chunks start small and double while a chunk takes under PREFILL_CHUNK_SECONDS:
@@ -202,7 +202,7 @@ def run_turn(
                         if ended:
                             break
                     # The rejected draft, and accepted tokens past a stop, leave the cache.
-                    trim_to(conv.layers, len(conv.token_ids))
+                    conv.repair()
                     if ended:
                         finish = ended
                         break

@@ -240,12 +240,6 @@ class Sampling:
         return Verdict(n, token)
 
 
-def trim_to(layers, n_tokens: int) -> None:
-    """Drop every position past n_tokens (the rejected draft, or tokens never emitted)."""
-    for c in layers:
-        c.trim(c.offset - n_tokens)
-
-
 def speculation_enabled(params, draft_model=None) -> bool:
     """The params' switch; else on with a draft model, or the default of this thread's backend."""
     if params.speculative is not None:
