@@ -177,12 +177,8 @@ class ConversationCaches:
 
     # --- disk --------------------------------------------------------------
 
-    @staticmethod
-    def _file_name(conv_id: str) -> str:
-        return kv_file_name(conv_id)
-
     def _path(self, conv_id: str) -> Path:
-        return self.save_dir / self.model_key / self._file_name(conv_id)
+        return self.save_dir / self.model_key / kv_file_name(conv_id)
 
     def _save(self, conv_id: str, cache: ConversationCache) -> bool:
         if not self.model_key or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers) \
