@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run_all
 
 screenshots: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m app.screenshots
+	QT_QPA_PLATFORM=offscreen $(PY) -m app.gui.screenshots
 
 clean:
 	rm -rf $(VENV) build *.egg-info

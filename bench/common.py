@@ -4,7 +4,7 @@ Every script is a module run as `python -m bench.<name>`. It measures, writes
 bench/results/<name>.json, then rewrites docs/BENCHMARKS.md (and its plots) from all the
 result files present, so one figure can be re-measured alone.
 
-Import this module first: it preloads the system OpenBLAS (engine/blas.py) before
+Import this module first: it preloads the system OpenBLAS (engine/local/blas.py) before
 anything imports mlx, as the app does, unless CHINWAG_NO_OPENBLAS=1.
 """
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine import blas
+from engine.local import blas
 
 blas.preload_openblas()
 
@@ -84,7 +84,7 @@ def temp_home() -> Path:
 
 def starter_path() -> Path:
     """The starter model's MLX folder (imported from its GGUF on first use)."""
-    from engine import registry
+    from engine.models import registry
 
     path, _info = registry.resolve_model(registry.STARTER_ID)
     return path

@@ -1,6 +1,6 @@
 """Figure 1: decode speed and time to first token, Chinwag's Engine against mlx_lm.stream_generate.
 
-Same process, same starter model loaded the same way (engine.loading.load: float32
+Same process, same starter model loaded the same way (engine.local.loading.load: float32
 parameters on CPU and, with OpenBLAS loaded, the weights dequantized to float32; --quantized
 keeps them quantized, as on a machine without OpenBLAS), same prompt token ids, greedy, N
 new tokens. The two sides alternate
@@ -72,7 +72,9 @@ def run_mlx_lm(model, tokenizer, messages, max_tokens):
 
 
 async def main_async(args):
-    from engine import Engine, loading, registry
+    from engine import Engine
+    from engine.local import loading
+    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()
@@ -123,7 +125,7 @@ async def main_async(args):
 
 
 def describe(model) -> dict:
-    """How engine.loading.load left the model: quantized or not, and the dtype of its weights."""
+    """How engine.local.loading.load left the model: quantized or not, and the dtype of its weights."""
     import mlx.nn as nn
 
     quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())

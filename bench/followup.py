@@ -92,7 +92,9 @@ class MlxLmChat:
 
 
 async def main_async(args):
-    from engine import Engine, loading, registry
+    from engine import Engine
+    from engine.local import loading
+    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()

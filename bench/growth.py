@@ -1,5 +1,5 @@
 """Figure 3: per-token decode latency while the KV cache grows, ContiguousAttentionKVCache
-(engine/kv_cache.py: starts at 256 positions, doubles) against mlx-lm's KVCache (grows by
+(engine/context/kv_cache.py: starts at 256 positions, doubles) against mlx-lm's KVCache (grows by
 256 positions with a concatenation), decoding until 16K positions are held, on the tiny model.
 
 Each token is one synchronous step (forward pass, argmax, mx.eval), so its time is its
@@ -17,15 +17,15 @@ import time
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, percentile
 
-INITIAL_CAPACITY = 256  # engine/conversation.py MIN_INITIAL_CAPACITY: a short chat's start
+INITIAL_CAPACITY = 256  # engine/context/conversation.py MIN_INITIAL_CAPACITY: a short chat's start
 STARTER_KV_BYTES_PER_TOKEN = 30 * 3 * 64 * 2 * 4  # 30 layers, 3 KV heads of 64, K+V, float32
 
 
 def make_cache(kind, model):
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.conversation import layer_shapes
-    from engine.kv_cache import ContiguousAttentionKVCache
+    from engine.context.conversation import layer_shapes
+    from engine.context.kv_cache import ContiguousAttentionKVCache
 
     if kind == "contiguous":
         return [ContiguousAttentionKVCache(h, d, max_seq_len=INITIAL_CAPACITY) for h, d in layer_shapes(model)]
@@ -91,7 +91,7 @@ def starter_growth_step(kind, held, reps):
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
 
-    from engine.kv_cache import ContiguousAttentionKVCache
+    from engine.context.kv_cache import ContiguousAttentionKVCache
 
     layers_n, heads, dim = 30, 3, 64
     grow, plain = [], []
@@ -121,7 +121,7 @@ def starter_growth_step(kind, held, reps):
 
 
 def _shapes(model):
-    from engine.conversation import layer_shapes
+    from engine.context.conversation import layer_shapes
 
     return layer_shapes(model)
 
@@ -134,7 +134,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     started = time.perf_counter()
 
-    from engine import loading
+    from engine.local import loading
 
     model, _tok = loading.load(common.tiny_model(context_length=args.tokens + 64))
     run("contiguous", model, 300)  # warm-up (one growth each)

@@ -55,8 +55,8 @@ def run(reps: int, chars: int, step: int) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from app.chat_view import RENDER_HZ
-    from app.markdown_view import CodeBlock, MarkdownView
+    from app.gui.chat.markdown_view import CodeBlock, MarkdownView
+    from app.gui.chat.view import RENDER_HZ
 
     app = QApplication.instance() or QApplication(["bench"])
     code = (SAMPLE * (chars // len(SAMPLE) + 1))[:chars]

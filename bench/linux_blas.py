@@ -1,5 +1,5 @@
 """Figure 6: Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
-preloaded by engine/blas.py, with the starter model kept quantized (float32 parameters) or
+preloaded by engine/local/blas.py, with the starter model kept quantized (float32 parameters) or
 dequantized to float32: the engine's own switches, CHINWAG_NO_OPENBLAS=1 and
 CHINWAG_CPU_DEQUANTIZE=0/1. Since 6eafe4a the engine dequantizes small models by itself
 when OpenBLAS is loaded (the last configuration); without OpenBLAS it runs the first.
@@ -34,7 +34,7 @@ PROMPT = ("Here are my notes from the trip. We left early on Monday, took the tr
 
 def child(tokens: int) -> dict:
     """The parent sets CHINWAG_NO_OPENBLAS and CHINWAG_CPU_DEQUANTIZE: the engine's own switches."""
-    from engine import blas
+    from engine.local import blas
 
     blas.preload_openblas()  # unless CHINWAG_NO_OPENBLAS=1
     import asyncio
@@ -54,7 +54,8 @@ def child(tokens: int) -> dict:
     out["matmul_1024_ms"] = sorted(times)[1] * 1e3
 
     from bench.common import timed_chat
-    from engine import Engine, GenerationParams, registry
+    from engine import Engine, GenerationParams
+    from engine.models import registry
 
     async def run():
         engine = Engine()
@@ -90,7 +91,7 @@ def main(argv=None):
     started = time.perf_counter()
     common.starter_path()  # import the starter once, outside the timed children
 
-    from engine import blas
+    from engine.local import blas
 
     names = list(CONFIGS)
     if not blas.openblas_info()["loaded"]:

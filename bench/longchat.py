@@ -39,9 +39,9 @@ def question(i: int) -> str:
 
 def policy(tokenizer, turns, cap, reply_tokens, low_waters):
     """Simulated turns on the planner: prefilled tokens per turn for each low-water mark."""
-    from engine.conversation import common_prefix
-    from engine.prompt import History
-    from engine.window import plan_window, reply_room
+    from engine.context.conversation import common_prefix
+    from engine.context.policy import plan_window, reply_room
+    from engine.context.prompt import History
 
     room = reply_room(reply_tokens, cap)
     eos = set(tokenizer.eos_token_ids)
@@ -74,8 +74,8 @@ def policy(tokenizer, turns, cap, reply_tokens, low_waters):
 
 
 def fit_times(tokenizer, sizes, cap=512, room=64):
-    from engine.prompt import History
-    from engine.window import plan_window
+    from engine.context.policy import plan_window
+    from engine.context.prompt import History
 
     rows = []
     for n in sizes:
@@ -106,7 +106,7 @@ class RotatingChat:
     def __init__(self, model, tokenizer, cap):
         from mlx_lm.models.cache import make_prompt_cache
 
-        from engine.prompt import History
+        from engine.context.prompt import History
 
         self.model, self.tokenizer = model, tokenizer
         self.cache = make_prompt_cache(model, max_kv_size=cap)
@@ -116,7 +116,7 @@ class RotatingChat:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
 
-        from engine.prompt import build
+        from engine.context.prompt import build
 
         t0 = time.perf_counter()
         prompt = build(self.tokenizer, messages, list(range(len(messages))), self.history)
@@ -180,7 +180,8 @@ def chat(session, model, tokenizer, turns, cap, reply_tokens):
 
 
 async def restart(tokens, reply_tokens):
-    from engine import Engine, GenerationParams, TextDelta, registry
+    from engine import Engine, GenerationParams, TextDelta
+    from engine.models import registry
 
     home = common.temp_home()
     params = GenerationParams(temperature=0.0, max_tokens=reply_tokens)
@@ -232,9 +233,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     started = time.perf_counter()
     common.temp_home()
-    from engine import loading
-    from engine.session import Session
-    from engine.window import DEFAULT_LOW_WATER
+    from engine.context.policy import DEFAULT_LOW_WATER
+    from engine.local import loading
+    from engine.local.session import Session
 
     path = common.starter_path()
     from mlx_lm.utils import load_tokenizer

@@ -19,7 +19,8 @@ from bench.longchat import SYSTEM, question
 
 
 async def run(turns, cap, reply_tokens, pause):
-    from engine import Engine, GenerationParams, TextDelta, TurnStats, registry
+    from engine import Engine, GenerationParams, TextDelta, TurnStats
+    from engine.models import registry
 
     params = GenerationParams(temperature=0.0, max_tokens=reply_tokens, context_cap=cap)
     engine = Engine()

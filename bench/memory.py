@@ -8,7 +8,7 @@ bytes reserved by the caches in memory (read on the engine thread from the Sessi
 ConversationCaches: the Engine has no public hook for this yet).
 
 Part B times the save (eviction) and restore of caches shaped like the starter model's
-(30 layers, 3 KV heads of 64, float32) through engine.memory.ConversationCaches, with
+(30 layers, 3 KV heads of 64, float32) through engine.context.memory.ConversationCaches, with
 random contents, against the prefill they spare (prefill speed from figure 2).
 
     python -m bench.memory [--budget-mb 6]
@@ -94,9 +94,9 @@ def part_b(reps: int) -> list:
 
     import mlx.core as mx
 
-    from engine.conversation import ConversationCache
-    from engine.kv_cache import ContiguousAttentionKVCache
-    from engine.memory import ConversationCaches
+    from engine.context.conversation import ConversationCache
+    from engine.context.kv_cache import ContiguousAttentionKVCache
+    from engine.context.memory import ConversationCaches
 
     layers_n, heads, dim = STARTER_SHAPE
     rows = []

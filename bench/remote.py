@@ -43,7 +43,7 @@ def float32_copy(dest):
     """The starter written as a dense float32 MLX folder (what Chinwag runs on the CPU)."""
     from mlx_lm.utils import save_model
 
-    from engine import blas, loading
+    from engine.local import blas, loading
 
     src = common.starter_path()
     model, _ = loading.load(src)

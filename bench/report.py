@@ -307,10 +307,10 @@ def section_decode(d, dq=None):
         ]
     out = [
         f"Chinwag's `Engine.chat` against `mlx_lm.stream_generate` on the starter model, in one process. Both "
-        f"load it with `engine.loading.load`: on the CPU every floating parameter becomes **float32** (float16 "
+        f"load it with `engine.local.loading.load`: on the CPU every floating parameter becomes **float32** (float16 "
         f"is ~40x slower in quantized matmuls on the MLX CPU backend and gave wrong answers), and since 6eafe4a, "
         f"with OpenBLAS loaded, the engine also runs a small model **dequantized to float32** "
-        f"(`engine/blas.py`): that is the first configuration below, what Chinwag runs on this machine. The "
+        f"(`engine/local/blas.py`): that is the first configuration below, what Chinwag runs on this machine. The "
         f"second keeps the weights quantized (4-bit, embeddings 8-bit; `--quantized` sets "
         f"`CHINWAG_CPU_DEQUANTIZE=0`), which is what a machine without OpenBLAS runs. Same chat-templated prompt "
         f"({first['prompt_tokens']} tokens), greedy, {p['tokens']} new tokens, {p['reps']} repetitions, the sides "
@@ -488,7 +488,7 @@ def section_memory(d):
         f"{mb(s['peak_rss_bytes'])}." + _restored_capacity_note(tl),
         "",
         "Save and restore of caches shaped like the starter's (30 layers, 3 KV heads of 64, float32; random "
-        "contents) through `engine.memory.ConversationCaches`, against the prefill they spare (prefill speeds from "
+        "contents) through `engine.context.memory.ConversationCaches`, against the prefill they spare (prefill speeds from "
         "figure 6):",
         "",
     ]
@@ -542,7 +542,7 @@ def section_ui(d):
     out = [
         f"Offscreen Qt (QT_QPA_PLATFORM=offscreen: no display on this machine), a fresh process and a throwaway "
         f"CHINWAG_HOME for every measurement. Cold start: from the parent's clock before it spawns "
-        f"`python -m bench.ui_start` (which calls `app.main.run_app` as `chinwag` does) to the main window's first "
+        f"`python -m bench.ui_start` (which calls `app.gui.main.run_app` as `chinwag` does) to the main window's first "
         f"Paint event; {p['reps']} repetitions of each case, alternating. Streaming: `MainWindow(store, Engine())` "
         f"on the tiny model, replies of {p['tokens']} tokens sent through the composer (`Composer.submit`), with a "
         f"{p['probe_ms']} ms QTimer (precise) probing the GUI thread; two replies per window, each in a new "
@@ -591,7 +591,7 @@ def section_blas(d):
     out = [
         f"The mlx[cpu] wheel links the reference (netlib) BLAS it bundles (`mlx_cpu.libs/libblas-*.so.3.10.0`); "
         f"MLX calls `cblas_sgemm` through the dynamic linker, so an OpenBLAS loaded with RTLD_GLOBAL before mlx "
-        f"is imported takes over (`engine/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
+        f"is imported takes over (`engine/local/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
         f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS (`CHINWAG_NO_OPENBLAS=1` or "
         f"not), and the starter model kept quantized (float32 parameters) or dequantized to float32 "
         f"(`CHINWAG_CPU_DEQUANTIZE=0`/`1`): the engine's own switches. Since 6eafe4a the engine picks the last "
@@ -729,9 +729,9 @@ def main():
     else:
         lines += machine_table(res)
         if next(iter(res.values()))["machine"]["blas"].get("loaded"):
-            lines += ["", "The benchmark processes preload OpenBLAS (`engine/blas.py`) before importing mlx, as the "
+            lines += ["", "The benchmark processes preload OpenBLAS (`engine/local/blas.py`) before importing mlx, as the "
                       "Engine itself does since 6eafe4a, so both sides of every comparison run with the same BLAS; "
-                      "and with OpenBLAS loaded `engine.loading.load` runs the starter dequantized to float32 "
+                      "and with OpenBLAS loaded `engine.local.loading.load` runs the starter dequantized to float32 "
                       "(figure 6 compares the four combinations)."]
         lines += ["", "## Headline numbers", ""] + headline(res)
     for name in FIGURES:
@@ -760,14 +760,14 @@ def main():
 
 
 RECOMMENDATIONS = [
-    "1. Done (6eafe4a): the Engine preloads OpenBLAS (`engine.blas.preload_openblas()` in "
-    "`Engine._ensure_thread`, before the engine thread imports mlx) and `engine.loading.load` runs small "
+    "1. Done (6eafe4a): the Engine preloads OpenBLAS (`engine.local.blas.preload_openblas()` in "
+    "`Engine._ensure_thread`, before the engine thread imports mlx) and `engine.local.loading.load` runs small "
     "quantized models dequantized to float32 when it is loaded (`CHINWAG_NO_OPENBLAS=1`, "
     "`CHINWAG_CPU_DEQUANTIZE=0/1`), and the README's Linux section says to install OpenBLAS (25f4e7f). "
     "`make setup` does not install it (it needs root), so CI and fresh machines run the quantized path, "
     "figure 6's first row, unless it is installed.",
     "2. Done: prefill chunks start at 32 tokens and double (up to 512) while a chunk takes under "
-    "0.25 s (`engine/generation.py`), so Stop stays prompt at ~10 tok/s and large chunks run where prefill is "
+    "0.25 s (`engine/local/generation.py`), so Stop stays prompt at ~10 tok/s and large chunks run where prefill is "
     "fast. Before, a fixed 32-token chunk cost the dequantized starter ~1/3 of its prefill speed.",
     "3. Done: `ContiguousAttentionKVCache.from_state(state, max_seq_len)` allocates `max_seq_len` positions "
     "directly instead of doubling from the positions held, and cache restores are timed including the read.",
@@ -899,7 +899,7 @@ def section_speculative(d):
             goals.append(f"{SPEC_CASES[case]} goal ≥ {goal}x mlx-lm: measured **{r:.2f}x**, "
                          + ("met" if r >= goal else "not met"))
     return [
-        f"Prompt-lookup speculative decoding (`engine/speculative.py`): drafts copied from the tokens that followed "
+        f"Prompt-lookup speculative decoding (`engine/local/speculative.py`): drafts copied from the tokens that followed "
         f"the latest earlier match of the conversation's last 3-, 2- or 1-gram, verified in one forward pass, "
         f"rejected positions trimmed from the cache; the draft length adapts to the acceptance rate and drops to 0 "
         f"while drafts keep failing. Greedy, {d['params']['reps']} repetitions, the three sides rotating; decode "

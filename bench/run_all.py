@@ -45,7 +45,7 @@ def main(argv=None):
     if args.quick:
         env["CHINWAG_BENCH_QUICK"] = "1"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from engine import blas
+    from engine.local import blas
 
     blas.preload_openblas()
     info = blas.openblas_info()

@@ -167,7 +167,8 @@ def run_mlx_lm(model, tokenizer, messages, max_tokens):
 
 
 async def measure_model(label, path, cases, reps):
-    from engine import Engine, loading
+    from engine import Engine
+    from engine.local import loading
 
     engine = Engine()
     await engine.load_model(str(path))

@@ -74,7 +74,9 @@ async def one(engine, size, text, ahead: bool, reply_tokens: int):
 async def main_async(args):
     from transformers import AutoTokenizer
 
-    from engine import Engine, loading, registry
+    from engine import Engine
+    from engine.local import loading
+    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()

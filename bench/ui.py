@@ -6,7 +6,7 @@ Every measurement runs in a fresh subprocess with QT_QPA_PLATFORM=offscreen (no 
 here) and a throwaway CHINWAG_HOME:
 
   cold start   the parent notes the time, starts `python -m bench.ui_start`, which
-               calls app.main.run_app() exactly as `chinwag` does; an event filter notes
+               calls app.gui.main.run_app() exactly as `chinwag` does; an event filter notes
                the first Paint event of the main window and the child exits there. The two
                cases (empty / 50 messages) alternate.
   streaming    MainWindow(store, Engine()) on the tiny model (decodes far faster than any
@@ -44,7 +44,7 @@ def _env(home):
 def _fill_store(home, n_messages: int):
     """A conversation of n messages (markdown, code, lists) that the window reopens at start."""
     os.environ["CHINWAG_HOME"] = str(home)
-    from app.store import Store
+    from app.core.store import Store
 
     store = Store()
     conv = store.create_conversation(title="A long chat", model_id="smollm2-135m-instruct")
@@ -76,9 +76,9 @@ def child_stream(model_path: str, tokens: int):
 
     import qasync
 
-    from app.settings_dialog import DEFAULTS_KEY
-    from app.store import Store
-    from app.window import MainWindow
+    from app.core.store import Store
+    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.gui.window import MainWindow
     from engine.api import Engine
 
     app = QApplication([sys.argv[0]])

@@ -1,4 +1,4 @@
-"""The cold-start child of bench/ui.py: `chinwag` as app.main.run_app runs it, until the main
+"""The cold-start child of bench/ui.py: `chinwag` as app.gui.main.run_app runs it, until the main
 window's first Paint event, then it prints the time and exits. Imports nothing else first."""
 
 import json
@@ -22,7 +22,7 @@ def main():
     app = QApplication([sys.argv[0]])
     probe = FirstPaint()
     app.installEventFilter(probe)
-    from app.main import run_app
+    from app.gui.main import run_app
 
     run_app([])
     os._exit(3)  # the window closed without painting

@@ -28,8 +28,8 @@ from engine.types import (
 )
 
 if TYPE_CHECKING:
-    from engine.remote import RemoteBackend
-    from engine.session import Session
+    from engine.local.session import Session
+    from engine.remote.backend import RemoteBackend
 
 _DONE = object()
 # After a turn near the context limit, prepare the next window while the user reads.
@@ -100,7 +100,7 @@ class Engine:
 
     def _ensure_thread(self) -> concurrent.futures.Future:
         if self._thread is None or self._started is None:
-            from engine import blas
+            from engine.local import blas
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
             self._thread = EngineThread()
@@ -108,9 +108,9 @@ class Engine:
         return self._started
 
     def _create_session(self) -> None:
-        # engine.session imports mlx_lm (seconds of imports): on the engine thread, so the
+        # engine.local.session imports mlx_lm (seconds of imports): on the engine thread, so the
         # caller's thread (the window's) keeps painting meanwhile.
-        from engine.session import Session
+        from engine.local.session import Session
 
         self._session = Session(*self._options)
         self._session.warm_up()
@@ -133,7 +133,7 @@ class Engine:
         self.stop()
         if self._thread is not None:
             thread, self._thread = self._thread, None
-            try:  # save the recent caches (engine/memory.py) so the next start reuses them
+            try:  # save the recent caches (engine/context/memory.py) so the next start reuses them
                 if self._session is not None:
                     await asyncio.wrap_future(thread.submit(self._session.close))
             finally:
@@ -171,29 +171,30 @@ class Engine:
     # --- models ------------------------------------------------------------
 
     async def list_models(self) -> list:
-        from engine import registry, servers
+        from engine.models import registry
+        from engine.remote import servers
 
         # Off the engine thread: listing reads files only, and must not wait for a reply.
         local, remote = await asyncio.gather(asyncio.to_thread(registry.list_models),
                                              asyncio.to_thread(servers.server_models))
         return local + remote
 
-    # --- model servers (engine/servers.py: files and the keychain, no MLX) ----------
+    # --- model servers (engine/remote/servers.py: files and the keychain, no MLX) ----------
 
     async def list_servers(self) -> list:
-        from engine import servers
+        from engine.remote import servers
 
         return await asyncio.to_thread(servers.server_infos)
 
     async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""):
         """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
-        from engine import servers
+        from engine.remote import servers
 
         server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
         return ServerInfo(server.name, servers.display_url(server.url), bool(server.api_key))
 
     async def remove_server(self, name: str) -> None:
-        from engine import servers
+        from engine.remote import servers
 
         await asyncio.to_thread(servers.remove_server, name)
 
@@ -202,7 +203,7 @@ class Engine:
 
         A model that fails to load leaves the previous one loaded.
         """
-        from engine import remote
+        from engine.remote import backend as remote
 
         self.stop()
         self._loading = True
@@ -222,24 +223,24 @@ class Engine:
         return self._running()[1].load(spec, progress)
 
     async def import_gguf(self, path: str, progress=None) -> ModelInfo:
-        from engine.gguf_import import import_gguf
+        from engine.models.gguf.importer import import_gguf
 
         return await self._call(import_gguf, str(path), self._on_loop(progress))
 
     async def add_model_folder(self, path: str) -> ModelInfo:
-        from engine import registry
+        from engine.models import registry
 
         return await asyncio.to_thread(registry.add_model_folder, str(path))
 
     async def download_model(self, repo_id: str, progress=None, cancel: Optional[threading.Event] = None) -> ModelInfo:
-        from engine.download import download_model
+        from engine.models.download import download_model
 
         # Network only, no MLX: its own thread, so chats go on while it downloads.
         return await asyncio.to_thread(download_model, repo_id, self._on_loop(progress), cancel)
 
     async def search_models(self, query: str) -> list[HubModel]:
         """list[HubModel]: MLX models on the Hugging Face Hub matching query (network only)."""
-        from engine.download import search_models
+        from engine.models.download import search_models
 
         return await asyncio.to_thread(search_models, query)
 
@@ -327,7 +328,7 @@ class Engine:
         return asyncio.wrap_future(self._running()[0].submit(self._session_adopt, draft_id, conversation_id))
 
     def _session_adopt(self, draft_id, conversation_id):
-        from engine.background import adopt
+        from engine.local.background import adopt
 
         return adopt(self._running()[1], draft_id, conversation_id)
 
@@ -357,16 +358,16 @@ class Engine:
         return future
 
     def _session_prefill(self, conv_id, messages, params, should_stop):
-        from engine.background import prefill_draft
+        from engine.local.background import prefill_draft
 
         return prefill_draft(self._running()[1], conv_id, messages, params, should_stop)
 
     def _session_prepare(self, conv_id, messages, params, should_stop):
-        from engine.background import prepare_next_window
+        from engine.local.background import prepare_next_window
 
         return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
     async def _chat_remote(self, backend, conversation_id, messages, params):
-        from engine import remote
+        from engine.remote import backend as remote
 
         self.stop(conversation_id)
         stop = remote.StopSignal()

@@ -75,7 +75,7 @@ class GenerationParams:
     seed: Optional[int] = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
-    # Past the limit the window drops old turns down to this fraction of it (engine/window.py).
+    # Past the limit the window drops old turns down to this fraction of it (engine/context/policy.py).
     low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
                               "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
@@ -253,7 +253,7 @@ class EngineState:
 
 @dataclass(frozen=True)
 class HubModel:
-    """One Hugging Face Hub search result (engine.download.search_models)."""
+    """One Hugging Face Hub search result (engine.models.download.search_models)."""
 
     repo: str
     downloads: int = 0
@@ -262,7 +262,7 @@ class HubModel:
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """A saved model server, as front ends see it (its API key never leaves engine/servers.py)."""
+    """A saved model server, as front ends see it (its API key never leaves engine/remote/servers.py)."""
 
     name: str
     url: str

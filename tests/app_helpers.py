@@ -261,7 +261,7 @@ def engine():
 @pytest.fixture
 def window(qtbot, qloop, store, engine):
     """A shown main window on the fake engine, with the fake model loaded."""
-    from app.window import MainWindow
+    from app.gui.window import MainWindow
 
     w = MainWindow(store, engine)
     qtbot.addWidget(w)

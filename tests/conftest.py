@@ -48,7 +48,7 @@ def tiny_model(tiny_model_path):
 @pytest.fixture
 def store(chinwag_home):
     """The conversation store in this test's data dir."""
-    from app.store import Store
+    from app.core.store import Store
 
     s = Store()
     yield s

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import ChinwagError
-from tests.test_hostile_gguf import gguf_bytes, llama_meta
+from tests.engine.models.gguf.test_hostile import gguf_bytes, llama_meta
 
 # Generous: a hostile input used to cost seconds and gigabytes; a loaded machine costs less.
 SECONDS = 5.0
@@ -81,7 +81,7 @@ def gguf_files(draw):
 
 
 def _read_and_check(path: Path):
-    from engine.gguf_import import check_importable, read_gguf_header, slugify
+    from engine.models.gguf.importer import check_importable, read_gguf_header, slugify
 
     for keep_arrays in (False, True):
         try:
@@ -94,7 +94,7 @@ def _read_and_check(path: Path):
         try:
             check_importable(header)
             if keep_arrays:  # what the import builds next from the same metadata
-                from engine.gguf_tokenizer import build_tokenizer, build_tokenizer_config
+                from engine.models.gguf.tokenizer import build_tokenizer, build_tokenizer_config
 
                 build_tokenizer(header.metadata)
                 build_tokenizer_config(header.metadata, {"max_position_embeddings": 8})
@@ -143,7 +143,7 @@ def exports(draw):
 
 @pytest.fixture(scope="module")
 def fuzz_store(tmp_path_factory):
-    from app.store import Store
+    from app.core.store import Store
 
     with Store(tmp_path_factory.mktemp("fuzz-store") / "chinwag.db") as store:
         yield store
@@ -152,8 +152,8 @@ def fuzz_store(tmp_path_factory):
 @_FUZZ
 @given(data=exports())
 def test_conversation_import_fuzz(fuzz_store, data):
-    from app.export import import_conversation, to_html, to_json, to_markdown
-    from app.transcripts_cli import _when
+    from app.cli.transcripts import _when
+    from app.transcripts.export import import_conversation, to_html, to_json, to_markdown
 
     store = fuzz_store
     before = len(store.list_conversations())

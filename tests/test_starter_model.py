@@ -8,8 +8,9 @@ import json
 import mlx.core as mx
 import pytest
 
-from app.cli import main
-from engine import loading, registry
+from app.cli.main import main
+from engine.local import loading
+from engine.models import registry
 
 pytestmark = pytest.mark.starter
 
@@ -71,7 +72,7 @@ def test_command_line_answers_on_this_platform(starter_home, tmp_path):
     script.write_text(json.dumps({"turns": ["What is the capital of France?"]}))
     env = dict(os.environ, CHINWAG_HOME=str(starter_home))
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10"],
+        [sys.executable, "-m", "app.cli.main", "replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10"],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stderr

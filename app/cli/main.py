@@ -1,0 +1,327 @@
+"""The `chinwag` command line. With no subcommand it opens the window; subcommands never import Qt
+(except `export --format pdf`, which needs Qt to print)."""
+
+import argparse
+import asyncio
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
+from engine.atomic import describe_kind
+from engine.types import ParamSpec, param_specs
+
+PROG = "chinwag"
+MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _seconds(value: str) -> float:
+    try:
+        n = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
+    if not n >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    return n
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _flag_type(spec: ParamSpec):
+    def convert(text: str):
+        try:
+            return spec.convert(text)
+        except ChinwagError as e:  # argparse prints it with the flag and exits with status 2
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    convert.__name__ = spec.kind.__name__
+    return convert
+
+
+def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> None:
+    """One flag per GenerationParams field (--top-p for top_p), with its help and range."""
+    for spec in param_specs():
+        default = getattr(defaults, spec.name)
+        p.add_argument("--" + spec.name.replace("_", "-"), type=_flag_type(spec), default=default,
+                       help=spec.help + ("" if default is None else f" (default: {default})"))
+    p.add_argument("--kv-initial-capacity", type=_positive, default=None,
+                   help="KV cache positions reserved per conversation at first (default: sized to the chat)")
+    p.add_argument("--no-speculative", action="store_true",
+                   help="decode one token per step (speculative decoding is on where it is faster)")
+    p.add_argument("--draft-model", default="", metavar="M",
+                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
+
+
+def _params(args) -> GenerationParams:
+    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
+                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
+
+
+def _progress(p) -> None:
+    print(f"[{p.stage}]", file=sys.stderr)
+
+
+# --- chinwag models / import -------------------------------------------------
+
+
+def cmd_models(args) -> int:
+    from engine.models import registry
+    from engine.remote import servers
+
+    models = registry.list_models() + servers.server_models()
+    if args.json:
+        print(json.dumps([m.to_json() for m in models], indent=2))
+        return 0
+    from engine.models.gguf.header import printable
+
+    for m in models:
+        size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
+        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
+        # Folder names come from disk: no escape sequence of theirs reaches the terminal.
+        print(f"{printable(m.id, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
+    return 0
+
+
+async def _import(args) -> int:
+    engine = Engine()
+    try:
+        info = await engine.import_gguf(args.path, progress=_progress)
+    finally:
+        await engine.close()
+    print(f"imported {info.name} as {info.id} in {info.path}")
+    return 0
+
+
+# --- chinwag chat ------------------------------------------------------------
+
+
+async def _chat(args) -> int:
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    try:
+        info = await engine.load_model(args.model, progress=_progress)
+        print(f"Chatting with {info.name}. /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply.")
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        conv, turn = "cli", 0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                line = await loop.run_in_executor(None, lambda: input("> "))
+            except EOFError:
+                print()
+                return 0
+            if not line.strip():
+                continue
+            if line.strip() == "/exit":
+                return 0
+            if line.strip() == "/new":
+                await engine.forget(conv)
+                turn += 1
+                conv = f"cli-{turn}"
+                messages = messages[:1] if args.system else []
+                continue
+            messages.append({"role": "user", "content": line})
+            reply, stats = await _stream(engine, conv, messages, _params(args))
+            messages.append({"role": "assistant", "content": reply})
+            print(f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+                  f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
+                  + (f" [{stats.note}]" if stats.note else ""))
+    finally:
+        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
+        await engine.close()
+
+
+async def _stream(engine, conv, messages, params):
+    reply, stats, reading = [], None, False
+    try:
+        async for ev in engine.chat(conv, messages, params):
+            if isinstance(ev, PrefillProgress):
+                # A long prompt: say how far it is read, on one terminal line that the reply replaces.
+                if sys.stderr.isatty() and ev.total > 256:
+                    reading = True
+                    print(f"\r[reading your message… {int(100 * ev.fraction)}%]", end="", file=sys.stderr, flush=True)
+                continue
+            if isinstance(ev, TextDelta):
+                if reading:
+                    print("\r\033[K", end="", file=sys.stderr, flush=True)
+                    reading = False
+                reply.append(ev.text)
+                print(ev.text, end="", flush=True)
+            else:
+                stats = ev
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        engine.stop(conv)
+    return "".join(reply), stats
+
+
+# --- chinwag replay ----------------------------------------------------------
+
+
+def load_script(path: str) -> dict:
+    try:
+        mode = Path(path).stat().st_mode
+        if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot read script {path}: it is {describe_kind(mode)}, not a file")
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot read script {path!r}: {e}") from e
+    try:
+        script = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
+    if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
+        raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
+    turns = script["turns"]
+    if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise ChinwagError(f"script {path} needs a non-empty list of non-empty string turns")
+    if not isinstance(script.get("system", ""), str):
+        raise ChinwagError(f"script {path}: system must be a string")
+    return script
+
+
+async def _replay(args) -> int:
+    script = load_script(args.script)
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    try:
+        await engine.load_model(args.model)
+        messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
+        for i, user in enumerate(script["turns"]):
+            prepared = 0
+            if i and args.pause:
+                await asyncio.sleep(args.pause)  # the reader reads; the engine prepares the next window
+                done = engine.background_result()
+                prepared = done.computed_tokens if done else 0
+            messages.append({"role": "user", "content": user})
+            conv = f"replay-{i}" if args.no_cache else "replay"
+            reply, stats = [], None
+            async for ev in engine.chat(conv, messages, _params(args)):
+                if isinstance(ev, TextDelta):
+                    reply.append(ev.text)
+                elif not isinstance(ev, PrefillProgress):
+                    stats = ev
+            if args.no_cache:
+                await engine.forget(conv)
+            text = "".join(reply)
+            messages.append({"role": "assistant", "content": text})
+            print(json.dumps({
+                "turn": i, "reply": text, "prompt_ids": list(stats.prompt_ids), "reply_ids": list(stats.reply_ids),
+                "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens,
+                "generated_tokens": stats.generated_tokens, "ttft_s": stats.ttft_s, "decode_tps": stats.decode_tps,
+                "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
+                "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
+                "prepared_tokens": prepared, "error": stats.error,
+                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
+            }), flush=True)
+    finally:
+        await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
+        await engine.close()
+    return 0
+
+
+# --- wiring ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.models.registry import STARTER_ID
+
+    parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the log (warnings and bug tracebacks) to stderr")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("chat", help="chat in the terminal")
+    p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
+    p.add_argument("--system", default="", help="a system prompt")
+    _add_sampling(p, GenerationParams())
+    p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
+
+    p = sub.add_parser("models", help="list the models you can pick")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("import", help="import a GGUF file as an MLX model")
+    p.add_argument("path")
+    p.set_defaults(func=lambda a: asyncio.run(_import(a)))
+
+    p = sub.add_parser("replay", help="replay a scripted chat and print one JSON object per turn")
+    p.add_argument("script")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
+    p.add_argument("--pause", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="wait between turns as a reader would, so idle-time work can run (default: none, the worst case)")
+    _add_sampling(p, GenerationParams(temperature=0.0))
+    p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
+
+    from app.cli.servers import add_commands as add_server_commands
+    from app.cli.transcripts import add_commands
+
+    add_commands(sub)
+    add_server_commands(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
+    as_program = argv is None
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        from app.gui.main import run_app
+
+        return run_app([a for a in argv if a not in ("-v", "--verbose")])
+    from engine import log
+
+    log.setup(verbose=args.verbose)
+    try:
+        code = args.func(args) or 0
+    except ChinwagError as e:
+        code = fail(str(e))
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+        print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
+        code = 1
+    if as_program:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """Exit without running MLX's C++ static destructors.
+
+    Once MLX has run, letting the interpreter tear down normally aborted about half the time
+    ("terminate called without an active exception", status 134) after the output was
+    already written; everything worth keeping is flushed here first.
+    """
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    logging.shutdown()
+    if "mlx.core" in sys.modules:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

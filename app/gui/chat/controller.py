@@ -1,0 +1,560 @@
+"""What happens to a conversation: send, stream, save, stop, regenerate, edit, delete.
+
+Conversations are never lost: the user message is committed before the engine sees
+it, the reply is saved while it grows (at least once a second) and marked
+complete/stopped/failed when it ends.
+"""
+
+import time
+from dataclasses import asdict, dataclass
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QGuiApplication
+
+from app.core.drafts import Drafts
+from app.core.store import LAST, MessageStatus
+from app.gui.chat.message_widget import QUEUED
+from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
+from engine.errors import ChinwagError
+from engine.types import FinishReason
+
+SAVE_INTERVAL_MS = 1000
+# The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
+NEW_CHAT_DRAFT = "new-chat-draft"
+UNDO_DELETE_MS = 8000
+DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
+FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
+
+
+def reading_text(progress) -> str:
+    """'Reading your message… 43%' from a PrefillProgress."""
+    return f"Reading your message… {int(100 * progress.fraction)}%"
+
+
+def stats_dict(stats) -> dict:
+    """TurnStats for the store, without the (long) token id lists."""
+    d = asdict(stats) if not isinstance(stats, dict) else dict(stats)
+    d.pop("prompt_ids", None)
+    d.pop("reply_ids", None)
+    return d
+
+
+@dataclass
+class Generation:
+    conv_id: str
+    msg_id: int
+    text: str = ""
+    saved: str = ""
+    started: float = 0.0
+    reading: str = ""  # "Reading your message… 43%" until the first text arrives
+
+
+class ChatController(QObject):
+    conversationChanged = Signal(object)  # conv id or None
+    statsChanged = Signal(object)  # TurnStats or a stats dict (context used, KV memory)
+    generatingChanged = Signal(bool)
+    editingChanged = Signal(bool)
+    error = Signal(str)
+    deletedUndoable = Signal(object, str)  # conv id, title
+    readingProgress = Signal(object)  # PrefillProgress while the prompt is read, then None
+
+    def __init__(self, store, bridge, chat_view, composer, sidebar, parent=None):
+        super().__init__(parent)
+        self.store, self.bridge = store, bridge
+        self.chat_view, self.composer, self.sidebar = chat_view, composer, sidebar
+        self.conv_id = None
+        self.gen: Generation | None = None
+        self.editing = None  # id of the user message being edited
+        self.search = ""
+        self._pending_delete: dict = {}  # conv id -> QTimer
+        self._new_draft_read = False  # the engine holds a cache under NEW_CHAT_DRAFT
+        self._save_timer = QTimer(self)
+        self._save_timer.setInterval(SAVE_INTERVAL_MS)
+        self._save_timer.timeout.connect(self.save_partial)
+        self.last_status = ""  # how the last reply ended
+        self.queued = None  # conv id whose last user message waits for the model to load
+        self.drafts = Drafts(store)
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.setInterval(DRAFT_SAVE_MS)
+        self._draft_timer.timeout.connect(self.save_draft)
+        composer.editor.textChanged.connect(self._draft_timer.start)
+        composer.set_draft(self.drafts.get(None))
+
+        bridge.delta.connect(self._on_delta)
+        bridge.turnFinished.connect(self._on_finished)
+        bridge.turnFailed.connect(self._on_failed)
+        bridge.prefillProgress.connect(self._on_prefill_progress)
+        composer.draftPaused.connect(self.prefill_draft)
+        composer.sendRequested.connect(self.send)
+        composer.stopRequested.connect(self.stop)
+        composer.editCancelled.connect(self.cancel_edit)
+        chat_view.copyRequested.connect(self.copy_message)
+        chat_view.editRequested.connect(self.edit_message)
+        chat_view.regenerateRequested.connect(self.regenerate)
+        chat_view.promptChosen.connect(self.send)
+        chat_view.versionRequested.connect(self.switch_version)
+        chat_view.forkRequested.connect(self.fork)
+        sidebar.conversationSelected.connect(self.open_conversation)
+        sidebar.newRequested.connect(self.new_conversation)
+        sidebar.renameRequested.connect(self.rename)
+        sidebar.deleteRequested.connect(self.delete)
+        sidebar.searchChanged.connect(self.set_search)
+
+    # --- the list -------------------------------------------------------
+    def refresh_list(self):
+        try:
+            rows = self.store.list_conversations(self.search)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return
+        rows = [r for r in rows if r.id not in self._pending_delete]
+        self.sidebar.set_conversations(rows, self.conv_id, self.search)
+
+    def set_search(self, text: str):
+        self.search = text
+        self.refresh_list()
+
+    # --- opening --------------------------------------------------------
+    def new_conversation(self):
+        """A blank chat; it is written to the store with its first message."""
+        self.save_draft()
+        self.cancel_edit()
+        self.conv_id = None
+        self.chat_view.clear()
+        self.sidebar.list.clearSelection()
+        self.sidebar.list.setCurrentItem(None)
+        self.composer.set_draft(self.drafts.get(None))
+        self._sync_generation()
+        self.conversationChanged.emit(None)
+        self.composer.editor.setFocus()
+
+    def open_conversation(self, conv_id):
+        if conv_id is None or conv_id in self._pending_delete:
+            return
+        try:
+            conv = self.store.get_conversation(conv_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            self.refresh_list()
+            return
+        self.save_draft()
+        self.cancel_edit()
+        self._forget_new_draft()
+        self.conv_id = conv.id
+        self.chat_view.set_messages(conv.messages)
+        if self.gen is not None and self.gen.conv_id == conv.id:
+            widget = self.chat_view.widget_for(self.gen.msg_id)
+            if widget is not None:
+                widget.set_text(self.gen.text)
+                widget.set_live_note(self.gen.reading)
+                self.chat_view.begin_stream(widget)
+        if self.queued == conv.id and conv.messages:
+            self._mark_queued(conv.messages[-1].id)
+        self.composer.set_draft(self.drafts.get(conv.id))
+        self._sync_generation()
+        self.sidebar.select(conv.id)
+        self._remember("last_conversation", conv.id)
+        self.conversationChanged.emit(conv.id)
+        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        self.statsChanged.emit(last)
+
+    def ensure_conversation(self) -> str:
+        if self.conv_id is None:
+            model = self.bridge.current_model
+            conv = self.store.create_conversation(model_id=model.id if model else "")
+            self.conv_id = conv.id
+            self._remember("last_conversation", conv.id)
+            self.refresh_list()
+            self.conversationChanged.emit(conv.id)
+            self.statsChanged.emit(None)
+        return self.conv_id
+
+    def _remember(self, key, value):
+        if not self.store.read_only:
+            try:
+                self.store.set_state(key, value)
+            except ChinwagError:
+                pass
+
+    # --- sending --------------------------------------------------------
+    def send(self, text: str) -> bool:
+        model_missing = self.bridge.current_model is None
+        queue = model_missing and self.composer.can_queue() and self.queued is None
+        if not text.strip() or self.gen is not None or (model_missing and not queue):
+            if text.strip() and not self.composer.text():
+                self.composer.set_text(text)
+            return False
+        try:
+            parent, replaced = LAST, None
+            if self.editing is not None and self.conv_id is not None:
+                # An edit is a new version beside the old message; the old branch is kept.
+                replaced = self.editing
+                parent = self.store.get_message(replaced).parent_id
+            new_chat = self.conv_id is None
+            first = new_chat or not self.chat_view.message_widgets()
+            conv_id = self.ensure_conversation()
+            msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            self.composer.set_text(text)
+            return False
+        if new_chat and self._new_draft_read:
+            self._new_draft_read = False
+            self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
+        if replaced is not None:
+            self.chat_view.remove_from(replaced)
+            self.cancel_edit()
+        self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
+        if first:
+            self.drafts.put(None, "")  # the blank chat's draft became this message
+        self.drafts.put(conv_id, "")
+        if first:
+            self.conversationChanged.emit(conv_id)  # it has a title now
+        if queue:
+            # The model is still loading: the message waits, visibly, and goes when it is ready.
+            self.queued = conv_id
+            self._mark_queued(msg.id)
+            self.refresh_list()  # the list shows the chat's title, not "New chat"
+            return True
+        return self._start_reply()
+
+    def _mark_queued(self, msg_id):
+        widget = self.chat_view.widget_for(msg_id)
+        if widget is not None:
+            widget.set_status(QUEUED)
+
+    def unqueue(self):
+        """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
+        conv_id, self.queued = self.queued, None
+        widgets = self.chat_view.message_widgets()
+        if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
+            widgets[-1].set_status(MessageStatus.COMPLETE)
+
+    def send_queued(self) -> bool:
+        """The model is ready: send the message that waited for it."""
+        conv_id, self.queued = self.queued, None
+        if conv_id is None or self.bridge.current_model is None:
+            return False
+        if conv_id != self.conv_id:
+            self.open_conversation(conv_id)
+        widgets = self.chat_view.message_widgets()
+        if not widgets or widgets[-1].role != "user":
+            return False
+        widgets[-1].set_status(MessageStatus.COMPLETE)
+        return self._start_reply()
+
+    def _start_reply(self, parent_id=LAST) -> bool:
+        """A reply after parent_id (default: the last message shown; a regenerate passes the
+        old reply's parent, so the new reply is another version of it)."""
+        model = self.bridge.current_model
+        if model is None or self.conv_id is None:
+            return False
+        try:
+            conv = self.store.get_conversation(self.conv_id)
+            values = effective(conv.settings, load_defaults(self.store))
+            ids = [m.id for m in conv.messages]
+            history = conv.messages if parent_id is LAST else conv.messages[: ids.index(parent_id) + 1 if parent_id in ids else 0]
+            messages = engine_messages(history, str(values.get("system_prompt") or ""))
+            params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
+            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id,
+                                           parent_id=parent_id)
+            self.store.set_model(conv.id, model.id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
+                                            model_id=model.id, versions=(reply.version, reply.versions))
+        self.chat_view.begin_stream(widget)
+        self.gen = Generation(conv.id, reply.id, started=time.monotonic())
+        self._save_timer.start()
+        self._sync_generation()
+        self.generatingChanged.emit(True)
+        self.refresh_list()
+        self.bridge.chat(conv.id, messages, params)
+        return True
+
+    def prefill_draft(self, text: str):
+        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off).
+
+        A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
+        """
+        if not text.strip() or self.gen is not None:
+            return None
+        try:
+            conv = self.store.get_conversation(self.conv_id) if self.conv_id is not None else None
+        except ChinwagError:
+            return None
+        values = effective(conv.settings if conv else None, load_defaults(self.store))
+        if not values.get(PREFILL_KEY, True):
+            return None
+        if conv is None:
+            messages = engine_messages([], str(values.get("system_prompt") or ""))
+            messages.append({"role": "user", "content": text})
+            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
+            self._new_draft_read = self._new_draft_read or task is not None
+            return task
+        history = conv.messages
+        if self.editing is not None:  # the draft replaces the message being edited and what follows
+            ids = [m.id for m in history]
+            history = history[: ids.index(self.editing)] if self.editing in ids else history
+        messages = engine_messages(history, str(values.get("system_prompt") or ""))
+        messages.append({"role": "user", "content": text})
+        return self.bridge.prefill(conv.id, messages, params_from_settings(values))
+
+    def _on_prefill_progress(self, conv_id, progress):
+        gen = self.gen
+        if gen is None or gen.conv_id != conv_id:
+            return
+        if progress.done < progress.total:  # still reading (a prompt read at once only gives its size)
+            gen.reading = reading_text(progress)
+            widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
+            if widget is not None:
+                widget.set_live_note(gen.reading)
+        self.readingProgress.emit(progress)
+
+    def _done_reading(self, gen):
+        if gen.reading:
+            gen.reading = ""
+            widget = self.chat_view.widget_for(gen.msg_id)
+            if widget is not None:
+                widget.set_live_note("")
+            self.readingProgress.emit(None)
+
+    def _on_delta(self, conv_id, text):
+        gen = self.gen
+        if gen is None or gen.conv_id != conv_id:
+            return
+        self._done_reading(gen)
+        gen.text += text
+        if conv_id == self.conv_id:
+            self.chat_view.append_delta(text)
+
+    def save_partial(self):
+        gen = self.gen
+        if gen is None or gen.text == gen.saved:
+            return
+        try:
+            self.store.update_message(gen.msg_id, content=gen.text)
+            gen.saved = gen.text
+        except ChinwagError as e:
+            self.error.emit(str(e))
+
+    def _on_finished(self, conv_id, stats):
+        status = FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
+        self._end(conv_id, status, stats, stats.error)
+
+    def _on_failed(self, conv_id, reason):
+        status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED
+        self._end(conv_id, status, None, reason)
+
+    def _end(self, conv_id, status, stats, error=""):
+        gen = self.gen
+        if gen is None or gen.conv_id != conv_id:
+            return
+        self._done_reading(gen)
+        self.gen = None
+        self.last_status = status
+        self._save_timer.stop()
+        try:
+            self.store.update_message(
+                gen.msg_id, content=gen.text, status=status, stats=stats_dict(stats) if stats else None
+            )
+        except ChinwagError as e:
+            self.error.emit(str(e))
+        if conv_id == self.conv_id:
+            self.chat_view.end_stream(status, stats, error)
+        self._sync_generation()
+        self.generatingChanged.emit(False)
+        if stats is not None:
+            self.statsChanged.emit(stats)
+        if status == "failed" and error:
+            self.error.emit(f"The reply failed: {error}")
+        self.refresh_list()
+
+    def _sync_generation(self):
+        """Stop, Send and the message actions follow the open chat; the sidebar marks the busy one."""
+        gen = self.gen
+        mine = gen is not None and gen.conv_id == self.conv_id
+        self.composer.set_generating(mine)
+        elsewhere = ""
+        if gen is not None and not mine:
+            elsewhere = "Another chat is still writing its reply; you can send when it has finished."
+        self.composer.set_waiting(elsewhere)
+        self.chat_view.set_actions_enabled(gen is None)
+        self.sidebar.set_generating(gen.conv_id if gen is not None else None)
+
+    def save_draft(self):
+        self._draft_timer.stop()
+        if self.editing is None:  # the text of a message being edited is not a draft
+            self.drafts.put(self.conv_id, self.composer.text())
+
+    def stop(self):
+        if self.gen is not None:
+            self.bridge.stop(self.gen.conv_id)
+
+    def abandon(self):
+        """The window is closing: save what was generated as stopped, now."""
+        if self.gen is not None:
+            self.bridge.stop(self.gen.conv_id)
+            self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
+        for conv_id in list(self._pending_delete):
+            self._commit_delete(conv_id)
+        self._forget_new_draft()
+
+    def _forget_new_draft(self):
+        """A new chat's draft that was read ahead and never sent: its cache goes."""
+        if self._new_draft_read:
+            self._new_draft_read = False
+            self.bridge.forget(NEW_CHAT_DRAFT)
+
+    # --- message actions ------------------------------------------------
+    def regenerate(self, msg_id=None):
+        if self.gen is not None or self.conv_id is None or self.bridge.current_model is None:
+            return False
+        widgets = self.chat_view.message_widgets()
+        if widgets and widgets[-1].role == "user" and msg_id is None:
+            return self._start_reply()  # the last message never got its reply
+        if not widgets or widgets[-1].role != "assistant":
+            return False
+        msg_id = widgets[-1].message_id if msg_id is None else msg_id
+        if msg_id != widgets[-1].message_id:
+            return False
+        try:
+            parent = self.store.get_message(msg_id).parent_id  # the new reply is a version beside it
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        self.chat_view.remove_from(msg_id)
+        if not self._start_reply(parent_id=parent):
+            self.open_conversation(self.conv_id)  # show what the store holds
+            return False
+        return True
+
+    def switch_version(self, msg_id, step: int) -> bool:
+        """Show the previous (-1) or next (+1) version of a message, and the branch below it
+        as it was last shown; the conversation continues from there."""
+        if self.gen is not None or self.conv_id is None:
+            return False
+        try:
+            ids = self.store.versions(msg_id)
+            i = ids.index(msg_id) + step
+            if not 0 <= i < len(ids):
+                return False
+            self.store.select_version(ids[i])
+            conv = self.store.get_conversation(self.conv_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        shown = [m.id for m in conv.messages]
+        if ids[i] not in shown:
+            self.open_conversation(self.conv_id)
+            return True
+        self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]):])
+        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        self.statsChanged.emit(last)
+        self.refresh_list()
+        return True
+
+    def fork(self, msg_id) -> bool:
+        """A new conversation with this one's shown messages up to msg_id; it opens."""
+        if self.conv_id is None or (self.gen is not None and self.gen.msg_id == msg_id):
+            return False
+        try:
+            new = self.store.fork_conversation(self.conv_id, msg_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        self.refresh_list()
+        self.open_conversation(new.id)
+        return True
+
+    def edit_message(self, msg_id):
+        widget = self.chat_view.widget_for(msg_id)
+        if self.gen is not None or widget is None or widget.role != "user":
+            return
+        self.save_draft()
+        self.editing = msg_id
+        self.composer.set_text(widget.text())
+        self.composer.set_editing(True)
+        self.editingChanged.emit(True)
+
+    def cancel_edit(self):
+        if self.editing is not None:
+            self.editing = None
+            self.composer.set_editing(False)
+            self.composer.set_draft(self.drafts.get(self.conv_id))  # what was typed before the edit
+            self.editingChanged.emit(False)
+
+    def copy_message(self, msg_id):
+        widget = self.chat_view.widget_for(msg_id)
+        if widget is not None:
+            text = self.gen.text if self.gen and self.gen.msg_id == msg_id else widget.text()
+            QGuiApplication.clipboard().setText(text)
+
+    # --- conversations --------------------------------------------------
+    def rename(self, conv_id, title):
+        try:
+            self.store.rename_conversation(conv_id, title)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+        self.refresh_list()
+        if conv_id == self.conv_id:
+            self.conversationChanged.emit(conv_id)
+
+    def delete(self, conv_id):
+        """Hide the conversation now; delete it for good when the Undo offer runs out."""
+        if conv_id in self._pending_delete:
+            return
+        try:
+            title = self.store.get_conversation(conv_id).title
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return
+        if self.store.read_only:
+            self.error.emit("Conversations are read-only; nothing was deleted.")
+            return
+        if self.gen is not None and self.gen.conv_id == conv_id:
+            self.stop()
+        timer = QTimer(self)
+        timer.setSingleShot(True)
+        timer.setInterval(UNDO_DELETE_MS)
+        timer.timeout.connect(lambda: self._commit_delete(conv_id))
+        self._pending_delete[conv_id] = timer
+        timer.start()
+        if conv_id == self.conv_id:
+            self.new_conversation()
+        self.refresh_list()
+        self.deletedUndoable.emit(conv_id, title)
+
+    def undo_delete(self, conv_id):
+        timer = self._pending_delete.pop(conv_id, None)
+        if timer is not None:
+            timer.stop()
+            timer.deleteLater()
+            self.refresh_list()
+            self.open_conversation(conv_id)
+
+    def undo_last_delete(self) -> bool:
+        """Ctrl/Cmd+Z outside a text field: bring back the chat deleted last, if Undo still can."""
+        if not self._pending_delete:
+            return False
+        self.undo_delete(list(self._pending_delete)[-1])
+        return True
+
+    def _commit_delete(self, conv_id):
+        timer = self._pending_delete.pop(conv_id, None)
+        if timer is None:
+            return
+        timer.stop()
+        timer.deleteLater()
+        if self.gen is not None and self.gen.conv_id == conv_id:
+            self._end(conv_id, MessageStatus.STOPPED, None)
+        try:
+            self.store.delete_conversation(conv_id)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+        self.bridge.forget(conv_id)
+        self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
+        if self.store.get_state("last_conversation") == conv_id:
+            self._remember("last_conversation", None)

@@ -1,0 +1,233 @@
+"""One chat message: who said it, the text, its stats and its actions.
+
+A message owns its own document (GPT4All-style): streaming updates touch only the live
+message, and a finished message is frozen (its text is not re-rendered again).
+"""
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
+
+from app.gui.chat.markdown_view import MarkdownView, ProseView
+from app.gui.chat.version_switcher import VersionSwitcher
+
+# Longer user messages show their start, with Show more; Copy and the engine always get all of it.
+USER_DISPLAY_LIMIT = 3_000
+
+QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
+STATUS_NOTES = {
+    "stopped": "Stopped",
+    "failed": "Failed",
+    "streaming": "",
+    "complete": "",
+    QUEUED: "Queued: sent when the model is ready",
+}
+
+
+def format_bytes(n: int) -> str:
+    size = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def format_stats(stats) -> str:
+    """'42 tokens · 31.5 tok/s · first token 0.21 s' from a TurnStats or its dict."""
+    if not stats:
+        return ""
+    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
+    parts = [f"{get('generated_tokens', 0)} tokens"]
+    tps = get("decode_tps", 0) or 0
+    parts.append(f"{tps:.1f} tok/s")
+    ttft = get("ttft_s", 0) or 0
+    parts.append(f"first token {ttft:.2f} s")
+    reused = get("reused_tokens", 0) or 0
+    if reused:  # from the KV cache, or what a server reported from its prefix cache
+        parts.append(f"{reused:,} prompt tokens reused")
+    dropped = get("dropped_messages", 0) or 0
+    if dropped:
+        parts.append(f"dropped {dropped} old message(s) to fit the context")
+    reason = get("finish_reason", "")
+    if reason == "length":
+        parts.append("hit max tokens")
+    elif reason == "context":
+        parts.append("hit the context limit")
+    return " · ".join(parts)
+
+
+def format_speculation(stats) -> str:
+    """The stats tooltip's line on speculative decoding: drafted tokens the model accepted."""
+    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
+    drafted = (get("drafted_tokens", 0) or 0) if stats else 0
+    if not drafted:
+        return ""
+    accepted = get("accepted_tokens", 0) or 0
+    return f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
+
+
+class MessageWidget(QFrame):
+    live_note = ""  # set_live_note
+    copyRequested = Signal(object)
+    editRequested = Signal(object)
+    regenerateRequested = Signal(object)
+    versionRequested = Signal(object, int)  # message id, -1 (previous) or +1 (next)
+    forkRequested = Signal(object)
+
+    def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
+                 model: str = "", stats=None, parent=None, model_id: str = ""):
+        super().__init__(parent)
+        self.message_id = message_id
+        self.model_id = model_id
+        self.role = role
+        self.status = status  # before the first render: finished text renders merged
+        self._text = text
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+        self.setProperty("role", role)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        head = QHBoxLayout()
+        layout.addLayout(head)  # first: a widget shown before it has a parent becomes a window
+        who = "You" if role == "user" else (model or "Assistant")
+        self.who_label = QLabel(who)
+        self.who_label.setObjectName("messageAuthor")
+        head.addWidget(self.who_label)
+        head.addStretch(1)
+        self.version_switcher = VersionSwitcher()
+        self.version_switcher.stepRequested.connect(lambda step: self.versionRequested.emit(self.message_id, step))
+        head.addWidget(self.version_switcher)
+        self.copy_button = self._action(head, "Copy", "Copy this message", self.copyRequested)
+        self.copy_button.clicked.connect(self.show_copied)
+        self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
+        self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
+        self.edit_button.setVisible(role == "user")
+        self.regen_button.setVisible(False)
+        self._expanded = False  # a long user message shows all of its text
+
+        if role == "user":
+            self.body = ProseView()
+            self.body.setObjectName("userText")
+        else:
+            self.body = MarkdownView()
+        layout.addWidget(self.body)
+        self.more_button = QToolButton(text="Show more")
+        self.more_button.setObjectName("showMoreButton")
+        self.more_button.setAutoRaise(True)
+        self.more_button.clicked.connect(self.toggle_more)
+        self.more_button.setVisible(False)
+        layout.addWidget(self.more_button)
+        self.stats_label = QLabel()
+        self.stats_label.setObjectName("messageStats")
+        self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.stats_label)
+        self._render()
+        self.set_stats(stats)
+        self.set_status(status)
+
+    def _action(self, layout, text, tip, signal):
+        from app.gui.icons import icon
+
+        button = QToolButton()
+        button.setObjectName(f"{text.lower()}Button")
+        button.setIcon(icon(text.lower()))
+        button.setToolTip(tip)
+        button.setAccessibleName(text)
+        button.setAutoRaise(True)
+        button.clicked.connect(lambda: signal.emit(self.message_id))
+        layout.addWidget(button)
+        return button
+
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str):
+        """Replace the text and re-render (only blocks that changed are re-parsed)."""
+        self._text = text
+        self._render()
+
+    def _render(self):
+        if self.role == "user":
+            text = self._text
+            long = len(text) > USER_DISPLAY_LIMIT
+            if long and not self._expanded:
+                more = len(text) - USER_DISPLAY_LIMIT
+                text = text[:USER_DISPLAY_LIMIT] + "…"
+                self.more_button.setText(f"Show more ({more:,} more characters)")
+            elif long:
+                self.more_button.setText("Show less")
+            self.more_button.setVisible(long)
+            self.body.set_plain(text)
+        else:
+            self.body.set_text(self._text, merge=self.status != "streaming")
+
+    def set_status(self, status: str, error: str = ""):
+        self.status = status
+        self.setProperty("status", status)
+        self._refresh_footer(error)
+        self.copy_button.setEnabled(status != "streaming")
+        self.edit_button.setEnabled(status != "streaming")
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def set_stats(self, stats):
+        self._stats_text = format_stats(stats)
+        self.stats_label.setToolTip(format_speculation(stats))
+        self._refresh_footer()
+
+    def _refresh_footer(self, error: str = ""):
+        parts = []
+        note = STATUS_NOTES.get(self.status, "")
+        if self.status == "streaming" and self.role == "assistant":
+            note = self.live_note or "Writing…"
+        if note:
+            parts.append(note + (f": {error}" if error else ""))
+        elif error:
+            parts.append(error)
+        if getattr(self, "_stats_text", ""):
+            parts.append(self._stats_text)
+        self.stats_label.setText(" — ".join(parts))
+        self.stats_label.setVisible(bool(parts))
+
+    def toggle_more(self):
+        self._expanded = not self._expanded
+        self._render()
+
+    def show_copied(self):
+        from app.gui.copy_feedback import flash_copied
+
+        flash_copied(self.copy_button, icon="copied")
+
+    def set_live_note(self, text: str):
+        """What a streaming reply says before its text ("Reading your message… 43%"); "" is "Writing…"."""
+        self.live_note = text
+        self._refresh_footer()
+
+    def set_can_regenerate(self, on: bool):
+        self.regen_button.setVisible(on and self.role == "assistant")
+
+    def set_versions(self, version: int, versions: int):
+        self.version_switcher.set_versions(version, versions)
+
+    def extend_context_menu(self, menu: QMenu):
+        """The message's own actions, added to whichever context menu opens over it."""
+        menu.addSeparator()
+        copy = menu.addAction("Copy Message")
+        copy.setEnabled(self.status != "streaming")
+        copy.triggered.connect(lambda: self.copyRequested.emit(self.message_id))
+        fork = menu.addAction("Fork from Here")
+        fork.setToolTip("A new conversation with this chat up to this message")
+        fork.setEnabled(self.status != "streaming")
+        fork.triggered.connect(lambda: self.forkRequested.emit(self.message_id))
+
+    def context_menu(self) -> QMenu:
+        menu = QMenu(self)
+        self.extend_context_menu(menu)
+        return menu
+
+    def contextMenuEvent(self, event):
+        menu = self.context_menu()
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(event.globalPos())  # not exec(): no nested loop under qasync

@@ -1,0 +1,189 @@
+"""Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
+
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.gui.theme import READING_WIDTH
+
+# Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
+DRAFT_PAUSE_MS = 300
+
+
+class _Editor(QPlainTextEdit):
+    enterPressed = Signal()
+    pasted = Signal()
+
+    def insertFromMimeData(self, source):
+        super().insertFromMimeData(source)
+        self.pasted.emit()
+
+    def event(self, event):
+        # With no typing left to undo, Ctrl/Cmd+Z goes to the window (Undo of a deleted chat).
+        if (event.type() == QEvent.Type.ShortcutOverride and event.matches(QKeySequence.StandardKey.Undo)
+                and not self.document().isUndoAvailable()):
+            event.ignore()
+            return True
+        return super().event(event)
+
+    def keyPressEvent(self, event):
+        key = event.key()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = event.modifiers()
+            if mods & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
+                self.insertPlainText("\n")
+                return
+            self.enterPressed.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    sendRequested = Signal(str)
+    stopRequested = Signal()
+    editCancelled = Signal()
+    draftPaused = Signal(str)  # the unsent text, when typing pauses or after a paste
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("composer")
+        frame = QHBoxLayout(self)
+        frame.setContentsMargins(12, 6, 12, 10)
+        self.column = QWidget()  # the same centred column as the transcript
+        self.column.setMaximumWidth(READING_WIDTH)
+        frame.addStretch(1)
+        frame.addWidget(self.column, 1000)
+        frame.addStretch(1)
+        outer = QVBoxLayout(self.column)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(4)
+        self.reason_label = QLabel()
+        self.reason_label.setObjectName("composerReason")
+        self.reason_label.setWordWrap(True)
+        self.reason_label.setVisible(False)
+        outer.addWidget(self.reason_label)
+        edit_row = QHBoxLayout()
+        self.edit_label = QLabel("Editing a message: sending replaces it and every later message.")
+        self.edit_label.setObjectName("composerEditing")
+        self.cancel_edit_button = QPushButton("Cancel Edit")
+        self.cancel_edit_button.clicked.connect(self.editCancelled)
+        edit_row.addWidget(self.edit_label, 1)
+        edit_row.addWidget(self.cancel_edit_button)
+        self.edit_bar = QWidget()
+        self.edit_bar.setLayout(edit_row)
+        edit_row.setContentsMargins(0, 0, 0, 0)
+        self.edit_bar.setVisible(False)
+        outer.addWidget(self.edit_bar)
+        row = QHBoxLayout()
+        self.editor = _Editor()
+        self.editor.setObjectName("composerEdit")
+        self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.editor.setTabChangesFocus(True)
+        self.editor.enterPressed.connect(self.submit)
+        self.editor.textChanged.connect(self._update_buttons)
+        self.editor.textChanged.connect(self._fit)
+        self._pause = QTimer(self)
+        self._pause.setSingleShot(True)
+        self._pause.setInterval(DRAFT_PAUSE_MS)
+        self._pause.timeout.connect(self._draft_paused)
+        self.editor.textChanged.connect(self._pause.start)
+        self.editor.pasted.connect(self._draft_paused)
+        row.addWidget(self.editor, 1)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("sendButton")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self.submit)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button.clicked.connect(self.stopRequested)
+        self.stop_button.setVisible(False)
+        row.addWidget(self.send_button)
+        row.addWidget(self.stop_button)
+        outer.addLayout(row)
+        self._ready = True
+        self._queue = False  # not ready, but a message sent now waits for the model
+        self._generating = False
+        self._waiting = ""  # why sending waits for something else (another chat's reply)
+        self._reason = ""
+        self._update_buttons()
+        self._fit()
+
+    def _fit(self):
+        """Grow with the text from 2 to 8 lines; longer text scrolls."""
+        line = self.editor.fontMetrics().lineSpacing()
+        lines = min(8, max(2, int(self.editor.document().size().height())))
+        height = lines * line + 16
+        if height != self.editor.height():
+            self.editor.setFixedHeight(height)
+
+    def text(self) -> str:
+        return self.editor.toPlainText()
+
+    def set_text(self, text: str):
+        self.editor.setPlainText(text)
+        self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+        self.editor.setFocus()
+
+    def set_draft(self, text: str):
+        """Show a saved draft without taking the focus."""
+        if text != self.text():
+            self.editor.setPlainText(text)
+            self.editor.moveCursor(self.editor.textCursor().MoveOperation.End)
+
+    def _draft_paused(self):
+        self._pause.stop()
+        if self.text().strip():
+            self.draftPaused.emit(self.text())
+
+    def submit(self):
+        text = self.text()
+        if not (self._ready or self._queue) or self._generating or self._waiting or not text.strip():
+            return
+        self.editor.clear()
+        self._pause.stop()  # the text is sent, not a draft any more
+        self.sendRequested.emit(text)
+
+    def set_ready(self, ready: bool, reason: str = "", queue: bool = False):
+        """Enable sending, or disable it and show why (no model loaded, still loading...).
+
+        queue: not ready yet, but a message sent now is queued and sent when it is.
+        """
+        # Typing ahead stays possible; sending waits for a model.
+        self._ready = ready
+        self._queue = queue and not ready
+        self.send_button.setText("Queue" if self._queue else "Send")
+        self.send_button.setToolTip("Sent as soon as the model is ready" if self._queue else "Send (Enter)")
+        self._reason = reason if not ready else ""
+        self._show_reason()
+        self._update_buttons()
+
+    def set_waiting(self, reason: str):
+        """Hold sending (and say why) while something else finishes; "" lets it go."""
+        self._waiting = reason
+        self._show_reason()
+        self._update_buttons()
+
+    def _show_reason(self):
+        text = self._waiting or self._reason
+        self.reason_label.setText(text)
+        self.reason_label.setVisible(bool(text))
+
+    def set_generating(self, on: bool):
+        self._generating = on
+        self.stop_button.setVisible(on)
+        self.send_button.setVisible(not on)
+        self._update_buttons()
+
+    def set_editing(self, on: bool):
+        self.edit_bar.setVisible(on)
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def can_queue(self) -> bool:
+        return self._queue
+
+    def _update_buttons(self):
+        self.send_button.setEnabled((self._ready or self._queue) and not self._generating
+                                    and not self._waiting and bool(self.text().strip()))

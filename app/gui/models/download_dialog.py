@@ -1,0 +1,125 @@
+"""The download dialog with a catalogue: curated MLX chat models (resources/catalogue.json)
+with their approximate size, quantization, context and whether they fit this machine, plus
+a Hugging Face search by name. Picking one fills the repo id; Download works as before."""
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
+
+from app.gui.chat.message_widget import format_bytes
+from app.gui.models.menu import DownloadDialog
+from engine.errors import ChinwagError
+from engine.models.catalogue import USABLE_RAM_FRACTION, fits, load_catalogue, machine_ram_bytes
+
+REPO_ROLE = Qt.ItemDataRole.UserRole
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+class CatalogueDownloadDialog(DownloadDialog):
+    searchRequested = Signal(str)
+
+    def __init__(self, parent=None, ram_bytes=None, installed=()):
+        super().__init__(parent)
+        self.ram_bytes = machine_ram_bytes() if ram_bytes is None else ram_bytes
+        self.installed = set(installed)  # registry ids already here (a download's id is its repo)
+        layout = self.layout()
+        ram = f"{self.ram_bytes / 2**30:.0f} GB" if self.ram_bytes else "unknown"
+        intro = QLabel(f"Pick a model (sizes are approximate; this machine has {ram} of memory), "
+                       "or search Hugging Face by name.")
+        intro.setWordWrap(True)
+        layout.insertWidget(0, intro)
+        self.catalogue = self._tree(["Model", "Size", "Quantization", "Context", "This machine"])
+        self.catalogue.setObjectName("catalogue")
+        try:
+            entries = load_catalogue()
+        except ChinwagError as e:
+            entries = []
+            self.message.setText(str(e))
+        for entry in entries:
+            ok = fits(entry, self.ram_bytes)
+            verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
+            have = entry.repo in self.installed
+            item = QTreeWidgetItem([
+                entry.name + (" ✓" if have else ""), "≈ " + format_bytes(entry.approx_size_bytes),
+                entry.quantization, _tokens(entry.context), "Downloaded" if have else verdict,
+            ])
+            item.setData(0, REPO_ROLE, entry.repo)
+            item.setToolTip(0, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
+            item.setToolTip(1, f"about {entry.params_b:g} billion parameters at {entry.quantization}; "
+                               "the download is about this size")
+            item.setToolTip(4, f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
+                               f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory")
+            if ok is False:
+                item.setForeground(4, self.palette().placeholderText())
+            self.catalogue.addTopLevelItem(item)
+        header = self.catalogue.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, self.catalogue.columnCount()):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        layout.insertWidget(1, self.catalogue, 1)
+        row = QHBoxLayout()
+        self.search = QLineEdit()
+        self.search.setObjectName("hubSearch")
+        self.search.setPlaceholderText("Search Hugging Face for MLX models, e.g. qwen 7b")
+        self.search.returnPressed.connect(self._search)
+        self.search_button = QPushButton("Search")
+        self.search_button.clicked.connect(self._search)
+        row.addWidget(self.search, 1)
+        row.addWidget(self.search_button)
+        layout.insertLayout(2, row)
+        self.results = self._tree(["Hugging Face result", "Downloads", "Likes"])
+        self.results.setObjectName("hubResults")
+        self.results.setVisible(False)
+        layout.insertWidget(3, self.results, 1)
+        self._query = ""
+        self.setMinimumSize(640, 520)
+
+    def _tree(self, headers) -> QTreeWidget:
+        tree = QTreeWidget()
+        tree.setHeaderLabels(headers)
+        tree.setRootIsDecorated(False)
+        tree.setUniformRowHeights(True)
+        tree.setAlternatingRowColors(True)
+        tree.currentItemChanged.connect(lambda item, _prev: self._pick(item))
+        tree.itemActivated.connect(lambda item, _col: self._pick(item, start=True))
+        return tree
+
+    def _pick(self, item, start=False):
+        if item is None or self.running:
+            return
+        self.repo.setText(item.data(0, REPO_ROLE))
+        if start:
+            self._start()
+
+    def _search(self):
+        query = " ".join(self.search.text().split())
+        if not query:
+            self.message.setText("Type part of a model name to search Hugging Face.")
+            return
+        self._query = query
+        self.search_button.setEnabled(False)
+        self.message.setText(f"Searching Hugging Face for {query}…")
+        self.searchRequested.emit(query)
+
+    def on_search_results(self, query: str, models: list):
+        if query != self._query:
+            return  # an older search answered late
+        self.search_button.setEnabled(True)
+        self.results.clear()
+        for m in models:
+            item = QTreeWidgetItem([m.repo + (" ✓" if m.repo in self.installed else ""),
+                                    f"{m.downloads:,}", f"{m.likes:,}"])
+            item.setData(0, REPO_ROLE, m.repo)
+            self.results.addTopLevelItem(item)
+        self.results.setVisible(True)
+        self.message.setText(f"{len(models)} MLX model(s) on Hugging Face match {query}." if models
+                             else f"No MLX model on Hugging Face matches {query}.")
+
+    def on_search_failed(self, query: str, reason: str):
+        if query != self._query:
+            return
+        self.search_button.setEnabled(True)
+        self.message.setText(reason[:1].upper() + reason[1:])

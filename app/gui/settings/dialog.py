@@ -1,0 +1,267 @@
+"""Generation settings: per conversation (overrides) and Preferences (the defaults).
+
+Defaults come from GenerationParams (the sampling keys) and resources/default_settings.json
+(the rest), overlaid by what the user saved in Preferences (store state "default_settings").
+A conversation stores only the keys that differ from the defaults, so changing a default
+reaches every chat that did not override it. None means "off" for optional keys (seed,
+context cap).
+"""
+
+import json
+from importlib import resources as importlib_resources
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
+
+from app.core.settings_check import valid_settings
+from engine.errors import ChinwagError
+from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
+
+DEFAULTS_KEY = "default_settings"
+SPECS = {spec.name: spec for spec in param_specs()}
+# Read the message while it is typed (engine.prefill); its default is in default_settings.json.
+PREFILL_KEY = "prefill_while_typing"
+KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
+# How the dialog shows a field's lowest value ("off"), and its step; UI only.
+SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
+STEPS = {"min_p": 0.01}
+# The dialog's tooltips: what each knob does, for someone who has never heard of it (UI text;
+# a key without one shows GenerationParams' own help).
+TIPS = {
+    "system_prompt": "Instructions the model reads before the conversation (Enter: OK, Shift+Enter: new line).",
+    "temperature": "Randomness. 0 always picks the likeliest word; 0.7 is balanced; above 1 gets creative "
+                   "and less reliable.",
+    "top_p": "Nucleus sampling: pick only among the likeliest words whose probabilities add up to this. "
+             "1 turns it off; 0.9 trims unlikely words.",
+    "top_k": "Pick only among this many likeliest words. Off: no limit.",
+    "min_p": "Drop words less likely than this fraction of the likeliest one. 0 turns it off; "
+             "0.05 is a good start.",
+    "repetition_penalty": "Above 1 discourages repeating words already written (1.1 is mild); 1 turns it off.",
+    "max_tokens": "The longest reply, in tokens (a token is about three quarters of a word).",
+    "seed": "The same seed and settings give the same reply again. Random: a new one each time.",
+    "context_cap": "Use at most this many tokens of context (less memory, older turns dropped sooner). "
+                   "Model's limit: the model's own.",
+}
+
+
+def builtin_defaults() -> dict:
+    text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
+    # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
+    return {"speculative": None, "draft_model": "", **json.loads(text),
+            **{name: spec.default for name, spec in SPECS.items()}}
+
+
+def load_defaults(store) -> dict:
+    defaults = builtin_defaults()
+    try:
+        saved = store.get_state(DEFAULTS_KEY, {}) or {}
+    except ChinwagError:  # the database cannot be read now: the built-in defaults still work
+        saved = {}
+    defaults.update({k: v for k, v in valid_settings(saved).items() if k in KEYS})
+    return defaults
+
+
+def effective(conv_settings: dict | None, defaults: dict) -> dict:
+    values = dict(defaults)
+    values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
+    return values
+
+
+def overrides(values: dict, defaults: dict) -> dict:
+    """Keys to write with store.update_settings: changed values, None for back-to-default."""
+    return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
+
+
+def _setting(spec: ParamSpec, values: dict):
+    value = values.get(spec.name, spec.default)
+    if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
+        return None
+    return spec.convert(value)
+
+
+def params_from_settings(values: dict) -> GenerationParams:
+    """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
+    try:
+        numbers = {name: _setting(spec, values) for name, spec in SPECS.items()}
+    except ChinwagError as e:
+        raise ChinwagError(f"chat settings: {e}") from e
+    speculative = values.get("speculative")
+    return GenerationParams(**numbers, speculative=None if speculative is None else bool(speculative),
+                            draft_model=str(values.get("draft_model") or "").strip())
+
+
+def engine_messages(messages, system_prompt: str) -> list[dict]:
+    """What the engine gets: the system prompt first, then the turns that have text."""
+    out = []
+    if system_prompt.strip():
+        out.append({"role": "system", "content": system_prompt})
+    for m in messages:
+        if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
+            continue
+        out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
+    """A spin box over the field's range; an optional field's "off" sits one step below it."""
+    box: QSpinBox | QDoubleSpinBox
+    if spec.kind is float:
+        box = QDoubleSpinBox()
+        box.setDecimals(2)
+        step = STEPS.get(spec.name, 0.05)
+        box.setSingleStep(step)
+        box.setRange(spec.lo - (step if spec.optional else 0), spec.hi)
+    else:
+        box = QSpinBox()
+        box.setRange(int(spec.lo) - (1 if spec.optional else 0), int(spec.hi))
+    special = SPECIAL_TEXT.get(spec.name, "default" if spec.optional else "")
+    if special:
+        box.setSpecialValueText(special)
+    box.setToolTip(spec.help)
+    return box
+
+
+def load_presets() -> list[dict]:
+    """System prompt presets ({"name", "prompt"}) shipped in resources/prompt_presets.json."""
+    text = importlib_resources.files("resources").joinpath("prompt_presets.json").read_text("utf-8")
+    return [p for p in json.loads(text) if isinstance(p, dict) and "name" in p and "prompt" in p]
+
+
+class PromptEdit(QPlainTextEdit):
+    """A dialog's multi-line field: Tab moves on, Enter is OK, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, event):
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class SettingsDialog(QDialog):
+    """Edits one settings dict. Show it with open() (never exec() from a coroutine)."""
+
+    def __init__(self, values: dict, defaults: dict, title: str, parent=None, note: str = ""):
+        super().__init__(parent)
+        self.setObjectName("settingsDialog")
+        self.setWindowTitle(title)
+        self.setWindowModality(Qt.WindowModality.WindowModal)
+        self._defaults = dict(defaults)
+        layout = QVBoxLayout(self)
+        if note:
+            label = QLabel(note)
+            label.setWordWrap(True)
+            layout.addWidget(label)
+        self.extra_group = QGroupBox()  # rows a subclass adds above the chat settings
+        self.extra_form = QFormLayout(self.extra_group)
+        self.extra_group.setVisible(False)
+        layout.addWidget(self.extra_group)
+        self.chat_group = QGroupBox()
+        layout.addWidget(self.chat_group)
+        form = QFormLayout()
+        self.presets = load_presets()
+        self.preset_box = QComboBox()
+        self.preset_box.setObjectName("promptPreset")
+        self.preset_box.addItem("Choose a preset…")
+        for preset in self.presets:
+            self.preset_box.addItem(preset["name"], preset["prompt"])
+        self.preset_box.setToolTip("Fill the system prompt with a ready-made one (you can edit it after)")
+        self.preset_box.activated.connect(self._use_preset)
+        self.system_prompt = PromptEdit()
+        self.system_prompt.setObjectName("systemPrompt")
+        self.system_prompt.setPlaceholderText("Optional instructions sent before the conversation")
+        self.system_prompt.setMinimumHeight(80)
+        self.system_prompt.setToolTip(TIPS["system_prompt"])
+        self.system_prompt.submitted.connect(self.accept)
+        self.fields = {name: _box(spec) for name, spec in SPECS.items()}
+        form.addRow("Preset", self.preset_box)
+        form.addRow("System prompt", self.system_prompt)
+        for key, box in self.fields.items():
+            box.setObjectName(key)
+            box.setToolTip(TIPS.get(key, SPECS[key].help))
+            form.addRow(key.replace("_", " ").capitalize(), box)
+            form.labelForField(box).setToolTip(box.toolTip())
+        self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
+        self.prefill_box.setObjectName(PREFILL_KEY)
+        self.prefill_box.setToolTip("The model starts reading your message when you pause typing, "
+                                    "so the reply starts sooner after Enter")
+        form.addRow("", self.prefill_box)
+        self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
+        self.speculative.setObjectName("speculative")
+        self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
+                                    "the reply is the same as without it")
+        form.addRow("", self.speculative)
+        self.draft_model = QLineEdit()
+        self.draft_model.setObjectName("draft_model")
+        self.draft_model.setPlaceholderText("none: drafts come from the conversation")
+        self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
+                                    "or a folder) that drafts tokens for speculative decoding")
+        form.addRow("Draft model", self.draft_model)
+        self.chat_group.setLayout(form)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.reset_button = QPushButton("Reset to Defaults")
+        buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)
+        self.reset_button.clicked.connect(lambda: self.set_values(self._defaults))
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setDefault(True)  # Return in a field is OK
+        self.set_values(values)
+
+    def _use_preset(self, index):
+        if index > 0:
+            self.system_prompt.setPlainText(self.preset_box.itemData(index) or "")
+            self.preset_box.setCurrentIndex(0)
+            self.system_prompt.setFocus()
+
+    def set_values(self, values: dict):
+        self.system_prompt.setPlainText(str(values.get("system_prompt") or ""))
+        for key, box in self.fields.items():
+            spec = SPECS[key]
+            try:
+                value = _setting(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
+            except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
+                value = spec.default
+            box.setValue(box.minimum() if value is None else value)
+        self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
+        chosen = values.get("speculative", self._defaults.get("speculative"))
+        self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))
+        self.draft_model.setText(str(values.get("draft_model") or ""))
+
+    def values(self) -> dict:
+        out: dict = {"system_prompt": self.system_prompt.toPlainText()}
+        for key, box in self.fields.items():
+            value = box.value()
+            if SPECS[key].optional and value == box.minimum():
+                out[key] = None
+            else:
+                out[key] = round(value, 4) if isinstance(box, QDoubleSpinBox) else int(value)
+        out[PREFILL_KEY] = self.prefill_box.isChecked()
+        # The backend's default is stored as None, so it follows the default if that changes.
+        checked = self.speculative.isChecked()
+        out["speculative"] = None if checked == speculative_default() else checked
+        out["draft_model"] = self.draft_model.text().strip()
+        return out

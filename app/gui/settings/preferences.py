@@ -1,0 +1,81 @@
+"""Preferences: the app's own settings (theme, font size, default model) above the defaults
+for every chat (the SettingsDialog fields; the prefill-while-typing switch is one of those,
+the key `prefill_while_typing`).
+
+App settings live in the store's state table under APP_KEY; APP_DEFAULTS is their one source.
+"""
+
+from PySide6.QtWidgets import QComboBox, QSpinBox
+
+from app.gui.settings.dialog import SettingsDialog
+from app.gui.theme import THEMES
+from engine.errors import ChinwagError
+
+APP_KEY = "app_settings"
+APP_DEFAULTS = {
+    "theme": "system",  # one of app.gui.theme.THEMES
+    "font_size": 0,  # points; 0: the system's size
+    "default_model": "",  # model loaded at start; "": the last one used
+}
+FONT_SIZE_RANGE = (8, 24)  # points a user can pick; one below the range means "system"
+
+
+def load_app_settings(store) -> dict:
+    values = dict(APP_DEFAULTS)
+    try:
+        saved = store.get_state(APP_KEY, {}) or {}
+    except ChinwagError:
+        saved = {}
+    if isinstance(saved, dict):
+        values.update({k: v for k, v in saved.items() if k in APP_DEFAULTS and type(v) is type(APP_DEFAULTS[k])})
+    if values["theme"] not in THEMES:
+        values["theme"] = APP_DEFAULTS["theme"]
+    return values
+
+
+class PreferencesDialog(SettingsDialog):
+    def __init__(self, chat_defaults: dict, app_values: dict, models, parent=None):
+        super().__init__(chat_defaults, chat_defaults, "Preferences", parent)
+        self.extra_group.setTitle("Chinwag")
+        self.extra_group.setVisible(True)
+        self.chat_group.setTitle("Defaults for every chat that does not set its own")
+        self.theme_box = QComboBox()
+        self.theme_box.setObjectName("theme")
+        for name in THEMES:
+            self.theme_box.addItem(name.capitalize() if name != "system" else "Same as the system", name)
+        self.theme_box.setToolTip("Light or dark, or follow the system's choice")
+        self.font_box = QSpinBox()
+        self.font_box.setObjectName("fontSize")
+        self.font_box.setRange(FONT_SIZE_RANGE[0] - 1, FONT_SIZE_RANGE[1])
+        self.font_box.setSpecialValueText("System size")  # shown at the minimum, stored as 0
+        self.font_box.setSuffix(" pt")
+        self.font_box.setToolTip("The text size of the whole window")
+        self.model_box = QComboBox()
+        self.model_box.setObjectName("defaultModel")
+        self.model_box.addItem("The last one used", "")
+        for m in models:
+            if getattr(m, "status", "") != "unusable":
+                self.model_box.addItem(m.name or m.id, m.id)
+        self.model_box.setToolTip("The model Chinwag loads when it starts")
+        self.extra_form.addRow("Theme", self.theme_box)
+        self.extra_form.addRow("Font size", self.font_box)
+        self.extra_form.addRow("Default model", self.model_box)
+        self.set_app_values(app_values)
+
+    def set_app_values(self, values: dict):
+        self.theme_box.setCurrentIndex(max(0, self.theme_box.findData(values.get("theme", "system"))))
+        size = int(values.get("font_size") or 0)
+        self.font_box.setValue(size if size > self.font_box.minimum() else self.font_box.minimum())
+        index = self.model_box.findData(values.get("default_model", ""))
+        if index < 0:  # a default model that is gone: keep it, named by its id
+            self.model_box.addItem(str(values.get("default_model")), values.get("default_model"))
+            index = self.model_box.count() - 1
+        self.model_box.setCurrentIndex(index)
+
+    def app_values(self) -> dict:
+        size = self.font_box.value()
+        return {
+            "theme": self.theme_box.currentData(),
+            "font_size": 0 if size <= self.font_box.minimum() else size,
+            "default_model": self.model_box.currentData() or "",
+        }

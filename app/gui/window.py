@@ -1,0 +1,415 @@
+"""The main window: sidebar | notices + chat + composer, menus, status bar.
+
+The window gets its Store and Engine from outside (`MainWindow(store, engine)`), so tests
+can give it the real engine on the tiny model or a fake. Nothing here blocks: dialogs are
+opened with open(), engine work runs as tasks kept by the EngineBridge.
+"""
+
+from pathlib import Path
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QMainWindow,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui import shortcuts as keys
+from app.gui import theme
+from app.gui.chat.controller import ChatController
+from app.gui.chat.header import ChatHeader
+from app.gui.chat.view import ChatView
+from app.gui.composer import Composer
+from app.gui.engine_bridge import EngineBridge
+from app.gui.models.menu import ModelMenu
+from app.gui.models.picker import ModelPicker
+from app.gui.models.server_dialog import open_server_dialog
+from app.gui.notices import NoticeArea
+from app.gui.settings.preferences import load_app_settings
+from app.gui.window_dialogs import WindowDialogs
+from app.gui.window_keys import WindowKeys
+from app.gui.window_status import STATE_LABELS, WindowStatus
+from engine.errors import ChinwagError
+
+STARTER_ID = "smollm2-135m-instruct"  # engine.models.registry.STARTER_ID, without importing it early
+MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
+ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
+
+
+def load_stylesheet() -> str:
+    from importlib import resources
+
+    try:
+        return resources.files("resources").joinpath("style.qss").read_text("utf-8")
+    except OSError:
+        return ""
+
+
+def starter_id() -> str:
+    try:
+        from engine.models.registry import STARTER_ID as sid
+
+        return sid
+    except ImportError:  # the engine package is incomplete: the built-in name still works
+        return STARTER_ID
+
+
+class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
+    def __init__(self, store, engine=None, engine_factory=None, parent=None):
+        super().__init__(parent)
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Chinwag")
+        self.resize(1100, 760)
+        self.setMinimumSize(*MIN_SIZE)
+        self.setStyleSheet(load_stylesheet())
+        self.store = store
+        kwargs = {"engine_factory": engine_factory} if engine_factory else {}
+        self.bridge = EngineBridge(engine, parent=self, **kwargs)
+        self._models = []
+        self._stats = None  # the stats shown in the status bar (TurnStats or dict)
+        self._loading_spec = ""
+        self._startup = False
+        self._dialogs = []  # non-modal dialogs kept alive while open
+
+        from app.gui.sidebar import Sidebar
+
+        self.sidebar = Sidebar()
+        self.chat_view = ChatView()
+        self.chat_view.model_name = self._model_name
+        self.composer = Composer()
+        self.notices = NoticeArea()
+        self.header = ChatHeader()
+        self.header.toggleSidebarRequested.connect(self.toggle_sidebar)
+        self.header.settingsRequested.connect(self.chat_settings_dialog)
+        right = QWidget()
+        column = QVBoxLayout(right)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.header)
+        column.addWidget(self.notices)
+        self.model_picker = ModelPicker()  # the chat header's model picker, at its right end
+        self.header.add_widget(self.model_picker)
+        column.addWidget(self.chat_view, 1)
+        column.addWidget(self.composer)
+        splitter = QSplitter()
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 840])
+        splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
+        self.setCentralWidget(splitter)
+
+        self.chat = ChatController(store, self.bridge, self.chat_view, self.composer, self.sidebar, self)
+        self.chat.error.connect(self.show_error)
+        self.chat.conversationChanged.connect(self._on_conversation_changed)
+        self.chat.statsChanged.connect(self._show_stats)
+        self.chat.generatingChanged.connect(self._on_generating)
+        self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
+        self.chat.deletedUndoable.connect(self._offer_undo)
+        self.chat.conversationChanged.connect(lambda _c: self._focus_after_switch())
+        self.sidebar.list.itemClicked.connect(lambda _item: self.focus_composer())
+        self.sidebar.list.itemActivated.connect(lambda _item: self.focus_composer())
+        self.chat.readingProgress.connect(self._show_reading)
+
+        self._applied_look = ("system", 0)
+        self.apply_app_settings()
+        self._build_status_bar()
+        self._build_menus()
+        self._connect_bridge()
+        self._update_composer()
+
+        if store.notice:
+            kind = "warning" if store.read_only else "info"
+            self.notices.show_notice("store", store.notice[0].upper() + store.notice[1:] + ".", kind)
+        self.chat.refresh_list()
+        geometry = store.get_state("window_geometry")
+        if geometry:
+            from PySide6.QtCore import QByteArray
+
+            self.restoreGeometry(QByteArray.fromBase64(geometry.encode("ascii")))
+        last = store.get_state("last_conversation")
+        if last and last in self.sidebar.ids():
+            self.chat.open_conversation(last)
+        self.focus_composer()  # a newcomer types straight away
+
+    # --- building -------------------------------------------------------
+    def _action(self, menu, text, slot, shortcut=None, role=None, name=None):
+        action = QAction(text, self)
+        if shortcut is not None:
+            keys = shortcut if isinstance(shortcut, list) else [shortcut]
+            action.setShortcuts([QKeySequence(k) for k in keys if not QKeySequence(k).isEmpty()])
+        if role is not None:
+            action.setMenuRole(role)
+        action.triggered.connect(lambda _checked=False: slot())
+        action.setObjectName(name or text)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self):
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, keys.NEW_CHAT)
+        file_menu.addSeparator()
+        self.import_action = self._action(file_menu, "Import Conversation…", self.import_dialog)
+        self.export_action = self._action(file_menu, "Export Conversation…", self.export_dialog, keys.EXPORT)
+        file_menu.addSeparator()
+        prefs = QKeySequence(QKeySequence.StandardKey.Preferences)
+        self.prefs_action = self._action(
+            file_menu, "Preferences…", self.preferences_dialog,
+            prefs if not prefs.isEmpty() else keys.PREFERENCES, QAction.MenuRole.PreferencesRole,
+        )
+        file_menu.addSeparator()
+        self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
+
+        edit_menu = bar.addMenu("&Edit")
+        # Text fields keep their own Ctrl+Z (Qt gives them the key first); elsewhere it undoes a delete.
+        self.undo_action = self._action(edit_menu, "Undo", self.undo, keys.UNDO)
+        edit_menu.addSeparator()
+        for name, key in (("Cut", QKeySequence.StandardKey.Cut), ("Copy", QKeySequence.StandardKey.Copy),
+                          ("Paste", QKeySequence.StandardKey.Paste),
+                          ("Select All", QKeySequence.StandardKey.SelectAll)):
+            self._action(edit_menu, name, lambda n=name: self.edit_focused(n), key, name=f"edit{name.replace(' ', '')}")
+        edit_menu.addSeparator()
+        self.copy_reply_action = self._action(edit_menu, "Copy Last Reply", self.copy_last_reply,
+                                              keys.COPY_LAST_REPLY)
+        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, keys.FIND)
+
+        view_menu = bar.addMenu("&View")
+        self.sidebar_action = self._action(view_menu, "Show Chat List", self.toggle_sidebar, keys.TOGGLE_SIDEBAR)
+        self.sidebar_action.setCheckable(True)
+        self.sidebar_action.setChecked(True)
+
+        chat_menu = bar.addMenu("&Chat")
+        self.stop_action = self._action(chat_menu, "Stop", self.escape, keys.STOP)
+        self.stop_action.setEnabled(False)
+        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, keys.REGENERATE)
+        chat_menu.addSeparator()
+        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), keys.RENAME)
+        self._action(chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id)
+                     if self.chat.conv_id else None)
+        chat_menu.addSeparator()
+        self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
+
+        self.model_menu = ModelMenu(self)
+        bar.addMenu(self.model_menu)
+        self.model_menu.modelChosen.connect(self.load_model)
+        self.model_menu.importGgufRequested.connect(self.import_gguf_dialog)
+        self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
+        self.model_menu.downloadRequested.connect(self.download_dialog)
+        self.model_menu.showFolderRequested.connect(self.show_models_folder)
+        picker = self.model_picker  # the same menu, the same handlers
+        picker.modelChosen.connect(self.load_model)
+        picker.downloadRequested.connect(self.download_dialog)
+        picker.importGgufRequested.connect(self.import_gguf_dialog)
+        picker.addFolderRequested.connect(self.add_folder_dialog)
+        picker.showFolderRequested.connect(self.show_models_folder)
+        picker.connectServerRequested.connect(lambda: open_server_dialog(self))
+        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
+
+        help_menu = bar.addMenu("&Help")
+        self.shortcuts_action = self._action(help_menu, "Keyboard Shortcuts", self.shortcuts_dialog,
+                                             keys.SHORTCUTS_SHEET)
+
+    def _connect_bridge(self):
+        b = self.bridge
+        b.stateChanged.connect(self._on_state)
+        b.startFailed.connect(lambda reason: self.show_error(f"The engine could not start: {reason}"))
+        b.modelsListed.connect(self._on_models)
+        b.loadProgress.connect(self._on_load_progress)
+        b.modelLoaded.connect(self._on_model_loaded)
+        b.loadFailed.connect(self._on_load_failed)
+        b.taskProgress.connect(self._on_task_progress)
+        b.taskFinished.connect(self._on_task_finished)
+        b.taskFailed.connect(self._on_task_failed)
+
+    # --- engine ---------------------------------------------------------
+    def start_engine(self, model_spec: str | None = None):
+        """Start the engine in the background and load the last used model (or the starter)."""
+        default = starter_id()
+        chosen = load_app_settings(self.store)["default_model"]
+        spec = model_spec or chosen or self.store.get_state("last_model") or default
+        self._loading_spec = spec
+        self._startup = True  # until the start-up load ends, "no model yet" means "loading"
+        task = self.bridge.start(spec, fallback=default if not model_spec else None)
+        task.add_done_callback(lambda _task: self._startup_done())
+        self._update_composer()
+        return task
+
+    def _startup_done(self):
+        self._startup = False
+        self._update_composer()
+        self._update_welcome()
+        if self.bridge.current_model is None and self.chat.queued is not None:
+            self.chat.unqueue()
+            self.show_error("Your message was not sent: no model could be loaded. Choose one in the Model menu, "
+                            "then press Ctrl+R to send it.")
+
+    def apply_app_settings(self):
+        """Theme and font size from Preferences (left alone while they are the system's)."""
+        values = load_app_settings(self.store)
+        look = (values["theme"], values["font_size"])
+        if look != self._applied_look:
+            theme.apply(*look)
+            self._applied_look = look
+            self.setStyleSheet(load_stylesheet())  # re-resolve palette() colours in the style sheet
+            chat = getattr(self, "chat", None)  # absent while the window is being built
+            if chat is not None and chat.conv_id and chat.gen is None:
+                chat.open_conversation(chat.conv_id)  # messages re-render in the new colours and size
+
+    def load_model(self, spec: str):
+        if self.bridge.state == "loading":
+            return None
+        self._loading_spec = spec
+        return self.bridge.load_model(spec)
+
+    def _on_state(self, state):
+        self._update_welcome()
+        label = STATE_LABELS.get(state, state)
+        if self._loading_spec and (state == "loading" or (state == "idle" and self._startup)):
+            label = f"Loading {self._model_name(self._loading_spec)}…"
+        self.state_label.setText(label)
+        self.model_menu.set_busy(state == "loading")
+        self.model_picker.set_busy(state == "loading")
+        self.progress.setVisible(state == "loading")
+        if state == "loading":
+            self.progress.setRange(0, 0)
+        self._update_composer()
+
+    def _on_models(self, models):
+        self._models = models
+        current = self.bridge.current_model
+        self.model_menu.set_models(models, current.id if current else None)
+        self.model_picker.set_models(models, current.id if current else None)
+        self.chat_view.refresh_model_names()
+        self._suggest_conversation_model()
+
+    def _model_name(self, spec):
+        for m in self._models:
+            if m.id == spec:
+                return m.name or m.id
+        if spec == starter_id():  # before the model list arrives: never show the raw id
+            from engine.models.registry import STARTER_NAME
+
+            return STARTER_NAME
+        return Path(str(spec)).name or str(spec)
+
+    def _on_model_loaded(self, info):
+        self.progress.setVisible(False)
+        self.model_label.setText(info.name or info.id)
+        self.model_label.setToolTip(info.path)
+        self.model_menu.set_current(info.id)
+        self.model_picker.set_current(info.id)
+        self.notices.dismiss("load")
+        if not self.store.read_only:
+            try:
+                self.store.set_state("last_model", info.id)
+            except ChinwagError:
+                pass
+        self._show_stats(self._stats)
+        self._update_composer()
+        self._suggest_conversation_model()
+        self.notices.dismiss("error")  # something worked: an old error no longer applies
+        self._update_welcome()
+        if self.chat.queued is not None:
+            self.chat.send_queued()
+
+    def _on_load_failed(self, spec, reason):
+        self.progress.setVisible(False)
+        current = self.bridge.current_model
+        keep = f" {current.name or current.id} is still loaded." if current else ""
+        self.notices.show_notice("load", f"Could not load {self._model_name(spec)}: {reason}.{keep}", "error")
+        self.statusBar().showMessage(f"Could not load {self._model_name(spec)}", 8000)
+        self._update_composer()
+
+    def _update_composer(self):
+        state = self.bridge.state
+        if self.store.read_only:
+            self.composer.set_ready(False, "Conversations are read-only, so new messages cannot be saved.")
+        elif state == "starting":
+            self.composer.set_ready(False, "Starting the engine… you can send now: your message waits for the model.",
+                                    queue=True)
+        elif state == "error":
+            self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
+        elif self.bridge.current_model is None and (state == "loading" or self._startup):
+            self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}… you can send now: "
+                                    "your message waits for the model.", queue=True)
+        elif self.bridge.current_model is None:
+            why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
+            self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
+        elif state == "loading":
+            self.composer.set_ready(False, f"Switching to {self._model_name(self._loading_spec)}…")
+        else:
+            self.composer.set_ready(True)
+
+    # --- status ---------------------------------------------------------
+    def _on_generating(self, on):
+        self.stop_action.setEnabled(on or self.chat.editing is not None)
+        self.regen_action.setEnabled(not on)
+        if not on and self.chat.last_status == "complete":
+            self.notices.dismiss("error")  # a reply came through: an old error no longer applies
+
+    def _on_conversation_changed(self, conv_id):
+        title, prompt = "", None
+        if conv_id:
+            try:
+                conv = self.store.get_conversation(conv_id)
+                title, prompt = conv.title, (conv.settings or {}).get("system_prompt")
+            except ChinwagError:
+                pass
+        self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
+        self.header.set_title(title)
+        self.header.set_custom_prompt(prompt)
+        if not conv_id:
+            self._show_stats(None)
+        self._suggest_conversation_model()
+
+    def _suggest_conversation_model(self):
+        """A chat that last used another model offers to switch back to it (never automatic)."""
+        self.notices.dismiss("conv-model")
+        conv_id, current = self.chat.conv_id, self.bridge.current_model
+        if not conv_id or current is None:
+            return
+        try:
+            wanted = self.store.get_conversation(conv_id).model_id
+        except ChinwagError:
+            return
+        info = next((m for m in self._models if m.id == wanted), None)
+        if info is None or wanted == current.id or info.status == "unusable":
+            return
+        name = info.name or info.id
+        self.notices.show_notice("conv-model", f"This chat last used {name}.", "info",
+                                 (f"Switch to {name}", lambda: self.load_model(info.id)))
+
+    def escape(self):
+        if self.chat.gen is not None:
+            self.chat.stop()
+        else:
+            self.chat.cancel_edit()
+
+    def show_error(self, text):
+        self.notices.show_notice("error", text, "error", timeout_ms=ERROR_BANNER_MS)
+        self.statusBar().showMessage(text.split("\n")[0][:200], 10000)
+
+    def _offer_undo(self, conv_id, title):
+        self.notices.show_notice(
+            "undo", f"Deleted “{title}”.", "info", ("Undo", lambda: self.chat.undo_delete(conv_id)),
+            timeout_ms=8000,
+        )
+
+    # --- closing --------------------------------------------------------
+    def closeEvent(self, event):
+        self.chat.save_draft()  # the unsent text of the open chat is there next time
+        self.chat.abandon()
+        if not self.store.read_only:
+            try:
+                self.store.set_state("window_geometry", bytes(self.saveGeometry().toBase64()).decode("ascii"))
+            except ChinwagError:
+                pass
+        super().closeEvent(event)
+
+    async def shutdown(self):
+        """Close the engine (after the window closed); run it on the loop."""
+        self.chat.abandon()
+        await self.bridge.aclose()

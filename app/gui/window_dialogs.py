@@ -1,0 +1,196 @@
+"""The window's dialogs: export and import conversations, settings, and model imports.
+
+A mixin of MainWindow, kept apart so each file reads in one sitting. Every dialog is
+opened with open() (never exec()), so nothing here blocks the event loop.
+"""
+
+from pathlib import Path
+
+from PySide6.QtCore import QStandardPaths, QUrl
+from PySide6.QtWidgets import QFileDialog
+
+from app.gui.models.download_dialog import CatalogueDownloadDialog
+from app.gui.settings.dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
+from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
+from app.transcripts import export
+from engine.errors import ChinwagError
+
+EXPORT_FILTERS = {
+    "md": "Markdown (*.md)", "json": "Chinwag JSON (*.json)", "html": "Web page (*.html)",
+    "txt": "Plain text (*.txt)", "pdf": "PDF (*.pdf)",
+}
+
+
+def open_url(url: QUrl) -> bool:
+    """Indirection so tests can replace the desktop call."""
+    from PySide6.QtGui import QDesktopServices
+
+    return QDesktopServices.openUrl(url)
+
+
+class WindowDialogs:
+    # --- dialogs ----------------------------------------------------------
+    def _keep(self, dialog):
+        self._dialogs.append(dialog)
+        dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.finished.connect(lambda *_: self.focus_composer())  # back to typing
+        dialog.open()
+        return dialog
+
+    def _file_dialog(self, title, mode, filters, on_selected, save_name=""):
+        dialog = QFileDialog(self, title)
+        dialog.setFileMode(mode)
+        if mode == QFileDialog.FileMode.AnyFile:
+            dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        if filters:
+            dialog.setNameFilters(filters)
+        docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        dialog.setDirectory(docs or str(Path.home()))
+        if save_name:
+            dialog.selectFile(save_name)
+        dialog.fileSelected.connect(lambda path: on_selected(path, dialog.selectedNameFilter()))
+        return self._keep(dialog)
+
+    def export_dialog(self):
+        if not self.chat.conv_id:
+            self.show_error("There is no conversation to export yet.")
+            return None
+        conv = self.store.get_conversation(self.chat.conv_id)
+        filters = list(EXPORT_FILTERS.values())
+
+        def chosen(path, name_filter):
+            fmt = next((k for k, v in EXPORT_FILTERS.items() if v == name_filter), "md")
+            if Path(path).suffix.lower().lstrip(".") in EXPORT_FILTERS:
+                fmt = Path(path).suffix.lower().lstrip(".")
+            elif not Path(path).suffix:
+                path = f"{path}.{fmt}"
+            self.export_to(path, fmt)
+
+        return self._file_dialog("Export Conversation", QFileDialog.FileMode.AnyFile, filters, chosen,
+                                 export.suggested_filename(conv, "md"))
+
+    def export_to(self, path, fmt=None) -> bool:
+        if not self.chat.conv_id:
+            self.show_error("There is no conversation to export yet.")
+            return False
+        self.chat.save_partial()
+        fmt = fmt or Path(path).suffix.lstrip(".") or "md"
+        try:
+            conv = self.store.get_conversation(self.chat.conv_id)
+            written = export.export_conversation(conv, fmt, path)
+        except ChinwagError as e:
+            self.show_error(f"Export failed: {e}")
+            return False
+        except OSError as e:
+            self.show_error(f"Export failed: cannot write {path}: {e.strerror or e}")
+            return False
+        self.statusBar().showMessage(f"Exported to {written}", 8000)
+        return True
+
+    def import_dialog(self):
+        return self._file_dialog("Import Conversation", QFileDialog.FileMode.ExistingFile,
+                                 ["Chinwag JSON (*.json)", "All files (*)"], lambda p, _f: self.import_from(p))
+
+    def import_from(self, path) -> bool:
+        try:
+            conv = export.import_conversation(self.store, path)
+        except ChinwagError as e:
+            self.show_error(f"Import failed: {e}")
+            return False
+        self.chat.refresh_list()
+        self.chat.open_conversation(conv.id)
+        self.statusBar().showMessage(f"Imported “{conv.title}”", 8000)
+        return True
+
+    def preferences_dialog(self):
+        defaults = load_defaults(self.store)
+        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self._models, self)
+        dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
+        return self._keep(dialog)
+
+    def save_preferences(self, values: dict, app_values: dict | None = None):
+        try:
+            self.store.set_state(DEFAULTS_KEY, values)
+            if app_values is not None:
+                self.store.set_state(APP_KEY, app_values)
+        except ChinwagError as e:
+            self.show_error(f"Preferences not saved: {e}")
+            return
+        self.apply_app_settings()
+
+    def chat_settings_dialog(self):
+        try:
+            conv_id = self.chat.ensure_conversation()
+            conv = self.store.get_conversation(conv_id)
+        except ChinwagError as e:
+            self.show_error(str(e))
+            return None
+        defaults = load_defaults(self.store)
+        dialog = SettingsDialog(effective(conv.settings, defaults), defaults, f"Settings for “{conv.title}”", self)
+        dialog.accepted.connect(lambda: self.save_chat_settings(conv_id, dialog.values()))
+        return self._keep(dialog)
+
+    def save_chat_settings(self, conv_id, values: dict):
+        try:
+            self.store.update_settings(conv_id, overrides(values, load_defaults(self.store)))
+        except ChinwagError as e:
+            self.show_error(f"Settings not saved: {e}")
+            return
+        if conv_id == self.chat.conv_id:
+            self._on_conversation_changed(conv_id)  # the header's system prompt marker
+
+    # --- models: import, add, download, folder -----------------------------
+    def import_gguf_dialog(self):
+        return self._file_dialog("Import GGUF", QFileDialog.FileMode.ExistingFile,
+                                 ["GGUF models (*.gguf)", "All files (*)"],
+                                 lambda p, _f: self.bridge.import_gguf(p))
+
+    def add_folder_dialog(self):
+        return self._file_dialog("Add Model Folder", QFileDialog.FileMode.Directory, [],
+                                 lambda p, _f: self.bridge.add_model_folder(p))
+
+    def download_dialog(self):
+        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
+        dialog.searchRequested.connect(self.bridge.search_models)
+        self.bridge.searchFinished.connect(dialog.on_search_results)
+        self.bridge.searchFailed.connect(dialog.on_search_failed)
+        dialog.downloadRequested.connect(self.bridge.download_model)
+        dialog.cancelRequested.connect(self.bridge.cancel_download)
+        self._download = dialog
+        dialog.finished.connect(lambda *_: setattr(self, "_download", None))
+        return self._keep(dialog)
+
+    def show_models_folder(self):
+        from engine.paths import models_dir
+
+        if not open_url(QUrl.fromLocalFile(str(models_dir()))):
+            self.show_error(f"Could not open {models_dir()}")
+
+    def _on_task_progress(self, kind, p):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_progress(p)
+            return
+        self.progress.setVisible(True)
+        if p.total:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
+        self.statusBar().showMessage(p.stage, 5000)
+
+    def _on_task_finished(self, kind, info):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_finished(info)
+        self.progress.setVisible(self.bridge.state == "loading")
+        verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
+        self.notices.show_notice("model-task", f"{verb} {info.name or info.id}.", "info",
+                                 ("Load It", lambda: self.load_model(info.id)))
+
+    def _on_task_failed(self, kind, reason):
+        dialog = getattr(self, "_download", None)
+        if kind == "download" and dialog is not None:
+            dialog.on_failed(reason)
+        self.progress.setVisible(self.bridge.state == "loading")
+        what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
+        self.show_error(f"{what} failed: {reason}")

@@ -1,0 +1,87 @@
+"""The window's keyboard side: focus, the Edit menu, copy the last reply, the sidebar toggle
+and Help › Keyboard Shortcuts. A mixin of MainWindow, like WindowDialogs."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QApplication,
+    QDialog,
+    QDialogButtonBox,
+    QGridLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QTextEdit,
+    QVBoxLayout,
+)
+
+from app.gui.shortcuts import SHEET, key_text
+
+
+class ShortcutsDialog(QDialog):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("shortcutsDialog")
+        self.setWindowTitle("Keyboard Shortcuts")
+        layout = QVBoxLayout(self)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(24)
+        self.rows = []
+        for i, (what, key) in enumerate(SHEET):
+            key_label = QLabel(key_text(key))
+            key_label.setObjectName("shortcutKey")
+            grid.addWidget(key_label, i, 0)
+            grid.addWidget(QLabel(what), i, 1)
+            self.rows.append((key_label.text(), what))
+        layout.addLayout(grid)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+
+class WindowKeys:
+    def toggle_sidebar(self):
+        shown = self.sidebar.isHidden()
+        self.sidebar.setVisible(shown)
+        self.sidebar_action.setChecked(shown)
+        if not shown:
+            self.focus_composer()
+
+    # --- focus and the Edit menu -------------------------------------------
+    def focus_composer(self):
+        self.composer.editor.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _focus_after_switch(self):
+        """After a chat opens, typing goes to the composer (unless the user is in the list or search)."""
+        if self.focusWidget() not in (self.sidebar.list, self.sidebar.search):
+            self.focus_composer()
+
+    def undo(self):
+        """Undo typing in the focused field if it has any; otherwise bring back the last deleted chat."""
+        focused = QApplication.focusWidget()
+        if isinstance(focused, QLineEdit) and focused.isUndoAvailable():
+            focused.undo()
+        elif isinstance(focused, (QPlainTextEdit, QTextEdit)) and focused.document().isUndoAvailable():
+            focused.undo()
+        elif not self.chat.undo_last_delete():
+            self.statusBar().showMessage("Nothing to undo", 3000)
+
+    def edit_focused(self, name: str):
+        """Cut/Copy/Paste/Select All on the focused text (the menu's own entries)."""
+        focused = QApplication.focusWidget()
+        slot = {"Cut": "cut", "Copy": "copy", "Paste": "paste", "Select All": "selectAll"}[name]
+        if isinstance(focused, (QLineEdit, QPlainTextEdit, QTextEdit)):
+            getattr(focused, slot)()
+
+    def copy_last_reply(self) -> bool:
+        replies = [w for w in self.chat_view.message_widgets() if w.role == "assistant"]
+        if not replies:
+            self.statusBar().showMessage("There is no reply to copy yet", 3000)
+            return False
+        self.chat.copy_message(replies[-1].message_id)
+        replies[-1].show_copied()
+        self.statusBar().showMessage("Copied the last reply", 3000)
+        return True
+
+    def shortcuts_dialog(self):
+        return self._keep(ShortcutsDialog(self))
+

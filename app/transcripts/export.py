@@ -1,0 +1,467 @@
+"""Export a conversation as md, json, html, txt or pdf; import the json back.
+
+Markdown → HTML lives in app/transcripts/markdown_html.py and the Qt pdf writer in app/transcripts/export_pdf.py,
+imported only for a pdf so that the CLI and tests of the other formats stay light.
+Every file is written atomically (engine/atomic.py); a FIFO, device or folder target is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import stat
+import time
+from pathlib import Path
+
+from app.core.message_tree import active_path
+from app.core.settings_check import settings_problems
+from app.core.store import STATUSES, Conversation, Message
+from app.transcripts import highlight
+
+# markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
+from app.transcripts.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from engine.atomic import describe_kind, writable_target, write_atomic
+from engine.errors import ChinwagError
+
+FORMATS = ("md", "json", "html", "txt", "pdf")
+FORMAT_MARKER = "chinwag-conversation"
+FORMAT_VERSION = 1
+ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
+MAX_IMPORT_BYTES = 512 << 20
+MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
+MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
+MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
+
+
+def export_conversation(conv: Conversation, fmt: str, path) -> Path:
+    """Write conv to path in fmt (one of FORMATS); returns the path written."""
+    fmt = str(fmt).lower().lstrip(".")
+    if fmt == "markdown":
+        fmt = "md"
+    if fmt not in FORMATS:
+        raise ChinwagError(f"unknown export format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    path = Path(path).expanduser()
+    writable_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
+    if fmt == "pdf":
+        data = _pdf_bytes(conv)
+    else:
+        text = {"md": to_markdown, "json": to_json, "html": to_html, "txt": to_text}[fmt](conv)
+        data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
+    write_atomic(path, data)
+    return path
+
+
+def suggested_filename(conv: Conversation, fmt: str) -> str:
+    """A safe file name from the title, for save dialogs."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", conv.title or "")
+    name = " ".join(name.split()).strip(" .")[:80] or "conversation"
+    return f"{name}.{fmt}"
+
+
+# -- formats -------------------------------------------------------------------
+
+
+def to_json(conv: Conversation) -> str:
+    """Everything needed to rebuild the conversation with import_conversation."""
+    data = {
+        "format": FORMAT_MARKER,
+        "version": FORMAT_VERSION,
+        "exported_at": time.time(),
+        "conversation": {
+            "id": conv.id,  # informational; import assigns a new id
+            "title": conv.title,
+            "created_at": conv.created_at,
+            "updated_at": conv.updated_at,
+            "model_id": conv.model_id,
+            "settings": conv.settings,
+        },
+        "messages": [_message_json(m) for m in conv.messages],  # the shown path
+    }
+    if any(m.versions > 1 for m in conv.tree):
+        # Every version: "parent" is an index into this list (null for a first message).
+        # Readers that know only "messages" still import the shown path.
+        index = {m.id: i for i, m in enumerate(conv.tree)}
+        data["tree"] = [
+            {**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree
+        ]
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _message_json(m: Message) -> dict:
+    return {
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "created_at": m.created_at,
+        "model_id": m.model_id,
+        "stats": m.stats,
+    }
+
+
+def to_markdown(conv: Conversation) -> str:
+    out = [f"# {_one_line(conv.title)}", ""]
+    out += [f"- **{k}:** {v}" for k, v in _metadata(conv)]
+    prompt = (conv.settings or {}).get("system_prompt")
+    if prompt:
+        out += ["", "**System prompt:**", ""] + ["> " + ln if ln else ">" for ln in str(prompt).splitlines()]
+    for m in conv.messages:
+        out += ["", f"## {_role_name(m.role)}", ""]
+        meta = _message_meta(m)
+        if meta:
+            out += [f"*{meta}*", ""]
+        out.append(_markdown_body(m))
+    return "\n".join(out) + "\n"
+
+
+def _markdown_body(m: Message) -> str:
+    if m.role != "assistant" or "think>" not in m.content:
+        # An unclosed fence would swallow every later section.
+        return _close_fences(m.content).rstrip("\n")
+    parts = []
+    for kind, text in split_think(m.content):
+        text = _close_fences(text.strip("\n"))
+        # Renderers like GitHub's show this collapsed, as the html export does.
+        parts.append(f"<details><summary>Thinking</summary>\n\n{text}\n\n</details>" if kind == "think" else text)
+    return "\n\n".join(parts)
+
+
+def to_text(conv: Conversation) -> str:
+    out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
+    out += [f"{k}: {v}" for k, v in _metadata(conv)]
+    prompt = (conv.settings or {}).get("system_prompt")
+    if prompt:
+        out += ["", "System prompt:", str(prompt)]
+    for m in conv.messages:
+        meta = _message_meta(m)
+        out += ["", f"--- {_role_name(m.role)}" + (f" ({meta})" if meta else "") + " ---", m.content.rstrip("\n")]
+    return "\n".join(out) + "\n"
+
+
+def to_html(conv: Conversation, for_print: bool = False) -> str:
+    """One self-contained page: inline CSS, no scripts, images or fonts from elsewhere.
+
+    for_print renders thinking as a plain block (Qt's rich text, used for pdf, has no <details>).
+    """
+    e = _esc
+    title = _one_line(conv.title)
+    prompt = (conv.settings or {}).get("system_prompt")
+    if for_print:  # Qt lays out <dl> poorly: one line of facts instead
+        info = '<p class="info">' + e(" · ".join(f"{k}: {v}" for k, v in _metadata(conv))) + "</p>"
+        if prompt:
+            info += f'<p class="info" dir="auto"><b>System prompt:</b> {e(str(prompt))}</p>'
+    else:
+        info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv))
+        if prompt:
+            info += f'<dt>System prompt</dt><dd dir="auto">{e(str(prompt))}</dd>'
+        info = f'<dl class="info">{info}</dl>'
+    parts = []
+    for m in conv.messages:
+        details = _message_meta(m)
+        body = _render_content(m, for_print)
+        if for_print:  # Qt's rich text draws table borders from attributes, not CSS
+            body = body.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
+        role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
+        parts.append(
+            f'<section class="msg {role_class}">'
+            f'<div class="role">{e(_role_name(m.role))}'
+            + (f' <span class="meta">{e(details)}</span>' if details else "")
+            + f'</div><div class="body" dir="auto">{body}</div></section>'
+        )
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="Chinwag">\n<title>{e(title)}</title>\n'
+        f"<style>{_PRINT_CSS if for_print else _CSS + _code_css(parts)}</style>\n</head>\n<body>\n"
+        f'<header><h1 dir="auto">{e(title)}</h1>{info}</header>\n'
+        "<main>\n" + "\n".join(parts) + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def _render_content(m: Message, for_print: bool) -> str:
+    # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
+    inline = False if for_print else None
+    if m.role != "assistant":
+        return markdown_to_html(m.content, inline)
+    out = []
+    for kind, text in split_think(m.content):
+        if kind == "text":
+            out.append(markdown_to_html(text, inline))
+        elif for_print:
+            out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
+        else:
+            out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
+    return "".join(out)
+
+
+def _code_css(parts: list) -> str:
+    """Highlighted code in both palettes, following the reader's colour scheme (if any code)."""
+    if not any('class="hl-' in part for part in parts):
+        return ""
+    return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
+
+
+def _pdf_bytes(conv: Conversation) -> bytes:
+    from app.transcripts.export_pdf import html_to_pdf  # lazy: the only path that loads Qt
+
+    return html_to_pdf(to_html(conv, for_print=True), _one_line(conv.title))
+
+
+# -- import --------------------------------------------------------------------
+
+
+def import_conversation(store, path) -> Conversation:
+    """Read a json export into the store as a new conversation (new id, all else equal).
+
+    Everything is checked before anything is written, and the write is one transaction.
+    """
+    path = Path(path).expanduser()
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
+            raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
+        if st.st_size > MAX_IMPORT_BYTES:
+            raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
+                               "larger than any conversation export")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot import {str(path)!r}: {e}") from e
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ChinwagError(f"cannot import {path}: not UTF-8 text (bad byte at offset {e.start})") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ChinwagError(f"cannot import {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    except RecursionError as e:
+        raise ChinwagError(f"cannot import {path}: its JSON is nested too deeply to be a conversation export") from e
+    try:
+        conv = _conversation_from_json(data)
+    except ValueError as e:
+        raise ChinwagError(f"cannot import {path}: {e}") from e
+    return store.insert_conversation(conv)
+
+
+def _conversation_from_json(data) -> Conversation:
+    if not isinstance(data, dict) or data.get("format") != FORMAT_MARKER:
+        raise ValueError("not a Chinwag conversation export (no \"format\": \"chinwag-conversation\")")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError("missing or invalid format version")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"made by a newer Chinwag (format version {version}, this one reads {FORMAT_VERSION})")
+    c = data.get("conversation")
+    if not isinstance(c, dict):
+        raise ValueError('"conversation" is missing or not an object')
+    now = time.time()
+    conv = Conversation(
+        id="",
+        title=_field(c, "title", str, "conversation", default="Imported chat"),
+        created_at=_number(c, "created_at", "conversation", now),
+        updated_at=_number(c, "updated_at", "conversation", now),
+        model_id=_field(c, "model_id", str, "conversation", default=""),
+        settings=_field(c, "settings", dict, "conversation", default={}),
+    )
+    if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
+        raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
+    problems = settings_problems(conv.settings)
+    if problems:
+        raise ValueError("conversation." + "; ".join(problems[:3]))
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise ValueError('"messages" is missing or not a list')
+    tree = data.get("tree")
+    if tree is not None:
+        conv.tree = _tree_from_json(tree, now)
+    for i, m in enumerate(messages):
+        conv.messages.append(_message_from_json(m, f"messages[{i}]", i, now))
+    if conv.tree:
+        conv.messages = active_path(conv.tree)  # the tree is the whole truth; "messages" its shown path
+    _check_text(data)
+    return conv
+
+
+def _message_from_json(m, where: str, index: int, now: float) -> Message:
+    if not isinstance(m, dict):
+        raise ValueError(f"{where} is not an object")
+    status = _field(m, "status", str, where, default="complete")
+    if status not in STATUSES:
+        raise ValueError(f"{where}.status {status!r} is not one of {', '.join(STATUSES)}")
+    stats = m.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise ValueError(f"{where}.stats is not an object")
+    role = _field(m, "role", str, where)
+    if role not in ROLE_NAMES:
+        raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
+    return Message(
+        id=index, conversation_id="", position=index,
+        role=role,
+        content=_field(m, "content", str, where),
+        status=status,
+        created_at=_number(m, "created_at", where, now),
+        model_id=_field(m, "model_id", str, where, default=""),
+        stats=stats,
+    )
+
+
+def _tree_from_json(tree, now: float) -> list[Message]:
+    """Every version of every message; a parent must come before its children."""
+    if not isinstance(tree, list):
+        raise ValueError('"tree" is not a list')
+    out = []
+    for i, m in enumerate(tree):
+        where = f"tree[{i}]"
+        msg = _message_from_json(m, where, i, now)
+        parent = m.get("parent")
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
+            raise ValueError(f"{where}.parent is not the index of an earlier message")
+        active = m.get("active", True)
+        if not isinstance(active, bool):
+            raise ValueError(f"{where}.active is not true or false")
+        msg.parent_id, msg.active = parent, active
+        out.append(msg)
+    return out
+
+
+_MISSING = object()
+
+
+def _field(obj: dict, key: str, kind: type, where: str, default=_MISSING):
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or (value is None and default is not _MISSING):
+        if default is _MISSING:
+            raise ValueError(f"{where}.{key} is missing")
+        return default
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}.{key} is not {'text' if kind is str else 'an object'}")
+    return value
+
+
+def _number(obj: dict, key: str, where: str, default: float) -> float:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}.{key} is not a finite number")
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise ValueError(f"{where}.{key} {value!r:.40} is not a time between 1970 and 9999")
+    return value
+
+
+def _check_text(value):
+    """JSON may spell lone surrogates (\\ud800) that no UTF-8 database can store; and nothing
+    in an export is nested deeper than MAX_DEPTH, so reading it back from the store is safe."""
+    stack = [(value, 0)]  # a loop, not recursion
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"it is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                near = value[max(0, e.start - 20):e.start]
+                raise ValueError(f"text contains an invalid character (lone surrogate) near {near!r}") from e
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in (*value.keys(), *value.values()))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+# -- small helpers -------------------------------------------------------------
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text or "").split()) or "Untitled"
+
+
+def _role_name(role: str) -> str:
+    return ROLE_NAMES.get(role, str(role).title() or "Unknown")
+
+
+def _when(ts) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return str(ts)
+
+
+def _metadata(conv: Conversation) -> list[tuple[str, str]]:
+    rows = []
+    if conv.model_id:
+        rows.append(("Model", conv.model_id))
+    rows += [("Created", _when(conv.created_at)), ("Updated", _when(conv.updated_at)),
+             ("Messages", str(len(conv.messages)))]
+    return rows
+
+
+def _message_meta(m: Message) -> str:
+    """e.g. "smollm2 · stopped · 120 tokens · 31.2 tok/s"."""
+    bits = []
+    if m.role == "assistant" and m.model_id:
+        bits.append(m.model_id)
+    if m.status != "complete":
+        bits.append(m.status)
+    if m.versions > 1:  # the export shows this one; JSON keeps the others
+        bits.append(f"version {m.version} of {m.versions}")
+    stats = m.stats or {}
+    if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
+        bits.append(f"{stats['generated_tokens']} tokens")
+    tps = stats.get("decode_tps")
+    if isinstance(tps, (int, float)) and not isinstance(tps, bool) and tps > 0:
+        bits.append(f"{tps:.1f} tok/s")
+    return " · ".join(bits)
+
+
+_CSS = """
+:root { color-scheme: light dark; --fg: #1d1d1f; --muted: #6e6e73; --bg: #ffffff;
+  --user: #eef4ff; --assistant: #f6f6f7; --code: #f0f0f2; --border: #d9d9de; --accent: #0a64d8; }
+@media (prefers-color-scheme: dark) { :root { --fg: #ececf0; --muted: #a0a0a8; --bg: #1b1b1f;
+  --user: #1f2a3d; --assistant: #26262b; --code: #2f2f35; --border: #3a3a42; --accent: #6aa8ff; } }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+  font: 16px/1.55 -apple-system, BlinkMacSystemFont, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif; }
+header, main { max-width: 52rem; margin: 0 auto; padding: 1.5rem 1.25rem 0; }
+h1 { font-size: 1.6rem; margin: 0 0 .5rem; }
+dl.info { display: grid; grid-template-columns: max-content 1fr; gap: .15rem 1rem; margin: 0;
+  color: var(--muted); font-size: .9rem; }
+dl.info dt { font-weight: 600; } dl.info dd { margin: 0; white-space: pre-wrap; }
+main { padding-bottom: 3rem; }
+.msg { border: 1px solid var(--border); border-radius: 12px; padding: .75rem 1rem; margin: 1rem 0; }
+.msg.user { background: var(--user); } .msg.assistant { background: var(--assistant); }
+.role { font-weight: 700; font-size: .85rem; text-transform: uppercase; letter-spacing: .04em; margin-bottom: .35rem; }
+.role .meta { font-weight: 400; text-transform: none; letter-spacing: 0; color: var(--muted); margin-left: .5rem; }
+.body { overflow-wrap: anywhere; }
+.body > :first-child { margin-top: 0; } .body > :last-child { margin-bottom: 0; }
+pre { background: var(--code); border: 1px solid var(--border); border-radius: 8px; padding: .75rem;
+  overflow-x: auto; font-size: .88rem; line-height: 1.45; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
+:not(pre) > code { background: var(--code); border-radius: 4px; padding: .1em .3em; font-size: .9em; }
+pre code { white-space: pre; }
+blockquote { margin: .5rem 0; padding: 0 1rem; border-left: 3px solid var(--border); color: var(--muted); }
+table { border-collapse: collapse; margin: .75rem 0; display: block; overflow-x: auto; }
+th, td { border: 1px solid var(--border); padding: .3rem .6rem; }
+a { color: var(--accent); }
+details.think { border-left: 3px solid var(--border); padding: .1rem .75rem; margin: .5rem 0; color: var(--muted); }
+details.think summary { cursor: pointer; font-style: italic; }
+@media print { .msg { break-inside: avoid-page; } details.think { display: none; } }
+"""
+
+# Qt's rich text understands a small CSS subset: keep to it for pdf.
+_PRINT_CSS = """
+body { font-family: "Helvetica", "Arial", "DejaVu Sans", sans-serif; font-size: 10.5pt; color: #1d1d1f; }
+h1 { font-size: 18pt; }
+.info { color: #6e6e73; font-size: 9pt; }
+.role { font-weight: bold; font-size: 9pt; color: #0a64d8; margin-top: 14px; }
+.msg.assistant .role { color: #6a3fb5; }
+.meta { font-weight: normal; color: #6e6e73; }
+pre { background-color: #f0f0f2; font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; }
+code { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; background-color: #f0f0f2; }
+blockquote { color: #555555; margin-left: 16px; }
+th, td { padding: 3px; }
+.think { color: #6e6e73; margin-left: 12px; }
+.think-label { font-style: italic; }
+"""

@@ -1,0 +1,376 @@
+"""A small Markdown → HTML converter for exported conversations, and the <think> splitter.
+
+Covers what chat models write: headings, paragraphs, lists (nested, ordered, tasks),
+block quotes, fenced code, tables, rules, code spans, bold/italic/strike, links.
+Every piece of text is escaped; only http(s)/mailto/# links are kept.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+
+from app.transcripts.highlight import highlight_html
+
+_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_ITEM = re.compile(r"^( *)([-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
+_QUOTE = re.compile(r"^ {0,3}> ?(.*)$")
+_TABLE_SEP = re.compile(r"^ *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_MAX_DEPTH = 20
+
+
+def markdown_to_html(text: str, inline_colors: bool | None = None) -> str:
+    """HTML for text. Code is highlighted with hl- classes (see app.transcripts.highlight.css), or with
+    inline colours of the light (False) or dark (True) palette for Qt's rich text."""
+    lines = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd").split("\n")
+    return "".join(_blocks(lines, hl=inline_colors))
+
+
+def split_think(text: str) -> list[tuple[str, str]]:
+    """[("think"|"text", part)...]; an unclosed <think> runs to the end, and a lone
+    leading </think> closes a block the chat template opened."""
+    parts = []
+    close, opening = text.find("</think>"), text.find("<think>")
+    if close >= 0 and (opening < 0 or close < opening):
+        parts.append(("think", text[:close]))
+        text = text[close + len("</think>"):]
+    pos = 0
+    for m in re.finditer(r"<think>(.*?)(?:</think>|\Z)", text, re.S):
+        parts += [("text", text[pos:m.start()]), ("think", m.group(1))]
+        pos = m.end()
+    parts.append(("text", text[pos:]))
+    return [(k, t) for k, t in parts if t.strip()]
+
+
+def _close_fences(text: str) -> str:
+    """Text with any unclosed code fence closed at the end (app.transcripts.export's markdown uses it)."""
+    fence = None
+    for line in text.split("\n"):
+        m = _FENCE_OPEN.match(line)
+        if fence is None:
+            if m and not (m.group(2)[0] == "`" and "`" in m.group(3)):
+                fence = m.group(2)
+        elif _is_fence_close(line, fence):
+            fence = None
+    if fence is None:
+        return text
+    return text.rstrip("\n") + "\n" + fence
+
+
+def _is_fence_close(line: str, fence: str) -> bool:
+    m = re.match(r"^ {0,3}(`+|~+)[ \t]*$", line)
+    return bool(m) and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
+
+
+def _fence_start(line: str):
+    m = _FENCE_OPEN.match(line)
+    if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
+        return None
+    return m
+
+
+def _table_start(lines, i) -> bool:
+    return (
+        "|" in lines[i] and i + 1 < len(lines) and _TABLE_SEP.match(lines[i + 1]) is not None
+        and "-" in lines[i + 1] and len(_cells(lines[i])) == len(_cells(lines[i + 1]))
+    )
+
+
+def _starts_block(lines, i) -> bool:
+    """Whether line i interrupts a paragraph."""
+    line = lines[i]
+    if _fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
+        return True
+    m = _ITEM.match(line)
+    if m and m.group(3) and (not m.group(2)[0].isdigit() or m.group(2)[:-1] == "1"):
+        return True
+    return _table_start(lines, i)
+
+
+def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[str]:
+    if depth > _MAX_DEPTH:  # "> > > > ..." a thousand deep must not blow the stack
+        return [f'<p dir="auto">{_esc(chr(10).join(lines).strip())}</p>\n']
+    out, i, n = [], 0, len(lines)
+    while i < n:
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        fence = _fence_start(line)
+        if fence:
+            indent, mark, info = len(fence.group(1)), fence.group(2), fence.group(3).strip()
+            body, i = [], i + 1
+            while i < n and not _is_fence_close(lines[i], mark):
+                body.append(re.sub(f"^ {{0,{indent}}}", "", lines[i]))
+                i += 1
+            i += 1  # the closing fence; an unclosed block simply runs to the end
+            lang = info.split()[0] if info else ""
+            cls = f' class="language-{_esc(lang)}"' if lang else ""
+            out.append(f"<pre><code{cls}>{highlight_html(chr(10).join(body), lang, hl)}</code></pre>\n")
+            continue
+        m = _HEADING.match(line)
+        if m:
+            level = len(m.group(1))
+            out.append(f'<h{level} dir="auto">{_inline(m.group(2) or "")}</h{level}>\n')
+            i += 1
+            continue
+        if _HR.match(line):
+            out.append("<hr>\n")
+            i += 1
+            continue
+        if _QUOTE.match(line):
+            inner = []
+            while i < n and lines[i].strip() and (_QUOTE.match(lines[i]) or not _starts_block(lines, i)):
+                q = _QUOTE.match(lines[i])
+                inner.append(q.group(1) if q else lines[i])
+                i += 1
+            out.append(f"<blockquote>{''.join(_blocks(inner, depth + 1, hl))}</blockquote>\n")
+            continue
+        if _ITEM.match(line):
+            html_list, i = _list(lines, i, depth, hl)
+            out.append(html_list)
+            continue
+        if _table_start(lines, i):
+            html_table, i = _table(lines, i)
+            out.append(html_table)
+            continue
+        para = [line.strip()]
+        i += 1
+        heading = 0
+        while i < n and lines[i].strip():
+            s = _SETEXT.match(lines[i])
+            if s:
+                heading = 1 if s.group(1)[0] == "=" else 2
+                i += 1
+                break
+            if _starts_block(lines, i):
+                break
+            para.append(lines[i].strip())
+            i += 1
+        content = "<br>\n".join(_inline(p) for p in para)
+        out.append(f'<h{heading} dir="auto">{content}</h{heading}>\n' if heading else f'<p dir="auto">{content}</p>\n')
+    return out
+
+
+def _list(lines, i, depth, hl=None):
+    first = _ITEM.match(lines[i])
+    base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
+    start = int(first.group(2)[:-1]) if ordered else 1
+    items, tight, n = [], True, len(lines)
+    while i < n:
+        m = _ITEM.match(lines[i])
+        if not m or len(m.group(1)) != base or m.group(2)[0].isdigit() != ordered:
+            break
+        content_col = base + len(m.group(2)) + 1
+        body = [m.group(3) or ""]
+        i += 1
+        while i < n:
+            line = lines[i]
+            lead = len(line) - len(line.lstrip(" "))
+            if not line.strip():
+                # A blank line continues the item only if the list goes on after it.
+                j = i
+                while j < n and not lines[j].strip():
+                    j += 1
+                if j < n and (len(lines[j]) - len(lines[j].lstrip(" ")) > base or _same_list(lines[j], base, ordered)):
+                    tight = False
+                    body += [""] * (j - i)
+                    i = j
+                    continue
+                break
+            if lead > base:
+                body.append(line[min(lead, content_col):])
+            elif _ITEM.match(line) or _starts_block(lines, i):
+                break
+            else:
+                body.append(line.strip())  # lazy continuation of the item's paragraph
+            i += 1
+        items.append(body)
+    parts = []
+    for body in items:
+        html_item = "".join(_blocks(body, depth + 1, hl))
+        if tight:
+            html_item = re.sub(r'^<p dir="auto">(.*?)</p>\n', r"\1", html_item, count=1, flags=re.S)
+        html_item = re.sub(r"^\[ \] ", "☐ ", html_item)
+        html_item = re.sub(r"^\[[xX]\] ", "☑ ", html_item)
+        parts.append(f'<li dir="auto">{html_item}</li>\n')
+    tag = "ol" if ordered else "ul"
+    attr = f' start="{start}"' if ordered and start != 1 else ""
+    return f"<{tag}{attr}>\n{''.join(parts)}</{tag}>\n", i
+
+
+def _same_list(line, base, ordered) -> bool:
+    m = _ITEM.match(line)
+    return bool(m) and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
+
+
+def _cells(line: str) -> list[str]:
+    """Split a table row on pipes outside code spans; a trailing pipe ends the row."""
+    line = line.strip()
+    if line.startswith("|"):
+        line = line[1:]
+    cells, cur, i, ticks = [], "", 0, 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and line[i + 1:i + 2] == "|":
+            cur, i = cur + "|", i + 2
+        elif ch == "`":
+            run = len(line[i:]) - len(line[i:].lstrip("`"))
+            ticks = run if not ticks else (0 if run == ticks else ticks)
+            cur, i = cur + line[i:i + run], i + run
+        elif ch == "|" and not ticks:
+            cells.append(cur.strip())
+            cur, i = "", i + 1
+        else:
+            cur, i = cur + ch, i + 1
+    if ticks:  # an unclosed code span: fall back to splitting on every pipe
+        return [c.strip() for c in line.rstrip("|").split("|")]
+    if cur.strip() or not line.endswith("|"):
+        cells.append(cur.strip())
+    return cells
+
+
+def _table(lines, i):
+    header, seps = _cells(lines[i]), _cells(lines[i + 1])
+    aligns = []
+    for s in seps:
+        left, right = s.startswith(":"), s.endswith(":")
+        aligns.append("center" if left and right else "right" if right else "left" if left else "")
+
+    styles = [f' style="text-align:{a}"' if a else "" for a in aligns]
+
+    def row(cells, tag):
+        cells = (cells + [""] * len(aligns))[: len(aligns)]
+        return "<tr>" + "".join(f"<{tag}{st}>{_inline(c)}</{tag}>" for c, st in zip(cells, styles)) + "</tr>\n"
+
+    body, i = [], i + 2
+    while i < len(lines) and lines[i].strip() and "|" in lines[i]:
+        body.append(row(_cells(lines[i]), "td"))
+        i += 1
+    html_table = f"<table>\n<thead>{row(header, 'th')}</thead>\n<tbody>\n{''.join(body)}</tbody>\n</table>\n"
+    return html_table, i
+
+
+_INLINE = re.compile(
+    r"(?P<esc>\\[!-/:-@\[-`{-~])"
+    r"|(?P<code>(?<!`)(?P<ticks>`+)(?P<code_text>.{1,4000}?)(?<!`)(?P=ticks)(?!`))"
+    r"|<(?P<auto>(?:https?://|mailto:)[^\s<>]+)>"
+    r"|(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]"
+    r"\(\s*<?(?P<url>[^\s()<>]*(?:\([^\s()]*\)[^\s()<>]*)*)>?(?:\s+\"(?P<title>[^\"]*)\")?\s*\)"
+    r"|(?P<bare>\bhttps?://[^\s<>\"]+)"
+)
+
+
+def _punct(ch: str) -> bool:
+    # \x00 marks a placeholder (code, link): it counts as punctuation, like the markup it stands for.
+    return ch == "\x00" or unicodedata.category(ch)[0] in "PS"
+
+
+class _Run:
+    """A run of *, _ or ~ that may open or close emphasis."""
+
+    def __init__(self, char: str, count: int, index: int):
+        self.char, self.count, self.index = char, count, index
+        self.opens: list[str] = []
+        self.closes: list[str] = []
+
+    def render(self) -> str:
+        return "".join(self.closes) + self.char * self.count + "".join(reversed(self.opens))
+
+
+def _emphasis(text: str) -> str:
+    """Bold, italic and strike-through by matching delimiter runs with a stack per character
+    (CommonMark's flanking rules, simplified). Linear, so a megabyte line stays fast."""
+    pieces: list = []
+    stacks: dict[str, list[_Run]] = {"*": [], "_": [], "~": []}
+    pos = 0
+    for m in re.finditer(r"\*+|_+|~+", text):
+        pieces.append(text[pos:m.start()])
+        pos = m.end()
+        ch, n = m.group()[0], len(m.group())
+        prev = text[m.start() - 1] if m.start() else " "
+        nxt = text[m.end()] if m.end() < len(text) else " "
+        left = not nxt.isspace() and (not _punct(nxt) or prev.isspace() or _punct(prev))
+        right = not prev.isspace() and (not _punct(prev) or nxt.isspace() or _punct(nxt))
+        can_open, can_close = left, right
+        if ch == "_":  # snake_case stays as it is
+            can_open, can_close = left and (not right or _punct(prev)), right and (not left or _punct(nxt))
+        elif ch == "~" and n != 2:
+            can_open = can_close = False
+        run = _Run(ch, n, len(pieces))
+        pieces.append(run)
+        stack = stacks[ch]
+        while can_close and run.count and stack:
+            opener = stack[-1]
+            k = 2 if opener.count >= 2 and run.count >= 2 else 1
+            tag = "del" if ch == "~" else "strong" if k == 2 else "em"
+            opener.opens.append(f"<{tag}>")
+            run.closes.append(f"</{tag}>")
+            opener.count -= k
+            run.count -= k
+            if not opener.count:
+                stack.pop()
+            # Other openers inside this span can no longer close outside it: tags stay nested.
+            for other, rest in stacks.items():
+                while other != ch and rest and rest[-1].index > opener.index:
+                    rest.pop()
+        if can_open and run.count:
+            stack.append(run)
+    pieces.append(text[pos:])
+    return "".join(p if isinstance(p, str) else p.render() for p in pieces)
+
+
+def _safe_url(url: str) -> str:
+    url = re.sub(r"[\x00-\x20\x7f]", "", url)
+    return url if re.match(r"^(?:https?://|mailto:|#)", url, re.I) else ""
+
+
+def _link(url: str, inner_html: str, title: str = "") -> str:
+    url = _safe_url(url)
+    if not url:
+        return inner_html
+    t = f' title="{_esc(title)}"' if title else ""
+    return f'<a href="{_esc(url)}"{t}>{inner_html}</a>'
+
+
+def _inline(text: str, links: bool = True) -> str:
+    """Escape text and render code spans, links and emphasis (placeholders keep code literal)."""
+    stash: list[str] = []
+
+    def keep(fragment: str) -> str:
+        stash.append(fragment)
+        return f"\x00{len(stash) - 1}\x00"
+
+    def replace(m: re.Match) -> str:
+        if m.group("esc"):
+            return keep(_esc(m.group("esc")[1]))
+        if m.group("code"):
+            code = m.group("code_text")
+            if len(code) > 2 and code[0] == code[-1] == " " and code.strip():
+                code = code[1:-1]
+            return keep(f"<code>{_esc(code)}</code>")
+        if not links:
+            return keep(_esc(m.group(0)))
+        if m.group("auto"):
+            return keep(_link(m.group("auto"), _esc(m.group("auto"))))
+        if m.group("bare"):
+            url = m.group("bare")
+            trail = ""
+            while url and (url[-1] in ".,;:!?'\"" or (url[-1] == ")" and url.count("(") < url.count(")"))):
+                url, trail = url[:-1], url[-1] + trail
+            return keep(_link(url, _esc(url))) + _esc(trail)
+        label = _inline(m.group("text"), links=False)
+        if m.group("bang"):  # images stay links: the page must not load anything
+            label = label or _esc(m.group("url"))
+        return keep(_link(m.group("url"), label, m.group("title") or ""))
+
+    out = _emphasis(_esc(_INLINE.sub(replace, text)))
+    return re.sub(r"\x00(\d+)\x00", lambda m: stash[int(m.group(1))], out)
+
+
+def _esc(text) -> str:
+    return html.escape(str(text), quote=True)

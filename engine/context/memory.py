@@ -1,0 +1,234 @@
+"""Every conversation's cache under one memory budget, least recently used evicted first.
+
+Evicted caches are saved as safetensors in the data dir and restored when their
+conversation returns, so a follow-up turn still prefills only its new tokens. On close
+the most recently used caches are saved too, within a disk budget for `kv/` (least
+recently used files deleted first), so they survive a restart. Files live under a key of
+the model's weights (sizes, times and the first megabyte), so other weights never
+restore them. Runs on the engine thread only.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+from engine.atomic import TEMP_SUFFIX, replacing
+from engine.context.conversation import ConversationCache
+from engine.context.kv_cache import ContiguousAttentionKVCache
+from engine.context.prompt import History
+from engine.errors import ChinwagError
+from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
+from engine.types import MemoryReport
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_FRACTION = 0.25
+# Disk kept for saved caches (kv/), across every model.
+DEFAULT_DISK_BUDGET_BYTES = 4 << 30
+# Saving on close stops after this long (the most recently used are saved first): the window waits.
+SAVE_ON_CLOSE_SECONDS = 5.0
+_IDENTITY_BYTES = 1 << 20
+
+
+def weights_identity(model_path) -> str:
+    """A key for a model folder's weights: each weight file's name, size and mtime, and its first MB.
+
+    A model switch or an update of the folder (same path, new weights) gives a new key.
+    """
+    folder = Path(model_path)
+    digest = hashlib.sha1()
+    files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.safetensors.index.json"))
+    for f in files + [folder / "config.json"]:
+        try:
+            st = f.stat()
+            with open(f, "rb") as fh:
+                head = fh.read(_IDENTITY_BYTES)
+        except OSError:
+            continue
+        digest.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}:".encode())
+        digest.update(hashlib.sha1(head).digest())
+    if not files:  # not a safetensors folder: fall back to the path
+        digest.update(str(folder.resolve()).encode())
+    return digest.hexdigest()[:16]
+
+
+def default_budget_bytes() -> int:
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 8 << 30
+    return int(ram * DEFAULT_BUDGET_FRACTION)
+
+
+@dataclass
+class MemoryStats:
+    evictions: int = 0
+    restores: int = 0
+    save_seconds: float = 0.0
+    restore_seconds: float = 0.0
+
+
+class ConversationCaches:
+    def __init__(self, budget_bytes: int, save_dir: Path, disk_budget_bytes: int = DEFAULT_DISK_BUDGET_BYTES):
+        self.budget_bytes = budget_bytes
+        self.disk_budget_bytes = disk_budget_bytes
+        self.save_dir = Path(save_dir)
+        self.model_key = ""
+        self._caches: "OrderedDict[str, ConversationCache]" = OrderedDict()
+        self.stats = MemoryStats()
+
+    def set_model(self, model_path: str) -> None:
+        """A new model: the old one's caches are saved for later and dropped from memory."""
+        self.save_all()
+        self._caches.clear()
+        self.model_key = weights_identity(model_path)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.nbytes for c in self._caches.values())
+
+    def report(self) -> MemoryReport:
+        caches = list(self._caches.values())
+        return MemoryReport(
+            budget_bytes=self.budget_bytes, kv_bytes=self.total_bytes, conversations_in_memory=len(caches),
+            tokens_held=sum(len(c.token_ids) for c in caches), positions_reserved=sum(c.capacity for c in caches),
+            evictions=self.stats.evictions, restores=self.stats.restores,
+            save_seconds=self.stats.save_seconds, restore_seconds=self.stats.restore_seconds,
+        )
+
+    def __len__(self):
+        return len(self._caches)
+
+    def __contains__(self, conv_id):
+        return conv_id in self._caches
+
+    def get(self, conv_id: str):
+        """The conversation's cache, restored from disk if it was evicted; None if new."""
+        cache = self._caches.get(conv_id)
+        if cache is None:
+            cache = self._restore(conv_id)
+            if cache is None:
+                return None
+            self._caches[conv_id] = cache
+        self._caches.move_to_end(conv_id)
+        return cache
+
+    def put(self, conv_id: str, cache: ConversationCache) -> None:
+        self._caches[conv_id] = cache
+        self._caches.move_to_end(conv_id)
+
+    def enforce(self, keep: str = "") -> list:
+        """Evict least recently used caches (never `keep`) until the budget holds."""
+        evicted = []
+        while self.total_bytes > self.budget_bytes:
+            victim = next((cid for cid in self._caches if cid != keep), None)
+            if victim is None:
+                break
+            self._save(victim, self._caches.pop(victim))
+            self.stats.evictions += 1
+            evicted.append(victim)
+        if evicted:
+            self.prune_disk()
+        return evicted
+
+    def save_all(self, seconds: float = SAVE_ON_CLOSE_SECONDS) -> int:
+        """Save the caches in memory, most recently used first, within the disk budget and `seconds`
+        (the most recent one whatever the time).
+
+        Returns how many were saved. Least recently used files are deleted first to make room.
+        """
+        saved, used, began = 0, 0, time.perf_counter()
+        for conv_id in reversed(list(self._caches)):
+            cache = self._caches[conv_id]
+            size = _file_bytes(cache)
+            if used + size > self.disk_budget_bytes or (saved and time.perf_counter() - began > seconds):
+                break
+            try:
+                if self._save(conv_id, cache):
+                    saved, used = saved + 1, used + size
+            except OSError:
+                break  # a full disk costs a re-prefill later, never a failed close
+        self.prune_disk()
+        return saved
+
+    def prune_disk(self) -> None:
+        """Delete saved caches, least recently written first, until kv/ is within its budget."""
+        for partial in self.save_dir.rglob(f"*{TEMP_SUFFIX}.safetensors"):  # left by a save that was cut off
+            partial.unlink(missing_ok=True)
+        files = sorted(self.save_dir.rglob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        used = 0
+        for f in files:
+            used += f.stat().st_size
+            if used > self.disk_budget_bytes:
+                f.unlink(missing_ok=True)
+
+    def forget(self, conv_id: str) -> None:
+        """Drop a conversation's cache, and its saved file under every model (a deleted chat's
+        text must not survive in a cache saved while another model was loaded)."""
+        self._caches.pop(conv_id, None)
+        forget_saved_caches(conv_id, self.save_dir)
+
+    # --- disk --------------------------------------------------------------
+
+    def _path(self, conv_id: str) -> Path:
+        return self.save_dir / self.model_key / kv_file_name(conv_id)
+
+    def _save(self, conv_id: str, cache: ConversationCache) -> bool:
+        if not self.model_key or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers) \
+                or not cache.token_ids:
+            return False  # other cache kinds are dropped and re-prefilled
+        started = time.perf_counter()
+        arrays = {"token_ids": mx.array(cache.token_ids, dtype=mx.int32)}
+        for i, layer in enumerate(cache.layers):
+            arrays[f"{i}.keys"], arrays[f"{i}.values"] = layer.state
+        meta = {"conversation": conv_id, "history": json.dumps(cache.history.to_json()),
+                "capacity": str(cache.capacity), "layers": str(len(cache.layers))}
+        path = self._path(conv_id)
+        try:
+            private_dir(path.parent, "KV cache folder")
+            with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
+                mx.save_safetensors(str(tmp), arrays, meta)
+        except ChinwagError as e:  # a full disk costs a re-prefill later, never this turn
+            log.warning("KV cache of %s not saved: %s", conv_id, e)
+            return False
+        self.stats.save_seconds += time.perf_counter() - started
+        return True
+
+    def _restore(self, conv_id: str):
+        path = self._path(conv_id)
+        if not self.model_key or not path.exists():
+            return None
+        started = time.perf_counter()
+        try:
+            arrays, meta = mx.load(str(path), return_metadata=True)
+            n_layers, capacity = int(meta["layers"]), int(meta["capacity"])
+            layers = [
+                ContiguousAttentionKVCache.from_state((arrays[f"{i}.keys"], arrays[f"{i}.values"]), capacity)
+                for i in range(n_layers)
+            ]
+            cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
+            cache.eval()  # mx.load is lazy: read the file now, inside the timing
+            cache.history = History.from_json(json.loads(meta["history"]))
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            # A damaged save (MLX's RuntimeError/ValueError, missing keys) costs a re-prefill,
+            # never a failed turn; a bug elsewhere still propagates.
+            log.warning("dropping unreadable KV cache %s: %s", path, e)
+            path.unlink(missing_ok=True)
+            return None
+        path.unlink(missing_ok=True)
+        self.stats.restores += 1
+        self.stats.restore_seconds += time.perf_counter() - started
+        return cache
+
+
+def _file_bytes(cache: ConversationCache) -> int:
+    """About what a saved cache takes on disk: the valid prefix of every layer, and its ids."""
+    per_token = sum(c.nbytes // max(1, c.max_seq_len) for c in cache.layers if hasattr(c, "max_seq_len"))
+    return per_token * len(cache.token_ids) + 8 * len(cache.token_ids)

@@ -1,0 +1,86 @@
+"""Work done while nobody waits for it: a draft read while the user types, the next window after a turn.
+
+Runs on the engine thread at low priority: `should_stop` turns true as soon as any other
+job is queued (engine/api.py), and the work ends within one prefill chunk. What was
+computed stays in the conversation's cache, which always holds exactly its `token_ids`;
+the turn that follows reuses it through the longest common prefix.
+"""
+
+from engine.context.policy import expected_next_tokens, needs_slide, plan_next_window, reply_room
+from engine.context.prompt import check_messages
+from engine.errors import ChinwagError
+from engine.local.generation import prefill_ahead
+from engine.types import BackgroundPrefill, GenerationParams
+
+# Tokens a chat template may add after a reply (end of turn, next role header): a generous bound.
+TEMPLATE_SLACK = 32
+
+
+def _run(session, conv_id, conv, history, turn, target, params, should_stop) -> BackgroundPrefill:
+    if conv is None:
+        conv = session.new_cache(conv_id, history, turn, params)
+    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop)
+    session.caches.enforce(keep=conv_id)
+    return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
+
+
+def prefill_draft(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
+    """Compute the prompt whose last user message is the unsent draft, all but its last token.
+
+    The turn computes that last token itself (it needs its logits), so it reuses all of
+    this without trimming, which some caches cannot do. The window's start is not
+    committed: the turn plans it again from the same messages.
+    """
+    try:
+        conv, history, _plan, turn = session.turn_input(conv_id, messages, params)
+    except ChinwagError as e:  # a draft past the context, no model: sending will say so
+        return BackgroundPrefill(0, 0, 0, False, str(e))
+    return _run(session, conv_id, conv, history, turn, turn.prompt_ids[:-1], params, should_stop)
+
+
+def next_window(session, conv_id: str, messages, params: GenerationParams):
+    """The WindowPlan the next turn will need if it must slide (engine/context/policy.py), else None.
+
+    `messages` end with the reply just written.
+    """
+    conv = session.caches.get(conv_id)
+    if conv is None:
+        return None
+    limit = session.context_limit(params)
+    room = reply_room(params.max_tokens, limit)
+    # The cache holds the next prompt's start but for the template's few tokens after the reply:
+    # skip rendering the chat while far from the limit.
+    held = len(conv.token_ids) + TEMPLATE_SLACK
+    if not needs_slide(held, expected_next_tokens(messages, conv.history), limit, room):
+        return None
+    return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit, room, params.low_water)
+
+
+def prepare_next_window(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
+    """After a turn near the context limit: slide and re-prefill now, not on the user's clock.
+
+    The cache gives up the history that the next turn would drop anyway and holds the
+    window that turn will extend; the window's new start is committed, so the next turn
+    keeps it.
+    """
+    if should_stop():  # the next turn is already here: it will fit the window itself
+        return BackgroundPrefill(0, 0, 0, False, "preempted")
+    try:
+        plan = next_window(session, conv_id, messages, params)
+    except ChinwagError as e:
+        return BackgroundPrefill(0, 0, 0, False, str(e))
+    if plan is None or not plan.prompt_ids:
+        return BackgroundPrefill(0, 0, 0, True, "the next turn fits")
+    conv = session.caches.get(conv_id)
+    conv.history.start = plan.start
+    return _run(session, conv_id, conv, conv.history, None, plan.prompt_ids, params, should_stop)
+
+
+def adopt(session, draft_id: str, conv_id: str) -> bool:
+    """Give the cache read ahead under `draft_id` (a new chat's draft) to the chat created for it."""
+    cache = session.caches.get(draft_id)
+    if cache is None:
+        return False
+    session.caches.forget(draft_id)
+    session.caches.put(conv_id, cache)
+    return True

@@ -1,0 +1,171 @@
+"""The engine thread's state: the loaded model, its tokenizer and every conversation's cache.
+
+Everything here runs on the engine thread; front ends reach it through engine/api.py.
+"""
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from engine import paths
+from engine.context.conversation import (
+    MIN_INITIAL_CAPACITY,
+    ConversationCache,
+    initial_capacity,
+    supports_contiguous_cache,
+)
+from engine.context.memory import ConversationCaches, default_budget_bytes
+from engine.context.policy import plan_window, reply_room
+from engine.context.prompt import History, check_messages
+from engine.errors import ChinwagError
+from engine.local import loading
+from engine.local.generation import TurnInput, prefill, run_turn
+from engine.local.speculative import ModelDrafter, check_vocabularies
+from engine.models import registry
+from engine.types import GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
+
+DEFAULT_CONTEXT_LENGTH = 4096
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
+def context_length_of(model_path: Path) -> int:
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return DEFAULT_CONTEXT_LENGTH
+    config = {**config.get("text_config", {}), **config}
+    for key in _CONTEXT_KEYS:
+        if isinstance(config.get(key), int) and config[key] > 0:
+            return config[key]
+    return DEFAULT_CONTEXT_LENGTH
+
+
+class Session:
+    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+        self.kv_initial_capacity = kv_initial_capacity
+        self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
+        # mlx-lm's model and tokenizer (untyped); None until a model loads.
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.info: Optional[ModelInfo] = None
+        self.context_length = 0
+        self._draft: Optional[tuple] = None  # (spec, model) of the draft model, checked against the main tokenizer
+        self.draft_caches: dict = {}  # conv id -> the draft model's ConversationCache
+
+    def warm_up(self) -> None:
+        """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
+        import mlx.core  # noqa: F401
+        import mlx_lm  # noqa: F401
+
+    def load(self, spec: str, progress: Optional[Callable] = None) -> ModelInfo:
+        report = progress or (lambda p: None)
+        report(LoadProgress("Finding the model"))
+
+        def importing(p: LoadProgress):  # a GGUF (the starter's, on the first run) becomes an MLX folder
+            stage = p.stage[:1].lower() + p.stage[1:]
+            report(LoadProgress(f"Importing the model (first time only): {stage}", p.done, p.total))
+
+        path, info = registry.resolve_model(spec, progress=importing if progress else None)
+        model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
+        # Only a model that loaded replaces the current one.
+        self.model, self.tokenizer, self.info = model, tokenizer, info
+        self._draft = None
+        self.draft_caches.clear()
+        self.context_length = info.context_length or context_length_of(path)
+        self.caches.set_model(str(path))
+        report(LoadProgress("Ready", 1, 1))
+        return info
+
+    def context_limit(self, params: GenerationParams) -> int:
+        limit = self.context_length
+        if params.context_cap:
+            limit = max(2, min(limit, params.context_cap))
+        return limit
+
+    def turn_input(self, conv_id: str, messages, params: GenerationParams):
+        """(cache or None if new, its History, WindowPlan, TurnInput): the one place a turn's prompt is built.
+
+        Turns and background work (engine/local/background.py) both call it, so a prefill done
+        ahead of time matches the prompt the turn will compute. Pure: the caller commits
+        `plan.start` to `history.start` once it uses the plan.
+        """
+        if self.model is None:
+            raise ChinwagError("no model is loaded: load one before chatting")
+        messages = check_messages(messages)
+        limit = self.context_limit(params)
+        conv = self.caches.get(conv_id)
+        history = conv.history if conv else History()
+        plan = plan_window(self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit),
+                           params.low_water)
+        return conv, history, plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+
+    def new_cache(self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams) -> ConversationCache:
+        capacity = self.kv_initial_capacity or initial_capacity(len(turn.prompt_ids) + params.max_tokens,
+                                                                turn.context_limit)
+        conv = ConversationCache.create(self.model, capacity)
+        conv.history = history
+        self.caches.put(conv_id, conv)
+        return conv
+
+    def chat(self, conv_id: str, messages, params: GenerationParams,
+             should_stop: Callable[[], bool], emit: Callable[[TextDelta | PrefillProgress], None]) -> TurnStats:
+        params = params or GenerationParams()
+        messages = check_messages(messages)
+        conv, history, plan, turn = self.turn_input(conv_id, messages, params)
+        if conv is None:
+            conv = self.new_cache(conv_id, history, turn, params)
+        history.start = plan.start
+        parts = []
+
+        def collect(delta: TextDelta):
+            parts.append(delta.text)
+            emit(delta)
+
+        n_prompt, limit = len(turn.prompt_ids), turn.context_limit
+        turn.progress = lambda done, total: emit(PrefillProgress(done, total, n_prompt, limit))
+        drafter = None
+        if params.draft_model and params.speculative is not False:
+            drafter = self.drafter(conv_id, params.draft_model)
+        stats = run_turn(self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter)
+        reply = "".join(parts)
+        if plan.prompt.complete:
+            history.record_reply(len(messages), plan.prompt.tail, plan.prompt.tail_ids, reply, stats.reply_ids,
+                                 set(self.tokenizer.eos_token_ids))
+        else:
+            history.truncate(len(messages))
+        self.caches.enforce(keep=conv_id)
+        return stats
+
+    def close(self) -> int:
+        """Save the most recently used conversations' caches for the next start; how many were saved."""
+        return self.caches.save_all()
+
+    def forget(self, conv_id: str) -> None:
+        self.caches.forget(conv_id)
+        self.draft_caches.pop(conv_id, None)
+
+    def draft_model(self, spec: str):
+        """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
+        if self._draft is not None and self._draft[0] == spec:
+            return self._draft[1]
+        try:
+            path, info = registry.resolve_model(spec)
+        except ChinwagError as e:
+            raise ChinwagError(f"draft model: {e}") from None
+        model, tokenizer = loading.load(path)
+        check_vocabularies(self.tokenizer, tokenizer, self.info.name if self.info else "", info.name)
+        if not supports_contiguous_cache(model):
+            raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
+        self._draft = (spec, model)
+        self.draft_caches.clear()
+        return model
+
+    def drafter(self, conv_id: str, spec: str) -> ModelDrafter:
+        model = self.draft_model(spec)
+        cache = self.draft_caches.get(conv_id)
+        if cache is None:
+            cache = self.draft_caches[conv_id] = ConversationCache.create(model, MIN_INITIAL_CAPACITY)
+        return ModelDrafter(model, cache, prefill)
+
+    def kv_bytes(self) -> int:
+        return self.caches.total_bytes

@@ -1,0 +1,262 @@
+"""Prompt-lookup speculative decoding: draft tokens from the conversation itself, verify them
+in one forward pass, keep the longest prefix the model agrees with.
+
+Drafts copy the tokens that followed the most recent earlier occurrence of the last n-gram
+(n = 3, 2, 1) of the conversation's ids (llama.cpp's lookup decoding). Verification runs
+the pending token and the draft through the model at once; with greedy sampling it accepts
+exactly the tokens plain decoding would produce, and with temperature > 0 it applies the
+speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the distribution of
+the reply is unchanged. The caller trims the rejected positions from the cache.
+
+Runs on the engine thread only.
+"""
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+from engine.context.kv_cache import ContiguousAttentionKVCache
+from engine.errors import ChinwagError
+from engine.types import speculative_default
+
+MAX_NGRAM = 3
+MAX_DRAFT = 8
+# Drafting pauses while the recent acceptance rate is below this; lookups still run for
+# free on every plain step, and drafting resumes once their own hit rate reaches RESUME_RATE
+# (a few hits in a row, not one lucky guess in free text).
+MIN_ACCEPT_RATE = 0.3
+RESUME_RATE = 0.5
+RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
+PROBE_DECAY = 0.8  # the same for the free guesses' hit rate
+DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
+DRAFTER_MAX_PAUSE = 256
+
+
+@dataclass
+class Verdict:
+    accepted: int  # draft tokens the model agreed with
+    next_token: int  # the model's own token after them (pending: not yet in the cache)
+
+
+class NgramIndex:
+    """Where each n-gram of `ids` last occurred, as the index of the token that followed it."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
+        self._indexed = 0  # n-grams ending before this position are in `follow`
+        self._index()
+
+    def extend(self, tokens) -> None:
+        self.ids.extend(tokens)
+        self._index()
+
+    def _index(self) -> None:
+        ids = self.ids
+        # Only n-grams with a known follower: the last n-gram must never find itself.
+        for end in range(self._indexed, len(ids) - 1):
+            for n in range(1, MAX_NGRAM + 1):
+                if end + 1 >= n:
+                    self.follow[n][tuple(ids[end + 1 - n : end + 1])] = end + 1
+        self._indexed = max(self._indexed, len(ids) - 1)
+
+    def propose(self, k: int) -> list:
+        """Up to k tokens that followed the last n-gram's latest earlier occurrence."""
+        if k <= 0:
+            return []
+        ids = self.ids
+        for n in range(min(MAX_NGRAM, len(ids)), 0, -1):
+            start = self.follow[n].get(tuple(ids[-n:]))
+            if start is not None:
+                return ids[start : start + k]
+        return []
+
+
+class ModelDrafter:
+    """Greedy drafts from a smaller model with the same tokenizer, on its own per-conversation
+    cache; the cache follows the main one (common prefix kept, the rest recomputed)."""
+
+    def __init__(self, model, conv, prefill):
+        self.model, self.conv, self.prefill = model, conv, prefill
+
+    def propose(self, ids: list, k: int) -> list:
+        # A greedy draft is a deterministic proposal: the acceptance rule stays exact.
+        logits, _, _ = self.prefill(self.model, self.conv, ids)
+        out = []
+        for i in range(k):
+            tok = mx.argmax(logits, axis=-1)
+            out.append(tok.item())
+            if i + 1 < k:
+                logits = self.model(tok[None], cache=self.conv.layers)[:, -1, :]
+                self.conv.token_ids.append(out[-1])
+        return out
+
+    def follow(self, ids: list) -> None:
+        """Trim to what the main cache holds: the rejected part of the last draft leaves."""
+        from engine.context.conversation import common_prefix
+
+        self.conv.repair()  # after an error mid-draft: back to its own ids first
+        self.conv.truncate(common_prefix(self.conv.token_ids, ids))
+
+
+class DraftLength:
+    """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
+
+    def __init__(self, max_draft: int = MAX_DRAFT):
+        self.max_draft = max_draft
+        self.rate = 0.5
+        self.k = 2
+
+    def record(self, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.rate = RATE_DECAY * self.rate + (1 - RATE_DECAY) * (accepted / drafted)
+        if self.rate < MIN_ACCEPT_RATE:
+            self.k = 0
+        elif accepted == drafted:
+            self.k = min(self.max_draft, max(2, self.k * 2))
+        else:
+            self.k = max(1, min(self.k, accepted + 1))
+
+
+class Speculator:
+    """One turn's drafting and verification state."""
+
+    def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
+        self.index = NgramIndex(prompt_ids)
+        self.length = DraftLength(max_draft)
+        self.sampling = sampling
+        self.drafter = drafter
+        # A paused draft model has no free guesses to score: it retries after a pause that
+        # doubles each time it fails again.
+        self._pause, self._paused_for = DRAFTER_PAUSE, 0
+        self.drafted = self.accepted = 0
+        self._guess = None  # a free lookup's guess of the next token, checked on plain steps
+        self._probe_rate = 0.0
+
+    @property
+    def drafting(self) -> bool:
+        return self.length.k > 0
+
+    def observe(self, tok: int) -> None:
+        """A token emitted by a plain step: score the free guess, make the next one."""
+        if self.drafter is not None and not self.drafting:
+            self._paused_for += 1
+            if self._paused_for >= self._pause:
+                self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
+                self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
+        if self.drafter is None and not self.drafting:
+            hit = self._guess is not None and self._guess == tok
+            self._probe_rate = PROBE_DECAY * self._probe_rate + (1 - PROBE_DECAY) * hit
+            if self._probe_rate >= RESUME_RATE:
+                self.length.k, self.length.rate, self._probe_rate = 1, RESUME_RATE, 0.0
+        self.index.extend([tok])
+        guess = self.index.propose(1)
+        self._guess = guess[0] if guess else None
+
+    def draft(self, pending: int, room: int) -> list:
+        """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
+        k = min(self.length.k, room)
+        if self.drafter is not None:
+            return self.drafter.propose(self.index.ids + [pending], k) if k > 0 else []
+        self.index.ids.append(pending)
+        try:
+            return self.index.propose(k)
+        finally:
+            self.index.ids.pop()
+
+    def finish(self, ids: list) -> None:
+        """The turn is over: the draft model's cache holds what the main one holds."""
+        if self.drafter is not None:
+            self.drafter.follow(ids)
+
+    def verify(self, model, layers, pending: int, draft: list, history) -> Verdict:
+        """Run pending + draft through the model (writing k+1 positions); judge the draft."""
+        logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
+        rows = self.sampling.process(logits, history, [pending] + draft)
+        verdict = self.sampling.judge(rows, draft)
+        self.drafted += len(draft)
+        self.accepted += verdict.accepted
+        self.length.record(len(draft), verdict.accepted)
+        self.index.extend([pending] + draft[: verdict.accepted])
+        self._guess = None
+        return verdict
+
+
+class Sampling:
+    """The distribution plain decoding samples from, row by row, and the acceptance rule."""
+
+    def __init__(self, temperature: float, top_p: float, top_k: int, min_p: float, processors, context: int):
+        self.temperature = temperature
+        self.filters = []
+        # The order and arguments of mlx-lm's make_sampler, which plain decoding uses.
+        if 0 < top_p < 1.0:
+            self.filters.append(lambda x: apply_top_p(x, top_p))
+        if min_p != 0.0:
+            self.filters.append(lambda x: apply_min_p(x, min_p, 1))
+        if top_k > 0:
+            self.filters.append(lambda x: apply_top_k(x, top_k))
+        self.processors = processors
+        self.context = context
+
+    def process(self, logits, history, fed: list):
+        """Log-probabilities of each row, processed as plain decoding would at that position."""
+        if not self.processors:
+            return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        rows = []
+        for i in range(logits.shape[0]):
+            # Row i follows the fed tokens 0..i: each is in the history by then.
+            seen = mx.concatenate([history, mx.array(fed[: i + 1])])[-self.context :]
+            row = logits[i : i + 1]
+            for p in self.processors:
+                row = p(seen, row)
+            rows.append(row - mx.logsumexp(row, axis=-1, keepdims=True))
+        return mx.concatenate(rows, axis=0)
+
+    def judge(self, logprobs, draft: list) -> Verdict:
+        if self.temperature == 0:
+            best = mx.argmax(logprobs, axis=-1).tolist()
+            n = 0
+            while n < len(draft) and best[n] == draft[n]:
+                n += 1
+            return Verdict(n, best[n])
+        for f in self.filters:
+            logprobs = f(logprobs)
+        probs = mx.softmax(logprobs * (1.0 / self.temperature), axis=-1)
+        k = len(draft)
+        # The draft is deterministic (q = one-hot), so draft token i is accepted with
+        # probability p_i(d_i); on rejection, sample from p_i with d_i removed.
+        p_draft = probs[mx.arange(k), mx.array(draft)]
+        coins = mx.random.uniform(shape=(k,))
+        keep = (coins < p_draft).tolist()
+        n = 0
+        while n < k and keep[n]:
+            n += 1
+        row = probs[n]
+        if n < k:
+            row = row.at[draft[n]].multiply(0.0)  # the residual max(0, p - q)
+        token = mx.random.categorical(mx.log(row)).item()
+        return Verdict(n, token)
+
+
+def speculation_enabled(params, draft_model=None) -> bool:
+    """The params' switch; else on with a draft model, or the default of this thread's backend."""
+    if params.speculative is not None:
+        return bool(params.speculative)
+    if draft_model is not None:
+        return True
+    return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
+
+
+def check_vocabularies(tokenizer, draft_tokenizer, name: str, draft_name: str) -> None:
+    """A draft model must tokenize exactly as the main model does."""
+    a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if a != b:
+        detail = f"{len(b)} tokens against {len(a)}" if len(a) != len(b) else "same size, different tokens"
+        raise ChinwagError(f"draft model {draft_name} cannot draft for {name}: their vocabularies differ ({detail})")
+
+
+def can_speculate(layers) -> bool:
+    """Only contiguous caches trim back exactly; sliding windows and SSM state cannot."""
+    return all(isinstance(c, ContiguousAttentionKVCache) for c in layers)

@@ -1,0 +1,284 @@
+"""Saved model servers (OpenAI-compatible, e.g. mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama)
+and their API keys, and the models they serve.
+
+Sync functions with no MLX: listing runs off the engine thread. Servers live in
+<data>/servers.json (name and URL only). An API key goes to the system keychain through
+`keyring` when a real backend is available, otherwise to <data>/server-keys.json (mode
+0600); never to the database, exports, logs or error messages.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from engine import paths
+from engine.atomic import write_atomic
+from engine.errors import ChinwagError
+from engine.types import ModelInfo, ModelStatus, ServerInfo
+
+SERVERS_FILE = "servers.json"
+KEYS_FILE = "server-keys.json"
+KEYRING_SERVICE = "Chinwag model servers"
+# mlx_lm.server serves its --model under this name, and answers GET /v1/models with an
+# empty body when it has no Hugging Face cache folder.
+DEFAULT_MODEL = "default_model"
+LIST_TIMEOUT_S = 3.0  # listing servers must not hold the Model menu for long
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
+
+
+class NoModelList(ChinwagError):
+    """A server without GET /models: its models can still be named."""
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    url: str  # the API base, e.g. http://127.0.0.1:8080/v1
+    api_key: str = field(default="", repr=False)
+
+
+# --- URLs ---------------------------------------------------------------------------------
+
+
+def normalize_url(url: str) -> str:
+    """The API base for a user's URL: http(s), a host, no query; a bare host gets /v1."""
+    text = str(url).strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ChinwagError(f"not a server URL: '{display_url(text)}' (expected http://HOST:PORT or https://HOST/v1)")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        raise ChinwagError(f"not a server URL: '{display_url(text)}' has a bad port") from None
+    if parts.username or parts.password:  # it would be saved and logged with the URL
+        raise ChinwagError(f"the server URL '{display_url(text)}' has a user:password part: "
+                           "give the key as the server's API key instead")
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/models"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+    return urlunsplit((parts.scheme, parts.netloc, path or "/v1", "", ""))
+
+
+def display_url(url: str) -> str:
+    """A URL fit for messages: any user:password part removed."""
+    parts = urlsplit(str(url))
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return str(url)
+
+
+def host_label(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
+
+
+# --- the saved list -----------------------------------------------------------------------
+
+
+def _servers_path() -> Path:
+    return paths.data_dir() / SERVERS_FILE
+
+
+def _write_private(path: Path, data) -> None:
+    """Only you can read it (0600): one holds API keys, the other says where your servers are."""
+    write_atomic(path, json.dumps(data, indent=2), mode=0o600)
+
+
+def _read_json(path: Path, default):
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as e:
+        raise ChinwagError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _load() -> list:
+    data = _read_json(_servers_path(), {"servers": []})
+    rows = data.get("servers", []) if isinstance(data, dict) else []
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("url"), str)]
+
+
+def list_servers() -> list:
+    """The saved servers, keys included (callers never print them)."""
+    return [Server(r["name"], r["url"], api_key(r["name"])) for r in _load()]
+
+
+def server_infos() -> list:
+    return [ServerInfo(s.name, display_url(s.url), bool(s.api_key)) for s in list_servers()]
+
+
+def get_server(name: str) -> Optional[Server]:
+    for r in _load():
+        if r["name"] == name:
+            return Server(r["name"], r["url"], api_key(r["name"]))
+    return None
+
+
+def check_name(name: str) -> str:
+    name = str(name).strip()
+    if not _NAME.match(name):
+        raise ChinwagError(
+            f"bad server name '{name[:40]}': use 1-40 letters, digits, spaces, '.', '_' or '-' (no '/')"
+        )
+    return name
+
+
+def add_server(name: str, url: str, key: Optional[str] = None, replace: str = "") -> Server:
+    """Save a server (or update the one named `replace`); key None keeps the stored key, "" removes it."""
+    name, url = check_name(name), normalize_url(url)
+    rows = _load()
+    others = [r for r in rows if r["name"] not in (name, replace)]
+    if replace != name and any(r["name"] == name for r in rows):
+        raise ChinwagError(f"a server named '{name}' already exists: remove it or pick another name")
+    old_key = api_key(replace or name)
+    position = next((i for i, r in enumerate(rows) if r["name"] in (name, replace)), len(others))
+    others.insert(min(position, len(others)), {"name": name, "url": url})
+    _write_private(_servers_path(), {"servers": others})
+    if replace and replace != name:
+        set_api_key(replace, "")
+    set_api_key(name, old_key if key is None else key)
+    return Server(name, url, api_key(name))
+
+
+def remove_server(name: str) -> None:
+    rows = _load()
+    if not any(r["name"] == name for r in rows):
+        raise ChinwagError(f"no saved server named '{name}' (see `chinwag servers list`)")
+    _write_private(_servers_path(), {"servers": [r for r in rows if r["name"] != name]})
+    set_api_key(name, "")
+
+
+# --- API keys: the keychain when there is one, else a 0600 file -----------------------------
+
+
+def _keyring():
+    """The keyring module when a real backend is available (CHINWAG_KEYRING=0 turns it off)."""
+    if os.environ.get("CHINWAG_KEYRING", "1") == "0":
+        return None
+    try:
+        import keyring
+        from keyring.backends import fail
+
+        backend = keyring.get_keyring()
+    except Exception:  # no keyring, or a backend that breaks on start-up
+        return None
+    if isinstance(backend, fail.Keyring) or getattr(backend, "priority", 1) <= 0:
+        return None
+    return keyring
+
+
+def keys_file() -> Path:
+    return paths.data_dir() / KEYS_FILE
+
+
+def key_storage() -> str:
+    return "the system keychain" if _keyring() else f"{keys_file()} (readable only by you)"
+
+
+def api_key(name: str) -> str:
+    ring = _keyring()
+    if ring is not None:
+        try:
+            return ring.get_password(KEYRING_SERVICE, name) or ""
+        except Exception:  # a locked or broken keychain: fall back to the file
+            pass
+    keys = _read_json(keys_file(), {})
+    value = keys.get(name, "") if isinstance(keys, dict) else ""
+    return value if isinstance(value, str) else ""
+
+
+def set_api_key(name: str, key: str) -> None:
+    ring = _keyring()
+    if ring is not None:
+        try:
+            if key:
+                ring.set_password(KEYRING_SERVICE, name, key)
+            else:
+                try:
+                    ring.delete_password(KEYRING_SERVICE, name)
+                except Exception:  # nothing stored
+                    pass
+            _set_file_key(name, "")
+            return
+        except Exception:
+            pass
+    _set_file_key(name, key)
+
+
+def _set_file_key(name: str, key: str) -> None:
+    path = keys_file()
+    keys = _read_json(path, {})
+    keys = keys if isinstance(keys, dict) else {}
+    if key:
+        keys[name] = key
+    elif name in keys:
+        del keys[name]
+    else:
+        return
+    _write_private(path, keys)
+
+
+# --- the models a server serves ------------------------------------------------------------
+
+
+def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
+    """GET {url}/models; an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
+    import httpx
+
+    from engine.remote.backend import describe_http_error, headers_for, response_error
+
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+            r = client.get(f"{server.url}/models", headers=headers_for(server.api_key))
+    except httpx.HTTPError as e:
+        raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+    if r.status_code == 404:
+        raise NoModelList(f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
+                          f"name the model: {server.name}/MODEL or URL#MODEL")
+    if r.status_code != 200:
+        raise ChinwagError(f"server {server.name}: {response_error(r.status_code, r.content)}")
+    if not r.content.strip():
+        return [DEFAULT_MODEL]
+    try:
+        data = r.json().get("data")
+        ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, AttributeError, TypeError):
+        raise ChinwagError(f"server {server.name}: GET {display_url(server.url)}/models did not answer "
+                           "an OpenAI model list") from None
+    return ids or [DEFAULT_MODEL]
+
+
+def model_info(server: Server, model: str, spec: str = "") -> ModelInfo:
+    return ModelInfo(
+        id=spec or f"{server.name}/{model}", name=f"{model} on {server.name}", path=display_url(server.url),
+        architecture="remote", status=ModelStatus.READY, source="server", server=server.name,
+    )
+
+
+def models_of(server: Server) -> list:
+    """The server's models, or one unusable entry with the reason it cannot be reached."""
+    try:
+        return [model_info(server, m) for m in fetch_model_ids(server)]
+    except ChinwagError as e:
+        reason = str(e).removeprefix(f"server {server.name}: ")
+        return [ModelInfo(id=f"{server.name}/", name=server.name, path=display_url(server.url),
+                          architecture="remote", status=ModelStatus.UNUSABLE, reason=f"unreachable: {reason}",
+                          source="server", server=server.name)]
+
+
+def server_models() -> list:
+    """Every saved server's models, the servers asked in parallel."""
+    saved = list_servers()
+    if not saved:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(saved))) as pool:
+        return [info for infos in pool.map(models_of, saved) for info in infos]

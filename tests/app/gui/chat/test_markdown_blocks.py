@@ -1,0 +1,107 @@
+"""Markdown blocks: how replies are cut up, and that streaming re-renders only what changed."""
+
+import time
+
+import pytest
+
+from app.gui.chat.markdown_view import Block, split_blocks
+
+pytestmark = pytest.mark.qt
+
+
+def kinds(text):
+    return [(b.kind, b.text) for b in split_blocks(text)]
+
+
+def test_prose_code_and_think_blocks():
+    text = "<think>hmm\nok</think>\n\n# Title\n\nPara one.\n\n```python\nx = 1\n\ny = 2\n```\nAfter."
+    assert kinds(text) == [
+        ("think", "hmm\nok"), ("prose", "# Title"), ("prose", "Para one."),
+        ("code", "x = 1\n\ny = 2"), ("prose", "After."),
+    ]
+    assert split_blocks(text)[3].lang == "python"
+
+
+def test_unclosed_fence_and_think_run_to_the_end():
+    assert split_blocks("a\n```js\nlet x") == [Block("prose", "a"), Block("code", "let x", "js", closed=False)]
+    assert split_blocks("<think>still going") == [Block("think", "still going", closed=False)]
+    # A reply that starts inside the reasoning (the template opened <think>).
+    assert kinds("plan it</think>answer") == [("think", "plan it"), ("prose", "answer")]
+
+
+def test_lists_and_tables_stay_whole():
+    assert kinds("1. a\n\n2. b\n\n   more of b\n\nnext") == [("prose", "1. a\n\n2. b\n\n   more of b"), ("prose", "next")]
+    assert kinds("|a|b|\n|-|-|\n|1|2|") == [("prose", "|a|b|\n|-|-|\n|1|2|")]
+    assert kinds("~~~\n```\n~~~") == [("code", "```")]
+
+
+def test_streaming_rerenders_only_the_last_block(qtbot):
+    from app.gui.chat.markdown_view import MarkdownView, ProseView
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    reply = "".join(f"Paragraph {i} has some **bold** text and `code`.\n\n" for i in range(170))
+    assert len(reply) > 8000
+    text, costs = "", []
+    for i in range(0, len(reply), 40):
+        text = reply[: i + 40]
+        before = view.renders
+        start = time.perf_counter()
+        view.set_text(text)
+        costs.append(time.perf_counter() - start)
+        assert view.renders - before <= 2  # the last block (and at most one new one)
+    first = view.widgets()[0]
+    assert isinstance(first, ProseView) and first.toPlainText().startswith("Paragraph 0 has some bold")
+    assert len(view.widgets()) == 170
+    # The update cost does not grow with the length of the reply.
+    early, late = sorted(costs[:20])[10], sorted(costs[-20:])[10]
+    assert late < max(early * 5, 0.01)
+
+
+def test_block_kind_change_replaces_the_widget(qtbot):
+    from app.gui.chat.markdown_view import CodeBlock, MarkdownView, ProseView
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.set_text("Intro\n\n``")
+    assert [type(w) for w in view.widgets()] == [ProseView, ProseView]
+    view.set_text("Intro\n\n```py\nprint(1)")
+    assert [type(w) for w in view.widgets()] == [ProseView, CodeBlock]
+    view.set_text("Intro")
+    assert [type(w) for w in view.widgets()] == [ProseView]
+
+
+def test_links_tables_and_headings_render(qtbot):
+    from app.gui.chat.markdown_view import MarkdownView
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.set_text("## Head\n\nSee [docs](https://example.com).\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    head, link, table = view.widgets()
+    assert head.document().firstBlock().blockFormat().headingLevel() == 2
+    assert "https://example.com" in link.document().toHtml() and not link.openLinks()
+    assert table.document().rootFrame().childFrames()  # a QTextTable
+    # Raw HTML from a model is shown as text, not interpreted.
+    view.set_text("<b>not bold</b>")
+    assert "<b>not bold</b>" in view.widgets()[0].toPlainText()
+
+
+def test_only_web_links_are_opened(qtbot, monkeypatch):
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QDesktopServices
+
+    from app.gui.chat.markdown_view import ProseView, open_link
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()) or True)
+    assert open_link(QUrl("https://example.com/a"))
+    assert not open_link(QUrl("file:///etc/passwd")) and not open_link(QUrl("javascript:alert(1)"))
+    assert not open_link(QUrl("notes.md"))
+    assert opened == ["https://example.com/a"]
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.set_markdown("![secret](/etc/hostname) and [rel](other.md)")
+    view.anchorClicked.emit(QUrl("other.md"))
+    assert "rel" in view.toPlainText() and opened == ["https://example.com/a"]

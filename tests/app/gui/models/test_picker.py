@@ -1,0 +1,53 @@
+"""The model picker in the chat header: shows the loaded model, lists what the Model menu
+lists (server models too), switches, and is disabled while a model loads."""
+
+import pytest
+
+from engine.types import ModelInfo
+from tests.app.gui.test_bad_input import make_window
+from tests.app_helpers import FAKE_MODELS, FakeEngine, run
+
+pytestmark = pytest.mark.qt
+
+
+def test_picker_shows_and_switches_the_model(qtbot, window, engine):
+    picker = window.model_picker
+    assert picker.isVisible() and picker.text().startswith("Fake Small")
+    assert [a.data() for a in picker.model_actions] == [a.data() for a in window.model_menu.model_actions]
+    assert picker.action_for("fake-small").isChecked()
+    assert not picker.action_for("broken").isEnabled()
+    assert picker.action_for("broken").toolTip() == "config.json is missing"
+
+    picker.action_for("fake-big").trigger()
+    qtbot.waitUntil(lambda: engine.current_model is not None and engine.current_model.id == "fake-big", timeout=5000)
+    qtbot.waitUntil(lambda: picker.text().startswith("Fake Big"), timeout=5000)
+    assert picker.action_for("fake-big").isChecked() and not picker.action_for("fake-small").isChecked()
+    assert window.model_menu.action_for("fake-big").isChecked()  # the Model menu follows
+
+
+def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, store):
+    server = ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server",
+                       server="studio")
+    engine = FakeEngine(models=FAKE_MODELS + [server])
+    engine.load_delay = 0.3
+    w = make_window(qtbot, store, engine)
+    picker = w.model_picker
+    assert picker.action_for("studio/qwen3-32b").text() == "qwen3-32b"  # under its server, as in Model
+    picker.action_for("studio/qwen3-32b").trigger()
+    qtbot.waitUntil(lambda: not picker.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: picker.isEnabled() and picker.text().startswith("qwen3-32b on studio"), timeout=5000)
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
+    picker_texts = [a.text() for a in window.model_picker.menu_.actions()]
+    assert picker_texts == [a.text() for a in window.model_menu.actions()]  # the same menu
+    action = next(a for a in window.model_picker.menu_.actions() if a.text() == "Download from Hugging Face…")
+    action.trigger()
+    qtbot.waitUntil(lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000)
+    window._download.reject()
+
+
+def test_picker_sits_in_the_chat_header(window):
+    assert window.model_picker.parent() is window.header

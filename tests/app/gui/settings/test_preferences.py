@@ -1,0 +1,104 @@
+"""Chat Settings and Preferences: keys in the dialogs, tooltips, app settings that apply."""
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from tests.app_helpers import FakeEngine, run, send
+
+pytestmark = pytest.mark.qt
+
+
+def test_tab_leaves_the_system_prompt_and_return_is_ok(qtbot, window, store, engine):
+    send(qtbot, window, "hi")
+    dialog = window.chat_settings_dialog()
+    dialog.system_prompt.setFocus()
+    QTest.keyClicks(dialog.system_prompt, "Be brief.")
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClicks(dialog.system_prompt, "Really.")
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Tab)
+    assert dialog.system_prompt.toPlainText() == "Be brief.\nReally."
+    assert dialog.focusWidget() is not dialog.system_prompt
+    dialog.system_prompt.setFocus()
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Return)
+    assert dialog.result() == dialog.DialogCode.Accepted
+    assert store.get_conversation(window.chat.conv_id).settings["system_prompt"] == "Be brief.\nReally."
+
+
+def test_return_in_a_number_field_is_ok_too(qtbot, window, store, engine):
+    dialog = window.preferences_dialog()
+    box = dialog.fields["temperature"]
+    box.setFocus()
+    box.selectAll()
+    QTest.keyClicks(box, "0.3")
+    QTest.keyClick(box, Qt.Key.Key_Return)
+    assert dialog.result() == dialog.DialogCode.Accepted
+    assert store.get_state("default_settings")["temperature"] == pytest.approx(0.3)
+
+
+def test_every_sampling_knob_explains_itself(qtbot, window):
+    dialog = window.chat_settings_dialog()
+    for key in dialog.fields:  # every numeric knob
+        assert len(dialog.fields[key].toolTip()) > 30, key
+    assert set(dialog.fields) >= {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"}
+    assert "Enter" in dialog.system_prompt.toolTip()
+    dialog.reject()
+
+
+def test_presets_fill_the_system_prompt(qtbot, window):
+    dialog = window.preferences_dialog()
+    names = [dialog.preset_box.itemText(i) for i in range(dialog.preset_box.count())]
+    assert "Concise" in names
+    dialog.preset_box.activated.emit(names.index("Concise"))
+    assert dialog.system_prompt.toPlainText().startswith("Answer in as few words")
+    dialog.reject()
+
+
+def test_preferences_theme_font_and_default_model(qtbot, qloop, window, store, engine):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY, load_app_settings
+
+    app = QApplication.instance()
+    assert load_app_settings(store) == {"theme": "system", "font_size": 0, "default_model": ""}
+    send(qtbot, window, "hi")
+    before = window.chat_view.message_widgets()[0]
+    try:
+        dialog = window.preferences_dialog()
+        dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("dark"))
+        dialog.font_box.setValue(15)
+        dialog.model_box.setCurrentIndex(dialog.model_box.findData("fake-big"))
+        dialog.accept()
+        saved = store.get_state(APP_KEY)
+        assert saved == {"theme": "dark", "font_size": 15, "default_model": "fake-big"}
+        assert theme.is_dark(app.palette()) and app.font().pointSize() == 15
+        # The open chat is rendered again, in the new colours and size.
+        shown = window.chat_view.message_widgets()
+        assert shown[0] is not before and shown[0].text() == "hi"
+        # The default model is what the next start loads (over the last used one).
+        from app.gui.window import MainWindow
+
+        w2 = MainWindow(store, FakeEngine())
+        qtbot.addWidget(w2)
+        run(qtbot, w2.start_engine())
+        assert w2.bridge.current_model.id == "fake-big"
+        w2.close()
+        run(qtbot, w2.shutdown())
+        dialog = window.preferences_dialog()
+        dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("light"))
+        dialog.accept()
+        assert not theme.is_dark(app.palette())
+        assert app.palette().color(QPalette.ColorRole.Base).name() == "#ffffff"
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)
+
+
+def test_bad_app_settings_fall_back_to_defaults(store):
+    from app.gui.settings.preferences import APP_DEFAULTS, APP_KEY, load_app_settings
+
+    store.set_state(APP_KEY, {"theme": "neon", "font_size": "huge", "default_model": "m1"})
+    values = load_app_settings(store)
+    assert values["theme"] == APP_DEFAULTS["theme"] and values["font_size"] == 0
+    assert values["default_model"] == "m1"

@@ -1,0 +1,128 @@
+"""Caches survive a restart: saved on close within a disk budget, keyed by the model's weights."""
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from engine import GenerationParams
+from engine.context.memory import weights_identity
+from tests.conftest import run_with_engine
+from tests.engine.test_api import turn
+
+GREEDY = GenerationParams(temperature=0.0, max_tokens=8)
+FIRST = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a cat"}]
+
+
+session = run_with_engine
+
+
+def first_then_follow_up(model_path, second_path=None):
+    """A turn, close, reopen (on `second_path` if given), a follow-up: its stats and the first's."""
+
+    async def first(engine):
+        text, stats = await turn(engine, "chat", FIRST, GREEDY)
+        return text, stats
+
+    text, stats = session(model_path, first)
+    follow = FIRST + [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+
+    async def second(engine):
+        return (await turn(engine, "chat", follow, GREEDY))[1]
+
+    return stats, session(second_path or model_path, second)
+
+
+def test_the_first_follow_up_after_a_restart_prefills_only_its_new_tokens(tiny_model_path, chinwag_home):
+    first, again = first_then_follow_up(tiny_model_path)
+    held = len(first.prompt_ids) + len(first.reply_ids)
+    assert again.reused_tokens == held and again.prefilled_tokens == len(again.prompt_ids) - held
+    assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))
+
+
+def test_other_weights_at_the_same_path_never_restore_a_cache(tiny_model_path, tmp_path):
+    from tests.tiny_model import build_tiny_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_path, folder)
+    before = weights_identity(folder)
+
+    async def first(engine):
+        return await turn(engine, "chat", FIRST, GREEDY)
+
+    text, stats = session(folder, first)
+    build_tiny_model(folder, seed=1)  # the folder is updated in place: new weights, same path
+    assert weights_identity(folder) != before
+    follow = FIRST + [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+
+    async def second(engine):
+        return (await turn(engine, "chat", follow, GREEDY))[1]
+
+    again = session(folder, second)
+    assert again.reused_tokens == 0
+
+
+def test_close_saves_the_most_recent_caches_within_the_disk_budget(tiny_model_path, chinwag_home):
+    from engine.context.memory import _file_bytes
+
+    async def body(engine):
+        for conv in ("old", "middle", "recent"):
+            await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
+        caches = engine._session.caches
+        # Room for about two caches: the least recently used one is not saved.
+        caches.disk_budget_bytes = int(2.5 * max(_file_bytes(c) for c in caches._caches.values()))
+        return caches
+
+    caches = session(tiny_model_path, body)
+    saved = {p.stem for p in (chinwag_home / "kv").rglob("*.safetensors")}
+    assert saved == {caches._path(c).stem for c in ("middle", "recent")}
+
+
+def test_the_disk_budget_deletes_the_least_recently_written_files_first(tmp_path):
+    from engine.context.memory import ConversationCaches
+
+    caches = ConversationCaches(1 << 30, tmp_path, disk_budget_bytes=250)
+    for i, name in enumerate(("a", "b", "c")):
+        f = tmp_path / "somemodel" / f"{name}.safetensors"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(b"x" * 100)
+        os.utime(f, ns=(i * 10**9, i * 10**9))
+    caches.prune_disk()
+    assert sorted(p.stem for p in tmp_path.rglob("*.safetensors")) == ["b", "c"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_saved_cache_costs_a_re_prefill_not_a_failed_turn(tiny_model_path, chinwag_home, damage):
+    async def first(engine):
+        return await turn(engine, "chat", FIRST, GREEDY)
+
+    text, _ = session(tiny_model_path, first)
+    (path,) = list((chinwag_home / "kv").rglob("*.safetensors"))
+    path.write_bytes(path.read_bytes()[:100] if damage == "truncate" else b"not a safetensors file")
+    follow = FIRST + [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+
+    async def second(engine):
+        return (await turn(engine, "chat", follow, GREEDY))[1]
+
+    again = session(tiny_model_path, second)
+    assert again.reused_tokens == 0 and again.finish_reason in ("length", "stop")
+
+
+def test_saving_on_close_stops_at_its_time_limit_most_recent_first(tiny_model_path, chinwag_home):
+    async def body(engine):
+        for conv in ("old", "recent"):
+            await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
+        return engine._session.caches
+
+    caches = None
+
+    async def run(engine):
+        nonlocal caches
+        caches = await body(engine)
+        (chinwag_home / "kv" / "x").mkdir(parents=True, exist_ok=True)
+        (chinwag_home / "kv" / "x" / ".cut.0123abcd.part.safetensors").write_bytes(b"half")
+        return await asyncio.wrap_future(engine._thread.submit(lambda: caches.save_all(seconds=0.0)))
+
+    assert session(tiny_model_path, run) == 1  # the first (most recent) is always saved
+    assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))

@@ -1,0 +1,318 @@
+"""Points 4 and 5 of issue 9: prefill while the user types, and the next window prepared while
+they read; both low priority, preempted within one chunk, never changing a reply."""
+
+import asyncio
+import threading
+
+import pytest
+
+from engine import BackgroundPrefill, Engine, GenerationParams
+from engine.context.conversation import common_prefix
+from engine.local import generation
+from tests.engine.test_api import GREEDY, reference, turn
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 30
+
+
+
+def draft(text, history=()):
+    return list(history) + [{"role": "user", "content": text}]
+
+
+async def cache_state(engine, conv_id):
+    """(tokens held by the cache's layers, len(token_ids)), read on the engine thread."""
+    def read():
+        conv = engine._session.caches.get(conv_id)
+        return (conv.offset, len(conv.token_ids)) if conv else (0, 0)
+
+    return await engine._call(read)
+
+
+def hold_model(monkeypatch, engine, until):
+    """Make the model's first call wait (on the engine thread) until `until()` holds."""
+    model = engine._session.model
+    real = type(model).__call__
+    calls = {"n": 0}
+    entered = threading.Event()
+
+    def held(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            entered.set()
+            for _ in range(2000):
+                if until():
+                    break
+                threading.Event().wait(0.005)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "__call__", held)
+    return entered, lambda: monkeypatch.setattr(type(model), "__call__", real)
+
+
+def test_prefilled_draft_leaves_one_token_for_enter_and_the_same_reply(engine_with, tiny_model):
+    model, tokenizer = tiny_model
+    history = [{"role": "system", "content": "Be brief."}]
+
+    async def body(engine):
+        ahead = await engine.prefill("d", draft(LONG, history), GREEDY)
+        _, sent = await turn(engine, "d", draft(LONG, history))
+        _, cold = await turn(engine, "cold", draft(LONG, history))
+        # The user kept typing after the pause: only the changed tail is computed.
+        await engine.prefill("e", draft(LONG, history), GREEDY)
+        _, changed = await turn(engine, "e", draft(LONG + "Why?", history))
+        return ahead, sent, cold, changed
+
+    ahead, sent, cold, changed = engine_with(body)
+    assert isinstance(ahead, BackgroundPrefill) and ahead.finished
+    assert ahead.computed_tokens == ahead.prompt_tokens == len(sent.prompt_ids) - 1
+    assert sent.reused_tokens == len(sent.prompt_ids) - 1 and sent.prefilled_tokens == 1
+    assert sent.reply_ids == cold.reply_ids and sent.prompt_ids == cold.prompt_ids
+    assert cold.reused_tokens == 0
+    assert list(sent.reply_ids) == reference(model, list(sent.prompt_ids), 12, tokenizer.eos_token_ids)
+    # Everything before the edit point is reused; the reply still equals a fresh computation.
+    assert changed.reused_tokens == common_prefix(sent.prompt_ids[:-1], changed.prompt_ids)
+    assert changed.reused_tokens > len(sent.prompt_ids) - 16 and changed.prefilled_tokens < 24
+    assert list(changed.reply_ids) == reference(model, list(changed.prompt_ids), 12, tokenizer.eos_token_ids)
+
+
+def test_a_chat_preempts_the_draft_within_one_chunk_and_reuses_it(engine_with, tiny_model, monkeypatch):
+    model, tokenizer = tiny_model
+
+    async def body(engine):
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
+        background = asyncio.ensure_future(engine.prefill("c", draft(LONG)))
+        await asyncio.to_thread(entered.wait, 30)
+        _, stats = await turn(engine, "c", draft(LONG))  # Enter while the draft is being read
+        restore()
+        result = await background
+        return result, stats, await cache_state(engine, "c")
+
+    result, stats, (offset, held) = engine_with(body)
+    assert not result.finished and result.computed_tokens == generation.PREFILL_FIRST_STEP
+    assert stats.reused_tokens == generation.PREFILL_FIRST_STEP
+    assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)
+    assert offset == held == len(stats.prompt_ids) + len(stats.reply_ids)
+
+
+def test_a_newer_draft_preempts_the_older_one(engine_with, monkeypatch):
+    async def body(engine):
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
+        older = asyncio.ensure_future(engine.prefill("n", draft(LONG)))
+        await asyncio.to_thread(entered.wait, 30)
+        newer = await engine.prefill("n", draft(LONG + "And more."))
+        restore()
+        return await older, newer, await cache_state(engine, "n")
+
+    older, newer, (offset, held) = engine_with(body)
+    assert not older.finished and older.computed_tokens == generation.PREFILL_FIRST_STEP
+    assert newer.finished and newer.reused_tokens >= generation.PREFILL_FIRST_STEP
+    assert offset == held == newer.prompt_tokens
+
+
+def test_stop_and_model_load_cancel_background_work(engine_with, tiny_model_path, monkeypatch):
+    async def body(engine):
+        results = []
+        for cancel in (lambda: engine.stop(), lambda: asyncio.ensure_future(engine.load_model(str(tiny_model_path)))):
+            entered, restore = hold_model(monkeypatch, engine, lambda: engine._cancel_background.is_set())
+            background = asyncio.ensure_future(engine.prefill("s", draft(LONG)))
+            await asyncio.to_thread(entered.wait, 30)
+            pending = cancel()
+            results.append(await background)
+            restore()
+            if pending is not None:
+                await pending
+        _, stats = await turn(engine, "s", draft("still fine?"))
+        return results, stats
+
+    results, stats = engine_with(body)
+    assert [r.finished for r in results] == [False, False]
+    assert all(r.computed_tokens <= generation.PREFILL_FIRST_STEP for r in results)
+    assert stats.finish_reason in ("stop", "length")
+
+
+def test_no_background_prefill_while_a_reply_generates(engine_with, monkeypatch):
+    async def body(engine):
+        seen = {}
+
+        async def reply():
+            last = None
+            async for ev in engine.chat("g", draft("Tell me a story"), GenerationParams(temperature=0, max_tokens=40)):
+                last = ev
+                if "busy" not in seen:
+                    seen["busy"] = await engine.prefill("other", draft(LONG))
+            return last
+
+        stats = await reply()
+        return seen["busy"], stats, await cache_state(engine, "other")
+
+    busy, stats, other = engine_with(body)
+    assert not busy.finished and busy.computed_tokens == 0 and "busy" in busy.reason
+    assert other == (0, 0)  # nothing was computed for the draft
+    assert stats.generated_tokens > 1
+
+
+def test_a_draft_too_long_for_the_context_is_skipped_quietly(engine_with):
+    async def body(engine):
+        return await engine.prefill("x", draft("word " * 100), GenerationParams(context_cap=20))
+
+    result = engine_with(body)
+    assert not result.finished and "context limit is 20" in result.reason
+
+
+# --- point 4: the next window, prepared while the user reads -------------------------------
+
+CAP = GenerationParams(temperature=0.0, max_tokens=8, context_cap=400)
+
+
+def near_limit_chat():
+    history = [{"role": "system", "content": "Be brief."}]
+    for i in range(5):
+        history += [{"role": "user", "content": f"Question {i}: what is the capital of France?"},
+                    {"role": "assistant", "content": f"Answer {i}: the capital of France is Paris."}]
+    return history
+
+
+async def fill_to_limit(engine, conv):
+    """Turns until the next one has to drop old turns; returns the messages."""
+    from engine.local.background import next_window
+
+    messages = near_limit_chat()
+    for i in range(40):
+        messages = messages + [{"role": "user", "content": f"And number {i}?"}]
+        text, stats = await turn(engine, conv, messages, CAP)
+        messages = messages + [{"role": "assistant", "content": text}]
+        if await engine._call(next_window, engine._session, conv, messages, CAP) is not None:
+            return messages
+    raise AssertionError("the chat never came near its limit")
+
+
+def test_the_next_window_is_prepared_after_a_turn_near_the_limit(tiny_model_path, tiny_model):
+    model, tokenizer = tiny_model
+    last = {"role": "user", "content": "What is the capital of Spain?"}
+
+    async def run(idle_work, turns=None):
+        engine = Engine(idle_work=idle_work)
+        conv = f"w-{idle_work}"  # caches saved on close must not carry over to the other run
+        try:
+            await engine.load_model(str(tiny_model_path))
+            messages, prepared = near_limit_chat(), []
+            for i in range(turns or 40):
+                messages = messages + [{"role": "user", "content": f"And number {i}?"}]
+                text, _ = await turn(engine, conv, messages, CAP)
+                messages = messages + [{"role": "assistant", "content": text}]
+                prepared.append(await engine.wait_background())
+                if turns is None and prepared[-1].computed_tokens:
+                    break
+            _, nxt = await turn(engine, conv, messages + [last], CAP)
+            return prepared, nxt
+        finally:
+            await engine.close()
+
+    prepared, warm = asyncio.run(run(True))
+    none, cold = asyncio.run(run(False, len(prepared)))
+    assert set(none) == {None}
+    # Until the chat nears its limit, there is nothing to prepare.
+    assert all(p.finished and p.computed_tokens == 0 for p in prepared[:-1])
+    assert prepared[-1].finished and prepared[-1].computed_tokens > 0
+    # Both slid the window (the prepared one from a guess at the next message's size).
+    assert warm.dropped_messages > 0 and cold.dropped_messages > 0
+    assert list(cold.reply_ids) == reference(model, list(cold.prompt_ids), 8, tokenizer.eos_token_ids)
+    assert list(warm.reply_ids) == reference(model, list(warm.prompt_ids), 8, tokenizer.eos_token_ids)
+    # The turn computed only what follows the prepared window: the new message.
+    assert warm.reused_tokens == prepared[-1].reused_tokens + prepared[-1].computed_tokens
+    assert warm.prefilled_tokens * 3 < cold.prefilled_tokens
+
+
+def test_another_conversations_turn_preempts_the_window_preparation(engine_with, monkeypatch):
+    async def body(engine):
+        messages = await fill_to_limit(engine, "a")
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
+        background = engine._start_background(engine._session_prepare, "a", messages, CAP)  # as chat() does
+        await asyncio.to_thread(entered.wait, 30)
+        _, other = await turn(engine, "b", draft("Hello there"), CAP)
+        restore()
+        prepared = await asyncio.wrap_future(background)
+        return prepared, other, await cache_state(engine, "a")
+
+    prepared, other, (offset, held) = engine_with(body, idle_work=False)
+    assert other.finish_reason in ("stop", "length")
+    assert not prepared.finished and 0 < prepared.computed_tokens <= generation.PREFILL_FIRST_STEP
+    assert offset == held
+
+
+def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path, capsys):
+    import json
+
+    from app.cli.main import main
+
+    script = tmp_path / "long.json"
+    turns = [f"Question {i}: what is the capital of France?" for i in range(12)]
+    script.write_text(json.dumps({"system": "Be brief.", "turns": turns}))
+    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "400"]
+    runs = []
+    for extra in ([], ["--pause", "1"]):
+        assert main(common + extra) == 0
+        runs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    worst, paused = runs
+    assert [t["reply_ids"] for t in worst] == [t["reply_ids"] for t in paused]
+    assert [t["prompt_ids"] for t in worst] == [t["prompt_ids"] for t in paused]
+    dropped = [i for i, t in enumerate(paused) if t["dropped_messages"]]
+    assert dropped, "the window never slid"
+    i = dropped[0]
+    assert paused[i]["prepared_tokens"] > 0 and all(t["prepared_tokens"] == 0 for t in worst)
+    # The slide was computed while the reader read: the turn itself computed only its new tokens.
+    assert paused[i]["reused_tokens"] == worst[i]["reused_tokens"] + paused[i]["prepared_tokens"]
+    assert paused[i]["prefilled_tokens"] == worst[i]["prefilled_tokens"] - paused[i]["prepared_tokens"]
+
+
+def test_replay_pause_must_be_seconds(tmp_path, capsys):
+    from app.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["replay", str(tmp_path / "x.json"), "--model", "m", "--pause", "soon"])
+    assert info.value.code == 2 and "must be a number of seconds" in capsys.readouterr().err
+
+
+def test_a_failure_mid_draft_leaves_the_cache_exact_and_reaches_the_caller(engine_with, tiny_model, monkeypatch):
+    model, tokenizer = tiny_model
+
+    async def body(engine):
+        real = type(engine._session.model).__call__
+        calls = {"n": 0}
+
+        def flaky(self, *args, **kwargs):
+            out = real(self, *args, **kwargs)  # the layers took the chunk's keys and values...
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("simulated failure")  # ...but the chunk never completed
+            return out
+
+        monkeypatch.setattr(type(engine._session.model), "__call__", flaky)
+        failed = ""
+        try:
+            await engine.prefill("f", draft(LONG))
+        except RuntimeError as e:
+            failed = str(e)
+        monkeypatch.setattr(type(engine._session.model), "__call__", real)
+        state = await cache_state(engine, "f")
+        _, stats = await turn(engine, "f", draft(LONG))
+        return failed, state, stats
+
+    failed, (offset, held), stats = engine_with(body)
+    assert failed == "simulated failure"  # a bug is not swallowed
+    assert offset == held == generation.PREFILL_FIRST_STEP  # the first chunk, exactly
+    assert stats.reused_tokens == generation.PREFILL_FIRST_STEP
+    assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 12, tokenizer.eos_token_ids)
+
+
+def test_a_drafts_cache_is_adopted_by_the_chat_created_for_it(engine_with):
+    async def body(engine):
+        read = await engine.prefill("draft", draft(LONG))
+        moved = await engine.adopt("draft", "saved-chat")
+        missing = await engine.adopt("draft", "other")  # already handed over
+        _, stats = await turn(engine, "saved-chat", draft(LONG))
+        return read, moved, missing, stats, await cache_state(engine, "draft")
+
+    read, moved, missing, stats, left = engine_with(body)
+    assert read.finished and moved and not missing and left == (0, 0)
+    assert stats.reused_tokens == len(stats.prompt_ids) - 1 and stats.prefilled_tokens == 1

@@ -1,0 +1,439 @@
+"""Speculative decoding: the same greedy ids as plain decoding, the same distribution when
+sampling, and the cache invariant (prompt + emitted tokens) however a turn ends."""
+
+import math
+from collections import Counter
+from unittest.mock import Mock
+
+import mlx.core as mx
+import pytest
+
+from engine.context.conversation import ConversationCache
+from engine.local.generation import TurnInput, run_turn
+from engine.local.speculative import DraftLength, NgramIndex, Sampling
+from engine.types import GenerationParams, speculative_default
+
+CODE = "def f(x): return x * 2 # comment\n" * 3 + "The quick brown fox jumps over the lazy dog. " * 4
+
+
+@pytest.fixture(scope="session")
+def looping_model_path(tmp_path_factory):
+    """The tiny model with its projections scaled by 0.4: greedy replies that repeat in part,
+    so drafts are accepted, partly accepted and rejected in one reply."""
+    from tests.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("looping"))
+    weights = mx.load(str(path / "model.safetensors"))
+    # Smaller projections than build_tiny_model's make replies loop now and then.
+    mx.save_safetensors(str(path / "model.safetensors"),
+                        {k: v * 0.4 if "proj" in k and k.endswith("weight") else v for k, v in weights.items()})
+    return path
+
+
+@pytest.fixture(scope="module")
+def looping_model(looping_model_path):
+    import mlx_lm
+
+    return mlx_lm.load(str(looping_model_path))
+
+
+def prompt_of(tokenizer, text=CODE):
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+
+
+def generate(model, tokenizer, prompt_ids, conv=None, capacity=16, stop_after=None, **params):
+    conv = conv or ConversationCache.create(model, capacity)
+    deltas = []
+    stats = run_turn(model, tokenizer, conv, TurnInput(list(prompt_ids), 2048), GenerationParams(**params),
+                     lambda: stop_after is not None and len(deltas) >= stop_after, deltas.append)
+    return stats, conv, deltas
+
+
+def assert_invariant(conv, stats):
+    """The cache holds exactly the prompt plus the emitted tokens, in every layer."""
+    assert list(conv.token_ids) == list(stats.prompt_ids) + list(stats.reply_ids)
+    assert all(c.offset == len(conv.token_ids) for c in conv.layers)
+
+
+# --- drafting ------------------------------------------------------------------------
+
+
+def test_lookup_proposes_what_followed_the_latest_earlier_match_of_the_longest_ngram():
+    index = NgramIndex([1, 2, 3, 9, 9, 2, 3, 7, 8, 5, 1, 2, 3])
+    # "1 2 3" occurred at the start, followed by 9 9; "2 3" later, followed by 7 8: n=3 wins.
+    assert index.propose(2) == [9, 9]
+    index.extend([4])  # "2 3 4", "3 4", "4": never seen
+    assert index.propose(3) == []
+    index.extend([2, 3])  # the last n-gram never matches itself: "4 2 3" unseen, "2 3" -> 4
+    assert index.propose(1) == [4]
+    assert index.propose(0) == []
+
+
+def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
+    length = DraftLength(max_draft=8)
+    for _ in range(4):
+        length.record(length.k or 1, length.k or 1)
+    assert length.k == 8
+    length.record(8, 3)
+    assert length.k == 4
+    while length.k:
+        length.record(4, 0)
+    assert length.rate < 0.3
+
+
+def test_paused_lookups_resume_after_a_run_of_free_hits_not_after_one():
+    from engine.local.speculative import Speculator
+
+    spec = Speculator(list(range(10, 40)), Sampling(0.0, 1.0, 0, 0.0, [], 64))
+    spec.length.record(2, 0)
+    spec.length.record(1, 0)
+    assert not spec.drafting
+    # Free text: the guess after 10 is 11 and it hits, then two tokens the lookup never saw.
+    for start in range(10, 38, 3):
+        for tok in (start, start + 1, 100 + start, 200 + start):
+            spec.observe(tok)
+            assert not spec.drafting
+    # Copying the prompt: four hits in a row resume drafting.
+    for tok in range(20, 25):
+        spec.observe(tok)
+    assert spec.drafting and spec.draft(25, room=8) == [26]
+
+
+def test_a_failing_draft_model_pauses_with_a_doubling_back_off():
+    from engine.local.speculative import DRAFTER_PAUSE, ModelDrafter, Speculator
+
+    spec = Speculator([1, 2, 3], Sampling(0.0, 1.0, 0, 0.0, [], 64), drafter=Mock(spec=ModelDrafter))
+    spec.length.record(2, 0)
+    spec.length.record(1, 0)
+    assert not spec.drafting
+    for pause in (DRAFTER_PAUSE, 2 * DRAFTER_PAUSE):
+        for _ in range(pause - 1):
+            spec.observe(5)
+        assert not spec.drafting
+        spec.observe(5)
+        assert spec.length.k == 1
+        spec.length.record(1, 0)  # one more failure pauses it again, for twice as long
+        assert not spec.drafting
+
+
+def test_the_default_is_one_value_per_backend():
+    assert speculative_default("cpu") in (True, False)
+    assert speculative_default("gpu") in (True, False)
+    assert speculative_default() in (speculative_default("cpu"), speculative_default("gpu"))
+
+
+# --- identical greedy output ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("repetition_penalty", [1.0, 1.3])
+def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_model, repetition_penalty):
+    model, tokenizer = looping_model
+    prompt = prompt_of(tokenizer)
+    plain, plain_conv, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=160,
+                                    repetition_penalty=repetition_penalty, speculative=False)
+    spec, conv, deltas = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=160,
+                                  repetition_penalty=repetition_penalty, speculative=True)
+    assert spec.reply_ids == plain.reply_ids
+    assert [t for d in deltas for t in d.token_ids] == list(plain.reply_ids)
+    assert plain.drafted_tokens == plain.accepted_tokens == 0
+    # Drafts were accepted, and some rejected (trimmed); the cache grew from 16 positions.
+    assert 0 < spec.accepted_tokens < spec.drafted_tokens
+    assert conv.capacity > 16
+    assert_invariant(conv, spec)
+    # The kept keys and values are those plain decoding computed.
+    for a, b in zip(conv.layers, plain_conv.layers):
+        assert mx.allclose(a.get_kv()[0], b.get_kv()[0], atol=1e-4).item()
+
+
+def test_max_tokens_ending_inside_an_accepted_draft_keeps_the_cache_exact(looping_model):
+    model, tokenizer = looping_model
+    prompt = prompt_of(tokenizer)
+    full, _, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=60, speculative=False)
+    accepted = 0
+    for n in range(1, 60, 3):
+        spec, conv, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=n, speculative=True)
+        assert spec.reply_ids == full.reply_ids[:n] and spec.finish_reason == "length"
+        assert_invariant(conv, spec)
+        accepted += spec.accepted_tokens
+    assert accepted
+
+
+def test_eos_and_stop_inside_an_accepted_draft(looping_model):
+    model, tokenizer = looping_model
+    prompt = prompt_of(tokenizer)
+    full, _, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=False)
+    saved = set(tokenizer.eos_token_ids)
+    stopped_in_draft = 0
+    try:
+        # Every token of the reply as the EOS in turn: some are inside accepted drafts.
+        for eos in sorted(set(full.reply_ids[10:])):
+            tokenizer.eos_token_ids = {eos}
+            expected = full.reply_ids[: full.reply_ids.index(eos) + 1]
+            spec, conv, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=True)
+            assert spec.reply_ids == expected and spec.finish_reason == "stop"
+            assert_invariant(conv, spec)
+            stopped_in_draft += spec.accepted_tokens > 0 and conv.layers[0].peak > conv.offset
+    finally:
+        tokenizer.eos_token_ids = saved
+    assert stopped_in_draft
+    # Stop (Esc) lands within one verified step: the cache keeps only what was emitted.
+    spec, conv, deltas = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=True,
+                                  stop_after=41)
+    assert spec.finish_reason == "cancelled" and len(spec.reply_ids) == 41
+    assert spec.reply_ids == full.reply_ids[:41]
+    assert_invariant(conv, spec)
+
+
+def test_follow_up_turn_reuses_the_cache_and_matches_a_fresh_plain_computation(looping_model):
+    model, tokenizer = looping_model
+    first, conv, _ = generate(model, tokenizer, prompt_of(tokenizer), temperature=0.0, max_tokens=50, speculative=True)
+    reply = tokenizer.decode(list(first.reply_ids))
+    messages = [{"role": "user", "content": CODE}, {"role": "assistant", "content": reply},
+                {"role": "user", "content": "Again: " + CODE}]
+    follow = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    second, conv, _ = generate(model, tokenizer, follow, conv=conv, temperature=0.0, max_tokens=50, speculative=True)
+    fresh, _, _ = generate(model, tokenizer, follow, temperature=0.0, max_tokens=50, speculative=False)
+    assert second.reused_tokens > 0 and second.reply_ids == fresh.reply_ids
+    assert_invariant(conv, second)
+
+
+def test_an_error_inside_verification_repairs_the_cache(looping_model):
+    model, tokenizer = looping_model
+    prompt = prompt_of(tokenizer)
+
+    def forward(x, cache=None):
+        # The first multi-token pass after the prompt is a verification.
+        if x.shape[1] > 1 and cache[0].offset > len(prompt):
+            raise RuntimeError("out of memory")
+        return model(x, cache=cache)
+
+    failing = Mock(spec=model, side_effect=forward)
+    conv = ConversationCache.create(model, 16)
+    stats, conv, _ = generate(failing, tokenizer, prompt, conv=conv, temperature=0.0, max_tokens=80, speculative=True)
+    assert stats.finish_reason == "error" and "out of memory" in stats.error
+    assert stats.generated_tokens > 0
+    assert_invariant(conv, stats)
+
+
+# --- sampling: the distribution is unchanged -----------------------------------------
+
+
+def test_acceptance_rule_keeps_the_processed_distribution():
+    """Draft token accepted with p(d), else a sample from p without d: the result is p."""
+    mx.random.seed(7)
+    logits = mx.array([[2.0, 1.5, 1.0, 0.2, -1.0, -3.0]] * 2)
+    sampling = Sampling(temperature=0.8, top_p=0.95, top_k=4, min_p=0.0, processors=[], context=64)
+    logprobs = sampling.process(logits, None, [0, 1])
+    filtered = logprobs
+    for f in sampling.filters:
+        filtered = f(filtered)
+    p = mx.softmax(filtered[0] * (1 / 0.8)).tolist()
+    n = 2500
+    for draft in ([1], [4]):  # a likely draft token, and one the filters removed
+        counts = Counter()
+        for _ in range(n):
+            verdict = sampling.judge(logprobs, draft)
+            counts[draft[0] if verdict.accepted else verdict.next_token] += 1
+        chi2 = sum((counts[i] - n * p[i]) ** 2 / (n * p[i]) for i in range(len(p)) if p[i] > 0)
+        assert all(counts[i] == 0 for i in range(len(p)) if p[i] == 0)
+        assert chi2 < 20.5  # 99.9th percentile of chi-square, 3 degrees of freedom (4 tokens kept)
+
+
+def test_sampled_replies_have_the_distribution_of_plain_decoding(looping_model):
+    """Seeded: the first two tokens' joint distribution, with speculation against the exact one."""
+    model, tokenizer = looping_model
+    # Every token occurs in the prompt, so every first token has a draft to verify after it.
+    prompt = list(range(tokenizer.vocab_size)) + prompt_of(tokenizer)
+    eos = set(tokenizer.eos_token_ids)
+    params = dict(temperature=1.0, top_k=3, max_tokens=2)
+    conv = ConversationCache.create(model, 512)
+    logits = model(mx.array(prompt)[None], cache=ConversationCache.create(model, 512).layers)[0, -1]
+    first = _top_k_probs(logits, 3)
+    exact = {}
+    for t0, p0 in first.items():
+        if t0 in eos:
+            exact[(t0,)] = p0
+            continue
+        c = ConversationCache.create(model, 512).layers
+        nxt = model(mx.array(prompt + [t0])[None], cache=c)[0, -1]
+        for t1, p1 in _top_k_probs(nxt, 3).items():
+            exact[(t0, t1)] = p0 * p1
+    counts, drafted, n = Counter(), 0, 300
+    for seed in range(n):
+        stats, conv, _ = generate(model, tokenizer, prompt, conv=conv, seed=seed, speculative=True, **params)
+        counts[tuple(stats.reply_ids)] += 1
+        drafted += stats.drafted_tokens
+        assert_invariant(conv, stats)
+    assert drafted > n // 2  # the second token went through verification
+    assert set(counts) <= set(exact)
+    chi2 = sum((counts[k] - n * q) ** 2 / (n * q) for k, q in exact.items())
+    df = len(exact) - 1
+    assert chi2 < df + 4 * math.sqrt(2 * df) + 10
+
+
+def _top_k_probs(logits, k):
+    values = logits.tolist()
+    top = sorted(range(len(values)), key=lambda i: -values[i])[:k]
+    z = sum(math.exp(values[i]) for i in top)
+    return {i: math.exp(values[i]) / z for i in top}
+
+
+# --- the switches and the stats --------------------------------------------------------
+
+
+def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path, looping_model_path, capsys):
+    import json
+
+    from app.cli.main import main
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"system": "", "turns": [CODE, "Again: " + CODE]}))
+    args = ["replay", str(script), "--model", str(looping_model_path), "--max-tokens", "60"]
+    assert main(args) == 0
+    on = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(args + ["--no-speculative"]) == 0
+    off = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t["reply_ids"] for t in on] == [t["reply_ids"] for t in off]
+    assert all(t["drafted_tokens"] == t["accepted_tokens"] == 0 for t in off)
+    if speculative_default("cpu"):
+        assert sum(t["accepted_tokens"] for t in on) > 0
+    assert all(0 <= t["accepted_tokens"] <= t["drafted_tokens"] for t in on)
+
+
+@pytest.mark.qt
+def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
+    from app.gui.settings.dialog import DEFAULTS_KEY
+    from tests.app.gui.test_window_engine import close_window, open_window, send
+
+    store, window = open_window(qtbot, looping_model_path)
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 60, "temperature": 0.0, "speculative": True})
+    send(qtbot, window, CODE)
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    drafted, accepted = reply.stats["drafted_tokens"], reply.stats["accepted_tokens"]
+    assert 0 < accepted <= drafted
+    tip = window.chat_view.message_widgets()[-1].stats_label.toolTip()
+    assert tip == f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
+
+    prefs = window.preferences_dialog()
+    assert prefs.speculative.isChecked()
+    prefs.speculative.setChecked(False)
+    prefs.accept()
+    send(qtbot, window, "Again: " + CODE)
+    reply = store.get_conversation(window.chat.conv_id).messages[-1]
+    assert reply.status == "complete" and reply.stats["drafted_tokens"] == 0
+    assert window.chat_view.message_widgets()[-1].stats_label.toolTip() == ""
+    close_window(qtbot, store, window)
+
+
+# --- a draft model -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_pair(tmp_path_factory, looping_model_path):
+    """A second tiny model with the same tokenizer (other weights), and one whose tokenizer differs."""
+    import shutil
+
+    from tests.tiny_model import build_tiny_model, build_tokenizer
+
+    other = build_tiny_model(tmp_path_factory.mktemp("draft-other"), seed=1)
+    same = tmp_path_factory.mktemp("draft-same") / "model"
+    shutil.copytree(looping_model_path, same)
+    foreign = build_tiny_model(tmp_path_factory.mktemp("draft-foreign"), seed=2)
+    build_tokenizer(vocab_size=300).save(str(foreign / "tokenizer.json"))
+    return {"other": other, "same": same, "foreign": foreign}
+
+
+def engine_turns(model_path, turns, **params):
+    """Replies (TurnStats) of a few turns of one conversation on a fresh Engine, and its session."""
+    import asyncio
+
+    from engine import Engine, TextDelta, TurnStats
+
+    async def main():
+        engine = Engine()
+        try:
+            await engine.load_model(str(model_path))
+            messages, out = [], []
+            for text in turns:
+                messages.append({"role": "user", "content": text})
+                parts, stats = [], None
+                async for ev in engine.chat("c", messages, GenerationParams(**params)):
+                    if isinstance(ev, TurnStats):
+                        stats = ev
+                    elif isinstance(ev, TextDelta):  # not the prefill's progress events
+                        parts.append(ev.text)
+                messages.append({"role": "assistant", "content": "".join(parts)})
+                out.append(stats)
+            return out, engine._session
+        finally:
+            await engine.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("draft", ["same", "other"])
+def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(looping_model_path, draft_pair, draft):
+    turns = [CODE, "Again: " + CODE]
+    plain, _ = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40, speculative=False)
+    drafted, session = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40,
+                                    draft_model=str(draft_pair[draft]))
+    assert [s.reply_ids for s in drafted] == [s.reply_ids for s in plain]
+    assert all(s.drafted_tokens > 0 for s in drafted)
+    if draft == "same":  # the same weights draft what the model says
+        assert sum(s.accepted_tokens for s in drafted) >= 0.9 * sum(s.drafted_tokens for s in drafted)
+    else:
+        assert sum(s.accepted_tokens for s in drafted) < sum(s.drafted_tokens for s in drafted)
+    # The draft cache holds a prefix of the main one's ids, nothing else (it lags while a
+    # failing draft model is paused).
+    main, cache = session.caches.get("c"), session.draft_caches["c"]
+    assert cache.token_ids == main.token_ids[: len(cache.token_ids)]
+    assert all(c.offset == len(cache.token_ids) for c in cache.layers)
+    if draft == "same":
+        assert len(cache.token_ids) >= len(main.token_ids) - 1
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, draft_pair, tmp_path, capsys):
+    import json
+
+    from app.cli.main import main
+    from engine import ChinwagError
+
+    with pytest.raises(ChinwagError, match="vocabularies differ"):
+        engine_turns(looping_model_path, ["Hello"], temperature=0.0, max_tokens=4,
+                     draft_model=str(draft_pair["foreign"]))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": ["Hello"]}))
+    code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "vocabularies differ" in err and "draft model" in err
+    code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("chinwag: error: draft model: ") and "nope" in err
+
+
+@pytest.mark.qt
+def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(qtbot, qloop, looping_model_path,
+                                                                              draft_pair):
+    from tests.app.gui.test_window_engine import close_window, open_window, send
+
+    store, window = open_window(qtbot, looping_model_path)
+    send(qtbot, window, "Hello")
+    conv_id = window.chat.conv_id
+    dialog = window.chat_settings_dialog()
+    assert dialog.draft_model.text() == ""
+    dialog.fields["temperature"].setValue(0.0)
+    dialog.fields["max_tokens"].setValue(30)
+    dialog.draft_model.setText(str(draft_pair["same"]))
+    dialog.accept()
+    assert store.get_conversation(conv_id).settings["draft_model"] == str(draft_pair["same"])
+    send(qtbot, window, CODE)
+    reply = store.get_conversation(conv_id).messages[-1]
+    assert reply.status == "complete" and reply.stats["drafted_tokens"] > 0
+    assert "drafted tokens accepted" in window.chat_view.message_widgets()[-1].stats_label.toolTip()
+
+    window.save_chat_settings(conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])})
+    send(qtbot, window, "Once more")
+    reply = store.get_conversation(conv_id).messages[-1]
+    assert reply.status == "failed"
+    assert any("vocabularies differ" in t for t in window.notices.texts())
+    close_window(qtbot, store, window)
