@@ -120,10 +120,16 @@ def machine() -> dict:
     except (ValueError, OSError):
         ram = 0
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "engine", "app"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "engine", "app"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         if dirty:
             commit += " + uncommitted changes in engine/ or app/"
     except (OSError, subprocess.SubprocessError):
@@ -147,8 +153,11 @@ def machine() -> dict:
         "mlx_lm": _version("mlx-lm"),
         "pyside6": _version("PySide6-Essentials"),
         "blas": blas.openblas_info(),
-        "env": {k: os.environ[k] for k in ("CHINWAG_NO_OPENBLAS", "CHINWAG_CPU_DEQUANTIZE", "CHINWAG_CPU_FLOAT32")
-                if k in os.environ},
+        "env": {
+            k: os.environ[k]
+            for k in ("CHINWAG_NO_OPENBLAS", "CHINWAG_CPU_DEQUANTIZE", "CHINWAG_CPU_FLOAT32")
+            if k in os.environ
+        },
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M"),

@@ -18,8 +18,10 @@ import uuid
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, ratio
 
-PROMPT = ("Write a long, detailed story about a lighthouse keeper who finds an old map "
-          "hidden in the wall of the lighthouse. Describe every place she visits.")
+PROMPT = (
+    "Write a long, detailed story about a lighthouse keeper who finds an old map "
+    "hidden in the wall of the lighthouse. Describe every place she visits."
+)
 
 
 def _summary(times, tokens):
@@ -45,9 +47,15 @@ async def run_chinwag(engine, messages, max_tokens):
             stats = ev
     await engine.forget(conv)
     ttft, tps = _summary(times, tokens)
-    return {"ttft_s": ttft, "decode_tps": tps, "tokens": len(tokens), "ids": tokens,
-            "own_decode_tps": stats.decode_tps, "own_ttft_s": stats.ttft_s,
-            "prompt_tokens": stats.prompt_tokens}
+    return {
+        "ttft_s": ttft,
+        "decode_tps": tps,
+        "tokens": len(tokens),
+        "ids": tokens,
+        "own_decode_tps": stats.decode_tps,
+        "own_ttft_s": stats.ttft_s,
+        "prompt_tokens": stats.prompt_tokens,
+    }
 
 
 def run_mlx_lm(model, tokenizer, messages, max_tokens):
@@ -66,9 +74,15 @@ def run_mlx_lm(model, tokenizer, messages, max_tokens):
         last = r
     mx.clear_cache()
     ttft, tps = _summary(times, tokens)
-    return {"ttft_s": ttft, "decode_tps": tps, "tokens": len(tokens), "ids": tokens,
-            "own_decode_tps": last.generation_tps, "own_prefill_tps": last.prompt_tps,
-            "prompt_tokens": len(ids)}
+    return {
+        "ttft_s": ttft,
+        "decode_tps": tps,
+        "tokens": len(tokens),
+        "ids": tokens,
+        "own_decode_tps": last.generation_tps,
+        "own_prefill_tps": last.prompt_tps,
+        "prompt_tokens": len(ids),
+    }
 
 
 async def main_async(args):
@@ -104,12 +118,18 @@ async def main_async(args):
     for side in runs.values():
         for r in side:
             r.pop("ids")
-    per_rep = [ratio(a["decode_tps"], b["decode_tps"]) for a, b in
-               zip(sorted(runs["chinwag"], key=lambda r: r["rep"]), sorted(runs["mlx_lm"], key=lambda r: r["rep"]))]
+    per_rep = [
+        ratio(a["decode_tps"], b["decode_tps"])
+        for a, b in zip(sorted(runs["chinwag"], key=lambda r: r["rep"]), sorted(runs["mlx_lm"], key=lambda r: r["rep"]))
+    ]
     summary = {
-        side: {"ttft_s": median([r["ttft_s"] for r in rs]), "decode_tps": median([r["decode_tps"] for r in rs]),
-               "own_decode_tps": median([r["own_decode_tps"] for r in rs]), "tokens": median([r["tokens"] for r in rs]),
-               "prompt_tokens": rs[0]["prompt_tokens"]}
+        side: {
+            "ttft_s": median([r["ttft_s"] for r in rs]),
+            "decode_tps": median([r["decode_tps"] for r in rs]),
+            "own_decode_tps": median([r["own_decode_tps"] for r in rs]),
+            "tokens": median([r["tokens"] for r in rs]),
+            "prompt_tokens": rs[0]["prompt_tokens"],
+        }
         for side, rs in runs.items()
     }
     summary["decode_ratio"] = ratio(summary["chinwag"]["decode_tps"], summary["mlx_lm"]["decode_tps"])
@@ -117,11 +137,18 @@ async def main_async(args):
     summary["per_rep_decode_ratio"] = per_rep
     summary["same_tokens"] = same
     name = "decode_quantized" if args.quantized else "decode"
-    common.save(name, {"params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT,
-                                  "quantized": args.quantized},
-                       "model": describe(model), "runs": runs, "summary": summary},
-                f"python -m bench.decode --reps {args.reps} --tokens {args.tokens}"
-                + (" --quantized" if args.quantized else ""), started)
+    common.save(
+        name,
+        {
+            "params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT, "quantized": args.quantized},
+            "model": describe(model),
+            "runs": runs,
+            "summary": summary,
+        },
+        f"python -m bench.decode --reps {args.reps} --tokens {args.tokens}"
+        + (" --quantized" if args.quantized else ""),
+        started,
+    )
 
 
 def describe(model) -> dict:
@@ -137,8 +164,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=common.reps(5))
     p.add_argument("--tokens", type=int, default=16 if common.QUICK else 128)
-    p.add_argument("--quantized", action="store_true",
-                   help="keep the model quantized (CHINWAG_CPU_DEQUANTIZE=0): the engine's path without OpenBLAS")
+    p.add_argument(
+        "--quantized",
+        action="store_true",
+        help="keep the model quantized (CHINWAG_CPU_DEQUANTIZE=0): the engine's path without OpenBLAS",
+    )
     args = p.parse_args(argv)
     if args.quantized:
         import os

@@ -52,8 +52,13 @@ async def chinwag_turn(engine, conv, messages, max_tokens):
 
     params = GenerationParams(temperature=0.0, max_tokens=max_tokens)
     ttft, text, stats = await timed_chat(engine, conv, messages, params)
-    return {"ttft_s": ttft, "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
-            "prefilled_tokens": stats.prefilled_tokens, "engine_ttft_s": stats.ttft_s}, text
+    return {
+        "ttft_s": ttft,
+        "prompt_tokens": stats.prompt_tokens,
+        "reused_tokens": stats.reused_tokens,
+        "prefilled_tokens": stats.prefilled_tokens,
+        "engine_ttft_s": stats.ttft_s,
+    }, text
 
 
 class MlxLmChat:
@@ -78,8 +83,9 @@ class MlxLmChat:
             cache = make_prompt_cache(self.model)
         key = prompt[:]
         first, text = None, []
-        for r in stream_generate(self.model, self.tokenizer, prompt[cached:], max_tokens=max_tokens,
-                                 prompt_cache=cache):
+        for r in stream_generate(
+            self.model, self.tokenizer, prompt[cached:], max_tokens=max_tokens, prompt_cache=cache
+        ):
             if first is None:
                 first = time.perf_counter()
             text.append(r.text)
@@ -87,8 +93,12 @@ class MlxLmChat:
                 key.append(r.token)
         self.cache.insert_cache("starter", key, cache)
         mx.clear_cache()
-        return {"ttft_s": first - t0, "prompt_tokens": len(prompt), "reused_tokens": cached,
-                "prefilled_tokens": len(prompt) - cached}, "".join(text)
+        return {
+            "ttft_s": first - t0,
+            "prompt_tokens": len(prompt),
+            "reused_tokens": cached,
+            "prefilled_tokens": len(prompt) - cached,
+        }, "".join(text)
 
 
 async def main_async(args):
@@ -127,8 +137,9 @@ async def main_async(args):
             turn = i + 1
             for side in history:
                 history[side].append({"role": "user", "content": q})
-            sides = ["chinwag", "mlx_lm"] + (["reprefill"] if turn in subset and (pass_ == 0 or reprefill_all_passes)
-                                             else [])
+            sides = ["chinwag", "mlx_lm"] + (
+                ["reprefill"] if turn in subset and (pass_ == 0 or reprefill_all_passes) else []
+            )
             k = (i + pass_) % len(sides)
             for side in sides[k:] + sides[:k]:
                 if side == "chinwag":
@@ -144,8 +155,10 @@ async def main_async(args):
                 rows[side].append(r)
                 if side != "reprefill":
                     r["_reply"] = reply
-                log(f"pass {pass_} turn {turn} {side}: prompt {r['prompt_tokens']}, prefilled "
-                    f"{r['prefilled_tokens']}, ttft {r['ttft_s']:.2f}s")
+                log(
+                    f"pass {pass_} turn {turn} {side}: prompt {r['prompt_tokens']}, prefilled "
+                    f"{r['prefilled_tokens']}, ttft {r['ttft_s']:.2f}s"
+                )
             for side in history:
                 row = next(x for x in rows[side] if x["turn"] == turn)
                 history[side].append({"role": "assistant", "content": row.pop("_reply")})
@@ -161,8 +174,9 @@ async def main_async(args):
         turns[side] = []
         for t in sorted({r["turn"] for r in rs}):
             at = [r for r in rs if r["turn"] == t]
-            turns[side].append({**at[0], "ttft_s": median([r["ttft_s"] for r in at]),
-                                "ttft_each_s": [r["ttft_s"] for r in at]})
+            turns[side].append(
+                {**at[0], "ttft_s": median([r["ttft_s"] for r in at]), "ttft_each_s": [r["ttft_s"] for r in at]}
+            )
     cw = turns["chinwag"]
     summary = {
         "chinwag_first_ttft_s": cw[0]["ttft_s"],
@@ -173,17 +187,29 @@ async def main_async(args):
         "last_turn_reprefill_over_chinwag": turns["reprefill"][-1]["ttft_s"] / cw[-1]["ttft_s"],
         "last_turn_mlx_lm_over_chinwag": turns["mlx_lm"][-1]["ttft_s"] / cw[-1]["ttft_s"],
         "median_followup_ttft_ratio_mlx_lm_over_chinwag": median(
-            [m["ttft_s"] / c["ttft_s"] for c, m in zip(cw[1:], turns["mlx_lm"][1:])]),
+            [m["ttft_s"] / c["ttft_s"] for c, m in zip(cw[1:], turns["mlx_lm"][1:])]
+        ),
         "same_replies": same_replies,
     }
-    common.save("followup", {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens,
-                                        "reprefill_turns": subset, "passes": args.passes,
-                                        "reprefill_all_passes": reprefill_all_passes},
-                             "model": info,
-                             "rows": turns, "raw": raw, "summary": summary},
-                f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
-                f"--passes {args.passes}" + (f" --reprefill-every {args.reprefill_every}" if args.reprefill_every else ""),
-                started)
+    common.save(
+        "followup",
+        {
+            "params": {
+                "turns": args.turns,
+                "reply_tokens": args.reply_tokens,
+                "reprefill_turns": subset,
+                "passes": args.passes,
+                "reprefill_all_passes": reprefill_all_passes,
+            },
+            "model": info,
+            "rows": turns,
+            "raw": raw,
+            "summary": summary,
+        },
+        f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
+        f"--passes {args.passes}" + (f" --reprefill-every {args.reprefill_every}" if args.reprefill_every else ""),
+        started,
+    )
 
 
 def main(argv=None):
@@ -191,9 +217,13 @@ def main(argv=None):
     p.add_argument("--turns", type=int, default=4 if common.QUICK else 12)
     p.add_argument("--reply-tokens", type=int, default=4 if common.QUICK else 16)
     p.add_argument("--passes", type=int, default=common.reps(3), help="chats (fresh conversations)")
-    p.add_argument("--reprefill-every", type=int, default=0,
-                   help="re-prefill on turn 1, every N-th and the last (default: every turn, or every 3rd "
-                        "turn and in the first pass only if the model runs quantized)")
+    p.add_argument(
+        "--reprefill-every",
+        type=int,
+        default=0,
+        help="re-prefill on turn 1, every N-th and the last (default: every turn, or every 3rd "
+        "turn and in the first pass only if the model runs quantized)",
+    )
     args = p.parse_args(argv)
     asyncio.run(main_async(args))
     common.finish()

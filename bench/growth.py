@@ -97,7 +97,9 @@ def starter_growth_step(kind, held, reps):
     grow, plain = [], []
     for _ in range(reps):
         if kind == "contiguous":
-            layers = [ContiguousAttentionKVCache(heads, dim, max_seq_len=held, dtype=mx.float32) for _ in range(layers_n)]
+            layers = [
+                ContiguousAttentionKVCache(heads, dim, max_seq_len=held, dtype=mx.float32) for _ in range(layers_n)
+            ]
         else:
             layers = [KVCache() for _ in range(layers_n)]
         k = mx.random.normal((1, heads, held, dim))
@@ -141,36 +143,57 @@ def main(argv=None):
     run("kvcache", model, 300)
     runs = []
     for rep in range(args.reps):
-        for kind in (["contiguous", "kvcache"] if rep % 2 == 0 else ["kvcache", "contiguous"]):
+        for kind in ["contiguous", "kvcache"] if rep % 2 == 0 else ["kvcache", "contiguous"]:
             r = run(kind, model, args.tokens)
             r["rep"] = rep
             if rep:
                 r.pop("latency_us")  # one series of each is plotted
             runs.append(r)
-            log(f"rep {rep} {kind}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, max {r['max_ms']:.1f} ms, "
-                f"copied {r['bytes_copied'] / 1e6:.1f} MB, peak {r['peak_memory_bytes'] / 1e6:.1f} MB")
+            log(
+                f"rep {rep} {kind}: p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms, max {r['max_ms']:.1f} ms, "
+                f"copied {r['bytes_copied'] / 1e6:.1f} MB, peak {r['peak_memory_bytes'] / 1e6:.1f} MB"
+            )
 
     summary = {}
     for kind in ("contiguous", "kvcache"):
         rs = [r for r in runs if r["kind"] == kind]
-        summary[kind] = {k: median([r[k] for r in rs]) for k in
-                         ("p50_ms", "p99_ms", "max_ms", "mean_ms", "growth_median_ms", "growth_max_ms", "bytes_copied",
-                          "positions_copied", "peak_memory_bytes")}
+        summary[kind] = {
+            k: median([r[k] for r in rs])
+            for k in (
+                "p50_ms",
+                "p99_ms",
+                "max_ms",
+                "mean_ms",
+                "growth_median_ms",
+                "growth_max_ms",
+                "bytes_copied",
+                "positions_copied",
+                "peak_memory_bytes",
+            )
+        }
         summary[kind]["growths"] = len(rs[0]["growth_steps"])
         summary[kind]["starter_bytes_copied"] = summary[kind]["positions_copied"] * STARTER_KV_BYTES_PER_TOKEN
     held = 2048 if common.QUICK else 8192
     for kind in ("contiguous", "kvcache"):
         summary[kind]["starter_growth_at"] = held
         summary[kind].update({f"starter_{k}": v for k, v in starter_growth_step(kind, held, args.reps + 1).items()})
-        log(f"{kind}: one starter-shaped growth at {held} positions {summary[kind]['starter_grow_ms']:.0f} ms, "
-            f"next write {summary[kind]['starter_next_write_ms']:.1f} ms")
+        log(
+            f"{kind}: one starter-shaped growth at {held} positions {summary[kind]['starter_grow_ms']:.0f} ms, "
+            f"next write {summary[kind]['starter_next_write_ms']:.1f} ms"
+        )
     summary["p50_ratio"] = summary["kvcache"]["p50_ms"] / summary["contiguous"]["p50_ms"]
     summary["p99_ratio"] = summary["kvcache"]["p99_ms"] / summary["contiguous"]["p99_ms"]
     summary["mean_ratio"] = summary["kvcache"]["mean_ms"] / summary["contiguous"]["mean_ms"]
-    common.save("growth", {"params": {"tokens": args.tokens, "reps": args.reps,
-                                      "initial_capacity": INITIAL_CAPACITY},
-                           "runs": runs, "summary": summary},
-                f"python -m bench.growth --tokens {args.tokens} --reps {args.reps}", started)
+    common.save(
+        "growth",
+        {
+            "params": {"tokens": args.tokens, "reps": args.reps, "initial_capacity": INITIAL_CAPACITY},
+            "runs": runs,
+            "summary": summary,
+        },
+        f"python -m bench.growth --tokens {args.tokens} --reps {args.reps}",
+        started,
+    )
     common.finish()
 
 

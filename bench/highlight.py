@@ -72,8 +72,10 @@ def run(reps: int, chars: int, step: int) -> dict:
         times, final_ms = _stream(view, code, step)
         block = next(w for w in view.widgets() if isinstance(w, CodeBlock))
         runs[mode].append({"renders": times, "final_ms": final_ms, "highlights": block.highlights})
-        log(f"{mode}: median {median([t for _, t in times]):.2f} ms per render, "
-            f"{block.highlights} highlights / {len(times)} renders, closing {final_ms:.1f} ms")
+        log(
+            f"{mode}: median {median([t for _, t in times]):.2f} ms per render, "
+            f"{block.highlights} highlights / {len(times)} renders, closing {final_ms:.1f} ms"
+        )
         view.close()
         view.deleteLater()
         app.processEvents()
@@ -82,12 +84,17 @@ def run(reps: int, chars: int, step: int) -> dict:
     def summary(mode):
         all_ms = [t for r in runs[mode] for _, t in r["renders"]]
         return {
-            "p50_ms": median(all_ms), "p95_ms": percentile(all_ms, 95), "max_ms": max(all_ms),
-            "renders": len(runs[mode][0]["renders"]), "highlights": median([r["highlights"] for r in runs[mode]]),
+            "p50_ms": median(all_ms),
+            "p95_ms": percentile(all_ms, 95),
+            "max_ms": max(all_ms),
+            "renders": len(runs[mode][0]["renders"]),
+            "highlights": median([r["highlights"] for r in runs[mode]]),
             "final_ms": median([r["final_ms"] for r in runs[mode]]),
             # per code length: the median over repetitions
-            "by_length": [[n, median([r["renders"][k][1] for r in runs[mode]])]
-                          for k, (n, _) in enumerate(runs[mode][0]["renders"])],
+            "by_length": [
+                [n, median([r["renders"][k][1] for r in runs[mode]])]
+                for k, (n, _) in enumerate(runs[mode][0]["renders"])
+            ],
         }
 
     s = {"on": summary("on"), "off": summary("off"), "budget_ms": 1000 / RENDER_HZ}

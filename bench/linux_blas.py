@@ -26,10 +26,12 @@ CONFIGS = {
     "reference BLAS, dequantized f32": {"openblas": False, "dequantize": True},
     "OpenBLAS, dequantized f32": {"openblas": True, "dequantize": True},
 }
-PROMPT = ("Here are my notes from the trip. We left early on Monday, took the train along the coast, "
-          "stopped in two small towns for lunch and coffee, walked up to the old castle in the afternoon, "
-          "and reached the city by night. On Tuesday it rained, so we visited the museum and the market. "
-          "Please turn these notes into a short, friendly travel diary entry.")
+PROMPT = (
+    "Here are my notes from the trip. We left early on Monday, took the train along the coast, "
+    "stopped in two small towns for lunch and coffee, walked up to the old castle in the afternoon, "
+    "and reached the city by night. On Tuesday it rained, so we visited the museum and the market. "
+    "Please turn these notes into a short, friendly travel diary entry."
+)
 
 
 def child(tokens: int) -> dict:
@@ -69,8 +71,14 @@ def child(tokens: int) -> dict:
         for label, (messages, params) in (("warm-up", warm), ("measured", measured)):
             ttft, _, stats = await timed_chat(engine, f"blas-{label}", messages, params)
             await engine.forget(f"blas-{label}")
-        out.update(ttft_s=ttft, prefill_tps=stats.prefill_tps, decode_tps=stats.decode_tps,
-                   prompt_tokens=stats.prompt_tokens, generated=stats.generated_tokens, ids=list(stats.reply_ids))
+        out.update(
+            ttft_s=ttft,
+            prefill_tps=stats.prefill_tps,
+            decode_tps=stats.decode_tps,
+            prompt_tokens=stats.prompt_tokens,
+            generated=stats.generated_tokens,
+            ids=list(stats.reply_ids),
+        )
         await engine.close()
 
     asyncio.run(run())
@@ -114,17 +122,23 @@ def main(argv=None):
                 raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
             r = json.loads(lines[-1])
             if r["quantized"] == cfg["dequantize"]:
-                raise RuntimeError(f"{name}: the engine loaded the model {'quantized' if r['quantized'] else 'dequantized'}")
+                raise RuntimeError(
+                    f"{name}: the engine loaded the model {'quantized' if r['quantized'] else 'dequantized'}"
+                )
             r["rep"] = rep
             runs[name].append(r)
-            log(f"rep {rep} {name}: matmul {r['matmul_1024_ms']:.1f} ms, ttft {r['ttft_s']:.2f}s, prefill "
-                f"{r['prefill_tps']:.1f} tok/s, decode {r['decode_tps']:.2f} tok/s, rss {r['peak_rss_bytes'] / 2**20:.0f} MiB")
+            log(
+                f"rep {rep} {name}: matmul {r['matmul_1024_ms']:.1f} ms, ttft {r['ttft_s']:.2f}s, prefill "
+                f"{r['prefill_tps']:.1f} tok/s, decode {r['decode_tps']:.2f} tok/s, rss {r['peak_rss_bytes'] / 2**20:.0f} MiB"
+            )
 
     reference = runs[names[0]][0]["ids"]
     summary = {}
     for name, rs in runs.items():
-        summary[name] = {k: median([r[k] for r in rs]) for k in
-                         ("matmul_1024_ms", "ttft_s", "prefill_tps", "decode_tps", "load_s", "peak_rss_bytes")}
+        summary[name] = {
+            k: median([r[k] for r in rs])
+            for k in ("matmul_1024_ms", "ttft_s", "prefill_tps", "decode_tps", "load_s", "peak_rss_bytes")
+        }
         summary[name]["blas_core"] = rs[0]["blas"].get("core", "") if rs[0]["blas"]["loaded"] else "reference"
         summary[name]["same_tokens_as_reference"] = all(r["ids"] == reference for r in rs)
         summary[name]["prompt_tokens"] = rs[0]["prompt_tokens"]
@@ -138,10 +152,17 @@ def main(argv=None):
     for rs in runs.values():
         for r in rs:
             r.pop("ids")
-    common.save("linux_blas", {"params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT},
-                               "runs": runs, "summary": summary,
-                               "openblas_installed": any(r["blas"]["loaded"] for rs in runs.values() for r in rs)},
-                f"python -m bench.linux_blas --reps {args.reps} --tokens {args.tokens}", started)
+    common.save(
+        "linux_blas",
+        {
+            "params": {"reps": args.reps, "tokens": args.tokens, "prompt": PROMPT},
+            "runs": runs,
+            "summary": summary,
+            "openblas_installed": any(r["blas"]["loaded"] for rs in runs.values() for r in rs),
+        },
+        f"python -m bench.linux_blas --reps {args.reps} --tokens {args.tokens}",
+        started,
+    )
     common.finish()
 
 

@@ -29,8 +29,28 @@ from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
-TOPICS = ["cats", "rivers", "bread", "music", "trains", "stars", "gardens", "chess", "rain", "maps",
-          "bees", "clocks", "ships", "tea", "snow", "paper", "bridges", "salt", "owls", "glass"]
+TOPICS = [
+    "cats",
+    "rivers",
+    "bread",
+    "music",
+    "trains",
+    "stars",
+    "gardens",
+    "chess",
+    "rain",
+    "maps",
+    "bees",
+    "clocks",
+    "ships",
+    "tea",
+    "snow",
+    "paper",
+    "bridges",
+    "salt",
+    "owls",
+    "glass",
+]
 
 
 def question(i: int) -> str:
@@ -45,8 +65,9 @@ def policy(tokenizer, turns, cap, reply_tokens, low_waters):
 
     room = reply_room(reply_tokens, cap)
     eos = set(tokenizer.eos_token_ids)
-    reply_ids = tokenizer.encode("It is a short fact about that topic, told in one sentence.",
-                                 add_special_tokens=False)[:reply_tokens]
+    reply_ids = tokenizer.encode(
+        "It is a short fact about that topic, told in one sentence.", add_special_tokens=False
+    )[:reply_tokens]
     reply = tokenizer.decode(reply_ids)
     out = {}
     for lw in low_waters:
@@ -58,18 +79,31 @@ def policy(tokenizer, turns, cap, reply_tokens, low_waters):
             reused = common_prefix(cache, plan.prompt_ids)
             history.record_reply(len(messages), plan.prompt.tail, plan.prompt.tail_ids, reply, reply_ids, eos)
             cache = plan.prompt_ids + list(reply_ids)
-            rows.append({"turn": i + 1, "prompt": len(plan.prompt_ids), "prefilled": len(plan.prompt_ids) - reused,
-                         "dropped": plan.dropped, "slid": plan.slid})
+            rows.append(
+                {
+                    "turn": i + 1,
+                    "prompt": len(plan.prompt_ids),
+                    "prefilled": len(plan.prompt_ids) - reused,
+                    "dropped": plan.dropped,
+                    "slid": plan.slid,
+                }
+            )
             messages.append({"role": "assistant", "content": reply})
         first_slide = next((r["turn"] for r in rows if r["slid"]), turns)
         past = [r for r in rows if r["turn"] >= first_slide]
-        steady = median([r["prefilled"] for r in rows[1:first_slide - 1]])
-        out[str(lw)] = {"rows": rows, "first_slide": first_slide, "steady_new_tokens": steady,
-                        "mean_prefilled_past_limit": sum(r["prefilled"] for r in past) / max(1, len(past)),
-                        "ratio": sum(r["prefilled"] for r in past) / max(1, len(past)) / steady,
-                        "mean_prompt_past_limit": sum(r["prompt"] for r in past) / max(1, len(past))}
-        log(f"policy low-water {lw}: first slide at turn {first_slide}, prefilled/turn past the limit "
-            f"{out[str(lw)]['mean_prefilled_past_limit']:.1f} = {out[str(lw)]['ratio']:.2f}x the new tokens")
+        steady = median([r["prefilled"] for r in rows[1 : first_slide - 1]])
+        out[str(lw)] = {
+            "rows": rows,
+            "first_slide": first_slide,
+            "steady_new_tokens": steady,
+            "mean_prefilled_past_limit": sum(r["prefilled"] for r in past) / max(1, len(past)),
+            "ratio": sum(r["prefilled"] for r in past) / max(1, len(past)) / steady,
+            "mean_prompt_past_limit": sum(r["prompt"] for r in past) / max(1, len(past)),
+        }
+        log(
+            f"policy low-water {lw}: first slide at turn {first_slide}, prefilled/turn past the limit "
+            f"{out[str(lw)]['mean_prefilled_past_limit']:.1f} = {out[str(lw)]['ratio']:.2f}x the new tokens"
+        )
     return out
 
 
@@ -121,7 +155,7 @@ class RotatingChat:
         t0 = time.perf_counter()
         prompt = build(self.tokenizer, messages, list(range(len(messages))), self.history)
         assert prompt.ids[: len(self.fed)] == self.fed, "the rotating side's history broke"
-        new = prompt.ids[len(self.fed):]
+        new = prompt.ids[len(self.fed) :]
         first, reply = None, []
         for tok, _ in generate_step(mx.array(new), self.model, max_tokens=max_tokens, prompt_cache=self.cache):
             if first is None:
@@ -133,8 +167,12 @@ class RotatingChat:
         text = self.tokenizer.decode([t for t in reply if t not in eos])
         self.history.record_reply(len(messages), prompt.tail, prompt.tail_ids, text, reply, eos)
         self.fed = prompt.ids + reply[:-1]  # generate_step has not fed its last token
-        return {"ttft_s": first - t0, "prompt_tokens": len(prompt.ids), "prefilled_tokens": len(new),
-                "reused_tokens": len(prompt.ids) - len(new)}, text
+        return {
+            "ttft_s": first - t0,
+            "prompt_tokens": len(prompt.ids),
+            "prefilled_tokens": len(new),
+            "reused_tokens": len(prompt.ids) - len(new),
+        }, text
 
 
 def chat(session, model, tokenizer, turns, cap, reply_tokens):
@@ -146,36 +184,55 @@ def chat(session, model, tokenizer, turns, cap, reply_tokens):
     rotating = RotatingChat(model, tokenizer, cap)
     for i in range(turns):
         order = list(rows)
-        order = order[i % 3:] + order[: i % 3]
+        order = order[i % 3 :] + order[: i % 3]
         for side in order:
             history[side].append({"role": "user", "content": question(i)})
             if side == "mlx_lm":
                 r, text = rotating.turn(history[side], reply_tokens)
             else:
                 parts = []
-                params = GenerationParams(temperature=0.0, max_tokens=reply_tokens, context_cap=cap,
-                                          low_water=sides[side])
+                params = GenerationParams(
+                    temperature=0.0, max_tokens=reply_tokens, context_cap=cap, low_water=sides[side]
+                )
                 t0 = time.perf_counter()
-                stats = session.chat(f"bench-longchat-{side}", history[side], params, lambda: False,
-                                     lambda d, parts=parts: parts.append(d.text) if isinstance(d, TextDelta) else None)
+                stats = session.chat(
+                    f"bench-longchat-{side}",
+                    history[side],
+                    params,
+                    lambda: False,
+                    lambda d, parts=parts: parts.append(d.text) if isinstance(d, TextDelta) else None,
+                )
                 text = "".join(parts)
-                r = {"ttft_s": stats.ttft_s, "prompt_tokens": stats.prompt_tokens,
-                     "prefilled_tokens": stats.prefilled_tokens, "reused_tokens": stats.reused_tokens,
-                     "dropped": stats.dropped_messages, "finish": stats.finish_reason,
-                     "wall_to_stats_s": time.perf_counter() - t0}
+                r = {
+                    "ttft_s": stats.ttft_s,
+                    "prompt_tokens": stats.prompt_tokens,
+                    "prefilled_tokens": stats.prefilled_tokens,
+                    "reused_tokens": stats.reused_tokens,
+                    "dropped": stats.dropped_messages,
+                    "finish": stats.finish_reason,
+                    "wall_to_stats_s": time.perf_counter() - t0,
+                }
             r["turn"] = i + 1
             rows[side].append(r)
             history[side].append({"role": "assistant", "content": text})
-        log(f"turn {i + 1}: " + ", ".join(f"{s} prefilled {rows[s][-1]['prefilled_tokens']} "
-                                          f"ttft {rows[s][-1]['ttft_s']:.2f}s" for s in rows))
+        log(
+            f"turn {i + 1}: "
+            + ", ".join(
+                f"{s} prefilled {rows[s][-1]['prefilled_tokens']} ttft {rows[s][-1]['ttft_s']:.2f}s" for s in rows
+            )
+        )
     tail = max(2, turns - min(50, max(5, turns // 4)))  # the last 50 turns (a quarter of a short run)
     summary = {}
     for side, rs in rows.items():
         early = median([r["ttft_s"] for r in rs[1:10]])
         late = median([r["ttft_s"] for r in rs[tail:]])
-        summary[side] = {"early_ttft_s": early, "late_ttft_s": late, "late_over_early": late / early,
-                         "late_turns": [tail + 1, turns],
-                         "mean_prefilled_late": sum(r["prefilled_tokens"] for r in rs[tail:]) / len(rs[tail:])}
+        summary[side] = {
+            "early_ttft_s": early,
+            "late_ttft_s": late,
+            "late_over_early": late / early,
+            "late_turns": [tail + 1, turns],
+            "mean_prefilled_late": sum(r["prefilled_tokens"] for r in rs[tail:]) / len(rs[tail:]),
+        }
     return rows, summary
 
 
@@ -212,13 +269,20 @@ async def restart(tokens, reply_tokens):
         else:
             (home / "kv").mkdir()
         _, stats = await one_turn(follow)
-        rows.setdefault(mode, []).append({"ttft_s": stats.ttft_s, "reused_tokens": stats.reused_tokens,
-                                          "prefilled_tokens": stats.prefilled_tokens})
-        log(f"restart {mode}: reused {stats.reused_tokens}, prefilled {stats.prefilled_tokens}, "
-            f"ttft {stats.ttft_s:.2f}s")
-    return {"chat_tokens": stats0.prompt_tokens + stats0.generated_tokens, "rows": rows,
-            "saved_ttft_s": median([r["ttft_s"] for r in rows["saved"]]), "none_ttft_s": rows["none"][0]["ttft_s"],
-            "speedup": rows["none"][0]["ttft_s"] / median([r["ttft_s"] for r in rows["saved"]])}
+        rows.setdefault(mode, []).append(
+            {"ttft_s": stats.ttft_s, "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens}
+        )
+        log(
+            f"restart {mode}: reused {stats.reused_tokens}, prefilled {stats.prefilled_tokens}, "
+            f"ttft {stats.ttft_s:.2f}s"
+        )
+    return {
+        "chat_tokens": stats0.prompt_tokens + stats0.generated_tokens,
+        "rows": rows,
+        "saved_ttft_s": median([r["ttft_s"] for r in rows["saved"]]),
+        "none_ttft_s": rows["none"][0]["ttft_s"],
+        "speedup": rows["none"][0]["ttft_s"] / median([r["ttft_s"] for r in rows["saved"]]),
+    }
 
 
 def main(argv=None):
@@ -242,9 +306,17 @@ def main(argv=None):
 
     tokenizer = load_tokenizer(path)
     low_waters = [0.25, 0.3, 0.35, 0.5, 0.75, 1.0]
-    result = {"params": {"turns": args.turns, "cap": args.cap, "reply_tokens": args.reply_tokens,
-                         "policy_turns": args.policy_turns, "policy_cap": args.policy_cap,
-                         "restart_tokens": args.restart_tokens, "default_low_water": DEFAULT_LOW_WATER}}
+    result = {
+        "params": {
+            "turns": args.turns,
+            "cap": args.cap,
+            "reply_tokens": args.reply_tokens,
+            "policy_turns": args.policy_turns,
+            "policy_cap": args.policy_cap,
+            "restart_tokens": args.restart_tokens,
+            "default_low_water": DEFAULT_LOW_WATER,
+        }
+    }
     result["policy"] = policy(tokenizer, args.policy_turns, args.policy_cap, args.reply_tokens, low_waters)
     result["fit"] = fit_times(tokenizer, [50, 200, 1000])
     if not args.skip_chat:
@@ -254,9 +326,13 @@ def main(argv=None):
         del loading
         result["chat"], result["chat_summary"] = chat(session, model, tok, args.turns, args.cap, args.reply_tokens)
     result["restart"] = asyncio.run(restart(args.restart_tokens, 8))
-    common.save("longchat", result,
-                f"python -m bench.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
-                f"--restart-tokens {args.restart_tokens}" + (" --skip-chat" if args.skip_chat else ""), started)
+    common.save(
+        "longchat",
+        result,
+        f"python -m bench.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
+        f"--restart-tokens {args.restart_tokens}" + (" --skip-chat" if args.skip_chat else ""),
+        started,
+    )
     common.finish()
 
 

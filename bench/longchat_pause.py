@@ -42,8 +42,15 @@ async def run(turns, cap, reply_tokens, pause):
                     stats = ev
             assert stats is not None
             messages.append({"role": "assistant", "content": "".join(parts)})
-            rows.append({"turn": i + 1, "ttft_s": stats.ttft_s, "prefilled_tokens": stats.prefilled_tokens,
-                         "dropped": stats.dropped_messages, "prepared_tokens": prepared})
+            rows.append(
+                {
+                    "turn": i + 1,
+                    "ttft_s": stats.ttft_s,
+                    "prefilled_tokens": stats.prefilled_tokens,
+                    "dropped": stats.dropped_messages,
+                    "prepared_tokens": prepared,
+                }
+            )
             if (i + 1) % 20 == 0:
                 log(f"pause {pause}: turn {i + 1}, ttft {stats.ttft_s:.2f}s, prefilled {stats.prefilled_tokens}")
     finally:
@@ -56,9 +63,15 @@ def summary(rows):
     early = median([r["ttft_s"] for r in rows[1:10]])
     late = median([r["ttft_s"] for r in rows[tail:]])
     big = [r for r in rows[1:] if r["prefilled_tokens"] > 100]  # a slide re-read on the user's clock
-    return {"early_ttft_s": early, "late_ttft_s": late, "late_over_early": late / early,
-            "late_turns": [tail + 1, len(rows)], "max_late_ttft_s": max(r["ttft_s"] for r in rows[tail:]),
-            "slides_on_users_clock": len(big), "prepared_turns": sum(1 for r in rows if r["prepared_tokens"])}
+    return {
+        "early_ttft_s": early,
+        "late_ttft_s": late,
+        "late_over_early": late / early,
+        "late_turns": [tail + 1, len(rows)],
+        "max_late_ttft_s": max(r["ttft_s"] for r in rows[tail:]),
+        "slides_on_users_clock": len(big),
+        "prepared_turns": sum(1 for r in rows if r["prepared_tokens"]),
+    }
 
 
 def main(argv=None):
@@ -75,9 +88,13 @@ def main(argv=None):
         rows = asyncio.run(run(args.turns, args.cap, args.reply_tokens, pause))
         result["runs"][name], result["summary"][name] = rows, summary(rows)
         log(f"{name}: {result['summary'][name]}")
-    common.save("longchat_pause", result,
-                f"python -m bench.longchat_pause --turns {args.turns} --cap {args.cap} "
-                f"--reply-tokens {args.reply_tokens} --pause {args.pause}", started)
+    common.save(
+        "longchat_pause",
+        result,
+        f"python -m bench.longchat_pause --turns {args.turns} --cap {args.cap} "
+        f"--reply-tokens {args.reply_tokens} --pause {args.pause}",
+        started,
+    )
     common.finish()
 
 

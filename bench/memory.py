@@ -67,14 +67,25 @@ async def part_a(budget_bytes: int, lengths: list) -> dict:
         ttft, text, stats = await timed_chat(engine, conv, histories[conv], params)
         histories[conv].append({"role": "assistant", "content": text})
         snap = snapshot(await engine.memory_stats())
-        row = {"step": len(timeline) + 1, "conv": conv, "kind": kind, "ttft_s": ttft,
-               "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
-               "prefilled_tokens": stats.prefilled_tokens, "kv_capacity": stats.kv_capacity,
-               "kv_offset": stats.kv_offset, "rss_bytes": common.rss_bytes(), **snap}
+        row = {
+            "step": len(timeline) + 1,
+            "conv": conv,
+            "kind": kind,
+            "ttft_s": ttft,
+            "prompt_tokens": stats.prompt_tokens,
+            "reused_tokens": stats.reused_tokens,
+            "prefilled_tokens": stats.prefilled_tokens,
+            "kv_capacity": stats.kv_capacity,
+            "kv_offset": stats.kv_offset,
+            "rss_bytes": common.rss_bytes(),
+            **snap,
+        }
         timeline.append(row)
-        log(f"{kind} {conv}: prompt {stats.prompt_tokens} (reused {stats.reused_tokens}), held "
+        log(
+            f"{kind} {conv}: prompt {stats.prompt_tokens} (reused {stats.reused_tokens}), held "
             f"{snap['tokens_held']} tokens in {snap['kv_bytes'] / 1e6:.2f} MB, {snap['in_memory']} in memory, "
-            f"{snap['evictions']} evictions, {snap['restores']} restores")
+            f"{snap['evictions']} evictions, {snap['restores']} restores"
+        )
 
     for conv in histories:
         await turn(conv, "new")
@@ -85,8 +96,12 @@ async def part_a(budget_bytes: int, lengths: list) -> dict:
         timeline[-1]["restored"] = timeline[-1]["restores"] > before
     bytes_per_token = 2 * 2 * 16 * 2 * 4  # tiny model: 2 layers, 2 KV heads of 16, K+V, float32
     await engine.close()
-    return {"timeline": timeline, "home": str(home), "kv_bytes_per_token": bytes_per_token,
-            "peak_rss_bytes": common.peak_rss_bytes()}
+    return {
+        "timeline": timeline,
+        "home": str(home),
+        "kv_bytes_per_token": bytes_per_token,
+        "peak_rss_bytes": common.peak_rss_bytes(),
+    }
 
 
 def part_b(reps: int) -> list:
@@ -125,10 +140,19 @@ def part_b(reps: int) -> list:
             saves.append(caches.stats.save_seconds)
             engine_restores.append(caches.stats.restore_seconds)
             caches.forget("a")
-        rows.append({"tokens": n, "bytes": nbytes, "save_s": median(saves), "restore_s": median(restores),
-                     "engine_counted_restore_s": median(engine_restores)})
-        log(f"starter-shaped cache of {n} tokens ({nbytes / 1e6:.0f} MB): save {rows[-1]['save_s'] * 1e3:.0f} ms, "
-            f"restore {rows[-1]['restore_s'] * 1e3:.0f} ms")
+        rows.append(
+            {
+                "tokens": n,
+                "bytes": nbytes,
+                "save_s": median(saves),
+                "restore_s": median(restores),
+                "engine_counted_restore_s": median(engine_restores),
+            }
+        )
+        log(
+            f"starter-shaped cache of {n} tokens ({nbytes / 1e6:.0f} MB): save {rows[-1]['save_s'] * 1e3:.0f} ms, "
+            f"restore {rows[-1]['restore_s'] * 1e3:.0f} ms"
+        )
     return rows
 
 
@@ -158,11 +182,24 @@ def main(argv=None):
         "followup_ttft_in_memory_s": median([r["ttft_s"] for r in in_mem]),
         "peak_rss_bytes": a["peak_rss_bytes"],
     }
-    common.save("memory", {"params": {"budget_bytes": budget, "lengths": lengths, "reply_tokens": REPLY_TOKENS,
-                                      "starter_sizes": STARTER_SIZES, "reps": args.reps},
-                           "timeline": tl, "kv_bytes_per_token": a["kv_bytes_per_token"],
-                           "starter_save_restore": b, "summary": summary},
-                f"python -m bench.memory --budget-mb {args.budget_mb} --reps {args.reps}", started)
+    common.save(
+        "memory",
+        {
+            "params": {
+                "budget_bytes": budget,
+                "lengths": lengths,
+                "reply_tokens": REPLY_TOKENS,
+                "starter_sizes": STARTER_SIZES,
+                "reps": args.reps,
+            },
+            "timeline": tl,
+            "kv_bytes_per_token": a["kv_bytes_per_token"],
+            "starter_save_restore": b,
+            "summary": summary,
+        },
+        f"python -m bench.memory --budget-mb {args.budget_mb} --reps {args.reps}",
+        started,
+    )
     common.finish()
 
 

@@ -35,8 +35,10 @@ from bench.common import ROOT, log
 from bench.followup import QUESTIONS
 
 SIDES = ("identical", "careless", "local")
-SERVE = ("import sys, runpy; from engine import blas; blas.preload_openblas(); "
-         "sys.argv = ['mlx_lm.server', *sys.argv[1:]]; runpy.run_module('mlx_lm.server', run_name='__main__')")
+SERVE = (
+    "import sys, runpy; from engine import blas; blas.preload_openblas(); "
+    "sys.argv = ['mlx_lm.server', *sys.argv[1:]]; runpy.run_module('mlx_lm.server', run_name='__main__')"
+)
 
 
 def float32_copy(dest):
@@ -71,8 +73,12 @@ def start_server(folder, log_path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE, "--model", str(folder), "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(log_path.parent / "no-hf")})
+        cwd=ROOT,
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(log_path.parent / "no-hf")},
+    )
     import httpx
 
     deadline = time.monotonic() + 300
@@ -117,17 +123,26 @@ async def main_async(args, url, folder):
     for side in SIDES:
         await common.timed_chat(engines[side], f"warm-{side}", [{"role": "user", "content": "Hi"}], params)
     for turn in range(args.turns):
-        order = SIDES[turn % 3:] + SIDES[:turn % 3]
+        order = SIDES[turn % 3 :] + SIDES[: turn % 3]
         for side in order:
             history[side].append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
             sent = careless(history[side], turn) if side == "careless" else history[side]
             ttft, text, stats = await common.timed_chat(engines[side], side, sent, params)
             history[side].append({"role": "assistant", "content": text})
-            rows[side].append({"turn": turn + 1, "ttft_s": ttft, "prompt_tokens": stats.prompt_tokens,
-                               "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens,
-                               "generated_tokens": stats.generated_tokens})
-            log(f"turn {turn + 1:2d} {side:9s} ttft {ttft:6.2f} s  prompt {stats.prompt_tokens:4d}  "
-                f"reused {stats.reused_tokens:4d}")
+            rows[side].append(
+                {
+                    "turn": turn + 1,
+                    "ttft_s": ttft,
+                    "prompt_tokens": stats.prompt_tokens,
+                    "reused_tokens": stats.reused_tokens,
+                    "prefilled_tokens": stats.prefilled_tokens,
+                    "generated_tokens": stats.generated_tokens,
+                }
+            )
+            log(
+                f"turn {turn + 1:2d} {side:9s} ttft {ttft:6.2f} s  prompt {stats.prompt_tokens:4d}  "
+                f"reused {stats.reused_tokens:4d}"
+            )
     for engine in engines.values():
         await engine.close()
     last = {side: rs[-1] for side, rs in rows.items()}
@@ -137,13 +152,17 @@ async def main_async(args, url, folder):
         "last_turn_careless_over_identical": last["careless"]["ttft_s"] / last["identical"]["ttft_s"],
         "last_turn_identical_over_local": last["identical"]["ttft_s"] / last["local"]["ttft_s"],
         "median_followup_careless_over_identical": common.median(
-            [c / i for c, i in zip(follow("careless"), follow("identical"))]),
+            [c / i for c, i in zip(follow("careless"), follow("identical"))]
+        ),
         "identical_reused_share_last": last["identical"]["reused_tokens"] / max(1, last["identical"]["prompt_tokens"]),
         "careless_reused_share_last": last["careless"]["reused_tokens"] / max(1, last["careless"]["prompt_tokens"]),
     }
-    common.save("remote", {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens},
-                           "rows": rows, "summary": summary},
-                f"python -m bench.remote --turns {args.turns} --reply-tokens {args.reply_tokens}", started)
+    common.save(
+        "remote",
+        {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens}, "rows": rows, "summary": summary},
+        f"python -m bench.remote --turns {args.turns} --reply-tokens {args.reply_tokens}",
+        started,
+    )
 
 
 def main(argv=None):

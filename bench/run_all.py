@@ -49,26 +49,41 @@ def main(argv=None):
 
     blas.preload_openblas()
     info = blas.openblas_info()
-    print(f"== BLAS for the benchmarks: {info.get('config') or info['reason']}; OPENBLAS_CORETYPE="
-          f"{info['OPENBLAS_CORETYPE'] or '(not set)'}", file=sys.stderr, flush=True)
+    print(
+        f"== BLAS for the benchmarks: {info.get('config') or info['reason']}; OPENBLAS_CORETYPE="
+        f"{info['OPENBLAS_CORETYPE'] or '(not set)'}",
+        file=sys.stderr,
+        flush=True,
+    )
     if not info["loaded"]:
-        print("== note: without a system OpenBLAS, MLX uses its bundled reference BLAS "
-              "(Debian/Ubuntu: apt-get install libopenblas0-pthread)", file=sys.stderr, flush=True)
+        print(
+            "== note: without a system OpenBLAS, MLX uses its bundled reference BLAS "
+            "(Debian/Ubuntu: apt-get install libopenblas0-pthread)",
+            file=sys.stderr,
+            flush=True,
+        )
     failed = []
     started = time.perf_counter()
     for name in names:
         t = time.perf_counter()
         print(f"== {' '.join(BENCHES[name])}", file=sys.stderr, flush=True)
         code = subprocess.call([sys.executable, "-m", *BENCHES[name]], env=env, cwd=root)
-        print(f"== {name}: {'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - t:.0f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"== {name}: {'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - t:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         if code:
             failed.append(name)
     from bench import report
 
     report.main()
-    print(f"== all benchmarks: {time.perf_counter() - started:.0f} s"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr, flush=True)
+    print(
+        f"== all benchmarks: {time.perf_counter() - started:.0f} s"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -75,10 +75,22 @@ if __name__ == "__main__":
     main()
 '''
 
-_PEOPLE = [("Maria Lopez", "harbour master"), ("Tom Becker", "baker"), ("Aiko Tanaka", "teacher"),
-           ("Samuel Okafor", "doctor"), ("Ingrid Holm", "mayor"), ("Luca Romano", "fisherman")]
-_EVENTS = ["the spring market", "the repair of the old bridge", "the school concert", "the storm in October",
-           "the opening of the new library", "the harvest festival"]
+_PEOPLE = [
+    ("Maria Lopez", "harbour master"),
+    ("Tom Becker", "baker"),
+    ("Aiko Tanaka", "teacher"),
+    ("Samuel Okafor", "doctor"),
+    ("Ingrid Holm", "mayor"),
+    ("Luca Romano", "fisherman"),
+]
+_EVENTS = [
+    "the spring market",
+    "the repair of the old bridge",
+    "the school concert",
+    "the storm in October",
+    "the opening of the new library",
+    "the harvest festival",
+]
 
 
 def document() -> str:
@@ -94,20 +106,47 @@ def document() -> str:
             f"The local newspaper wrote that {event} brought the town together after a difficult winter, "
             f"and that the volunteers worked for {10 + i} days to prepare everything. Some people complained "
             f"about the noise and the parking near the harbour, and the council promised to find a better "
-            f"place for the cars before the next time.")
-    paragraphs.append("In total the council spent its budget as planned. " + " ".join(
-        f"{name} will stay {role} next year." for name, role in _PEOPLE))
+            f"place for the cars before the next time."
+        )
+    paragraphs.append(
+        "In total the council spent its budget as planned. "
+        + " ".join(f"{name} will stay {role} next year." for name, role in _PEOPLE)
+    )
     return "\n\n".join(paragraphs)
 
 
 CASES = {
-    "a_code": ([{"role": "user", "content": "Here is a Python module:\n\n```python\n" + CODE + "```\n\n"
-                 "Rename the function parse_config to load_config everywhere and write out the whole module "
-                 "again, with no explanation."}], 256),
-    "b_summary": ([{"role": "user", "content": document() + "\n\nSummarise this report: for each event, say "
-                    "who organised it, how many people came and what it cost."}], 160),
-    "c_chat": ([{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper who finds an "
-                 "old map hidden in the wall of the lighthouse. Describe every place she visits."}], 128),
+    "a_code": (
+        [
+            {
+                "role": "user",
+                "content": "Here is a Python module:\n\n```python\n" + CODE + "```\n\n"
+                "Rename the function parse_config to load_config everywhere and write out the whole module "
+                "again, with no explanation.",
+            }
+        ],
+        256,
+    ),
+    "b_summary": (
+        [
+            {
+                "role": "user",
+                "content": document() + "\n\nSummarise this report: for each event, say "
+                "who organised it, how many people came and what it cost.",
+            }
+        ],
+        160,
+    ),
+    "c_chat": (
+        [
+            {
+                "role": "user",
+                "content": "Write a long, detailed story about a lighthouse keeper who finds an "
+                "old map hidden in the wall of the lighthouse. Describe every place she visits.",
+            }
+        ],
+        128,
+    ),
 }
 
 
@@ -137,8 +176,9 @@ async def run_chinwag(engine, messages, max_tokens, speculative, draft_model="")
     from engine import GenerationParams, TextDelta
 
     conv = f"bench-spec-{uuid.uuid4().hex[:8]}"
-    params = GenerationParams(temperature=0.0, max_tokens=max_tokens, speculative=speculative,
-                              draft_model=draft_model if speculative else "")
+    params = GenerationParams(
+        temperature=0.0, max_tokens=max_tokens, speculative=speculative, draft_model=draft_model if speculative else ""
+    )
     times, tokens, stats = [time.perf_counter()], [], None
     async for ev in engine.chat(conv, messages, params):
         if isinstance(ev, TextDelta):
@@ -148,8 +188,14 @@ async def run_chinwag(engine, messages, max_tokens, speculative, draft_model="")
         else:
             stats = ev
     await engine.forget(conv)
-    return {"decode_tps": _decode_tps(times), "tokens": len(tokens), "ids": tokens,
-            "prompt_tokens": stats.prompt_tokens, "drafted": stats.drafted_tokens, "accepted": stats.accepted_tokens}
+    return {
+        "decode_tps": _decode_tps(times),
+        "tokens": len(tokens),
+        "ids": tokens,
+        "prompt_tokens": stats.prompt_tokens,
+        "drafted": stats.drafted_tokens,
+        "accepted": stats.accepted_tokens,
+    }
 
 
 def run_mlx_lm(model, tokenizer, messages, max_tokens):
@@ -188,15 +234,17 @@ async def measure_model(label, path, cases, reps):
         max_tokens = 24 if common.QUICK else max_tokens
         runs = {side: [] for side in SIDES}
         for rep in range(reps):
-            for side in SIDES[rep % 3:] + SIDES[: rep % 3]:
+            for side in SIDES[rep % 3 :] + SIDES[: rep % 3]:
                 if side == "mlx_lm":
                     r = run_mlx_lm(model, tokenizer, messages, max_tokens)
                 else:
                     r = await run_chinwag(engine, messages, max_tokens, side == "on", draft)
                 r["rep"] = rep
                 runs[side].append(r)
-                log(f"{label} {case} rep {rep} {side}: {r['decode_tps']:.1f} tok/s, {r['tokens']} tokens"
-                    + (f", accepted {r['accepted']}/{r['drafted']}" if side == "on" else ""))
+                log(
+                    f"{label} {case} rep {rep} {side}: {r['decode_tps']:.1f} tok/s, {r['tokens']} tokens"
+                    + (f", accepted {r['accepted']}/{r['drafted']}" if side == "on" else "")
+                )
         same = all(a["ids"] == b["ids"] == c["ids"] for a, b, c in zip(runs["mlx_lm"], runs["off"], runs["on"]))
         ids = runs["on"][0]["ids"]
         for rs in runs.values():
@@ -206,16 +254,24 @@ async def measure_model(label, path, cases, reps):
         on = runs["on"]
         drafted, accepted = sum(r["drafted"] for r in on), sum(r["accepted"] for r in on)
         out[case] = {
-            "runs": runs, "decode_tps": tps, "same_ids": same, "tokens": on[0]["tokens"],
+            "runs": runs,
+            "decode_tps": tps,
+            "same_ids": same,
+            "tokens": on[0]["tokens"],
             "prompt_tokens": on[0]["prompt_tokens"],
-            "on_over_mlx_lm": ratio(tps["on"], tps["mlx_lm"]), "on_over_off": ratio(tps["on"], tps["off"]),
+            "on_over_mlx_lm": ratio(tps["on"], tps["mlx_lm"]),
+            "on_over_off": ratio(tps["on"], tps["off"]),
             "off_over_mlx_lm": ratio(tps["off"], tps["mlx_lm"]),
             "per_rep_on_over_mlx_lm": [ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(on, runs["mlx_lm"])],
-            "drafted": drafted, "accepted": accepted, "acceptance": ratio(accepted, drafted),
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": ratio(accepted, drafted),
             "reply_start": tokenizer.decode(ids[:60]),
         }
-        log(f"{label} {case}: on/mlx-lm {out[case]['on_over_mlx_lm']:.2f}, on/off {out[case]['on_over_off']:.2f}, "
-            f"same ids {same}")
+        log(
+            f"{label} {case}: on/mlx-lm {out[case]['on_over_mlx_lm']:.2f}, on/off {out[case]['on_over_off']:.2f}, "
+            f"same ids {same}"
+        )
     await engine.close()
     return out
 
@@ -229,10 +285,20 @@ async def main_async(args):
     results = {}
     for label in models:
         results[label] = await measure_model(label, paths[label](), cases, args.reps)
-    common.save("speculative", {"params": {"reps": args.reps, "models": models, "cases": cases,
-                                           "max_tokens": {c: CASES[c][1] for c in cases if c in CASES}},
-                                "results": results},
-                f"python -m bench.speculative --reps {args.reps}", started)
+    common.save(
+        "speculative",
+        {
+            "params": {
+                "reps": args.reps,
+                "models": models,
+                "cases": cases,
+                "max_tokens": {c: CASES[c][1] for c in cases if c in CASES},
+            },
+            "results": results,
+        },
+        f"python -m bench.speculative --reps {args.reps}",
+        started,
+    )
 
 
 def main(argv=None):

@@ -25,8 +25,10 @@ from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
-HISTORY = [("user", "Hi! I will paste some notes and ask about them."),
-           ("assistant", None)]  # the reply is generated once per conversation
+HISTORY = [
+    ("user", "Hi! I will paste some notes and ask about them."),
+    ("assistant", None),
+]  # the reply is generated once per conversation
 QUESTION = "\n\nWhat is the main topic of these notes?"
 GOAL_SIZE, GOAL_RATIO = 400, 5.0
 
@@ -34,13 +36,25 @@ GOAL_SIZE, GOAL_RATIO = 400, 5.0
 def notes_text(tokenizer, n_tokens: int, seed: int = 0) -> str:
     """Plain English notes about n_tokens long (cut on the starter's tokenizer), then a question."""
     rng = random.Random(seed)
-    topics = ["the budget", "the garden", "the new library", "the bus timetable", "the school fair",
-              "the river path", "the bakery", "the town hall roof", "the football club", "the museum"]
+    topics = [
+        "the budget",
+        "the garden",
+        "the new library",
+        "the bus timetable",
+        "the school fair",
+        "the river path",
+        "the bakery",
+        "the town hall roof",
+        "the football club",
+        "the museum",
+    ]
     days = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
     sentences, ids = [], []
     while len(ids) < n_tokens + 16:
-        sentences.append(f"Note {len(sentences) + 1}: the meeting about {rng.choice(topics)} moved to "
-                         f"{rng.choice(days)}, and {rng.randint(2, 40)} people said they would come.")
+        sentences.append(
+            f"Note {len(sentences) + 1}: the meeting about {rng.choice(topics)} moved to "
+            f"{rng.choice(days)}, and {rng.randint(2, 40)} people said they would come."
+        )
         ids = tokenizer.encode(" ".join(sentences), add_special_tokens=False)
     question_ids = tokenizer.encode(QUESTION, add_special_tokens=False)
     body = tokenizer.decode(ids[: max(1, n_tokens - len(question_ids))])
@@ -63,9 +77,15 @@ async def one(engine, size, text, ahead: bool, reply_tokens: int):
         read_s = time.perf_counter() - t0
     ttft, text_out, stats = await timed_chat(engine, conv, messages, params)
     await engine.forget(conv)
-    row = {"ttft_s": ttft, "prompt_tokens": stats.prompt_tokens, "reused_tokens": stats.reused_tokens,
-           "prefilled_tokens": stats.prefilled_tokens, "reply": text_out, "reply_ids": list(stats.reply_ids),
-           "prompt_ids_len": len(stats.prompt_ids)}
+    row = {
+        "ttft_s": ttft,
+        "prompt_tokens": stats.prompt_tokens,
+        "reused_tokens": stats.reused_tokens,
+        "prefilled_tokens": stats.prefilled_tokens,
+        "reply": text_out,
+        "reply_ids": list(stats.reply_ids),
+        "prompt_ids_len": len(stats.prompt_ids),
+    }
     if read is not None:
         row.update({"read_ahead_s": read_s, "read_ahead_tokens": read.computed_tokens, "read_finished": read.finished})
     return row
@@ -98,52 +118,71 @@ async def main_async(args):
                 for ahead in order:
                     row = await one(engine, size, texts[size], ahead, args.reply_tokens)
                     raw[size]["ahead" if ahead else "cold"].append(row)
-                    log(f"{size} tokens, {'ahead' if ahead else 'cold'}: TTFT {row['ttft_s']:.3f} s, "
-                        f"prefilled {row['prefilled_tokens']} of {row['prompt_tokens']}")
+                    log(
+                        f"{size} tokens, {'ahead' if ahead else 'cold'}: TTFT {row['ttft_s']:.3f} s, "
+                        f"prefilled {row['prefilled_tokens']} of {row['prompt_tokens']}"
+                    )
     finally:
         await engine.close()
     rows = []
     for size in args.sizes:
         a, c = raw[size]["ahead"], raw[size]["cold"]
         same = all(x["reply_ids"] == a[0]["reply_ids"] for x in a + c)
-        rows.append({
-            "size": size,
-            "message_tokens": c[0]["prompt_tokens"] - c[0]["reused_tokens"],
-            "prompt_tokens": c[0]["prompt_tokens"],
-            "ahead_ttft_s": median([x["ttft_s"] for x in a]),
-            "cold_ttft_s": median([x["ttft_s"] for x in c]),
-            "ahead_ttft_each_s": [x["ttft_s"] for x in a],
-            "cold_ttft_each_s": [x["ttft_s"] for x in c],
-            "ahead_prefilled_tokens": median([x["prefilled_tokens"] for x in a]),
-            "cold_prefilled_tokens": median([x["prefilled_tokens"] for x in c]),
-            "read_ahead_s": median([x["read_ahead_s"] for x in a]),
-            "identical_replies": same,
-        })
+        rows.append(
+            {
+                "size": size,
+                "message_tokens": c[0]["prompt_tokens"] - c[0]["reused_tokens"],
+                "prompt_tokens": c[0]["prompt_tokens"],
+                "ahead_ttft_s": median([x["ttft_s"] for x in a]),
+                "cold_ttft_s": median([x["ttft_s"] for x in c]),
+                "ahead_ttft_each_s": [x["ttft_s"] for x in a],
+                "cold_ttft_each_s": [x["ttft_s"] for x in c],
+                "ahead_prefilled_tokens": median([x["prefilled_tokens"] for x in a]),
+                "cold_prefilled_tokens": median([x["prefilled_tokens"] for x in c]),
+                "read_ahead_s": median([x["read_ahead_s"] for x in a]),
+                "identical_replies": same,
+            }
+        )
         rows[-1]["speedup"] = rows[-1]["cold_ttft_s"] / rows[-1]["ahead_ttft_s"]
     goal = next((r for r in rows if r["size"] == GOAL_SIZE), None)
     summary = {
-        "goal_size": GOAL_SIZE, "goal_ratio": GOAL_RATIO,
+        "goal_size": GOAL_SIZE,
+        "goal_ratio": GOAL_RATIO,
         "goal_speedup": goal["speedup"] if goal else None,
         "goal_met": bool(goal and goal["speedup"] >= GOAL_RATIO),
         "identical_replies": all(r["identical_replies"] for r in rows),
     }
     for r in rows:
-        log(f"{r['size']}: cold {r['cold_ttft_s']:.3f} s, ahead {r['ahead_ttft_s']:.3f} s, {r['speedup']:.1f}x, "
-            f"identical replies {r['identical_replies']}")
+        log(
+            f"{r['size']}: cold {r['cold_ttft_s']:.3f} s, ahead {r['ahead_ttft_s']:.3f} s, {r['speedup']:.1f}x, "
+            f"identical replies {r['identical_replies']}"
+        )
     for size in raw:
         for side in raw[size].values():
             for x in side:
                 x.pop("reply_ids")
-    common.save("typing_prefill", {"params": {"sizes": args.sizes, "reps": args.reps, "reply_tokens": args.reply_tokens},
-                                   "model": info, "rows": rows, "raw": raw, "summary": summary},
-                f"python -m bench.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
-                f"--reply-tokens {args.reply_tokens}", started)
+    common.save(
+        "typing_prefill",
+        {
+            "params": {"sizes": args.sizes, "reps": args.reps, "reply_tokens": args.reply_tokens},
+            "model": info,
+            "rows": rows,
+            "raw": raw,
+            "summary": summary,
+        },
+        f"python -m bench.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
+        f"--reply-tokens {args.reply_tokens}",
+        started,
+    )
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x],
-                   default=[50, 400] if common.QUICK else [50, 400, 2000])
+    p.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=[50, 400] if common.QUICK else [50, 400, 2000],
+    )
     p.add_argument("--reps", type=int, default=common.reps(3))
     p.add_argument("--reply-tokens", type=int, default=8)
     args = p.parse_args(argv)

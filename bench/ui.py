@@ -50,17 +50,27 @@ def _fill_store(home, n_messages: int):
     conv = store.create_conversation(title="A long chat", model_id="smollm2-135m-instruct")
     for i in range(n_messages):
         if i % 2 == 0:
-            store.add_message(conv.id, "user", f"Question {i // 2}: how do I sort a list of records by two keys "
-                                               "in Python, and keep it stable?")
+            store.add_message(
+                conv.id,
+                "user",
+                f"Question {i // 2}: how do I sort a list of records by two keys in Python, and keep it stable?",
+            )
         else:
-            body = (f"## Answer {i // 2}\n\nUse `sorted` with a **tuple key**; Python's sort is stable:\n\n"
-                    "```python\nrows = sorted(rows, key=lambda r: (r.last, r.first))\n"
-                    "for r in rows:\n    print(r)\n```\n\n"
-                    "- sort by the secondary key first\n- then by the primary key\n- both passes are stable\n\n"
-                    + "The same idea works for any number of keys. " * 6)
-            store.add_message(conv.id, "assistant", body, model_id="smollm2-135m-instruct",
-                              stats={"generated_tokens": 120, "decode_tps": 8.0, "ttft_s": 0.5,
-                                     "finish_reason": "stop"})
+            body = (
+                f"## Answer {i // 2}\n\nUse `sorted` with a **tuple key**; Python's sort is stable:\n\n"
+                "```python\nrows = sorted(rows, key=lambda r: (r.last, r.first))\n"
+                "for r in rows:\n    print(r)\n```\n\n"
+                "- sort by the secondary key first\n- then by the primary key\n- both passes are stable\n\n"
+                + "The same idea works for any number of keys. "
+                * 6
+            )
+            store.add_message(
+                conv.id,
+                "assistant",
+                body,
+                model_id="smollm2-135m-instruct",
+                stats={"generated_tokens": 120, "decode_tps": 8.0, "ttft_s": 0.5, "finish_reason": "stop"},
+            )
     store.set_state("last_conversation", conv.id)
     store.close()
 
@@ -106,9 +116,13 @@ def child_stream(model_path: str, tokens: int):
     window.bridge.delta.connect(lambda _c, _t: deltas.append(time.perf_counter()))
 
     def probe_stats(gs):
-        return {"ticks": len(gs), "p50_gap_ms": percentile(gs, 50) * 1e3, "p99_gap_ms": percentile(gs, 99) * 1e3,
-                "max_gap_ms": max(gs) * 1e3 if gs else 0.0,
-                "stalls_over_50ms": sum(1 for g in gs if g > 0.050)}
+        return {
+            "ticks": len(gs),
+            "p50_gap_ms": percentile(gs, 50) * 1e3,
+            "p99_gap_ms": percentile(gs, 99) * 1e3,
+            "max_gap_ms": max(gs) * 1e3 if gs else 0.0,
+            "stalls_over_50ms": sum(1 for g in gs if g > 0.050),
+        }
 
     async def stream_once():
         gaps.clear(), ticks.clear(), deltas.clear()
@@ -132,26 +146,32 @@ def child_stream(model_path: str, tokens: int):
             i = max(range(len(gaps)), key=gaps.__getitem__)
             end_of_gap = ticks[i + 1]
             last = deltas[-1] if deltas else t1
-            stream["max_gap_at"] = ("before the first token" if end_of_gap <= first else
-                                    "after the last token (finishing the reply)" if end_of_gap - gaps[i] >= last else
-                                    "while tokens arrived")
+            stream["max_gap_at"] = (
+                "before the first token"
+                if end_of_gap <= first
+                else "after the last token (finishing the reply)"
+                if end_of_gap - gaps[i] >= last
+                else "while tokens arrived"
+            )
             stream["max_gap_after_last_token_ms"] = (end_of_gap - gaps[i] - last) * 1e3
             during = [g for g, t in zip(gaps, ticks[1:]) if first < t - g and t <= last]
             stream["max_gap_while_tokens_ms"] = max(during) * 1e3 if during else 0.0
         msgs = store.get_conversation(window.chat.conv_id).messages
         stats = msgs[-1].stats or {}
-        stream.update({
-            "seconds": t1 - t0,
-            "tokens": stats.get("generated_tokens", 0),
-            "engine_decode_tps": stats.get("decode_tps", 0.0),
-            "deltas": len(deltas),
-            "deltas_per_s": len(deltas) / span if span > 0 else 0.0,
-            "renders": window.chat_view.render_count - renders0,
-            "renders_per_s": (window.chat_view.render_count - renders0) / span if span > 0 else 0.0,
-            "reply_chars": len(msgs[-1].content),
-            "ttft_in_window_s": first - t0,
-            "submit_call_ms": submit_s * 1e3,
-        })
+        stream.update(
+            {
+                "seconds": t1 - t0,
+                "tokens": stats.get("generated_tokens", 0),
+                "engine_decode_tps": stats.get("decode_tps", 0.0),
+                "deltas": len(deltas),
+                "deltas_per_s": len(deltas) / span if span > 0 else 0.0,
+                "renders": window.chat_view.render_count - renders0,
+                "renders_per_s": (window.chat_view.render_count - renders0) / span if span > 0 else 0.0,
+                "reply_chars": len(msgs[-1].content),
+                "ttft_in_window_s": first - t0,
+                "submit_call_ms": submit_s * 1e3,
+            }
+        )
         return stream
 
     async def scenario():
@@ -203,8 +223,10 @@ def main(argv=None):
     import tempfile
     from pathlib import Path
 
-    homes = {"empty": Path(tempfile.mkdtemp(prefix="chinwag-bench-ui-empty-")),
-             "50 messages": Path(tempfile.mkdtemp(prefix="chinwag-bench-ui-50-"))}
+    homes = {
+        "empty": Path(tempfile.mkdtemp(prefix="chinwag-bench-ui-empty-")),
+        "50 messages": Path(tempfile.mkdtemp(prefix="chinwag-bench-ui-50-")),
+    }
     saved_home = os.environ.get("CHINWAG_HOME")
     _fill_store(homes["50 messages"], MESSAGES)
     if saved_home is None:
@@ -216,11 +238,13 @@ def main(argv=None):
     _child(["child-start"], _env(homes["empty"]))
     starts = {k: [] for k in homes}
     for rep in range(args.reps):
-        for case in (list(homes) if rep % 2 == 0 else list(reversed(homes))):
+        for case in list(homes) if rep % 2 == 0 else list(reversed(homes)):
             t0, r = _child(["child-start"], _env(homes[case]))
             starts[case].append({"to_first_paint_s": r["painted_at"] - t0, "messages_shown": r["messages_shown"]})
-            log(f"start ({case}): first paint after {starts[case][-1]['to_first_paint_s']:.2f}s, "
-                f"{r['messages_shown']} message widgets")
+            log(
+                f"start ({case}): first paint after {starts[case][-1]['to_first_paint_s']:.2f}s, "
+                f"{r['messages_shown']} message widgets"
+            )
 
     model = common.tiny_model(context_length=args.tokens + 256)
     streams = []
@@ -230,23 +254,47 @@ def main(argv=None):
         streams.append(r)
         s = r["streaming"]
         s1 = r["streaming_first"]
-        log(f"stream {rep}: {s['tokens']} tokens at {s['engine_decode_tps']:.0f} tok/s, max gap "
+        log(
+            f"stream {rep}: {s['tokens']} tokens at {s['engine_decode_tps']:.0f} tok/s, max gap "
             f"{s['max_gap_ms']:.1f} ms (first reply after start {s1['max_gap_ms']:.1f} ms, {s1['max_gap_at']}; "
-            f"idle {r['idle']['max_gap_ms']:.1f} ms), {s['renders_per_s']:.1f} renders/s")
+            f"idle {r['idle']['max_gap_ms']:.1f} ms), {s['renders_per_s']:.1f} renders/s"
+        )
 
     summary = {
-        "start": {case: {"to_first_paint_s": median([r["to_first_paint_s"] for r in rs]),
-                         "messages_shown": rs[0]["messages_shown"]} for case, rs in starts.items()},
-        "streaming": {k: (median([r["streaming"][k] for r in streams]) if not isinstance(v, str) else v)
-                      for k, v in streams[0]["streaming"].items()},
-        "streaming_first": {k: (median([r["streaming_first"][k] for r in streams]) if not isinstance(v, str) else v)
-                            for k, v in streams[0]["streaming_first"].items()},
+        "start": {
+            case: {
+                "to_first_paint_s": median([r["to_first_paint_s"] for r in rs]),
+                "messages_shown": rs[0]["messages_shown"],
+            }
+            for case, rs in starts.items()
+        },
+        "streaming": {
+            k: (median([r["streaming"][k] for r in streams]) if not isinstance(v, str) else v)
+            for k, v in streams[0]["streaming"].items()
+        },
+        "streaming_first": {
+            k: (median([r["streaming_first"][k] for r in streams]) if not isinstance(v, str) else v)
+            for k, v in streams[0]["streaming_first"].items()
+        },
         "idle": {k: median([r["idle"][k] for r in streams]) for k in streams[0]["idle"]},
     }
-    common.save("ui", {"params": {"reps": args.reps, "tokens": args.tokens, "probe_ms": PROBE_MS,
-                                  "messages": MESSAGES, "qpa": "offscreen"},
-                       "starts": starts, "streams": streams, "summary": summary},
-                f"python -m bench.ui --reps {args.reps} --tokens {args.tokens}", started)
+    common.save(
+        "ui",
+        {
+            "params": {
+                "reps": args.reps,
+                "tokens": args.tokens,
+                "probe_ms": PROBE_MS,
+                "messages": MESSAGES,
+                "qpa": "offscreen",
+            },
+            "starts": starts,
+            "streams": streams,
+            "summary": summary,
+        },
+        f"python -m bench.ui --reps {args.reps} --tokens {args.tokens}",
+        started,
+    )
     common.finish()
 
 

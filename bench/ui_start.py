@@ -14,8 +14,10 @@ def main():
     class FirstPaint(QObject):
         def eventFilter(self, obj, event):
             if event.type() == QEvent.Type.Paint and isinstance(obj, QMainWindow):
-                print(json.dumps({"painted_at": time.time(),
-                                  "messages_shown": len(obj.chat_view.message_widgets())}), flush=True)
+                print(
+                    json.dumps({"painted_at": time.time(), "messages_shown": len(obj.chat_view.message_widgets())}),
+                    flush=True,
+                )
                 os._exit(0)
             return False
 

@@ -79,8 +79,12 @@ class EngineThread:
 
 
 class Engine:
-    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None,
-                 idle_work: bool = IDLE_WORK):
+    def __init__(
+        self,
+        kv_initial_capacity: Optional[int] = None,
+        memory_budget_bytes: Optional[int] = None,
+        idle_work: bool = IDLE_WORK,
+    ):
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self.idle_work = idle_work
         # The background job (a draft's prefill, the next window) and the event that cancels it.
@@ -175,8 +179,9 @@ class Engine:
         from engine.remote import servers
 
         # Off the engine thread: listing reads files only, and must not wait for a reply.
-        local, remote = await asyncio.gather(asyncio.to_thread(registry.list_models),
-                                             asyncio.to_thread(servers.server_models))
+        local, remote = await asyncio.gather(
+            asyncio.to_thread(registry.list_models), asyncio.to_thread(servers.server_models)
+        )
         return local + remote
 
     # --- model servers (engine/remote/servers.py: files and the keychain, no MLX) ----------
@@ -246,8 +251,9 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
-                   ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
+    async def chat(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+    ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
         """Yield PrefillProgress while a long prompt is read, TextDelta events, then one TurnStats.
 
         Problems found before generation starts (no model, bad messages, a prompt
@@ -272,9 +278,7 @@ class Engine:
                 stop.set()
 
         thread, session = self._running()
-        future = thread.submit(
-            session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit
-        )
+        future = thread.submit(session.chat, conversation_id, messages, params or GenerationParams(), stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
         self._generating += 1
         reply = []
@@ -301,8 +305,9 @@ class Engine:
 
     # --- background work ----------------------------------------------------
 
-    async def prefill(self, conversation_id: str, messages: list,
-                      params: Optional[GenerationParams] = None) -> BackgroundPrefill:
+    async def prefill(
+        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+    ) -> BackgroundPrefill:
         """Prefill the prompt up to an unsent draft (the last user message), in the background.
 
         Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
@@ -314,8 +319,7 @@ class Engine:
         if self._remote is not None:  # a server's model reads the prompt itself
             return BackgroundPrefill(0, 0, 0, False, "the model is served elsewhere")
         await self.start()
-        future = self._start_background(self._session_prefill, conversation_id, messages,
-                                        params or GenerationParams())
+        future = self._start_background(self._session_prefill, conversation_id, messages, params or GenerationParams())
         return await asyncio.wrap_future(future)
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
@@ -366,6 +370,7 @@ class Engine:
         from engine.local.background import prepare_next_window
 
         return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
+
     async def _chat_remote(self, backend, conversation_id, messages, params):
         from engine.remote import backend as remote
 
@@ -374,8 +379,9 @@ class Engine:
         self._stops[conversation_id] = stop
         self._generating += 1
         try:
-            async for event in backend.chat(conversation_id, messages, params or GenerationParams(), stop,
-                                            progress=remote.prefill_progress):
+            async for event in backend.chat(
+                conversation_id, messages, params or GenerationParams(), stop, progress=remote.prefill_progress
+            ):
                 yield event
         finally:
             if self._stops.get(conversation_id) is stop:

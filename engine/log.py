@@ -53,8 +53,9 @@ def setup(verbose: bool = False) -> Optional[Path]:
         path = paths.data_dir() / LOG_FILE
         old = _handlers.get("file")
         if old is None or old.baseFilename != str(path.absolute()):
-            handler = _PrivateRotatingHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
-                                              encoding="utf-8", delay=False)
+            handler = _PrivateRotatingHandler(
+                path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8", delay=False
+            )
             handler.setLevel(logging.INFO)
             handler.setFormatter(logging.Formatter(FORMAT))
             _replace("file", handler)

@@ -76,8 +76,12 @@ class GenerationParams:
     # A cap below the model's own context length; None uses the model's.
     context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
     # Past the limit the window drops old turns down to this fraction of it (engine/context/policy.py).
-    low_water: float = _param(DEFAULT_LOW_WATER, "past the context limit, drop old turns down to this fraction "
-                              "of it (lower: fewer re-reads, less history kept)", 0.05, 1.0)
+    low_water: float = _param(
+        DEFAULT_LOW_WATER,
+        "past the context limit, drop old turns down to this fraction of it (lower: fewer re-reads, less history kept)",
+        0.05,
+        1.0,
+    )
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
     speculative: Optional[bool] = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
@@ -126,8 +130,11 @@ def param_specs() -> tuple[ParamSpec, ...]:
             continue
         args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
         lo, hi = f.metadata.get("range", (0, 1e9))
-        specs.append(ParamSpec(f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi,
-                               f.metadata.get("help", "")))
+        specs.append(
+            ParamSpec(
+                f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi, f.metadata.get("help", "")
+            )
+        )
     return tuple(specs)
 
 

@@ -85,11 +85,18 @@ def run(qtbot, coro, timeout=60_000):
 
 
 FAKE_MODELS = [
-    ModelInfo("fake-small", "Fake Small", "/models/fake-small", "llama", 270 * 1024 * 1024, "Q8_0", 2048,
-              source="starter"),
+    ModelInfo(
+        "fake-small", "Fake Small", "/models/fake-small", "llama", 270 * 1024 * 1024, "Q8_0", 2048, source="starter"
+    ),
     ModelInfo("fake-big", "Fake Big", "/models/fake-big", "llama", 4 * 1024**3, "4-bit", 8192, source="folder"),
-    ModelInfo("broken", "Broken Model", "/models/broken", status=ModelStatus.UNUSABLE,
-              reason="config.json is missing", source="folder"),
+    ModelInfo(
+        "broken",
+        "Broken Model",
+        "/models/broken",
+        status=ModelStatus.UNUSABLE,
+        reason="config.json is missing",
+        source="folder",
+    ),
 ]
 
 
@@ -179,8 +186,20 @@ class FakeEngine:
                 n += 1
                 yield TextDelta(piece, (n,))
             prompt = sum(len(m["content"]) // 4 + 4 for m in messages)
-            yield TurnStats(prompt, 0, prompt, n, 0.05, 40.0, 400.0, 4096, prompt + n, 65536,
-                            self.current_model.context_length or 2048, reason)
+            yield TurnStats(
+                prompt,
+                0,
+                prompt,
+                n,
+                0.05,
+                40.0,
+                400.0,
+                4096,
+                prompt + n,
+                65536,
+                self.current_model.context_length or 2048,
+                reason,
+            )
         finally:
             self._generating -= 1
             self._stops.pop(conv_id, None)

@@ -27,17 +27,34 @@ class MlxServer:
     def __init__(self, model: Path, log: Path, ranks: int = 0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        server = [str(BIN / "mlx_lm.server"), "--model", str(Path(model).resolve()), "--host", "127.0.0.1",
-                  "--port", str(self.port)]
+        server = [
+            str(BIN / "mlx_lm.server"),
+            "--model",
+            str(Path(model).resolve()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         if ranks:
-            server = [str(BIN / "mlx.launch"), "--backend", "ring", "-n", str(ranks),
-                      "--starting-port", str(free_port()), "--", *server]
+            server = [
+                str(BIN / "mlx.launch"),
+                "--backend",
+                "ring",
+                "-n",
+                str(ranks),
+                "--starting-port",
+                str(free_port()),
+                "--",
+                *server,
+            ]
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(log.parent / "no-hf-cache"))
         self.log = log
         self._log_file = open(log, "wb")
         # Its own process group, so stopping it also stops the ranks mlx.launch started.
-        self.proc = subprocess.Popen(server, stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            server, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def wait_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S

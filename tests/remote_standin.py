@@ -10,8 +10,18 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODELS = ["chat", "reasoning", "keepalive", "malformed", "malformed-first", "stall", "drop", "error-500",
-          "overflow", "slow"]
+MODELS = [
+    "chat",
+    "reasoning",
+    "keepalive",
+    "malformed",
+    "malformed-first",
+    "stall",
+    "drop",
+    "error-500",
+    "overflow",
+    "slow",
+]
 
 
 def chunk(content=None, reasoning=None, finish=None, usage=None):

@@ -39,26 +39,56 @@ def _bounded(fn):
 # -- GGUF ----------------------------------------------------------------------
 
 _scalars = st.one_of(st.integers(0, 2**64 - 1), st.floats(allow_nan=True), st.text(max_size=20), st.booleans())
-_values = st.one_of(_scalars, st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
-                    st.lists(st.text(max_size=8), max_size=8), st.lists(st.floats(width=32), max_size=8))
-_keys = st.sampled_from([
-    "general.alignment", "general.name", "general.architecture", "split.count", "llama.block_count",
-    "llama.embedding_length", "llama.attention.head_count", "llama.attention.head_count_kv",
-    "llama.feed_forward_length", "llama.context_length", "llama.attention.key_length",
-    "llama.rope.freq_base", "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-    "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
-])
+_values = st.one_of(
+    _scalars,
+    st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
+    st.lists(st.text(max_size=8), max_size=8),
+    st.lists(st.floats(width=32), max_size=8),
+)
+_keys = st.sampled_from(
+    [
+        "general.alignment",
+        "general.name",
+        "general.architecture",
+        "split.count",
+        "llama.block_count",
+        "llama.embedding_length",
+        "llama.attention.head_count",
+        "llama.attention.head_count_kv",
+        "llama.feed_forward_length",
+        "llama.context_length",
+        "llama.attention.key_length",
+        "llama.rope.freq_base",
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.scores",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.bos_token_id",
+    ]
+)
 _shapes = st.lists(st.integers(0, 70), min_size=0, max_size=3).map(tuple)
-_tensors = st.lists(st.tuples(st.sampled_from(["token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight",
-                                               "blk.0.ffn_up.weight", "x"]), _shapes), max_size=4)
+_tensors = st.lists(
+    st.tuples(
+        st.sampled_from(["token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "x"]),
+        _shapes,
+    ),
+    max_size=4,
+)
 
 
 # Every tensor llama_meta() implies (hidden 4, 2 heads, feed-forward 8, one block, 4 tokens):
 # with these, hostile metadata reaches the tokenizer build too.
-_COMPLETE = (("token_embd.weight", (4, 4)), ("output_norm.weight", (4,)),
-             *((f"blk.0.{n}.weight", (4, 4)) for n in ("attn_q", "attn_k", "attn_v", "attn_output")),
-             ("blk.0.ffn_gate.weight", (4, 8)), ("blk.0.ffn_up.weight", (4, 8)), ("blk.0.ffn_down.weight", (8, 4)),
-             ("blk.0.attn_norm.weight", (4,)), ("blk.0.ffn_norm.weight", (4,)))
+_COMPLETE = (
+    ("token_embd.weight", (4, 4)),
+    ("output_norm.weight", (4,)),
+    *((f"blk.0.{n}.weight", (4, 4)) for n in ("attn_q", "attn_k", "attn_v", "attn_output")),
+    ("blk.0.ffn_gate.weight", (4, 8)),
+    ("blk.0.ffn_up.weight", (4, 8)),
+    ("blk.0.ffn_down.weight", (8, 4)),
+    ("blk.0.attn_norm.weight", (4,)),
+    ("blk.0.ffn_norm.weight", (4,)),
+)
 
 
 @st.composite
@@ -118,8 +148,23 @@ _json = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
     max_leaves=20,
 )
-_fields = st.sampled_from(["title", "created_at", "updated_at", "model_id", "settings", "role", "content",
-                           "status", "stats", "temperature", "max_tokens", "top_k", "system_prompt"])
+_fields = st.sampled_from(
+    [
+        "title",
+        "created_at",
+        "updated_at",
+        "model_id",
+        "settings",
+        "role",
+        "content",
+        "status",
+        "stats",
+        "temperature",
+        "max_tokens",
+        "top_k",
+        "system_prompt",
+    ]
+)
 
 
 @st.composite
@@ -131,10 +176,16 @@ def exports(draw):
     conv.update(draw(st.dictionaries(_fields, _json, max_size=3)))
     if draw(st.booleans()):
         conv["settings"] = draw(st.dictionaries(_fields, _json, max_size=3))
-    messages = [dict({"role": "user", "content": "hi"}, **draw(st.dictionaries(_fields, _json, max_size=3)))
-                for _ in range(draw(st.integers(0, 3)))]
-    data = {"format": "chinwag-conversation", "version": draw(st.sampled_from([1, 1, 2, 0, "1", None])),
-            "conversation": conv, "messages": messages}
+    messages = [
+        dict({"role": "user", "content": "hi"}, **draw(st.dictionaries(_fields, _json, max_size=3)))
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    data = {
+        "format": "chinwag-conversation",
+        "version": draw(st.sampled_from([1, 1, 2, 0, "1", None])),
+        "conversation": conv,
+        "messages": messages,
+    }
     text = json.dumps(data, allow_nan=True)
     if draw(st.booleans()):
         text = text[: draw(st.integers(0, len(text)))]

@@ -26,10 +26,17 @@ def test_three_turn_greedy_chat_from_16_positions_matches_fresh_mlx_lm(starter_h
 
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
     script = tmp_path / "chat.json"
-    script.write_text(json.dumps({"system": "You are a helpful assistant.",
-                                  "turns": ["What is the capital of France?", "And of Germany?", "Thanks!"]}))
-    code = main(["replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10",
-                 "--kv-initial-capacity", "16"])
+    script.write_text(
+        json.dumps(
+            {
+                "system": "You are a helpful assistant.",
+                "turns": ["What is the capital of France?", "And of Germany?", "Thanks!"],
+            }
+        )
+    )
+    code = main(
+        ["replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10", "--kv-initial-capacity", "16"]
+    )
     assert code == 0
     turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(turns) == 3
@@ -72,8 +79,21 @@ def test_command_line_answers_on_this_platform(starter_home, tmp_path):
     script.write_text(json.dumps({"turns": ["What is the capital of France?"]}))
     env = dict(os.environ, CHINWAG_HOME=str(starter_home))
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10"],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "replay",
+            str(script),
+            "--model",
+            registry.STARTER_ID,
+            "--max-tokens",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in json.loads(proc.stdout)["reply"]
@@ -87,8 +107,10 @@ def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starte
 
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
     params = GenerationParams(temperature=0.0, max_tokens=8)
-    messages = [{"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "Name three colours of the rainbow, please."}]
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Name three colours of the rainbow, please."},
+    ]
 
     async def reply(engine, conv):
         text, stats = "", None

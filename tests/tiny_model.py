@@ -100,9 +100,6 @@ def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048, conf
     model = arch.Model(arch.ModelArgs.from_dict(config))
     # Default-scale random weights make greedy decoding repeat one token forever;
     # larger projections make the output depend on position and context.
-    weights = {
-        k: (v * 4 if "proj" in k and k.endswith("weight") else v)
-        for k, v in tree_flatten(model.parameters())
-    }
+    weights = {k: (v * 4 if "proj" in k and k.endswith("weight") else v) for k, v in tree_flatten(model.parameters())}
     mx.save_safetensors(str(path / "model.safetensors"), weights)
     return path

@@ -54,19 +54,37 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
     """One flag per GenerationParams field (--top-p for top_p), with its help and range."""
     for spec in param_specs():
         default = getattr(defaults, spec.name)
-        p.add_argument("--" + spec.name.replace("_", "-"), type=_flag_type(spec), default=default,
-                       help=spec.help + ("" if default is None else f" (default: {default})"))
-    p.add_argument("--kv-initial-capacity", type=_positive, default=None,
-                   help="KV cache positions reserved per conversation at first (default: sized to the chat)")
-    p.add_argument("--no-speculative", action="store_true",
-                   help="decode one token per step (speculative decoding is on where it is faster)")
-    p.add_argument("--draft-model", default="", metavar="M",
-                   help="a smaller model with the same tokenizer that drafts tokens for speculative decoding")
+        p.add_argument(
+            "--" + spec.name.replace("_", "-"),
+            type=_flag_type(spec),
+            default=default,
+            help=spec.help + ("" if default is None else f" (default: {default})"),
+        )
+    p.add_argument(
+        "--kv-initial-capacity",
+        type=_positive,
+        default=None,
+        help="KV cache positions reserved per conversation at first (default: sized to the chat)",
+    )
+    p.add_argument(
+        "--no-speculative",
+        action="store_true",
+        help="decode one token per step (speculative decoding is on where it is faster)",
+    )
+    p.add_argument(
+        "--draft-model",
+        default="",
+        metavar="M",
+        help="a smaller model with the same tokenizer that drafts tokens for speculative decoding",
+    )
 
 
 def _params(args) -> GenerationParams:
-    return GenerationParams(**{spec.name: getattr(args, spec.name) for spec in param_specs()},
-                            speculative=False if args.no_speculative else None, draft_model=args.draft_model)
+    return GenerationParams(
+        **{spec.name: getattr(args, spec.name) for spec in param_specs()},
+        speculative=False if args.no_speculative else None,
+        draft_model=args.draft_model,
+    )
 
 
 def _progress(p) -> None:
@@ -134,9 +152,10 @@ async def _chat(args) -> int:
             messages.append({"role": "user", "content": line})
             reply, stats = await _stream(engine, conv, messages, _params(args))
             messages.append({"role": "assistant", "content": reply})
-            print(f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
-                  f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
-                  + (f" [{stats.note}]" if stats.note else ""))
+            print(
+                f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+                f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
+            )
     finally:
         await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
@@ -220,15 +239,31 @@ async def _replay(args) -> int:
                 await engine.forget(conv)
             text = "".join(reply)
             messages.append({"role": "assistant", "content": text})
-            print(json.dumps({
-                "turn": i, "reply": text, "prompt_ids": list(stats.prompt_ids), "reply_ids": list(stats.reply_ids),
-                "reused_tokens": stats.reused_tokens, "prefilled_tokens": stats.prefilled_tokens,
-                "generated_tokens": stats.generated_tokens, "ttft_s": stats.ttft_s, "decode_tps": stats.decode_tps,
-                "kv_capacity": stats.kv_capacity, "kv_offset": stats.kv_offset, "kv_bytes": stats.kv_bytes,
-                "finish_reason": stats.finish_reason, "dropped_messages": stats.dropped_messages,
-                "prepared_tokens": prepared, "error": stats.error,
-                "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "turn": i,
+                        "reply": text,
+                        "prompt_ids": list(stats.prompt_ids),
+                        "reply_ids": list(stats.reply_ids),
+                        "reused_tokens": stats.reused_tokens,
+                        "prefilled_tokens": stats.prefilled_tokens,
+                        "generated_tokens": stats.generated_tokens,
+                        "ttft_s": stats.ttft_s,
+                        "decode_tps": stats.decode_tps,
+                        "kv_capacity": stats.kv_capacity,
+                        "kv_offset": stats.kv_offset,
+                        "kv_bytes": stats.kv_bytes,
+                        "finish_reason": stats.finish_reason,
+                        "dropped_messages": stats.dropped_messages,
+                        "prepared_tokens": prepared,
+                        "error": stats.error,
+                        "drafted_tokens": stats.drafted_tokens,
+                        "accepted_tokens": stats.accepted_tokens,
+                    }
+                ),
+                flush=True,
+            )
     finally:
         await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
@@ -242,8 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.models.registry import STARTER_ID
 
     parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also print the log (warnings and bug tracebacks) to stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also print the log (warnings and bug tracebacks) to stderr"
+    )
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("chat", help="chat in the terminal")
@@ -264,8 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script")
     p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--no-cache", action="store_true", help="start every turn from an empty cache")
-    p.add_argument("--pause", type=_seconds, default=0.0, metavar="SECONDS",
-                   help="wait between turns as a reader would, so idle-time work can run (default: none, the worst case)")
+    p.add_argument(
+        "--pause",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait between turns as a reader would, so idle-time work can run (default: none, the worst case)",
+    )
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 

@@ -23,8 +23,10 @@ def cmd_add(args) -> int:
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
     infos = servers.models_of(server)
     if infos and infos[0].status == "unusable":
-        print(f"warning: {server.name} is not reachable now ({infos[0].reason.removeprefix('unreachable: ')})",
-              file=sys.stderr)
+        print(
+            f"warning: {server.name} is not reachable now ({infos[0].reason.removeprefix('unreachable: ')})",
+            file=sys.stderr,
+        )
     else:
         print("models: " + ", ".join(info.id for info in infos))
     return 0
@@ -41,12 +43,16 @@ def server_rows() -> list:
         answers = list(pool.map(servers.models_of, saved))
     for server, infos in zip(saved, answers):
         down = infos and infos[0].status == "unusable"
-        rows.append({
-            "name": server.name, "url": servers.display_url(server.url), "has_api_key": bool(server.api_key),
-            "status": "unreachable" if down else "reachable",
-            "reason": infos[0].reason.removeprefix("unreachable: ") if down else "",
-            "models": [] if down else [info.id.split("/", 1)[1] for info in infos],
-        })
+        rows.append(
+            {
+                "name": server.name,
+                "url": servers.display_url(server.url),
+                "has_api_key": bool(server.api_key),
+                "status": "unreachable" if down else "reachable",
+                "reason": infos[0].reason.removeprefix("unreachable: ") if down else "",
+                "models": [] if down else [info.id.split("/", 1)[1] for info in infos],
+            }
+        )
     return rows
 
 

@@ -58,11 +58,24 @@ def cmd_conversations(args) -> int:
     except ChinwagError as e:
         return _fail(e)
     if args.json:
-        print(json.dumps([
-            {"id": r.id, "title": r.title, "messages": r.message_count, "updated_at": r.updated_at,
-             "updated": _when(r.updated_at), "model_id": r.model_id, **({"snippet": r.snippet} if args.search else {})}
-            for r in rows
-        ], ensure_ascii=False, indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        "title": r.title,
+                        "messages": r.message_count,
+                        "updated_at": r.updated_at,
+                        "updated": _when(r.updated_at),
+                        "model_id": r.model_id,
+                        **({"snippet": r.snippet} if args.search else {}),
+                    }
+                    for r in rows
+                ],
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
         return 0
     if not rows:
         print("no conversations match" if args.search else "no conversations yet")

@@ -28,7 +28,7 @@ def _problem(key, value):
         spec.convert(value)
     except ChinwagError as e:
         text = str(e)  # "<key> must be …, got …"
-        return text[len(key) + 1:] if text.startswith(f"{key} ") else text
+        return text[len(key) + 1 :] if text.startswith(f"{key} ") else text
     return None
 
 

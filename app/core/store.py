@@ -262,7 +262,9 @@ class Store:
         if want_read_only and not (problem is None and 0 < version < SCHEMA_VERSION):
             return self._read_only(self.path)  # (an older schema must be migrated first: opened writable)
         if not writable(self.path):
-            self.notice = f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
+            self.notice = (
+                f"conversations are read-only: {self.path} cannot be written here, so nothing in it is changed"
+            )
             return self._read_only(self.path)
         try:
             return self._connect_writable()
@@ -322,9 +324,7 @@ class Store:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         for number in range(version, SCHEMA_VERSION):
             # executescript commits first, so wrap each step in its own transaction.
-            conn.executescript(
-                f"BEGIN IMMEDIATE; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;"
-            )
+            conn.executescript(f"BEGIN IMMEDIATE; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;")
 
     def close(self):
         if self._conn is not None:
@@ -397,10 +397,7 @@ class Store:
         else:
             pattern = needle
             test = "chinwag_contains({}, :p)"
-        hit = (
-            "SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND "
-            + test.format("m.content")
-        )
+        hit = "SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND " + test.format("m.content")
         rows = self._db().execute(
             f"SELECT c.id, c.title, c.updated_at, c.model_id, {count},"
             f" ({hit} ORDER BY m.position LIMIT 1) AS hit FROM conversations c"
@@ -425,7 +422,9 @@ class Store:
         conv = Conversation(row[0], row[1], row[2], row[3], row[4], _loads(row[5]) or {})
         conv.tree = [
             _message(r)
-            for r in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,))
+            for r in db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,)
+            )
         ]
         conv.messages = active_path(conv.tree)
         return conv
@@ -437,9 +436,10 @@ class Store:
         if not prefix:
             raise ChinwagError("no conversation id given")
         pattern = _like_escape(prefix) + "%"
-        ids = [r[0] for r in self._db().execute(
-            "SELECT id FROM conversations WHERE id LIKE ? ESCAPE '\\' LIMIT 11", (pattern,)
-        )]
+        ids = [
+            r[0]
+            for r in self._db().execute("SELECT id FROM conversations WHERE id LIKE ? ESCAPE '\\' LIMIT 11", (pattern,))
+        ]
         if prefix in ids:
             return prefix
         if not ids:
@@ -510,13 +510,21 @@ class Store:
         indices); without a tree (or one whose shown path is not conv.messages), conv.messages
         are stored as one branch."""
         new = Conversation(
-            str(uuid.uuid4()), _clean(conv.title), conv.created_at, conv.updated_at,
-            conv.model_id or "", dict(conv.settings or {}),
+            str(uuid.uuid4()),
+            _clean(conv.title),
+            conv.created_at,
+            conv.updated_at,
+            conv.model_id or "",
+            dict(conv.settings or {}),
         )
-        tree = conv.tree if conv.tree and same_nodes(active_path(conv.tree), conv.messages) else [
-            dataclasses.replace(m, id=i, parent_id=i - 1 if i else None, active=True)
-            for i, m in enumerate(conv.messages)
-        ]
+        tree = (
+            conv.tree
+            if conv.tree and same_nodes(active_path(conv.tree), conv.messages)
+            else [
+                dataclasses.replace(m, id=i, parent_id=i - 1 if i else None, active=True)
+                for i, m in enumerate(conv.messages)
+            ]
+        )
         chosen = chosen_versions(tree)  # exactly one shown version among siblings
         new_ids: dict = {}
         with self._write() as db:
@@ -532,12 +540,23 @@ class Store:
                 cur = db.execute(
                     "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats,"
                     " parent_id, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (new.id, position, _clean(m.role), _clean(m.content), m.status, m.created_at,
-                     m.model_id or "", _dumps(m.stats) if m.stats is not None else None,
-                     new_ids.get(m.parent_id), int(id(m) in chosen)),
+                    (
+                        new.id,
+                        position,
+                        _clean(m.role),
+                        _clean(m.content),
+                        m.status,
+                        m.created_at,
+                        m.model_id or "",
+                        _dumps(m.stats) if m.stats is not None else None,
+                        new_ids.get(m.parent_id),
+                        int(id(m) in chosen),
+                    ),
                 )
                 new_ids[m.id] = cur.lastrowid
-            rows = db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,))
+            rows = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,)
+            )
             new.tree = [_message(r) for r in rows]
         new.messages = active_path(new.tree)
         return new
@@ -550,15 +569,23 @@ class Store:
         if msg_id not in ids:
             raise NotFoundError(f"no message with id {msg_id} shown in conversation {conv_id}")
         now = self._now()
-        fork = Conversation("", f"{conv.title} (fork)", now, now, conv.model_id, conv.settings,
-                            messages=conv.messages[: ids.index(msg_id) + 1])
+        fork = Conversation(
+            "",
+            f"{conv.title} (fork)",
+            now,
+            now,
+            conv.model_id,
+            conv.settings,
+            messages=conv.messages[: ids.index(msg_id) + 1],
+        )
         return self.insert_conversation(fork)
 
     # -- messages --------------------------------------------------------------
 
     @_db_errors
-    def add_message(self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None,
-                    parent_id=LAST) -> Message:
+    def add_message(
+        self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None, parent_id=LAST
+    ) -> Message:
         """Add a message, committed at once, after parent_id (default: the last shown message).
         A message added beside others (same parent) is a new version and becomes the shown one.
         The first user message titles a "New chat"."""
@@ -569,13 +596,22 @@ class Store:
             if row is None:
                 raise NotFoundError(f"no conversation with id {conv_id}")
             if parent_id is LAST:
-                path = active_path([Node(*r) for r in db.execute(
-                    "SELECT id, parent_id, active FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,)
-                )])
+                path = active_path(
+                    [
+                        Node(*r)
+                        for r in db.execute(
+                            "SELECT id, parent_id, active FROM messages WHERE conversation_id=? ORDER BY position",
+                            (conv_id,),
+                        )
+                    ]
+                )
                 parent_id = path[-1].id if path else None
-            elif parent_id is not None and not db.execute(
-                "SELECT 1 FROM messages WHERE id=? AND conversation_id=?", (parent_id, conv_id)
-            ).fetchone():
+            elif (
+                parent_id is not None
+                and not db.execute(
+                    "SELECT 1 FROM messages WHERE id=? AND conversation_id=?", (parent_id, conv_id)
+                ).fetchone()
+            ):
                 raise NotFoundError(f"no message with id {parent_id} in conversation {conv_id}")
             position = db.execute(
                 "SELECT coalesce(max(position) + 1, 0) FROM messages WHERE conversation_id=?", (conv_id,)
@@ -585,20 +621,46 @@ class Store:
             cur = db.execute(
                 "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats,"
                 " parent_id, active) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                (conv_id, position, _clean(role), content, status, now, model_id or "",
-                 _dumps(stats) if stats is not None else None, parent_id),
+                (
+                    conv_id,
+                    position,
+                    _clean(role),
+                    content,
+                    status,
+                    now,
+                    model_id or "",
+                    _dumps(stats) if stats is not None else None,
+                    parent_id,
+                ),
             )
             versions = db.execute(
                 "SELECT count(*) FROM messages WHERE conversation_id=? AND parent_id IS ?", (conv_id, parent_id)
             ).fetchone()[0]
             title = row[0]
-            if role == "user" and title == DEFAULT_TITLE and not db.execute(
-                "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)
-            ).fetchone():
+            if (
+                role == "user"
+                and title == DEFAULT_TITLE
+                and not db.execute(
+                    "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)
+                ).fetchone()
+            ):
                 title = title_from_message(content)
             db.execute("UPDATE conversations SET updated_at=?, title=? WHERE id=?", (now, title, conv_id))
-        return Message(cur.lastrowid, conv_id, position, _clean(role), content, status, now, model_id or "", stats,
-                       parent_id, True, versions, versions)
+        return Message(
+            cur.lastrowid,
+            conv_id,
+            position,
+            _clean(role),
+            content,
+            status,
+            now,
+            model_id or "",
+            stats,
+            parent_id,
+            True,
+            versions,
+            versions,
+        )
 
     @_db_errors
     def versions(self, msg_id) -> list[int]:
@@ -606,9 +668,12 @@ class Store:
         row = self._db().execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no message with id {msg_id}")
-        return [r[0] for r in self._db().execute(
-            "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY position", row
-        )]
+        return [
+            r[0]
+            for r in self._db().execute(
+                "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? ORDER BY position", row
+            )
+        ]
 
     @_db_errors
     def select_version(self, msg_id):
@@ -663,7 +728,8 @@ class Store:
             if row[1]:
                 db.execute(
                     "UPDATE messages SET active=1 WHERE id=(SELECT max(id) FROM messages"
-                    " WHERE conversation_id=? AND parent_id IS ?)", (conv_id, row[0]),
+                    " WHERE conversation_id=? AND parent_id IS ?)",
+                    (conv_id, row[0]),
                 )
         self._scrub()
 
@@ -716,11 +782,15 @@ _SHOWN_COUNT = (
     " UNION ALL SELECT m.id FROM messages m JOIN shown s ON m.parent_id = s.id WHERE m.active = 1"
     ") SELECT count(*) FROM shown)"
 )
-_MESSAGE_COLUMNS = "id, conversation_id, position, role, content, status, created_at, model_id, stats, parent_id, active"
+_MESSAGE_COLUMNS = (
+    "id, conversation_id, position, role, content, status, created_at, model_id, stats, parent_id, active"
+)
 
 
 def _message(row) -> Message:
-    return Message(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]), row[9], bool(row[10]))
+    return Message(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]), row[9], bool(row[10])
+    )
 
 
 def _check_status(status):

@@ -23,8 +23,20 @@ WRITERS_SUFFIX = ".writers"
 
 # Primary SQLite result codes that describe the machine, not Chinwag's code: a full disk,
 # a read-only or vanished folder, another process holding a lock, a damaged file.
-_ENVIRONMENT = {3: "PERM", 5: "BUSY", 6: "LOCKED", 7: "NOMEM", 8: "READONLY", 10: "IOERR",
-                11: "CORRUPT", 13: "FULL", 14: "CANTOPEN", 15: "PROTOCOL", 23: "AUTH", 26: "NOTADB"}
+_ENVIRONMENT = {
+    3: "PERM",
+    5: "BUSY",
+    6: "LOCKED",
+    7: "NOMEM",
+    8: "READONLY",
+    10: "IOERR",
+    11: "CORRUPT",
+    13: "FULL",
+    14: "CANTOPEN",
+    15: "PROTOCOL",
+    23: "AUTH",
+    26: "NOTADB",
+}
 
 
 def is_environment_error(e: sqlite3.Error) -> bool:

@@ -20,8 +20,11 @@ class _Editor(QPlainTextEdit):
 
     def event(self, event):
         # With no typing left to undo, Ctrl/Cmd+Z goes to the window (Undo of a deleted chat).
-        if (event.type() == QEvent.Type.ShortcutOverride and event.matches(QKeySequence.StandardKey.Undo)
-                and not self.document().isUndoAvailable()):
+        if (
+            event.type() == QEvent.Type.ShortcutOverride
+            and event.matches(QKeySequence.StandardKey.Undo)
+            and not self.document().isUndoAvailable()
+        ):
             event.ignore()
             return True
         return super().event(event)
@@ -185,5 +188,6 @@ class Composer(QWidget):
         return self._queue
 
     def _update_buttons(self):
-        self.send_button.setEnabled((self._ready or self._queue) and not self._generating
-                                    and not self._waiting and bool(self.text().strip()))
+        self.send_button.setEnabled(
+            (self._ready or self._queue) and not self._generating and not self._waiting and bool(self.text().strip())
+        )

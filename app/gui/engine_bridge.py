@@ -168,8 +168,9 @@ class EngineBridge(QObject):
     def download_model(self, repo_id: str) -> asyncio.Task:
         self._cancel_download = threading.Event()
         return self.run(
-            self._model_task("download", self.engine.download_model, repo_id, progress=True,
-                             cancel=self._cancel_download)
+            self._model_task(
+                "download", self.engine.download_model, repo_id, progress=True, cancel=self._cancel_download
+            )
         )
 
     def search_models(self, query: str) -> asyncio.Task:

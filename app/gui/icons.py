@@ -16,13 +16,11 @@ def _pen(colour):
 
 def _copy(p):
     p.drawRoundedRect(QRectF(5.5, 5.5, 8, 8.5), 1.5, 1.5)
-    p.drawPolyline([QPointF(3.5, 10.5), QPointF(2.5, 10.5), QPointF(2.5, 2.5), QPointF(9.5, 2.5),
-                    QPointF(9.5, 3.5)])
+    p.drawPolyline([QPointF(3.5, 10.5), QPointF(2.5, 10.5), QPointF(2.5, 2.5), QPointF(9.5, 2.5), QPointF(9.5, 3.5)])
 
 
 def _edit(p):
-    p.drawPolygon([QPointF(3, 13), QPointF(3.6, 10.2), QPointF(11, 2.8), QPointF(13.2, 5),
-                   QPointF(5.8, 12.4)])
+    p.drawPolygon([QPointF(3, 13), QPointF(3.6, 10.2), QPointF(11, 2.8), QPointF(13.2, 5), QPointF(5.8, 12.4)])
     p.drawLine(QPointF(9.6, 4.2), QPointF(11.8, 6.4))
 
 
@@ -46,8 +44,10 @@ def icon(name: str, palette: QPalette | None = None) -> QIcon:
     palette = palette or QGuiApplication.palette()
     result = QIcon()
     ratio = QGuiApplication.primaryScreen().devicePixelRatio() if QGuiApplication.primaryScreen() else 1.0
-    for mode, group in ((QIcon.Mode.Normal, QPalette.ColorGroup.Active),
-                        (QIcon.Mode.Disabled, QPalette.ColorGroup.Disabled)):
+    for mode, group in (
+        (QIcon.Mode.Normal, QPalette.ColorGroup.Active),
+        (QIcon.Mode.Disabled, QPalette.ColorGroup.Disabled),
+    ):
         pixmap = QPixmap(int(SIZE * ratio), int(SIZE * ratio))
         pixmap.setDevicePixelRatio(ratio)
         pixmap.fill(Qt.GlobalColor.transparent)

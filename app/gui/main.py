@@ -51,8 +51,9 @@ def run_app(argv=None, model: str | None = None) -> int:
         lock = WindowLock(folder)
     except ChinwagError as e:
         if "already open" in str(e) and ask_window_to_raise(paths.data_dir_path()):
-            print(f"chinwag: {paths.data_dir_path()} is open in another window: brought it to the front",
-                  file=sys.stderr)
+            print(
+                f"chinwag: {paths.data_dir_path()} is open in another window: brought it to the front", file=sys.stderr
+            )
             return 0
         print(f"chinwag: error: {e}", file=sys.stderr)
         QMessageBox.information(None, "Chinwag", str(e))  # the loop has not started: modal is fine

@@ -42,7 +42,7 @@ def uses_xcb(environ=os.environ) -> bool:
 
 
 def _loads(name: str) -> str:
-    """"" if the library loads, else the loader's reason."""
+    """ "" if the library loads, else the loader's reason."""
     try:
         ctypes.CDLL(name)
         return ""
@@ -67,8 +67,10 @@ def missing_libraries() -> list[str]:
 def install_hint(missing: list[str]) -> str:
     debian = sorted({XCB_PACKAGES.get(m, (m, m))[0] for m in missing})
     fedora = sorted({XCB_PACKAGES.get(m, (m, m))[1] for m in missing})
-    return (f"the window cannot open: Qt's xcb platform needs {', '.join(missing)}; install it with "
-            f"sudo apt-get install {' '.join(debian)} (Debian/Ubuntu) or sudo dnf install {' '.join(fedora)} (Fedora)")
+    return (
+        f"the window cannot open: Qt's xcb platform needs {', '.join(missing)}; install it with "
+        f"sudo apt-get install {' '.join(debian)} (Debian/Ubuntu) or sudo dnf install {' '.join(fedora)} (Fedora)"
+    )
 
 
 def xcb_problem(environ=os.environ) -> str:

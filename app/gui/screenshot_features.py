@@ -31,8 +31,9 @@ async def shoot_features(window, store, out_dir: Path, suffix: str = "") -> list
     conv = store.create_conversation("Square a number")
     question = store.add_message(conv.id, "user", VERSIONS_QUESTION)
     for text in VERSIONS:
-        store.add_message(conv.id, "assistant", text, model_id="smollm2-135m-instruct",
-                          stats=SAMPLE_STATS, parent_id=question.id)
+        store.add_message(
+            conv.id, "assistant", text, model_id="smollm2-135m-instruct", stats=SAMPLE_STATS, parent_id=question.id
+        )
     window.chat.refresh_list()
     window.chat.open_conversation(conv.id)
     window.composer.set_text("")

@@ -38,9 +38,18 @@ items.reverse()      # items is now [3, 2, 1]
 See the [Python tutorial](https://docs.python.org/3/tutorial/datastructures.html) for more."""
 
 SAMPLE_STATS = {
-    "prompt_tokens": 38, "reused_tokens": 0, "prefilled_tokens": 38, "generated_tokens": 164,
-    "ttft_s": 0.09, "decode_tps": 182.4, "prefill_tps": 910.0, "kv_capacity": 512, "kv_offset": 202,
-    "kv_bytes": 4_194_304, "context_limit": 8192, "finish_reason": FinishReason.STOP,
+    "prompt_tokens": 38,
+    "reused_tokens": 0,
+    "prefilled_tokens": 38,
+    "generated_tokens": 164,
+    "ttft_s": 0.09,
+    "decode_tps": 182.4,
+    "prefill_tps": 910.0,
+    "kv_capacity": 512,
+    "kv_offset": 202,
+    "kv_bytes": 4_194_304,
+    "context_limit": 8192,
+    "finish_reason": FinishReason.STOP,
 }
 
 
@@ -53,10 +62,24 @@ class _ShowcaseEngine:
 
         models = registry.list_models()
         models += [
-            ModelInfo("mlx-community/Qwen3-4B-4bit", "Qwen3-4B-4bit", "", "qwen3", 2_260_000_000, "4-bit",
-                      40960, source="hf-cache"),
-            ModelInfo("old-model", "broken-model", "", status=ModelStatus.UNUSABLE,
-                      reason="config.json is missing", source="folder"),
+            ModelInfo(
+                "mlx-community/Qwen3-4B-4bit",
+                "Qwen3-4B-4bit",
+                "",
+                "qwen3",
+                2_260_000_000,
+                "4-bit",
+                40960,
+                source="hf-cache",
+            ),
+            ModelInfo(
+                "old-model",
+                "broken-model",
+                "",
+                status=ModelStatus.UNUSABLE,
+                reason="config.json is missing",
+                source="folder",
+            ),
         ]
         self.models = models
         self.current_model = models[0]

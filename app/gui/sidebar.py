@@ -33,7 +33,7 @@ def _around(snippet: str, needle: str, before: int = 12) -> str:
     at = snippet.casefold().find(needle.strip().casefold()) if needle.strip() else -1
     if at <= before:
         return snippet
-    return "…" + snippet[at - before:].lstrip("…")
+    return "…" + snippet[at - before :].lstrip("…")
 
 
 class _RowDelegate(QStyledItemDelegate):
@@ -67,8 +67,11 @@ class _RowDelegate(QStyledItemDelegate):
             mark = SPINNER[self.sidebar.spin_step % len(SPINNER)]
             painter.setPen(option.palette.color(group, text_role))
             width = option.fontMetrics.horizontalAdvance(mark + " ")
-            painter.drawText(QRect(rect.right() - width, rect.top(), width, line),
-                             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, mark)
+            painter.drawText(
+                QRect(rect.right() - width, rect.top(), width, line),
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                mark,
+            )
             rect.setRight(rect.right() - width - 4)
         painter.setPen(option.palette.color(group, text_role))
         shown = option.fontMetrics.elidedText(title, Qt.TextElideMode.ElideRight, rect.width())
@@ -76,12 +79,16 @@ class _RowDelegate(QStyledItemDelegate):
         painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
         if snippet:
             snippet = _around(snippet, self.sidebar.search_text)
-            dim = option.palette.color(group, QPalette.ColorRole.HighlightedText if selected
-                                       else QPalette.ColorRole.PlaceholderText)
+            dim = option.palette.color(
+                group, QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText
+            )
             painter.setPen(dim)
             below = QRect(rect.left(), rect.top() + line, rect.width(), line)
-            painter.drawText(below, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                             option.fontMetrics.elidedText(snippet, Qt.TextElideMode.ElideRight, rect.width()))
+            painter.drawText(
+                below,
+                Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                option.fontMetrics.elidedText(snippet, Qt.TextElideMode.ElideRight, rect.width()),
+            )
         painter.restore()
 
 

@@ -33,8 +33,9 @@ class WindowLock:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
-            raise ChinwagError(f"Chinwag is already open on the data folder {folder}: "
-                               "use that window (one window per data folder)") from None
+            raise ChinwagError(
+                f"Chinwag is already open on the data folder {folder}: use that window (one window per data folder)"
+            ) from None
 
     def release(self) -> None:
         if self.fd is not None:

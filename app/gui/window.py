@@ -157,8 +157,11 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         file_menu.addSeparator()
         prefs = QKeySequence(QKeySequence.StandardKey.Preferences)
         self.prefs_action = self._action(
-            file_menu, "Preferences…", self.preferences_dialog,
-            prefs if not prefs.isEmpty() else keys.PREFERENCES, QAction.MenuRole.PreferencesRole,
+            file_menu,
+            "Preferences…",
+            self.preferences_dialog,
+            prefs if not prefs.isEmpty() else keys.PREFERENCES,
+            QAction.MenuRole.PreferencesRole,
         )
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
@@ -167,13 +170,15 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         # Text fields keep their own Ctrl+Z (Qt gives them the key first); elsewhere it undoes a delete.
         self.undo_action = self._action(edit_menu, "Undo", self.undo, keys.UNDO)
         edit_menu.addSeparator()
-        for name, key in (("Cut", QKeySequence.StandardKey.Cut), ("Copy", QKeySequence.StandardKey.Copy),
-                          ("Paste", QKeySequence.StandardKey.Paste),
-                          ("Select All", QKeySequence.StandardKey.SelectAll)):
+        for name, key in (
+            ("Cut", QKeySequence.StandardKey.Cut),
+            ("Copy", QKeySequence.StandardKey.Copy),
+            ("Paste", QKeySequence.StandardKey.Paste),
+            ("Select All", QKeySequence.StandardKey.SelectAll),
+        ):
             self._action(edit_menu, name, lambda n=name: self.edit_focused(n), key, name=f"edit{name.replace(' ', '')}")
         edit_menu.addSeparator()
-        self.copy_reply_action = self._action(edit_menu, "Copy Last Reply", self.copy_last_reply,
-                                              keys.COPY_LAST_REPLY)
+        self.copy_reply_action = self._action(edit_menu, "Copy Last Reply", self.copy_last_reply, keys.COPY_LAST_REPLY)
         self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, keys.FIND)
 
         view_menu = bar.addMenu("&View")
@@ -187,8 +192,9 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, keys.REGENERATE)
         chat_menu.addSeparator()
         self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), keys.RENAME)
-        self._action(chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id)
-                     if self.chat.conv_id else None)
+        self._action(
+            chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id) if self.chat.conv_id else None
+        )
         chat_menu.addSeparator()
         self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
 
@@ -209,8 +215,9 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
 
         help_menu = bar.addMenu("&Help")
-        self.shortcuts_action = self._action(help_menu, "Keyboard Shortcuts", self.shortcuts_dialog,
-                                             keys.SHORTCUTS_SHEET)
+        self.shortcuts_action = self._action(
+            help_menu, "Keyboard Shortcuts", self.shortcuts_dialog, keys.SHORTCUTS_SHEET
+        )
 
     def _connect_bridge(self):
         b = self.bridge
@@ -243,8 +250,10 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self._update_welcome()
         if self.bridge.current_model is None and self.chat.queued is not None:
             self.chat.unqueue()
-            self.show_error("Your message was not sent: no model could be loaded. Choose one in the Model menu, "
-                            "then press Ctrl+R to send it.")
+            self.show_error(
+                "Your message was not sent: no model could be loaded. Choose one in the Model menu, "
+                "then press Ctrl+R to send it."
+            )
 
     def apply_app_settings(self):
         """Theme and font size from Preferences (left alone while they are the system's)."""
@@ -328,13 +337,17 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         if self.store.read_only:
             self.composer.set_ready(False, "Conversations are read-only, so new messages cannot be saved.")
         elif state == "starting":
-            self.composer.set_ready(False, "Starting the engine… you can send now: your message waits for the model.",
-                                    queue=True)
+            self.composer.set_ready(
+                False, "Starting the engine… you can send now: your message waits for the model.", queue=True
+            )
         elif state == "error":
             self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
         elif self.bridge.current_model is None and (state == "loading" or self._startup):
-            self.composer.set_ready(False, f"Loading {self._model_name(self._loading_spec)}… you can send now: "
-                                    "your message waits for the model.", queue=True)
+            self.composer.set_ready(
+                False,
+                f"Loading {self._model_name(self._loading_spec)}… you can send now: your message waits for the model.",
+                queue=True,
+            )
         elif self.bridge.current_model is None:
             why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
             self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
@@ -379,8 +392,12 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         if info is None or wanted == current.id or info.status == "unusable":
             return
         name = info.name or info.id
-        self.notices.show_notice("conv-model", f"This chat last used {name}.", "info",
-                                 (f"Switch to {name}", lambda: self.load_model(info.id)))
+        self.notices.show_notice(
+            "conv-model",
+            f"This chat last used {name}.",
+            "info",
+            (f"Switch to {name}", lambda: self.load_model(info.id)),
+        )
 
     def escape(self):
         if self.chat.gen is not None:
@@ -394,7 +411,10 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
 
     def _offer_undo(self, conv_id, title):
         self.notices.show_notice(
-            "undo", f"Deleted “{title}”.", "info", ("Undo", lambda: self.chat.undo_delete(conv_id)),
+            "undo",
+            f"Deleted “{title}”.",
+            "info",
+            ("Undo", lambda: self.chat.undo_delete(conv_id)),
             timeout_ms=8000,
         )
 

@@ -16,8 +16,11 @@ from app.transcripts import export
 from engine.errors import ChinwagError
 
 EXPORT_FILTERS = {
-    "md": "Markdown (*.md)", "json": "Chinwag JSON (*.json)", "html": "Web page (*.html)",
-    "txt": "Plain text (*.txt)", "pdf": "PDF (*.pdf)",
+    "md": "Markdown (*.md)",
+    "json": "Chinwag JSON (*.json)",
+    "html": "Web page (*.html)",
+    "txt": "Plain text (*.txt)",
+    "pdf": "PDF (*.pdf)",
 }
 
 
@@ -67,8 +70,9 @@ class WindowDialogs:
                 path = f"{path}.{fmt}"
             self.export_to(path, fmt)
 
-        return self._file_dialog("Export Conversation", QFileDialog.FileMode.AnyFile, filters, chosen,
-                                 export.suggested_filename(conv, "md"))
+        return self._file_dialog(
+            "Export Conversation", QFileDialog.FileMode.AnyFile, filters, chosen, export.suggested_filename(conv, "md")
+        )
 
     def export_to(self, path, fmt=None) -> bool:
         if not self.chat.conv_id:
@@ -89,8 +93,12 @@ class WindowDialogs:
         return True
 
     def import_dialog(self):
-        return self._file_dialog("Import Conversation", QFileDialog.FileMode.ExistingFile,
-                                 ["Chinwag JSON (*.json)", "All files (*)"], lambda p, _f: self.import_from(p))
+        return self._file_dialog(
+            "Import Conversation",
+            QFileDialog.FileMode.ExistingFile,
+            ["Chinwag JSON (*.json)", "All files (*)"],
+            lambda p, _f: self.import_from(p),
+        )
 
     def import_from(self, path) -> bool:
         try:
@@ -142,13 +150,17 @@ class WindowDialogs:
 
     # --- models: import, add, download, folder -----------------------------
     def import_gguf_dialog(self):
-        return self._file_dialog("Import GGUF", QFileDialog.FileMode.ExistingFile,
-                                 ["GGUF models (*.gguf)", "All files (*)"],
-                                 lambda p, _f: self.bridge.import_gguf(p))
+        return self._file_dialog(
+            "Import GGUF",
+            QFileDialog.FileMode.ExistingFile,
+            ["GGUF models (*.gguf)", "All files (*)"],
+            lambda p, _f: self.bridge.import_gguf(p),
+        )
 
     def add_folder_dialog(self):
-        return self._file_dialog("Add Model Folder", QFileDialog.FileMode.Directory, [],
-                                 lambda p, _f: self.bridge.add_model_folder(p))
+        return self._file_dialog(
+            "Add Model Folder", QFileDialog.FileMode.Directory, [], lambda p, _f: self.bridge.add_model_folder(p)
+        )
 
     def download_dialog(self):
         dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
@@ -184,8 +196,9 @@ class WindowDialogs:
             dialog.on_finished(info)
         self.progress.setVisible(self.bridge.state == "loading")
         verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
-        self.notices.show_notice("model-task", f"{verb} {info.name or info.id}.", "info",
-                                 ("Load It", lambda: self.load_model(info.id)))
+        self.notices.show_notice(
+            "model-task", f"{verb} {info.name or info.id}.", "info", ("Load It", lambda: self.load_model(info.id))
+        )
 
     def _on_task_failed(self, kind, reason):
         dialog = getattr(self, "_download", None)

@@ -84,4 +84,3 @@ class WindowKeys:
 
     def shortcuts_dialog(self):
         return self._keep(ShortcutsDialog(self))
-

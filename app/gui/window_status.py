@@ -7,8 +7,12 @@ from app.gui.chat.controller import reading_text
 from app.gui.chat.message_widget import format_bytes
 
 STATE_LABELS = {
-    "starting": "Starting engine…", "idle": "No model", "loading": "Loading model…",
-    "ready": "Ready", "generating": "Generating…", "error": "Engine error",
+    "starting": "Starting engine…",
+    "idle": "No model",
+    "loading": "Loading model…",
+    "ready": "Ready",
+    "generating": "Generating…",
+    "error": "Engine error",
 }
 
 

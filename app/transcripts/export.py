@@ -82,9 +82,7 @@ def to_json(conv: Conversation) -> str:
         # Every version: "parent" is an index into this list (null for a first message).
         # Readers that know only "messages" still import the shown path.
         index = {m.id: i for i, m in enumerate(conv.tree)}
-        data["tree"] = [
-            {**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree
-        ]
+        data["tree"] = [{**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree]
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
@@ -169,7 +167,7 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
             + f'</div><div class="body" dir="auto">{body}</div></section>'
         )
     return (
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="Chinwag">\n<title>{e(title)}</title>\n'
         f"<style>{_PRINT_CSS if for_print else _CSS + _code_css(parts)}</style>\n</head>\n<body>\n"
@@ -221,8 +219,9 @@ def import_conversation(store, path) -> Conversation:
         if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
             raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
         if st.st_size > MAX_IMPORT_BYTES:
-            raise ChinwagError(f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, "
-                               "larger than any conversation export")
+            raise ChinwagError(
+                f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, larger than any conversation export"
+            )
         raw = path.read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
@@ -247,7 +246,7 @@ def import_conversation(store, path) -> Conversation:
 
 def _conversation_from_json(data) -> Conversation:
     if not isinstance(data, dict) or data.get("format") != FORMAT_MARKER:
-        raise ValueError("not a Chinwag conversation export (no \"format\": \"chinwag-conversation\")")
+        raise ValueError('not a Chinwag conversation export (no "format": "chinwag-conversation")')
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError("missing or invalid format version")
@@ -297,7 +296,9 @@ def _message_from_json(m, where: str, index: int, now: float) -> Message:
     if role not in ROLE_NAMES:
         raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
     return Message(
-        id=index, conversation_id="", position=index,
+        id=index,
+        conversation_id="",
+        position=index,
         role=role,
         content=_field(m, "content", str, where),
         status=status,
@@ -363,7 +364,7 @@ def _check_text(value):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
-                near = value[max(0, e.start - 20):e.start]
+                near = value[max(0, e.start - 20) : e.start]
                 raise ValueError(f"text contains an invalid character (lone surrogate) near {near!r}") from e
         elif isinstance(value, dict):
             stack.extend((v, depth + 1) for v in (*value.keys(), *value.values()))
@@ -393,8 +394,11 @@ def _metadata(conv: Conversation) -> list[tuple[str, str]]:
     rows = []
     if conv.model_id:
         rows.append(("Model", conv.model_id))
-    rows += [("Created", _when(conv.created_at)), ("Updated", _when(conv.updated_at)),
-             ("Messages", str(len(conv.messages)))]
+    rows += [
+        ("Created", _when(conv.created_at)),
+        ("Updated", _when(conv.updated_at)),
+        ("Messages", str(len(conv.messages))),
+    ]
     return rows
 
 

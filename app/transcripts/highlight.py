@@ -28,9 +28,18 @@ PLAIN_NAMES = {"", "text", "plain", "plaintext", "txt", "output", "console-outpu
 
 # (language, pattern): each line matching a pattern counts for that language.
 _GUESSES = [
-    ("python", r"^\s*(def \w+\(.*\):|class \w+(\(.*\))?:|import \w+|from [\w.]+ import |if __name__ ==|print\(|elif |@\w+)"),
-    ("javascript", r"\b(const|let|var) \w+ = |\bfunction\s*\w*\s*\(|=>\s*[{(]|console\.log\(|\brequire\(|^\s*export (default )?"),
-    ("bash", r"^\s*(\$ |sudo |apt(-get)? |brew |pip3? install|npm (install|run) |cd |export \w+=|echo |mkdir |chmod |#!/bin/(ba|z)?sh)"),
+    (
+        "python",
+        r"^\s*(def \w+\(.*\):|class \w+(\(.*\))?:|import \w+|from [\w.]+ import |if __name__ ==|print\(|elif |@\w+)",
+    ),
+    (
+        "javascript",
+        r"\b(const|let|var) \w+ = |\bfunction\s*\w*\s*\(|=>\s*[{(]|console\.log\(|\brequire\(|^\s*export (default )?",
+    ),
+    (
+        "bash",
+        r"^\s*(\$ |sudo |apt(-get)? |brew |pip3? install|npm (install|run) |cd |export \w+=|echo |mkdir |chmod |#!/bin/(ba|z)?sh)",
+    ),
     ("cpp", r"^\s*#include\s*[<\"]|\bstd::|\bint main\s*\(|\bcout\s*<<"),
     ("rust", r"\bfn \w+\s*(<.*>)?\(|\blet mut |\bprintln!\(|^\s*impl\b|^\s*use \w+::"),
     ("go", r"^package \w+|^\s*func (\(.*\) )?\w+\(|\bfmt\.Print|:= "),
@@ -148,8 +157,13 @@ def highlight_html(code: str, lang: str, inline_dark: bool | None = None) -> str
         else:
             color, bold, italic = _look(ttype, inline_dark)
             style = ";".join(
-                s for s in (f"color:{color}" if color else "", "font-weight:bold" if bold else "",
-                            "font-style:italic" if italic else "") if s
+                s
+                for s in (
+                    f"color:{color}" if color else "",
+                    "font-weight:bold" if bold else "",
+                    "font-style:italic" if italic else "",
+                )
+                if s
             )
             parts.append(f'<span style="{style}">{esc}</span>' if style else esc)
     return "".join(parts)
@@ -164,12 +178,19 @@ def css(dark: bool = False, prefix: str = "") -> str:
             continue
         color, bold, italic = _look(ttype, dark)
         if dark:
-            decl = (f"color:{color or 'inherit'};font-weight:{'bold' if bold else 'normal'};"
-                    f"font-style:{'italic' if italic else 'normal'};")
+            decl = (
+                f"color:{color or 'inherit'};font-weight:{'bold' if bold else 'normal'};"
+                f"font-style:{'italic' if italic else 'normal'};"
+            )
         else:
             decl = "".join(
-                d for d in (f"color:{color};" if color else "", "font-weight:bold;" if bold else "",
-                            "font-style:italic;" if italic else "") if d
+                d
+                for d in (
+                    f"color:{color};" if color else "",
+                    "font-weight:bold;" if bold else "",
+                    "font-style:italic;" if italic else "",
+                )
+                if d
             )
         if decl:
             rules.append(f"{prefix}.hl-{short}{{{decl}}}")

@@ -37,10 +37,10 @@ def split_think(text: str) -> list[tuple[str, str]]:
     close, opening = text.find("</think>"), text.find("<think>")
     if close >= 0 and (opening < 0 or close < opening):
         parts.append(("think", text[:close]))
-        text = text[close + len("</think>"):]
+        text = text[close + len("</think>") :]
     pos = 0
     for m in re.finditer(r"<think>(.*?)(?:</think>|\Z)", text, re.S):
-        parts += [("text", text[pos:m.start()]), ("think", m.group(1))]
+        parts += [("text", text[pos : m.start()]), ("think", m.group(1))]
         pos = m.end()
     parts.append(("text", text[pos:]))
     return [(k, t) for k, t in parts if t.strip()]
@@ -75,8 +75,11 @@ def _fence_start(line: str):
 
 def _table_start(lines, i) -> bool:
     return (
-        "|" in lines[i] and i + 1 < len(lines) and _TABLE_SEP.match(lines[i + 1]) is not None
-        and "-" in lines[i + 1] and len(_cells(lines[i])) == len(_cells(lines[i + 1]))
+        "|" in lines[i]
+        and i + 1 < len(lines)
+        and _TABLE_SEP.match(lines[i + 1]) is not None
+        and "-" in lines[i + 1]
+        and len(_cells(lines[i])) == len(_cells(lines[i + 1]))
     )
 
 
@@ -183,7 +186,7 @@ def _list(lines, i, depth, hl=None):
                     continue
                 break
             if lead > base:
-                body.append(line[min(lead, content_col):])
+                body.append(line[min(lead, content_col) :])
             elif _ITEM.match(line) or _starts_block(lines, i):
                 break
             else:
@@ -216,12 +219,12 @@ def _cells(line: str) -> list[str]:
     cells, cur, i, ticks = [], "", 0, 0
     while i < len(line):
         ch = line[i]
-        if ch == "\\" and line[i + 1:i + 2] == "|":
+        if ch == "\\" and line[i + 1 : i + 2] == "|":
             cur, i = cur + "|", i + 2
         elif ch == "`":
             run = len(line[i:]) - len(line[i:].lstrip("`"))
             ticks = run if not ticks else (0 if run == ticks else ticks)
-            cur, i = cur + line[i:i + run], i + run
+            cur, i = cur + line[i : i + run], i + run
         elif ch == "|" and not ticks:
             cells.append(cur.strip())
             cur, i = "", i + 1
@@ -289,7 +292,7 @@ def _emphasis(text: str) -> str:
     stacks: dict[str, list[_Run]] = {"*": [], "_": [], "~": []}
     pos = 0
     for m in re.finditer(r"\*+|_+|~+", text):
-        pieces.append(text[pos:m.start()])
+        pieces.append(text[pos : m.start()])
         pos = m.end()
         ch, n = m.group()[0], len(m.group())
         prev = text[m.start() - 1] if m.start() else " "

@@ -82,7 +82,9 @@ class ConversationCache:
         if not self.layers:
             return 0
         first = self.layers[0]
-        return getattr(first, "max_seq_len", None) or (first.keys.shape[2] if getattr(first, "keys", None) is not None else 0)
+        return getattr(first, "max_seq_len", None) or (
+            first.keys.shape[2] if getattr(first, "keys", None) is not None else 0
+        )
 
     @property
     def nbytes(self) -> int:

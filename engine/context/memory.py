@@ -97,10 +97,15 @@ class ConversationCaches:
     def report(self) -> MemoryReport:
         caches = list(self._caches.values())
         return MemoryReport(
-            budget_bytes=self.budget_bytes, kv_bytes=self.total_bytes, conversations_in_memory=len(caches),
-            tokens_held=sum(len(c.token_ids) for c in caches), positions_reserved=sum(c.capacity for c in caches),
-            evictions=self.stats.evictions, restores=self.stats.restores,
-            save_seconds=self.stats.save_seconds, restore_seconds=self.stats.restore_seconds,
+            budget_bytes=self.budget_bytes,
+            kv_bytes=self.total_bytes,
+            conversations_in_memory=len(caches),
+            tokens_held=sum(len(c.token_ids) for c in caches),
+            positions_reserved=sum(c.capacity for c in caches),
+            evictions=self.stats.evictions,
+            restores=self.stats.restores,
+            save_seconds=self.stats.save_seconds,
+            restore_seconds=self.stats.restore_seconds,
         )
 
     def __len__(self):
@@ -181,15 +186,22 @@ class ConversationCaches:
         return self.save_dir / self.model_key / kv_file_name(conv_id)
 
     def _save(self, conv_id: str, cache: ConversationCache) -> bool:
-        if not self.model_key or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers) \
-                or not cache.token_ids:
+        if (
+            not self.model_key
+            or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers)
+            or not cache.token_ids
+        ):
             return False  # other cache kinds are dropped and re-prefilled
         started = time.perf_counter()
         arrays = {"token_ids": mx.array(cache.token_ids, dtype=mx.int32)}
         for i, layer in enumerate(cache.layers):
             arrays[f"{i}.keys"], arrays[f"{i}.values"] = layer.state
-        meta = {"conversation": conv_id, "history": json.dumps(cache.history.to_json()),
-                "capacity": str(cache.capacity), "layers": str(len(cache.layers))}
+        meta = {
+            "conversation": conv_id,
+            "history": json.dumps(cache.history.to_json()),
+            "capacity": str(cache.capacity),
+            "layers": str(len(cache.layers)),
+        }
         path = self._path(conv_id)
         try:
             private_dir(path.parent, "KV cache folder")

@@ -43,8 +43,9 @@ def kept(messages, start: int) -> list:
     return [i for i in range(start) if messages[i]["role"] == "system"] + list(range(start, len(messages)))
 
 
-def plan_window(tokenizer, messages, history: History, limit: int, room: int,
-                low_water: Optional[float] = None) -> WindowPlan:
+def plan_window(
+    tokenizer, messages, history: History, limit: int, room: int, low_water: Optional[float] = None
+) -> WindowPlan:
     """The prompt ids for `messages` and the number dropped, given the window the cache holds.
 
     Contract: the window keeps starting at `history.start` while the prompt plus `room`
@@ -116,12 +117,19 @@ def needs_slide(held_tokens: int, next_tokens: int, limit: int, room: int) -> bo
 
 def expected_next_tokens(messages, history: History, recent: int = 4) -> int:
     """A guess at the next user message's piece: the longest of the last few user pieces."""
-    sizes = [len(s.ids) for s in history.spans[-2 * recent:] if s is not None and s.role == "user"]
+    sizes = [len(s.ids) for s in history.spans[-2 * recent :] if s is not None and s.role == "user"]
     return max(sizes, default=0)
 
 
-def plan_next_window(tokenizer, messages, history: History, limit: int, room: int,
-                     low_water: Optional[float] = None, next_tokens: Optional[int] = None) -> Optional[WindowPlan]:
+def plan_next_window(
+    tokenizer,
+    messages,
+    history: History,
+    limit: int,
+    room: int,
+    low_water: Optional[float] = None,
+    next_tokens: Optional[int] = None,
+) -> Optional[WindowPlan]:
     """For idle-time work after a turn: the window the next turn will need, or None if no slide.
 
     `messages` end with the reply just generated. Returns a plan whose `prompt_ids` are the
@@ -130,8 +138,9 @@ def plan_next_window(tokenizer, messages, history: History, limit: int, room: in
     """
     if next_tokens is None:
         next_tokens = expected_next_tokens(messages, history)
-    held = len(build(tokenizer, messages, kept(messages, max(s for s in starts(messages) if s <= history.start)),
-                     history).ids)
+    held = len(
+        build(tokenizer, messages, kept(messages, max(s for s in starts(messages) if s <= history.start)), history).ids
+    )
     if not needs_slide(held, next_tokens, limit, room):
         return None
     draft = list(messages) + [{"role": "user", "content": "x" * max(1, next_tokens)}]

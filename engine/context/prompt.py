@@ -106,8 +106,12 @@ class History:
     def knows(self, index: int, message: dict, prefix: str) -> bool:
         """Whether message `index` after `prefix` needs no tokenizing."""
         known = self.spans[index] if index < len(self.spans) else None
-        return (known is not None and known.role == message["role"] and known.content == message["content"]
-                and (known.prefix == prefix or known.reply is not None))
+        return (
+            known is not None
+            and known.role == message["role"]
+            and known.content == message["content"]
+            and (known.prefix == prefix or known.reply is not None)
+        )
 
     def piece(self, tokenizer, index: int, message: dict, prefix: str, fresh=None) -> tuple:
         """The ids of message `index` rendered after `prefix`; tokenized once (or given as `fresh`), then remembered."""
@@ -127,7 +131,7 @@ class History:
         while reply and reply[-1] in eos:  # the template writes the end-of-turn text itself
             reply.pop()
         self._put(index, Span("assistant", text, prefix, tuple(prefix_ids) + tuple(reply), tuple(reply)))
-        del self.spans[index + 1:]
+        del self.spans[index + 1 :]
 
     def truncate(self, n: int) -> None:
         del self.spans[n:]
@@ -140,14 +144,20 @@ class History:
     # --- saving (plain JSON-able values) ------------------------------------
 
     def to_json(self) -> dict:
-        spans = [None if s is None else [s.role, s.content, s.prefix, list(s.ids), None if s.reply is None else list(s.reply)]
-                 for s in self.spans]
+        spans = [
+            None
+            if s is None
+            else [s.role, s.content, s.prefix, list(s.ids), None if s.reply is None else list(s.reply)]
+            for s in self.spans
+        ]
         return {"start": self.start, "spans": spans}
 
     @classmethod
     def from_json(cls, data: dict) -> "History":
-        spans = [None if s is None else Span(s[0], s[1], s[2], tuple(s[3]), None if s[4] is None else tuple(s[4]))
-                 for s in data["spans"]]
+        spans = [
+            None if s is None else Span(s[0], s[1], s[2], tuple(s[3]), None if s[4] is None else tuple(s[4]))
+            for s in data["spans"]
+        ]
         return cls(spans=spans, start=int(data["start"]))
 
 

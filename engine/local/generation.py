@@ -36,8 +36,10 @@ class TurnInput:
 
 def _sampler(params: GenerationParams):
     return make_sampler(
-        temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0,
-        min_p=params.min_p, top_k=params.top_k,
+        temp=params.temperature,
+        top_p=params.top_p if params.top_p < 1 else 0.0,
+        min_p=params.min_p,
+        top_k=params.top_k,
     )
 
 
@@ -59,8 +61,9 @@ def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
     return reused
 
 
-def extend(model, conv: ConversationCache, ids: list, should_stop=lambda: False,
-           progress=None, check_first: bool = True) -> int:
+def extend(
+    model, conv: ConversationCache, ids: list, should_stop=lambda: False, progress=None, check_first: bool = True
+) -> int:
     """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
 
     `should_stop` is asked before each chunk (not the first unless `check_first`), so
@@ -128,8 +131,14 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop)
 
 
 def run_turn(
-    model, tokenizer, conv: ConversationCache, turn: TurnInput, params: GenerationParams,
-    should_stop: Callable[[], bool], emit: Callable[[TextDelta], None], drafter=None,
+    model,
+    tokenizer,
+    conv: ConversationCache,
+    turn: TurnInput,
+    params: GenerationParams,
+    should_stop: Callable[[], bool],
+    emit: Callable[[TextDelta], None],
+    drafter=None,
 ) -> TurnStats:
     """`drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation."""
     started = time.perf_counter()
@@ -156,8 +165,11 @@ def run_turn(
     prefill_done = started
     spec = None
     if speculation_enabled(params, drafter) and can_speculate(conv.layers):
-        spec = Speculator(prompt_ids, Sampling(params.temperature, params.top_p, params.top_k, params.min_p,
-                                                processors, REPETITION_CONTEXT), drafter=drafter)
+        spec = Speculator(
+            prompt_ids,
+            Sampling(params.temperature, params.top_p, params.top_k, params.min_p, processors, REPETITION_CONTEXT),
+            drafter=drafter,
+        )
 
     def push(tok):
         """Emit one token; returns why the turn ends, or None."""

@@ -95,20 +95,28 @@ class Session:
         limit = self.context_limit(params)
         conv = self.caches.get(conv_id)
         history = conv.history if conv else History()
-        plan = plan_window(self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit),
-                           params.low_water)
+        plan = plan_window(
+            self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit), params.low_water
+        )
         return conv, history, plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
 
     def new_cache(self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams) -> ConversationCache:
-        capacity = self.kv_initial_capacity or initial_capacity(len(turn.prompt_ids) + params.max_tokens,
-                                                                turn.context_limit)
+        capacity = self.kv_initial_capacity or initial_capacity(
+            len(turn.prompt_ids) + params.max_tokens, turn.context_limit
+        )
         conv = ConversationCache.create(self.model, capacity)
         conv.history = history
         self.caches.put(conv_id, conv)
         return conv
 
-    def chat(self, conv_id: str, messages, params: GenerationParams,
-             should_stop: Callable[[], bool], emit: Callable[[TextDelta | PrefillProgress], None]) -> TurnStats:
+    def chat(
+        self,
+        conv_id: str,
+        messages,
+        params: GenerationParams,
+        should_stop: Callable[[], bool],
+        emit: Callable[[TextDelta | PrefillProgress], None],
+    ) -> TurnStats:
         params = params or GenerationParams()
         messages = check_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
@@ -129,8 +137,14 @@ class Session:
         stats = run_turn(self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter)
         reply = "".join(parts)
         if plan.prompt.complete:
-            history.record_reply(len(messages), plan.prompt.tail, plan.prompt.tail_ids, reply, stats.reply_ids,
-                                 set(self.tokenizer.eos_token_ids))
+            history.record_reply(
+                len(messages),
+                plan.prompt.tail,
+                plan.prompt.tail_ids,
+                reply,
+                stats.reply_ids,
+                set(self.tokenizer.eos_token_ids),
+            )
         else:
             history.truncate(len(messages))
         self.caches.enforce(keep=conv_id)

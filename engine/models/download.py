@@ -17,8 +17,15 @@ from engine.errors import CancelledDownload, ChinwagError, ModelError
 from engine.types import HubModel, LoadProgress, ModelInfo
 
 ALLOW_PATTERNS = [
-    "*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "tiktoken.model",
-    "*.txt", "*.jsonl", "*.jinja", "*.py",
+    "*.json",
+    "*.safetensors",
+    "tokenizer.model",
+    "*.tiktoken",
+    "tiktoken.model",
+    "*.txt",
+    "*.jsonl",
+    "*.jinja",
+    "*.py",
 ]
 # Smaller than huggingface_hub's 10 MB so cancel and progress react within ~1 MB.
 CHUNK_SIZE = 1 << 20
@@ -26,9 +33,18 @@ PROGRESS_INTERVAL_S = 0.1
 
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?$")
 _NETWORK_ERRORS = {
-    "ConnectError", "ConnectTimeout", "TimeoutException", "TransportError", "NetworkError",
-    "ConnectionError", "TimeoutError", "OfflineModeIsEnabled", "LocalEntryNotFoundError",
-    "ProxyError", "RemoteProtocolError", "ReadTimeout",
+    "ConnectError",
+    "ConnectTimeout",
+    "TimeoutException",
+    "TransportError",
+    "NetworkError",
+    "ConnectionError",
+    "TimeoutError",
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+    "ProxyError",
+    "RemoteProtocolError",
+    "ReadTimeout",
 }
 
 
@@ -47,8 +63,9 @@ def normalize_repo_id(text: str) -> str:
     return repo
 
 
-def download_model(repo_id: str, progress: Optional[Callable] = None,
-                   cancel: Optional[threading.Event] = None) -> ModelInfo:
+def download_model(
+    repo_id: str, progress: Optional[Callable] = None, cancel: Optional[threading.Event] = None
+) -> ModelInfo:
     """Download an MLX (safetensors) model repo into the Hugging Face cache; its registry entry.
 
     Raises CancelledDownload when `cancel` is set (nothing half-downloaded stays listed),
@@ -65,8 +82,7 @@ def download_model(repo_id: str, progress: Optional[Callable] = None,
     from engine.models import registry
 
     if _offline(constants):
-        raise ChinwagError(f"cannot reach Hugging Face to download {repo}: offline mode is on "
-                           "(HF_HUB_OFFLINE=1)")
+        raise ChinwagError(f"cannot reach Hugging Face to download {repo}: offline mode is on (HF_HUB_OFFLINE=1)")
     constants.DOWNLOAD_CHUNK_SIZE = CHUNK_SIZE
     cache = registry.hf_cache_dir()
     repo_dir = cache / ("models--" + repo.replace("/", "--"))
@@ -91,8 +107,7 @@ def download_model(repo_id: str, progress: Optional[Callable] = None,
             raise
         raise error from e
     report.send(report.total, report.total, force=True)
-    info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1],
-                                       source="hf-cache")
+    info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
     if info.status != "ready":
         raise ModelError(f"downloaded {repo} but it cannot be used ({info.reason}): {path}")
     return info
@@ -118,12 +133,16 @@ def search_models(query: str, limit: int = SEARCH_LIMIT) -> list[HubModel]:
         response = get_session().get(
             f"{_endpoint() or constants.ENDPOINT}/api/models",
             params={"search": query, "filter": "mlx", "sort": "downloads", "limit": limit},
-            headers=build_hf_headers(), timeout=SEARCH_TIMEOUT_S,
+            headers=build_hf_headers(),
+            timeout=SEARCH_TIMEOUT_S,
         )
         hf_raise_for_status(response)
         found = response.json()
-        return [HubModel(str(m["id"]), int(m.get("downloads") or 0), int(m.get("likes") or 0))
-                for m in found if isinstance(m, dict) and m.get("id")]
+        return [
+            HubModel(str(m["id"]), int(m.get("downloads") or 0), int(m.get("likes") or 0))
+            for m in found
+            if isinstance(m, dict) and m.get("id")
+        ]
     except ValueError as e:  # not JSON, or odd numbers
         raise ChinwagError(f"Hugging Face sent an unreadable answer to the search for {query!r}") from e
     except Exception as e:  # huggingface_hub/httpx raise many kinds; all become one line
@@ -162,8 +181,7 @@ def _wanted(name: str) -> bool:
 def _check_files(repo: str, files) -> None:
     names = {n for n, _ in files}
     if not any(n.endswith(".safetensors") for n in names):
-        hint = (" (it has .gguf files: download one and import it)"
-                if any(n.endswith(".gguf") for n in names) else "")
+        hint = " (it has .gguf files: download one and import it)" if any(n.endswith(".gguf") for n in names) else ""
         raise ModelError(f"{repo} has no .safetensors weights, so MLX cannot run it{hint}")
     if "config.json" not in names:
         raise ModelError(f"{repo} has no config.json, so it is not an MLX model repo")
@@ -177,8 +195,7 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
 
     from engine.models.registry import supported_model_type
 
-    path = hf_hub_download(repo, "config.json", revision=sha, cache_dir=str(cache),
-                           endpoint=_endpoint())
+    path = hf_hub_download(repo, "config.json", revision=sha, cache_dir=str(cache), endpoint=_endpoint())
     try:
         model_type = json.loads(Path(path).read_text()).get("model_type")
     except (OSError, ValueError, RecursionError, AttributeError) as e:
@@ -191,8 +208,12 @@ def _snapshot(repo, sha, cache, report, cancel) -> str:
     from huggingface_hub import snapshot_download
 
     return snapshot_download(
-        repo, revision=sha, cache_dir=str(cache), endpoint=_endpoint(),
-        allow_patterns=ALLOW_PATTERNS, tqdm_class=_tqdm_class(report, cancel),
+        repo,
+        revision=sha,
+        cache_dir=str(cache),
+        endpoint=_endpoint(),
+        allow_patterns=ALLOW_PATTERNS,
+        tqdm_class=_tqdm_class(report, cancel),
     )
 
 
@@ -226,8 +247,9 @@ def _user_error(e: BaseException, repo: str) -> BaseException:
     names = {c.__name__ for c in type(e).__mro__}
     detail = " ".join(str(e).split())[:200] or type(e).__name__
     if "GatedRepoError" in names:
-        return ChinwagError(f"{repo} is gated: accept its terms on huggingface.co and log in "
-                            "with `hf auth login` first")
+        return ChinwagError(
+            f"{repo} is gated: accept its terms on huggingface.co and log in with `hf auth login` first"
+        )
     if "RepositoryNotFoundError" in names:
         return ChinwagError(f"no model {repo} on Hugging Face (or it is private)")
     if "RevisionNotFoundError" in names:

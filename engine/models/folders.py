@@ -84,9 +84,7 @@ def _model_remapping() -> dict:
     try:
         tree = ast.parse((root / "utils.py").read_text() if root else "")
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets
-            ):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets):
                 return ast.literal_eval(node.value)
     except (OSError, TypeError, ValueError, SyntaxError):
         pass
@@ -118,8 +116,7 @@ def _safetensors_header(path: Path):
             if n > min(size, 100_000_000):
                 return None, f"{path.name} is not a safetensors file"
             header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                  default=0)
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
         if 8 + n + end > size:
             return None, f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
         return header, None
@@ -134,6 +131,7 @@ def _float_label(header: dict) -> str:
         if isinstance(v, dict) and v.get("dtype") in _ST_DTYPES:
             counts[v["dtype"]] = counts.get(v["dtype"], 0) + 1
     return _ST_DTYPES[max(counts, key=counts.__getitem__)] if counts else ""
+
 
 def _folder_size(folder: Path) -> int:
     total = 0
@@ -184,9 +182,12 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
         return unusable(f"config.json is corrupt ({e})")
     size = _folder_size(folder)
     arch = config.get("model_type")
-    facts: dict[str, Any] = dict(architecture=str(arch or ""), size_bytes=size,
-                 quantization=mlx_quantization_label(config),
-                 context_length=_context_length(config))
+    facts: dict[str, Any] = dict(
+        architecture=str(arch or ""),
+        size_bytes=size,
+        quantization=mlx_quantization_label(config),
+        context_length=_context_length(config),
+    )
     if not arch:
         return unusable("config.json has no model_type", **facts)
     if not supported_model_type(arch):
@@ -219,6 +220,7 @@ def _missing_shards(folder: Path) -> Optional[str]:
     missing = sorted(s for s in shards if not (folder / s).exists())
     return f"missing weight file(s) {', '.join(missing)}" if missing else None
 
+
 # --- imported GGUFs -----------------------------------------------------------------------
 
 
@@ -227,8 +229,7 @@ def info_for_imported(folder: Path) -> ModelInfo:
     record = read_info_file(folder) or {}
     starter = folder.name == STARTER_ID
     name = STARTER_NAME if starter else str(record.get("name") or folder.name)
-    info = inspect_mlx_folder(folder, id=folder.name, name=name,
-                              source="starter" if starter else "imported")
+    info = inspect_mlx_folder(folder, id=folder.name, name=name, source="starter" if starter else "imported")
     if record.get("context_length") and not info.context_length:
         from dataclasses import replace
 

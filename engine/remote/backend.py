@@ -27,8 +27,11 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
-_OVERFLOW = re.compile(r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
-                       r"|exceeds? the (available |model's )?context", re.I)
+_OVERFLOW = re.compile(
+    r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
+    r"|exceeds? the (available |model's )?context",
+    re.I,
+)
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
 FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
@@ -63,8 +66,9 @@ def resolve(spec: str) -> Optional[RemoteTarget]:
         url, _, model = spec.partition("#")
         base = servers.normalize_url(url)
         # A saved server's URL gets its name and API key.
-        server = next((s for s in servers.list_servers() if s.url == base), None) \
-            or servers.Server(servers.host_label(base), base)
+        server = next((s for s in servers.list_servers() if s.url == base), None) or servers.Server(
+            servers.host_label(base), base
+        )
     elif is_remote_spec(spec):
         name, model = spec.split("/", 1)
         server = servers.get_server(name)
@@ -131,8 +135,12 @@ def describe_http_error(e: Exception, server: servers.Server) -> str:
         low = text.lower()
         if "ssl" in low or "certificate" in low or "tls" in low:
             return f"TLS error talking to {where}: {text[:160]}"
-        if "name or service not known" in low or "nodename nor servname" in low or "getaddrinfo" in low \
-                or "name resolution" in low:
+        if (
+            "name or service not known" in low
+            or "nodename nor servname" in low
+            or "getaddrinfo" in low
+            or "name resolution" in low
+        ):
             return f"cannot resolve the host of {where} (DNS lookup failed)"
         if "refused" in low:
             return f"connection refused at {where} (is the server running?)"
@@ -192,8 +200,15 @@ def network_loop() -> asyncio.AbstractEventLoop:
 
 def request_body(model: str, messages: list, params: GenerationParams) -> dict:
     """Sampling settings mapped to the request; extras only when set, stable key order."""
-    body = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True},
-            "temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens}
+    body = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_tokens": params.max_tokens,
+    }
     if params.top_k:
         body["top_k"] = params.top_k
     if params.min_p:
@@ -239,11 +254,21 @@ class RemoteBackend:
         Reasoning block shown for it. A reply from before this session (not remembered) loses a
         leading <think> block, which is where a server's separate reasoning was shown."""
         known = self._replies.get(conv_id, {})
-        return [{"role": "assistant", "content": known.get(m["content"]) or _without_reasoning(m["content"])}
-                if m["role"] == "assistant" else m for m in messages]
+        return [
+            {"role": "assistant", "content": known.get(m["content"]) or _without_reasoning(m["content"])}
+            if m["role"] == "assistant"
+            else m
+            for m in messages
+        ]
 
-    async def chat(self, conv_id: str, messages, params: GenerationParams, stop: StopSignal,
-                   progress: Optional[Callable[[int, int], object]] = None) -> AsyncIterator:
+    async def chat(
+        self,
+        conv_id: str,
+        messages,
+        params: GenerationParams,
+        stop: StopSignal,
+        progress: Optional[Callable[[int, int], object]] = None,
+    ) -> AsyncIterator:
         """Yield TextDelta events (and progress events, if `progress` makes them), then one TurnStats."""
         messages = check_messages(messages)
         params = params or GenerationParams()
@@ -292,9 +317,12 @@ class RemoteBackend:
         async def read():
             timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
             async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-                async with client.stream("POST", f"{server.url}/chat/completions",
-                                         json=request_body(self.target.model, wire, params),
-                                         headers=headers_for(server.api_key)) as r:
+                async with client.stream(
+                    "POST",
+                    f"{server.url}/chat/completions",
+                    json=request_body(self.target.model, wire, params),
+                    headers=headers_for(server.api_key),
+                ) as r:
                     if r.status_code != 200:
                         raise _ServerError(r.status_code, await r.aread())
                     data = []
@@ -415,18 +443,26 @@ class RemoteBackend:
         ttft = (turn.first - started) if turn.first else 0.0
         span = turn.last - turn.first
         return TurnStats(
-            prompt_tokens=prompt, reused_tokens=cached, prefilled_tokens=max(0, prompt - cached),
-            generated_tokens=generated, ttft_s=ttft,
+            prompt_tokens=prompt,
+            reused_tokens=cached,
+            prefilled_tokens=max(0, prompt - cached),
+            generated_tokens=generated,
+            ttft_s=ttft,
             decode_tps=(generated - 1) / span if generated > 1 and span > 0 else 0.0,
             prefill_tps=(prompt - cached) / ttft if ttft > 0 else 0.0,
-            kv_capacity=0, kv_offset=prompt + generated, kv_bytes=0, context_limit=0,
-            finish_reason=FinishReason(turn.finish or FinishReason.STOP), dropped_messages=dropped, error=error,
+            kv_capacity=0,
+            kv_offset=prompt + generated,
+            kv_bytes=0,
+            context_limit=0,
+            finish_reason=FinishReason(turn.finish or FinishReason.STOP),
+            dropped_messages=dropped,
+            error=error,
         )
 
 
 def _without_reasoning(text: str) -> str:
     if text.startswith(THINK_OPEN) and THINK_CLOSE in text:
-        return text[text.index(THINK_CLOSE) + len(THINK_CLOSE):]
+        return text[text.index(THINK_CLOSE) + len(THINK_CLOSE) :]
     return text
 
 

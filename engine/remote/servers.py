@@ -56,8 +56,10 @@ def normalize_url(url: str) -> str:
     except ValueError:
         raise ChinwagError(f"not a server URL: '{display_url(text)}' has a bad port") from None
     if parts.username or parts.password:  # it would be saved and logged with the URL
-        raise ChinwagError(f"the server URL '{display_url(text)}' has a user:password part: "
-                           "give the key as the server's API key instead")
+        raise ChinwagError(
+            f"the server URL '{display_url(text)}' has a user:password part: "
+            "give the key as the server's API key instead"
+        )
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/models"):
         if path.endswith(tail):
@@ -126,9 +128,7 @@ def get_server(name: str) -> Optional[Server]:
 def check_name(name: str) -> str:
     name = str(name).strip()
     if not _NAME.match(name):
-        raise ChinwagError(
-            f"bad server name '{name[:40]}': use 1-40 letters, digits, spaces, '.', '_' or '-' (no '/')"
-        )
+        raise ChinwagError(f"bad server name '{name[:40]}': use 1-40 letters, digits, spaces, '.', '_' or '-' (no '/')")
     return name
 
 
@@ -242,8 +242,10 @@ def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
     except httpx.HTTPError as e:
         raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
     if r.status_code == 404:
-        raise NoModelList(f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
-                          f"name the model: {server.name}/MODEL or URL#MODEL")
+        raise NoModelList(
+            f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
+            f"name the model: {server.name}/MODEL or URL#MODEL"
+        )
     if r.status_code != 200:
         raise ChinwagError(f"server {server.name}: {response_error(r.status_code, r.content)}")
     if not r.content.strip():
@@ -252,15 +254,21 @@ def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
         data = r.json().get("data")
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
     except (ValueError, AttributeError, TypeError):
-        raise ChinwagError(f"server {server.name}: GET {display_url(server.url)}/models did not answer "
-                           "an OpenAI model list") from None
+        raise ChinwagError(
+            f"server {server.name}: GET {display_url(server.url)}/models did not answer an OpenAI model list"
+        ) from None
     return ids or [DEFAULT_MODEL]
 
 
 def model_info(server: Server, model: str, spec: str = "") -> ModelInfo:
     return ModelInfo(
-        id=spec or f"{server.name}/{model}", name=f"{model} on {server.name}", path=display_url(server.url),
-        architecture="remote", status=ModelStatus.READY, source="server", server=server.name,
+        id=spec or f"{server.name}/{model}",
+        name=f"{model} on {server.name}",
+        path=display_url(server.url),
+        architecture="remote",
+        status=ModelStatus.READY,
+        source="server",
+        server=server.name,
     )
 
 
@@ -270,9 +278,18 @@ def models_of(server: Server) -> list:
         return [model_info(server, m) for m in fetch_model_ids(server)]
     except ChinwagError as e:
         reason = str(e).removeprefix(f"server {server.name}: ")
-        return [ModelInfo(id=f"{server.name}/", name=server.name, path=display_url(server.url),
-                          architecture="remote", status=ModelStatus.UNUSABLE, reason=f"unreachable: {reason}",
-                          source="server", server=server.name)]
+        return [
+            ModelInfo(
+                id=f"{server.name}/",
+                name=server.name,
+                path=display_url(server.url),
+                architecture="remote",
+                status=ModelStatus.UNUSABLE,
+                reason=f"unreachable: {reason}",
+                source="server",
+                server=server.name,
+            )
+        ]
 
 
 def server_models() -> list:

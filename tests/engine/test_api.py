@@ -43,7 +43,6 @@ def reference(model, prompt_ids, max_tokens, eos):
     return out
 
 
-
 def test_follow_up_turns_prefill_only_new_tokens_and_match_fresh_mlx_lm(engine_with, tiny_model):
     model, tokenizer = tiny_model
 
@@ -86,7 +85,9 @@ def test_stop_is_effective_within_one_token_and_keeps_prompt_plus_emitted(engine
         assert stats.finish_reason == "cancelled"
         assert engine.stopped_at <= stats.generated_tokens <= engine.stopped_at + 1
         assert stats.kv_offset == len(stats.prompt_ids) + len(stats.reply_ids)
-        _, nxt = await turn(engine, "s", msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}])
+        _, nxt = await turn(
+            engine, "s", msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+        )
         assert nxt.reused_tokens == stats.kv_offset
         return True
 
@@ -120,7 +121,10 @@ def test_max_tokens_and_context_limit(engine_with):
         # A long chat under a small cap drops its oldest turns and says so.
         history = [{"role": "system", "content": "sys"}]
         for i in range(6):
-            history += [{"role": "user", "content": f"question number {i} " * 3}, {"role": "assistant", "content": f"answer {i} " * 3}]
+            history += [
+                {"role": "user", "content": f"question number {i} " * 3},
+                {"role": "assistant", "content": f"answer {i} " * 3},
+            ]
         history.append({"role": "user", "content": "last"})
         _, dropped = await turn(engine, "m3", history, GenerationParams(temperature=0, max_tokens=4, context_cap=80))
         assert dropped.dropped_messages > 0 and dropped.prompt_tokens < 80 and dropped.kv_offset <= 80
@@ -181,7 +185,9 @@ def test_error_mid_generation_repairs_the_cache_and_the_thread_lives(engine_with
 
 
 def test_seeded_sampling_is_reproducible(engine_with):
-    params = GenerationParams(temperature=0.9, top_p=0.9, top_k=50, min_p=0.02, repetition_penalty=1.2, max_tokens=8, seed=7)
+    params = GenerationParams(
+        temperature=0.9, top_p=0.9, top_k=50, min_p=0.02, repetition_penalty=1.2, max_tokens=8, seed=7
+    )
 
     async def body(engine):
         msgs = [{"role": "user", "content": "Hello"}]
@@ -218,7 +224,9 @@ def test_switching_models_while_generating_stops_first(engine_with, tiny_model_p
         got = []
 
         async def long_reply():
-            async for ev in engine.chat("g", [{"role": "user", "content": "Hi"}], GenerationParams(temperature=0, max_tokens=100000)):
+            async for ev in engine.chat(
+                "g", [{"role": "user", "content": "Hi"}], GenerationParams(temperature=0, max_tokens=100000)
+            ):
                 got.append(ev)
                 if len(got) == 2:
                     asyncio.get_running_loop().create_task(engine.load_model(str(tiny_model_path)))

@@ -36,8 +36,12 @@ def test_the_engine_and_registry_produce_the_enums(tiny_model_path):
             assert engine.state.state is EngineStatus.IDLE
             await engine.load_model(str(tiny_model_path))
             assert engine.state.state is EngineStatus.READY
-            events = [ev async for ev in engine.chat("c", [{"role": "user", "content": "Hi"}],
-                                                      GenerationParams(temperature=0.0, max_tokens=3))]
+            events = [
+                ev
+                async for ev in engine.chat(
+                    "c", [{"role": "user", "content": "Hi"}], GenerationParams(temperature=0.0, max_tokens=3)
+                )
+            ]
             return events[-1]
         finally:
             await engine.close()

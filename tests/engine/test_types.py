@@ -38,11 +38,17 @@ def test_every_field_has_a_flag_a_setting_and_the_same_default(capsys):
 def test_flags_parse_to_the_fields_types_and_refuse_values_out_of_range(capsys):
     from app.cli.main import _params, build_parser, main
 
-    args = build_parser().parse_args(["chat", "--top-k", "40", "--seed", "7", "--context-cap", "2048",
-                                      "--temperature", "0.25"])
+    args = build_parser().parse_args(
+        ["chat", "--top-k", "40", "--seed", "7", "--context-cap", "2048", "--temperature", "0.25"]
+    )
     assert _params(args) == GenerationParams(temperature=0.25, top_k=40, seed=7, context_cap=2048)
-    for flag, value in [("--temperature", "hot"), ("--temperature", "9"), ("--top-k", "1.5"),
-                        ("--context-cap", "0"), ("--max-tokens", "nan")]:
+    for flag, value in [
+        ("--temperature", "hot"),
+        ("--temperature", "9"),
+        ("--top-k", "1.5"),
+        ("--context-cap", "0"),
+        ("--max-tokens", "nan"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             main(["replay", "script.json", "--model", "m", flag, value])
         assert exit_info.value.code == 2
@@ -53,8 +59,14 @@ def test_flags_parse_to_the_fields_types_and_refuse_values_out_of_range(capsys):
 def test_bad_stored_settings_are_a_one_line_error_naming_the_key():
     from app.gui.settings.dialog import builtin_defaults, params_from_settings
 
-    for key, value in [("temperature", "hot"), ("max_tokens", 0), ("top_p", [1]), ("seed", -3),
-                       ("repetition_penalty", float("inf")), ("top_k", True)]:
+    for key, value in [
+        ("temperature", "hot"),
+        ("max_tokens", 0),
+        ("top_p", [1]),
+        ("seed", -3),
+        ("repetition_penalty", float("inf")),
+        ("top_k", True),
+    ]:
         with pytest.raises(ChinwagError, match=f"chat settings: {key} must be"):
             params_from_settings({**builtin_defaults(), key: value})
     # Older settings wrote context_cap 0 for "the model's limit"; numbers as text still read.
@@ -72,8 +84,16 @@ def test_the_dialog_has_a_field_per_param_and_round_trips_them(qtbot):
     assert list(dialog.fields) == [s.name for s in param_specs()]
     assert params_from_settings(dialog.values()) == GenerationParams()
     assert overrides(dialog.values(), defaults) == dict.fromkeys(overrides(defaults, defaults))
-    wanted = GenerationParams(temperature=1.25, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1,
-                              max_tokens=64, seed=0, context_cap=1024)
+    wanted = GenerationParams(
+        temperature=1.25,
+        top_p=0.9,
+        top_k=40,
+        min_p=0.05,
+        repetition_penalty=1.1,
+        max_tokens=64,
+        seed=0,
+        context_cap=1024,
+    )
     dialog.set_values({"system_prompt": "Be brief", **dataclasses.asdict(wanted)})
     assert dialog.fields["seed"].text() == "0" and dialog.fields["context_cap"].text() == "1024"
     assert params_from_settings(dialog.values()) == wanted
@@ -111,11 +131,16 @@ NEW_FIELD = textwrap.dedent("""
 
 
 def test_a_new_field_appears_in_the_cli_the_settings_and_the_dialog():
-    done = subprocess.run([sys.executable, "-c", NEW_FIELD], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    done = subprocess.run(
+        [sys.executable, "-c", NEW_FIELD],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "cli": 1.5, "key": True, "default": 0.25, "dialog": 0.5}
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"cli": 1.5, "key": True, "default": 0.25, "dialog": 0.5}
 
 
 @pytest.mark.qt

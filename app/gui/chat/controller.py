@@ -254,17 +254,29 @@ class ChatController(QObject):
             conv = self.store.get_conversation(self.conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             ids = [m.id for m in conv.messages]
-            history = conv.messages if parent_id is LAST else conv.messages[: ids.index(parent_id) + 1 if parent_id in ids else 0]
+            history = (
+                conv.messages
+                if parent_id is LAST
+                else conv.messages[: ids.index(parent_id) + 1 if parent_id in ids else 0]
+            )
             messages = engine_messages(history, str(values.get("system_prompt") or ""))
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
-            reply = self.store.add_message(conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id,
-                                           parent_id=parent_id)
+            reply = self.store.add_message(
+                conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id, parent_id=parent_id
+            )
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(reply.id, "assistant", "", MessageStatus.STREAMING, model.name or model.id,
-                                            model_id=model.id, versions=(reply.version, reply.versions))
+        widget = self.chat_view.add_message(
+            reply.id,
+            "assistant",
+            "",
+            MessageStatus.STREAMING,
+            model.name or model.id,
+            model_id=model.id,
+            versions=(reply.version, reply.versions),
+        )
         self.chat_view.begin_stream(widget)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()
@@ -450,7 +462,7 @@ class ChatController(QObject):
         if ids[i] not in shown:
             self.open_conversation(self.conv_id)
             return True
-        self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]):])
+        self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]) :])
         last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
         self.statsChanged.emit(last)
         self.refresh_list()

@@ -35,9 +35,9 @@ def split_blocks(text: str) -> list[Block]:
         blocks += _markdown_blocks(text[pos:start])
         end = text.find(THINK_CLOSE, start)
         if end == -1:
-            blocks.append(Block("think", text[start + len(THINK_OPEN):].strip(), closed=False))
+            blocks.append(Block("think", text[start + len(THINK_OPEN) :].strip(), closed=False))
             break
-        blocks.append(Block("think", text[start + len(THINK_OPEN):end].strip()))
+        blocks.append(Block("think", text[start + len(THINK_OPEN) : end].strip()))
         pos = end + len(THINK_CLOSE)
     return blocks
 

@@ -37,8 +37,7 @@ from app.gui.highlight_qt import SpanHighlighter, is_dark
 from app.transcripts.highlight import resolve_language, spans
 
 MD_FEATURES = QTextDocument.MarkdownFeature(
-    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value
-    | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
 )
 
 # A live code block re-highlights only after this many times its last highlight's cost.
@@ -250,7 +249,7 @@ class CodeBlock(QFrame):
         if text.startswith(self._text) and self._text:
             cursor = self.editor.textCursor()
             cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.insertText(text[len(self._text):])
+            cursor.insertText(text[len(self._text) :])
         else:
             self.editor.setPlainText(text)
         self._text = text

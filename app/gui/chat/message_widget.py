@@ -74,8 +74,17 @@ class MessageWidget(QFrame):
     versionRequested = Signal(object, int)  # message id, -1 (previous) or +1 (next)
     forkRequested = Signal(object)
 
-    def __init__(self, message_id, role: str, text: str = "", status: str = "complete",
-                 model: str = "", stats=None, parent=None, model_id: str = ""):
+    def __init__(
+        self,
+        message_id,
+        role: str,
+        text: str = "",
+        status: str = "complete",
+        model: str = "",
+        stats=None,
+        parent=None,
+        model_id: str = "",
+    ):
         super().__init__(parent)
         self.message_id = message_id
         self.model_id = model_id

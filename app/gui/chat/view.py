@@ -86,8 +86,9 @@ class ChatView(QScrollArea):
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
-            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
-                             versions=(m.version, m.versions))
+            self.add_message(
+                m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
+            )
         self._update_more()
         self._stick = True
         self.scroll_to_bottom()
@@ -118,8 +119,9 @@ class ChatView(QScrollArea):
         self.more_button.setText(f"Show {min(n, PAGE)} earlier messages ({n} not shown)")
         self.more_button.setVisible(n > 0)
 
-    def add_message(self, message_id, role, text="", status="complete", model="", stats=None,
-                    model_id="", versions=(1, 1)) -> MessageWidget:
+    def add_message(
+        self, message_id, role, text="", status="complete", model="", stats=None, model_id="", versions=(1, 1)
+    ) -> MessageWidget:
         widget = self._make(message_id, role, text, status, model, stats, model_id)
         widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
@@ -142,20 +144,21 @@ class ChatView(QScrollArea):
         another version and the branch below it."""
         self.remove_from(message_id)
         for m in messages:
-            self.add_message(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id,
-                             versions=(m.version, m.versions))
+            self.add_message(
+                m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
+            )
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""
         ids = [w.message_id for w in self._widgets]
         if message_id not in ids:
             return
-        for widget in self._widgets[ids.index(message_id):]:
+        for widget in self._widgets[ids.index(message_id) :]:
             if widget is self._live:
                 self.end_stream()
             self._layout.removeWidget(widget)
             widget.deleteLater()
-        del self._widgets[ids.index(message_id):]
+        del self._widgets[ids.index(message_id) :]
         self.welcome.setVisible(not self._widgets)
         self._update_regenerate()
 

@@ -26,8 +26,9 @@ class CatalogueDownloadDialog(DownloadDialog):
         self.installed = set(installed)  # registry ids already here (a download's id is its repo)
         layout = self.layout()
         ram = f"{self.ram_bytes / 2**30:.0f} GB" if self.ram_bytes else "unknown"
-        intro = QLabel(f"Pick a model (sizes are approximate; this machine has {ram} of memory), "
-                       "or search Hugging Face by name.")
+        intro = QLabel(
+            f"Pick a model (sizes are approximate; this machine has {ram} of memory), or search Hugging Face by name."
+        )
         intro.setWordWrap(True)
         layout.insertWidget(0, intro)
         self.catalogue = self._tree(["Model", "Size", "Quantization", "Context", "This machine"])
@@ -41,16 +42,26 @@ class CatalogueDownloadDialog(DownloadDialog):
             ok = fits(entry, self.ram_bytes)
             verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
             have = entry.repo in self.installed
-            item = QTreeWidgetItem([
-                entry.name + (" ✓" if have else ""), "≈ " + format_bytes(entry.approx_size_bytes),
-                entry.quantization, _tokens(entry.context), "Downloaded" if have else verdict,
-            ])
+            item = QTreeWidgetItem(
+                [
+                    entry.name + (" ✓" if have else ""),
+                    "≈ " + format_bytes(entry.approx_size_bytes),
+                    entry.quantization,
+                    _tokens(entry.context),
+                    "Downloaded" if have else verdict,
+                ]
+            )
             item.setData(0, REPO_ROLE, entry.repo)
             item.setToolTip(0, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
-            item.setToolTip(1, f"about {entry.params_b:g} billion parameters at {entry.quantization}; "
-                               "the download is about this size")
-            item.setToolTip(4, f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
-                               f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory")
+            item.setToolTip(
+                1,
+                f"about {entry.params_b:g} billion parameters at {entry.quantization}; the download is about this size",
+            )
+            item.setToolTip(
+                4,
+                f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
+                f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory",
+            )
             if ok is False:
                 item.setForeground(4, self.palette().placeholderText())
             self.catalogue.addTopLevelItem(item)
@@ -110,13 +121,17 @@ class CatalogueDownloadDialog(DownloadDialog):
         self.search_button.setEnabled(True)
         self.results.clear()
         for m in models:
-            item = QTreeWidgetItem([m.repo + (" ✓" if m.repo in self.installed else ""),
-                                    f"{m.downloads:,}", f"{m.likes:,}"])
+            item = QTreeWidgetItem(
+                [m.repo + (" ✓" if m.repo in self.installed else ""), f"{m.downloads:,}", f"{m.likes:,}"]
+            )
             item.setData(0, REPO_ROLE, m.repo)
             self.results.addTopLevelItem(item)
         self.results.setVisible(True)
-        self.message.setText(f"{len(models)} MLX model(s) on Hugging Face match {query}." if models
-                             else f"No MLX model on Hugging Face matches {query}.")
+        self.message.setText(
+            f"{len(models)} MLX model(s) on Hugging Face match {query}."
+            if models
+            else f"No MLX model on Hugging Face matches {query}."
+        )
 
     def on_search_failed(self, query: str, reason: str):
         if query != self._query:

@@ -25,8 +25,14 @@ class ModelPicker(QToolButton):
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.setAutoRaise(True)
         self.menu_ = ModelMenu(self)
-        for name in ("modelChosen", "downloadRequested", "importGgufRequested", "addFolderRequested",
-                     "showFolderRequested", "connectServerRequested"):
+        for name in (
+            "modelChosen",
+            "downloadRequested",
+            "importGgufRequested",
+            "addFolderRequested",
+            "showFolderRequested",
+            "connectServerRequested",
+        ):
             getattr(self.menu_, name).connect(getattr(self, name))
         self.setMenu(self.menu_)
         self._models: list = []

@@ -21,8 +21,10 @@ from PySide6.QtWidgets import (
 from engine.errors import ChinwagError
 from engine.log import report_bug
 
-HINT = ("An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
-        "SGLang, llama.cpp, Ollama or LM Studio. Its models appear in the Model menu under its name.")
+HINT = (
+    "An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
+    "SGLang, llama.cpp, Ollama or LM Studio. Its models appear in the Model menu under its name."
+)
 
 
 class ServerDialog(QDialog):
@@ -96,7 +98,9 @@ class ServerDialog(QDialog):
         self.server_list.blockSignals(True)
         self.server_list.clear()
         for server in self._servers:
-            item = QListWidgetItem(f"{server.name} — {server.url}" + ("  (API key saved)" if server.has_api_key else ""))
+            item = QListWidgetItem(
+                f"{server.name} — {server.url}" + ("  (API key saved)" if server.has_api_key else "")
+            )
             item.setData(Qt.ItemDataRole.UserRole, server.name)
             self.server_list.addItem(item)
             if server.name == select:
@@ -105,8 +109,9 @@ class ServerDialog(QDialog):
         self.remove_button.setEnabled(self.server_list.currentItem() is not None)
 
     def _on_selected(self, item, _previous=None):
-        server = next((s for s in self._servers if item is not None and s.name == item.data(Qt.ItemDataRole.UserRole)),
-                      None)
+        server = next(
+            (s for s in self._servers if item is not None and s.name == item.data(Qt.ItemDataRole.UserRole)), None
+        )
         self.remove_button.setEnabled(server is not None)
         if server is None:
             return
@@ -114,8 +119,9 @@ class ServerDialog(QDialog):
         self.name_edit.setText(server.name)
         self.url_edit.setText(server.url)
         self.key_edit.clear()
-        self.key_edit.setPlaceholderText("saved (type to replace, or clear with a space)" if server.has_api_key
-                                         else "optional")
+        self.key_edit.setPlaceholderText(
+            "saved (type to replace, or clear with a space)" if server.has_api_key else "optional"
+        )
         self.save_button.setText("Save")
         self.message.clear()
 
@@ -136,7 +142,7 @@ class ServerDialog(QDialog):
             return None
         key = self.key_edit.text()
         # Editing keeps the saved key unless one is typed; a lone space clears it.
-        api_key = (None if not key and self.editing else key.strip())
+        api_key = None if not key and self.editing else key.strip()
         return self.bridge.run(self._save(self.name_edit.text().strip(), self.url_edit.text().strip(), api_key))
 
     async def _save(self, name, url, api_key):
@@ -149,8 +155,9 @@ class ServerDialog(QDialog):
         self.editing = server.name
         self.url_edit.setText(server.url)  # as normalized and saved
         self.key_edit.clear()
-        self.key_edit.setPlaceholderText("saved (type to replace, or clear with a space)" if server.has_api_key
-                                         else "optional")
+        self.key_edit.setPlaceholderText(
+            "saved (type to replace, or clear with a space)" if server.has_api_key else "optional"
+        )
         self.save_button.setText("Save")
         await self._reload(select=server.name)
         models = [m for m in await self.bridge.refresh_models() if m.server == server.name]

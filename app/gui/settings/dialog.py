@@ -44,25 +44,28 @@ STEPS = {"min_p": 0.01}
 TIPS = {
     "system_prompt": "Instructions the model reads before the conversation (Enter: OK, Shift+Enter: new line).",
     "temperature": "Randomness. 0 always picks the likeliest word; 0.7 is balanced; above 1 gets creative "
-                   "and less reliable.",
+    "and less reliable.",
     "top_p": "Nucleus sampling: pick only among the likeliest words whose probabilities add up to this. "
-             "1 turns it off; 0.9 trims unlikely words.",
+    "1 turns it off; 0.9 trims unlikely words.",
     "top_k": "Pick only among this many likeliest words. Off: no limit.",
-    "min_p": "Drop words less likely than this fraction of the likeliest one. 0 turns it off; "
-             "0.05 is a good start.",
+    "min_p": "Drop words less likely than this fraction of the likeliest one. 0 turns it off; 0.05 is a good start.",
     "repetition_penalty": "Above 1 discourages repeating words already written (1.1 is mild); 1 turns it off.",
     "max_tokens": "The longest reply, in tokens (a token is about three quarters of a word).",
     "seed": "The same seed and settings give the same reply again. Random: a new one each time.",
     "context_cap": "Use at most this many tokens of context (less memory, older turns dropped sooner). "
-                   "Model's limit: the model's own.",
+    "Model's limit: the model's own.",
 }
 
 
 def builtin_defaults() -> dict:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
     # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
-    return {"speculative": None, "draft_model": "", **json.loads(text),
-            **{name: spec.default for name, spec in SPECS.items()}}
+    return {
+        "speculative": None,
+        "draft_model": "",
+        **json.loads(text),
+        **{name: spec.default for name, spec in SPECS.items()},
+    }
 
 
 def load_defaults(store) -> dict:
@@ -100,8 +103,11 @@ def params_from_settings(values: dict) -> GenerationParams:
     except ChinwagError as e:
         raise ChinwagError(f"chat settings: {e}") from e
     speculative = values.get("speculative")
-    return GenerationParams(**numbers, speculative=None if speculative is None else bool(speculative),
-                            draft_model=str(values.get("draft_model") or "").strip())
+    return GenerationParams(
+        **numbers,
+        speculative=None if speculative is None else bool(speculative),
+        draft_model=str(values.get("draft_model") or "").strip(),
+    )
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
@@ -205,19 +211,23 @@ class SettingsDialog(QDialog):
             form.labelForField(box).setToolTip(box.toolTip())
         self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
         self.prefill_box.setObjectName(PREFILL_KEY)
-        self.prefill_box.setToolTip("The model starts reading your message when you pause typing, "
-                                    "so the reply starts sooner after Enter")
+        self.prefill_box.setToolTip(
+            "The model starts reading your message when you pause typing, so the reply starts sooner after Enter"
+        )
         form.addRow("", self.prefill_box)
         self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
         self.speculative.setObjectName("speculative")
-        self.speculative.setToolTip("Drafts tokens from the conversation and checks them in one pass; "
-                                    "the reply is the same as without it")
+        self.speculative.setToolTip(
+            "Drafts tokens from the conversation and checks them in one pass; the reply is the same as without it"
+        )
         form.addRow("", self.speculative)
         self.draft_model = QLineEdit()
         self.draft_model.setObjectName("draft_model")
         self.draft_model.setPlaceholderText("none: drafts come from the conversation")
-        self.draft_model.setToolTip("A smaller model with the same tokenizer (a model id from the Model menu, "
-                                    "or a folder) that drafts tokens for speculative decoding")
+        self.draft_model.setToolTip(
+            "A smaller model with the same tokenizer (a model id from the Model menu, "
+            "or a folder) that drafts tokens for speculative decoding"
+        )
         form.addRow("Draft model", self.draft_model)
         self.chat_group.setLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)

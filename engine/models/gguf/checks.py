@@ -24,11 +24,17 @@ REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
 
 # GGUF tensor names within a block → mlx-lm module names (the importer renames with it).
 LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
+
 
 def check_importable(header: GGUFHeader) -> None:
     """Refuse, before writing anything, a GGUF this importer cannot convert."""
@@ -49,21 +55,21 @@ def check_importable(header: GGUFHeader) -> None:
     if not _is_int(split) or split < 0:
         raise ModelError(f"cannot import {path.name}: split.count is not a count: {path}")
     if split > 1:
-        raise ModelError(f"cannot import {path.name}: it is one part of a split GGUF "
-                         f"(merge the parts with llama-gguf-split --merge first): {path}")
-    bad = sorted({t.type_name for t in header.tensors
-                  if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS})
-    if bad:
         raise ModelError(
-            f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}"
+            f"cannot import {path.name}: it is one part of a split GGUF "
+            f"(merge the parts with llama-gguf-split --merge first): {path}"
         )
+    bad = sorted(
+        {t.type_name for t in header.tensors if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS}
+    )
+    if bad:
+        raise ModelError(f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}")
     if "tokenizer.ggml.tokens" not in header.metadata:
         raise ModelError(f"cannot import {path.name}: it has no tokenizer (tokenizer.ggml.tokens): {path}")
     hp = hyperparameters(header)
     missing = _missing_tensors(header, hp["layers"])
     if missing:
-        raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} "
-                         f"missing: {path}")
+        raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} missing: {path}")
     _check_shapes(header, hp)
 
 
@@ -79,30 +85,42 @@ def hyperparameters(header: GGUFHeader) -> dict:
         value = header.arch_value(key, default)
         if not _is_int(value) or not 0 < value <= limit:
             shown = f"{value!r:.40}" if not isinstance(value, _Skipped) else "an array"
-            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {shown}, "
-                             f"not a count from 1 to {limit}: {path}")
+            raise ModelError(
+                f"cannot import {path.name}: {arch}.{key} is {shown}, not a count from 1 to {limit}: {path}"
+            )
         return value
 
-    hp = {"hidden": count("embedding_length"), "heads": count("attention.head_count"),
-          "ff": count("feed_forward_length")}
+    hp = {
+        "hidden": count("embedding_length"),
+        "heads": count("attention.head_count"),
+        "ff": count("feed_forward_length"),
+    }
     hp["kv_heads"] = count("attention.head_count_kv", hp["heads"])
     # Each block needs its nine tensors: a count the file cannot hold is refused before any names are made.
     hp["layers"] = count("block_count", limit=max(1, len(header.tensors) // len(LAYER_NAMES)))
     key_length = header.arch_value("attention.key_length")
     hp["head_dim"] = count("attention.key_length") if key_length is not None else hp["hidden"] // hp["heads"]
     if key_length is None and hp["hidden"] % hp["heads"]:
-        raise ModelError(f"cannot import {path.name}: embedding length {hp['hidden']} is not a multiple "
-                         f"of the head count {hp['heads']}: {path}")
-    for key in ("attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor",
-                "rope.scaling.original_context_length"):
+        raise ModelError(
+            f"cannot import {path.name}: embedding length {hp['hidden']} is not a multiple "
+            f"of the head count {hp['heads']}: {path}"
+        )
+    for key in (
+        "attention.layer_norm_rms_epsilon",
+        "rope.freq_base",
+        "rope.scaling.factor",
+        "rope.scaling.original_context_length",
+    ):
         value = header.arch_value(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
-            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {value!r:.40}, "
-                             f"not a positive number: {path}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+        ):
+            raise ModelError(f"cannot import {path.name}: {arch}.{key} is {value!r:.40}, not a positive number: {path}")
     if hp["heads"] % hp["kv_heads"]:
-        raise ModelError(f"cannot import {path.name}: head count {hp['heads']} is not a multiple "
-                         f"of the KV head count {hp['kv_heads']}: {path}")
+        raise ModelError(
+            f"cannot import {path.name}: head count {hp['heads']} is not a multiple "
+            f"of the KV head count {hp['kv_heads']}: {path}"
+        )
     return hp
 
 
@@ -110,9 +128,17 @@ def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
     """GGUF-order shapes (fastest dimension first) for every tensor the metadata implies."""
     h, ff = hp["hidden"], hp["ff"]
     q, kv = hp["heads"] * hp["head_dim"], hp["kv_heads"] * hp["head_dim"]
-    per_layer = {"attn_q": (h, q), "attn_k": (h, kv), "attn_v": (h, kv), "attn_output": (q, h),
-                 "ffn_gate": (h, ff), "ffn_up": (h, ff), "ffn_down": (ff, h),
-                 "attn_norm": (h,), "ffn_norm": (h,)}
+    per_layer = {
+        "attn_q": (h, q),
+        "attn_k": (h, kv),
+        "attn_v": (h, kv),
+        "attn_output": (q, h),
+        "ffn_gate": (h, ff),
+        "ffn_up": (h, ff),
+        "ffn_down": (ff, h),
+        "attn_norm": (h,),
+        "ffn_norm": (h,),
+    }
     embd: tuple = next((tuple(t.shape) for t in header.tensors if t.name == "token_embd.weight"), ())
     vocab = embd[1] if len(embd) == 2 else 0
     want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
@@ -127,8 +153,10 @@ def _check_shapes(header: GGUFHeader, hp: dict) -> None:
     for t in header.tensors:
         shape = want.get(t.name)
         if shape is not None and tuple(t.shape) != shape:
-            raise ModelError(f"cannot import {header.path.name}: tensor {printable(t.name, 60)} has shape "
-                             f"{list(t.shape)}, but the metadata implies {list(shape)}: {header.path}")
+            raise ModelError(
+                f"cannot import {header.path.name}: tensor {printable(t.name, 60)} has shape "
+                f"{list(t.shape)}, but the metadata implies {list(shape)}: {header.path}"
+            )
 
 
 def _missing_tensors(header: GGUFHeader, layers: int) -> list:

@@ -16,17 +16,30 @@ from engine.errors import ChinwagError, ModelError
 
 # GGUF tensor types: name, elements per block, bytes per block.
 GGML_TYPES = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8),
-    28: ("F64", 1, 8), 30: ("BF16", 1, 2),
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    30: ("BF16", 1, 2),
 }
 
 # Metadata value types: struct format (None = special).
-_VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
-                  7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_VALUE_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
 # Bounds that no real GGUF comes near, so a hostile header costs little memory and time.
@@ -108,7 +121,7 @@ class _Reader:
             raise ValueError("string runs past the end of the file")
         if n > MAX_STRING_BYTES:
             raise ValueError(f"a metadata string of {n} bytes (at most {MAX_STRING_BYTES})")
-        s = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", errors="replace")
+        s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8", errors="replace")
         self.pos += n
         return s
 
@@ -203,8 +216,7 @@ def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
         shape = tuple(r.unpack("<Q") for _ in range(n_dims))
         tensors.append(GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q")))
     align = metadata.get("general.alignment", 32)
-    if isinstance(align, bool) or not isinstance(align, int) or not 0 < align <= MAX_ALIGNMENT \
-            or align & (align - 1):
+    if isinstance(align, bool) or not isinstance(align, int) or not 0 < align <= MAX_ALIGNMENT or align & (align - 1):
         raise ValueError(f"general.alignment {printable(repr(align), 40)} is not a power of two")
     data_offset = (r.pos + align - 1) // align * align
     for t in tensors:

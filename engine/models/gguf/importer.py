@@ -60,7 +60,6 @@ def slugify(text: str) -> str:
     return slug or "model"
 
 
-
 # --- import -------------------------------------------------------------------------------
 
 
@@ -222,18 +221,21 @@ def _convert(src: Path, st, out: Path, report) -> None:
     report("Writing model", 4)
     _write_json(out / "config.json", config)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    _write_json(out / INFO_FILE, {
-        "source_path": str(src),
-        "source_size": st.st_size,
-        "source_mtime_ns": st.st_mtime_ns,
-        "architecture": header.architecture,
-        "quantization": quantization_label(header.type_counts()),
-        "mlx_quantization": mlx_quantization_label(config),
-        "dtype": str(weights["model.norm.weight"].dtype).split(".")[-1],
-        "name": header.name,
-        "context_length": header.context_length,
-        "imported_at": time.time(),
-    })
+    _write_json(
+        out / INFO_FILE,
+        {
+            "source_path": str(src),
+            "source_size": st.st_size,
+            "source_mtime_ns": st.st_mtime_ns,
+            "architecture": header.architecture,
+            "quantization": quantization_label(header.type_counts()),
+            "mlx_quantization": mlx_quantization_label(config),
+            "dtype": str(weights["model.norm.weight"].dtype).split(".")[-1],
+            "name": header.name,
+            "context_length": header.context_length,
+            "imported_at": time.time(),
+        },
+    )
     if readable != src:
         readable.unlink()
 
@@ -299,12 +301,10 @@ def convert_weights(weights: dict, types: dict, src: Path, float_dtype=None):
             bits = weights[f"{base}.weight"].shape[-1] // value.shape[-1]
             quant[module] = {"group_size": 32, "bits": bits}
         gguf_type = types.get(key, "")
-        if suffix == "weight" and gguf_type in REQUANT_BITS and value.ndim == 2 \
-                and value.shape[-1] % 32 == 0:
+        if suffix == "weight" and gguf_type in REQUANT_BITS and value.ndim == 2 and value.shape[-1] % 32 == 0:
             bits = REQUANT_BITS[gguf_type]
             wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
-            out.update({f"{module}.weight": wq, f"{module}.scales": scales,
-                        f"{module}.biases": biases})
+            out.update({f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases})
             quant[module] = {"group_size": 32, "bits": bits}
             continue
         if mx.issubdtype(value.dtype, mx.floating) and value.dtype != float_dtype:
@@ -382,8 +382,11 @@ def _rope_scaling(header: GGUFHeader) -> Optional[dict]:
         # Llama 3.x stores its RoPE frequency factors as a tensor; these are Meta's settings.
         orig = get("rope.scaling.original_context_length", 8192) or 8192
         return {
-            "rope_type": "llama3", "factor": float(factor or 8.0), "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": int(orig),
+            "rope_type": "llama3",
+            "factor": float(factor or 8.0),
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": int(orig),
         }
     return None
 

@@ -23,10 +23,21 @@ _TEKKEN_RE = (
 )
 # llama.cpp's tokenizer.ggml.pre names → the HF pre-tokenizer they stand for.
 _PRE_TOKENIZERS = {
-    "default": _GPT2, "gpt2": _GPT2, "gpt-2": _GPT2, "olmo": _GPT2, "jais": _GPT2,
-    "smollm": _DIGITS, "starcoder": _DIGITS, "refact": _DIGITS, "command-r": _DIGITS,
-    "codeshell": _DIGITS, "exaone": _DIGITS, "minerva-7b": _DIGITS,
-    "llama-bpe": _LLAMA3_RE, "llama3": _LLAMA3_RE, "smaug-bpe": _LLAMA3_RE,
+    "default": _GPT2,
+    "gpt2": _GPT2,
+    "gpt-2": _GPT2,
+    "olmo": _GPT2,
+    "jais": _GPT2,
+    "smollm": _DIGITS,
+    "starcoder": _DIGITS,
+    "refact": _DIGITS,
+    "command-r": _DIGITS,
+    "codeshell": _DIGITS,
+    "exaone": _DIGITS,
+    "minerva-7b": _DIGITS,
+    "llama-bpe": _LLAMA3_RE,
+    "llama3": _LLAMA3_RE,
+    "smaug-bpe": _LLAMA3_RE,
     "tekken": _TEKKEN_RE,
 }
 
@@ -40,10 +51,12 @@ def _pre_tokenizer(pre: str):
         return byte_level
     if kind == _DIGITS:
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(kind), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(kind), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ]
+    )
 
 
 def _list(meta: dict, key: str, kinds, length=None):
@@ -69,8 +82,10 @@ def check_tokenizer_metadata(meta: dict) -> list:
     if meta.get("tokenizer.ggml.model") == "llama":
         longest = max(range(len(tokens)), key=lambda i: len(tokens[i]))
         if len(tokens[longest]) > MAX_SPM_PIECE_CHARS:
-            raise ModelError(f"tokenizer token {longest} is {len(tokens[longest])} characters long "
-                             f"(SentencePiece pieces are at most {MAX_SPM_PIECE_CHARS} here)")
+            raise ModelError(
+                f"tokenizer token {longest} is {len(tokens[longest])} characters long "
+                f"(SentencePiece pieces are at most {MAX_SPM_PIECE_CHARS} here)"
+            )
     return tokens
 
 
@@ -92,10 +107,10 @@ def build_tokenizer(meta: dict):
         tok = _byte_level_bpe(meta, tokens)
         special_types = (3,)
     # 3 = control (special), 4 = user-defined (an added token that shows in text).
-    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                            for i, t in enumerate(types) if t in special_types])
-    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
-                    for i, t in enumerate(types) if t == 4])
+    tok.add_special_tokens(
+        [AddedToken(tokens[i], special=True, normalized=False) for i, t in enumerate(types) if t in special_types]
+    )
+    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i, t in enumerate(types) if t == 4])
     bos_id = _token_id(meta, "bos", tokens)
     add_bos = meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
     if add_bos and bos_id is not None:
@@ -146,16 +161,19 @@ def _sentencepiece_bpe(meta: dict, tokens):
     merges = _merges_from_scores(tokens, scores, vocab)
     unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
     unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
-    tok = Tokenizer(_bpe(models, vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True,
-                               byte_fallback=True))
+    tok = Tokenizer(_bpe(models, vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
     steps: list = [normalizers.Replace(" ", "\u2581")]
     if meta.get("tokenizer.ggml.add_space_prefix", True):
         steps.insert(0, normalizers.Prepend("\u2581"))
     tok.normalizer = normalizers.Sequence(steps)
-    tok.decoder = decoders.Sequence([
-        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-        decoders.Strip(" ", 1, 0),
-    ])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("\u2581", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
     return tok
 
 
@@ -164,8 +182,7 @@ def _merges_from_scores(tokens, scores, vocab) -> list:
     pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
     merges: list = []
     for piece_id, piece in enumerate(tokens):
-        local = [(piece[:i], piece[i:]) for i in range(1, len(piece))
-                 if piece[:i] in vocab and piece[i:] in vocab]
+        local = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
         local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
         merges.extend((scores[piece_id], piece_id, m) for m in local)
     merges.sort(key=lambda m: (-m[0], m[1]))
@@ -187,8 +204,7 @@ def build_tokenizer_config(meta: dict, config: dict) -> dict:
         "eos_token": eot or token("eos"),
         "pad_token": token("padding") or token("eos"),
         "unk_token": token("unknown"),
-        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token",
-                                       meta.get("tokenizer.ggml.model") == "llama")),
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")),
         "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
         "model_max_length": config["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,

@@ -108,11 +108,28 @@ def test_error_exits_after_mlx_never_abort(tmp_path, tiny_model_path, chinwag_ho
     script.write_text(json.dumps({"turns": ["word " * 100]}))
     env = dict(os.environ, CHINWAG_HOME=str(chinwag_home))
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-m", "app.cli.main", "replay", str(script), "--model",
-                               str(tiny_model_path), "--context-cap", "8"],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "app.cli.main",
+                "replay",
+                str(script),
+                "--model",
+                str(tiny_model_path),
+                "--context-cap",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
+        )
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.splitlines() == [line for line in proc.stderr.splitlines() if line.startswith("chinwag: error:")]
+        assert proc.stderr.splitlines() == [
+            line for line in proc.stderr.splitlines() if line.startswith("chinwag: error:")
+        ]
         assert "terminate called" not in proc.stderr
 
 
@@ -143,8 +160,9 @@ def test_models_table_never_prints_escape_sequences(tmp_path, monkeypatch, capsy
     assert "evil" in out and "\x1b" not in out
 
 
-@pytest.mark.parametrize("argv", [["import", "{fifo}"], ["import-conversation", "{fifo}"],
-                                  ["replay", "{fifo}", "--model", "nowhere"]])
+@pytest.mark.parametrize(
+    "argv", [["import", "{fifo}"], ["import-conversation", "{fifo}"], ["replay", "{fifo}", "--model", "nowhere"]]
+)
 def test_a_named_pipe_as_input_is_refused_not_waited_on(tmp_path, capsys, argv):
     import threading
 
@@ -192,10 +210,12 @@ def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):
     assert main(["conversations", "--search", "\udcff"]) == 0
     capsys.readouterr()
     # A NUL byte cannot come from a shell, but the same functions serve the window and scripts.
-    for argv in (["export", conv_id, "-o", str(tmp_path / "a\x00.md")],
-                 ["import-conversation", str(tmp_path / "a\x00.json")],
-                 ["import", str(tmp_path / "a\x00.gguf")],
-                 ["replay", str(tmp_path / "a\x00.json"), "--model", "x"]):
+    for argv in (
+        ["export", conv_id, "-o", str(tmp_path / "a\x00.md")],
+        ["import-conversation", str(tmp_path / "a\x00.json")],
+        ["import", str(tmp_path / "a\x00.gguf")],
+        ["replay", str(tmp_path / "a\x00.json"), "--model", "x"],
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and "bug" not in err[0], err

@@ -22,11 +22,23 @@ def write_script(tmp_path, turns, system="You are terse."):
 
 def test_replay_reuses_the_cache_across_turns(tmp_path, tiny_model_path, capsys):
     script = write_script(tmp_path, ["Hello", "Tell me more", "And after that?"])
-    code = main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "6", "--kv-initial-capacity", "8"])
+    code = main(
+        ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "6", "--kv-initial-capacity", "8"]
+    )
     assert code == 0
     turns = lines(capsys.readouterr().out)
     assert [t["turn"] for t in turns] == [0, 1, 2]
-    for key in ("reply", "prompt_ids", "reply_ids", "reused_tokens", "prefilled_tokens", "ttft_s", "decode_tps", "kv_capacity", "kv_offset"):
+    for key in (
+        "reply",
+        "prompt_ids",
+        "reply_ids",
+        "reused_tokens",
+        "prefilled_tokens",
+        "ttft_s",
+        "decode_tps",
+        "kv_capacity",
+        "kv_offset",
+    ):
         assert key in turns[0]
     for prev, cur in zip(turns, turns[1:]):
         held = len(prev["prompt_ids"]) + len(prev["reply_ids"])
@@ -82,8 +94,23 @@ def test_models_json_lists_the_starter_model(capsys):
 def test_chat_reads_stdin_and_streams_replies(tiny_model_path, chinwag_home):
     env = dict(os.environ, CHINWAG_HOME=str(chinwag_home))
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "chat", "--model", str(tiny_model_path), "--max-tokens", "5", "--temperature", "0"],
-        input="Hello\n/new\nSecond chat\n", capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "chat",
+            "--model",
+            str(tiny_model_path),
+            "--max-tokens",
+            "5",
+            "--temperature",
+            "0",
+        ],
+        input="Hello\n/new\nSecond chat\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("tokens,") == 2

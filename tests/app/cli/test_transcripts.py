@@ -50,7 +50,11 @@ def test_conversations_json_and_search(capsys, convs):
     rows = json.loads(out)
     assert code == 0 and [r["id"] for r in rows] == [convs[1], convs[0]]
     assert rows[1] | {"updated_at": 0, "updated": ""} == {
-        "id": convs[0], "title": "Recipe for pancakes 🥞", "messages": 2, "updated_at": 0, "updated": "",
+        "id": convs[0],
+        "title": "Recipe for pancakes 🥞",
+        "messages": 2,
+        "updated_at": 0,
+        "updated": "",
         "model_id": "smollm2",
     }
     code, out, _ = run(capsys, "conversations", "--json", "--search", "MILK")
@@ -99,7 +103,8 @@ def test_import_conversation(capsys, convs, tmp_path):
     assert code == 0 and err == "" and new_id not in convs
     with Store() as store:
         assert [m.content for m in store.get_conversation(new_id).messages] == [
-            "Recipe for pancakes 🥞", "Flour, eggs, **milk**.",
+            "Recipe for pancakes 🥞",
+            "Flour, eggs, **milk**.",
         ]
 
 
@@ -133,7 +138,11 @@ def test_pdf_export_from_a_terminal_without_display(convs, tmp_path):
     target = tmp_path / "chat.pdf"
     proc = subprocess.run(
         [sys.executable, "-m", "app.cli.transcripts", "export", convs[0][:8], "--format", "pdf", "-o", str(target)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert target.read_bytes().startswith(b"%PDF")

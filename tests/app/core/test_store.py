@@ -260,7 +260,10 @@ CRASH_SCRIPT = textwrap.dedent(
 def test_crash_while_streaming_keeps_the_text_and_marks_it_stopped(chinwag_home):
     proc = subprocess.run(
         [sys.executable, "-c", CRASH_SCRIPT.format(root=str(ROOT))],
-        capture_output=True, text=True, timeout=60, env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     conv_id = proc.stdout.strip()
@@ -348,7 +351,7 @@ def test_corrupt_pages_are_left_untouched(chinwag_home):
             store.add_message(conv.id, "user", f"message {i} " * 200)
     path = chinwag_home / "chinwag.db"
     data = bytearray(path.read_bytes())
-    data[4096 * 2: 4096 * 2 + 3000] = bytes(range(256)) * 11 + bytes(184)
+    data[4096 * 2 : 4096 * 2 + 3000] = bytes(range(256)) * 11 + bytes(184)
     path.write_bytes(bytes(data))
     _assert_recovers(chinwag_home, bytes(data))
 

@@ -20,9 +20,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def export_json(**conversation) -> dict:
-    data = {"format": "chinwag-conversation", "version": 1,
-            "conversation": {"title": "hostile", "settings": {}, **conversation},
-            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    data = {
+        "format": "chinwag-conversation",
+        "version": 1,
+        "conversation": {"title": "hostile", "settings": {}, **conversation},
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+    }
     return data
 
 
@@ -39,14 +42,17 @@ def import_refused(tmp_path, capsys, data, *needles, raw: bytes = None):
         assert store.list_conversations() == []
 
 
-@pytest.mark.parametrize("settings, needle", [
-    ({"temperature": "hot"}, "settings.temperature"),
-    ({"top_k": 2.5}, "settings.top_k"),
-    ({"max_tokens": 0}, "settings.max_tokens"),
-    ({"top_p": float("nan")}, None),  # json.dumps writes NaN, which import reads as a number
-    ({"system_prompt": ["x"]}, "settings.system_prompt"),
-    ({"repetition_penalty": True}, "settings.repetition_penalty"),
-])
+@pytest.mark.parametrize(
+    "settings, needle",
+    [
+        ({"temperature": "hot"}, "settings.temperature"),
+        ({"top_k": 2.5}, "settings.top_k"),
+        ({"max_tokens": 0}, "settings.max_tokens"),
+        ({"top_p": float("nan")}, None),  # json.dumps writes NaN, which import reads as a number
+        ({"system_prompt": ["x"]}, "settings.system_prompt"),
+        ({"repetition_penalty": True}, "settings.repetition_penalty"),
+    ],
+)
 def test_imported_settings_are_checked(tmp_path, capsys, settings, needle):
     import_refused(tmp_path, capsys, export_json(settings=settings), *([needle] if needle else []))
 
@@ -123,8 +129,13 @@ def test_unusable_data_folder_is_one_line_in_every_command(tmp_path, monkeypatch
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     monkeypatch.setenv("CHINWAG_HOME", str(blocker / "home"))
-    for argv in (["conversations"], ["models"], ["export", "abc", "-o", str(tmp_path / "x.md")],
-                 ["import-conversation", str(tmp_path / "x.json")], ["import", str(tmp_path / "x.gguf")]):
+    for argv in (
+        ["conversations"],
+        ["models"],
+        ["export", "abc", "-o", str(tmp_path / "x.md")],
+        ["import-conversation", str(tmp_path / "x.json")],
+        ["import", str(tmp_path / "x.gguf")],
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith("chinwag: error: ") and str(blocker) in err[0], (argv, err)
@@ -199,8 +210,13 @@ sys.stdin.read()  # alive until the test closes stdin
 
 
 def _start_writer(hold_write=False):
-    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), hold_write=hold_write)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER.format(root=str(ROOT), hold_write=hold_write)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     conv_id = proc.stdout.readline().strip()
     assert conv_id, "the writer process did not start"
     return proc, conv_id

@@ -76,8 +76,12 @@ def _v1_database(path):
     conn.executescript(f"BEGIN; {MIGRATIONS[0]}; PRAGMA user_version = 1; COMMIT;")
     conn.execute("INSERT INTO conversations VALUES ('c1', 'Loops', 1.0, 5.0, 'm', '{\"temperature\": 0.5}')")
     conn.execute("INSERT INTO conversations VALUES ('c2', 'Empty', 2.0, 2.0, '', '{}')")
-    rows = [("user", "How?", "complete"), ("assistant", "Like this.", "complete"),
-            ("user", "And?", "complete"), ("assistant", "Half", "stopped")]
+    rows = [
+        ("user", "How?", "complete"),
+        ("assistant", "Like this.", "complete"),
+        ("user", "And?", "complete"),
+        ("assistant", "Half", "stopped"),
+    ]
     for pos, (role, content, status) in enumerate(rows):
         conn.execute(
             "INSERT INTO messages (conversation_id, position, role, content, status, created_at, model_id, stats)"
@@ -95,8 +99,11 @@ def test_migration_from_the_previous_schema_loses_nothing(chinwag_home):
         assert not store.read_only and not store.notice
         conv = store.get_conversation("c1")
         assert [(m.role, m.content, m.status) for m in conv.messages] == [
-            ("user", "How?", "complete"), ("assistant", "Like this.", "complete"),
-            ("user", "And?", "complete"), ("assistant", "Half", "stopped")]
+            ("user", "How?", "complete"),
+            ("assistant", "Like this.", "complete"),
+            ("user", "And?", "complete"),
+            ("assistant", "Half", "stopped"),
+        ]
         assert conv.messages[1].stats == {"generated_tokens": 3} and conv.settings == {"temperature": 0.5}
         assert [m.parent_id for m in conv.messages] == [None] + [m.id for m in conv.messages[:-1]]
         assert all(m.versions == 1 for m in conv.messages) and len(conv.tree) == 4
@@ -130,24 +137,30 @@ def test_json_round_trips_every_version_and_text_formats_show_the_path(store, tm
     again = store.get_conversation(import_conversation(store, path).id)
     assert texts(again) == texts(conv)
     assert [(m.content, m.active, m.version, m.versions) for m in again.tree] == [
-        (m.content, m.active, m.version, m.versions) for m in conv.tree]
+        (m.content, m.active, m.version, m.versions) for m in conv.tree
+    ]
     md = to_markdown(conv)
     assert "version 2 of 2" in md  # the reply shown says which version it is
     assert "second answer" in md and "first answer" not in md and "Q2 edited" in md and "\nQ2\n" not in md
 
 
-@pytest.mark.parametrize("tree, error", [
-    ("x", '"tree" is not a list'),
-    ([{"role": "user", "content": "a", "parent": 0}], "tree[0].parent is not the index of an earlier message"),
-    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "parent": True}], "tree[1].parent"),
-    ([{"role": "user", "content": "a", "active": "yes"}], "tree[0].active is not true or false"),
-])
+@pytest.mark.parametrize(
+    "tree, error",
+    [
+        ("x", '"tree" is not a list'),
+        ([{"role": "user", "content": "a", "parent": 0}], "tree[0].parent is not the index of an earlier message"),
+        ([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "parent": True}], "tree[1].parent"),
+        ([{"role": "user", "content": "a", "active": "yes"}], "tree[0].active is not true or false"),
+    ],
+)
 def test_bad_tree_in_json_is_refused_and_nothing_written(store, tmp_path, tree, error):
     from engine.errors import ChinwagError
 
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"format": "chinwag-conversation", "version": 1, "conversation": {},
-                                "messages": [], "tree": tree}), encoding="utf-8")
+    path.write_text(
+        json.dumps({"format": "chinwag-conversation", "version": 1, "conversation": {}, "messages": [], "tree": tree}),
+        encoding="utf-8",
+    )
     with pytest.raises(ChinwagError, match=error.replace("[", r"\[").replace("]", r"\]")):
         import_conversation(store, path)
     assert store.list_conversations() == []
@@ -163,10 +176,22 @@ def test_conversation_list_counts_the_shown_messages(store, tmp_path):
     assert [r.message_count for r in store.list_conversations("again")] == [2]
     # An import that marks no (or two) versions shown still shows one of each.
     path = tmp_path / "two.json"
-    path.write_text(json.dumps({"format": "chinwag-conversation", "version": 1, "conversation": {}, "messages": [],
-                                "tree": [{"role": "user", "content": "q", "active": False},
-                                         {"role": "assistant", "content": "a", "parent": 0},
-                                         {"role": "assistant", "content": "b", "parent": 0}]}), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "format": "chinwag-conversation",
+                "version": 1,
+                "conversation": {},
+                "messages": [],
+                "tree": [
+                    {"role": "user", "content": "q", "active": False},
+                    {"role": "assistant", "content": "a", "parent": 0},
+                    {"role": "assistant", "content": "b", "parent": 0},
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
     imported = import_conversation(store, path)
     assert texts(store.get_conversation(imported.id)) == ["q", "b"]
     assert {r.id: r.message_count for r in store.list_conversations()}[imported.id] == 2
@@ -191,7 +216,11 @@ def test_cli_lists_exports_and_imports_a_chat_with_versions(capsys, tmp_path):
     with Store() as store:
         imported = next(r.id for r in store.list_conversations() if r.id != c.id)
         again = store.get_conversation(imported)
-        assert texts(again) == ["Q1", "new answer"] and [m.content for m in again.tree] == ["Q1", "old answer", "new answer"]
+        assert texts(again) == ["Q1", "new answer"] and [m.content for m in again.tree] == [
+            "Q1",
+            "old answer",
+            "new answer",
+        ]
 
 
 def test_switching_versions_is_not_activity(store):

@@ -75,8 +75,10 @@ def test_emoji_right_to_left_and_mixed_scripts(qtbot, window, store):
     assert window.sidebar.titles() == [text]
     # Right-to-left paragraphs are laid out right to left.
     block = user.body.document().firstBlock()
-    assert block.layout().textOption().textDirection() == Qt.LayoutDirection.RightToLeft or \
-        block.textDirection() == Qt.LayoutDirection.RightToLeft
+    assert (
+        block.layout().textOption().textDirection() == Qt.LayoutDirection.RightToLeft
+        or block.textDirection() == Qt.LayoutDirection.RightToLeft
+    )
     assert "🎉" in reply.body.widgets()[0].toPlainText()
 
 

@@ -54,7 +54,8 @@ def test_first_load_of_a_gguf_shows_the_import_stages(tiny_model_path, tmp_path)
     converting = [e.done for e in imports if e.stage.endswith("converting weights")]
     assert len(converting) >= 3 and any(2 < d < 3 for d in converting) and converting[-1] == 3
     assert {"reading GGUF", "converting weights", "building tokenizer", "writing model"} <= {
-        e.stage.split(": ", 1)[1] for e in imports}
+        e.stage.split(": ", 1)[1] for e in imports
+    }
     # The import comes before the weights load, which then has its own progress.
     stages = [e.stage for e in events]
     assert max(i for i, s in enumerate(stages) if s.startswith("Importing")) < stages.index("Loading weights")
@@ -108,11 +109,17 @@ print("RECORD " + json.dumps(record), flush=True)
 @pytest.mark.qt
 def test_window_keeps_handling_events_while_the_engine_imports_mlx(tiny_model_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", HEARTBEAT, str(tiny_model_path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", HEARTBEAT, str(tiny_model_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RECORD ")]
     assert lines, proc.stdout + proc.stderr
-    record = json.loads(lines[-1][len("RECORD "):])
+    record = json.loads(lines[-1][len("RECORD ") :])
     assert record["state"] == "ready"
     # mlx_lm (seconds of imports) is imported on the engine thread, never the window's...
     assert record["importer"] != "MainThread", record

@@ -57,11 +57,15 @@ def test_window_paints_before_mlx_lm_is_imported(tiny_model_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tiny_model_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RECORD ")]
     assert lines, proc.stdout + proc.stderr
-    record = json.loads(lines[-1][len("RECORD "):])
+    record = json.loads(lines[-1][len("RECORD ") :])
     assert record["visible_at_paint"]
     assert record["mlx_lm_at_paint"] is False and record["mlx_at_paint"] is False
     assert record["mlx_lm_later"] is True
@@ -74,7 +78,13 @@ def test_window_paints_before_mlx_lm_is_imported(tiny_model_path):
 
 def test_importing_the_window_is_cheap():
     code = "import sys, app.gui.main, app.gui.window, app.gui.engine_bridge; print(sorted(m for m in ('mlx', 'mlx_lm', 'transformers') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

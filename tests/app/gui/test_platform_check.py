@@ -17,10 +17,10 @@ def test_missing_xcb_library_says_what_to_install(tmp_path):
     # Simulate a machine without libxcb-icccm4 and libxcb-keysyms1: broken stand-ins come first.
     for name in ("libxcb-icccm.so.4", "libxcb-keysyms.so.1"):
         (tmp_path / name).write_bytes(b"not a library")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), QT_QPA_PLATFORM="xcb", DISPLAY=":987",
-               PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "app.cli.main"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), QT_QPA_PLATFORM="xcb", DISPLAY=":987", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

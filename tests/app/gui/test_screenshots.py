@@ -14,8 +14,14 @@ pytestmark = pytest.mark.qt
 
 def test_screenshots_are_written(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "app.gui.screenshots", "--out", str(tmp_path)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "app.gui.screenshots", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     from PySide6.QtGui import QImage
 

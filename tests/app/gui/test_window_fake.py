@@ -67,8 +67,9 @@ def test_reply_is_saved_while_it_grows(qtbot, window, store, engine):
     engine.token_delay = 0.01
     send(qtbot, window, "count", wait=False)
     start = time.monotonic()
-    qtbot.waitUntil(lambda: len(messages(store, window)) == 2 and bool(messages(store, window)[1].content),
-                    timeout=3000)
+    qtbot.waitUntil(
+        lambda: len(messages(store, window)) == 2 and bool(messages(store, window)[1].content), timeout=3000
+    )
     assert time.monotonic() - start < 1.6  # saved at least once a second
     assert messages(store, window)[1].status == "streaming"
     window.chat.stop()
@@ -153,8 +154,12 @@ def test_regenerate_and_edit(qtbot, window, store, engine):
     engine.reply = reply
     send(qtbot, window, "question one")
     send(qtbot, window, "question two")
-    assert [m.content for m in messages(store, window)] == ["question one", "reply number 1",
-                                                            "question two", "reply number 2"]
+    assert [m.content for m in messages(store, window)] == [
+        "question one",
+        "reply number 1",
+        "question two",
+        "reply number 2",
+    ]
     last = window.chat_view.message_widgets()[-1]
     assert last.regen_button.isVisible()
     assert not window.chat_view.message_widgets()[1].regen_button.isVisible()
@@ -268,7 +273,10 @@ def test_shortcuts_use_standard_keys(window):
     assert window.new_action.shortcut() == QKeySequence(QKeySequence.StandardKey.New)
     assert window.new_action.shortcut().toString() == "Ctrl+N"
     assert window.find_action.shortcut().toString() == "Ctrl+F"
-    assert window.prefs_action.shortcut().toString() in ("Ctrl+,", QKeySequence(QKeySequence.StandardKey.Preferences).toString())
+    assert window.prefs_action.shortcut().toString() in (
+        "Ctrl+,",
+        QKeySequence(QKeySequence.StandardKey.Preferences).toString(),
+    )
     assert window.export_action.shortcut().toString() == "Ctrl+Shift+E"
     window.find_action.trigger()
     assert window.sidebar.search.hasFocus() or window.focusWidget() is window.sidebar.search

@@ -229,8 +229,9 @@ def test_edit_menu_and_copy_last_reply(qtbot, window, engine, monkeypatch):
     assert edit[:5] == ["Undo", "Cut", "Copy", "Paste", "Select All"]
     send(qtbot, window, "question")
     window.composer.editor.setFocus()
-    QTest.keyClick(window.composer.editor, Qt.Key.Key_C,
-                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClick(
+        window.composer.editor, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
     assert QGuiApplication.clipboard().text() == engine.reply
     button = window.chat_view.message_widgets()[-1].copy_button
     assert button.toolTip() == "Copied to the clipboard"
@@ -268,8 +269,9 @@ def test_sidebar_collapses_and_window_has_a_usable_minimum(qtbot, window):
     assert window.width() >= 700
     assert window.composer.editor.width() > 300
     window.sidebar.list.setFocus()
-    QTest.keyClick(window.sidebar.list, Qt.Key.Key_S,
-                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClick(
+        window.sidebar.list, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
     assert not window.sidebar.isVisible() and window.focusWidget() is window.composer.editor
     window.header.sidebar_button.click()
     assert window.sidebar.isVisible()
@@ -345,8 +347,11 @@ def test_long_message_show_more_and_less(qtbot, window, engine):
 def test_message_actions_are_icon_buttons_with_tooltips(qtbot, window, engine):
     send(qtbot, window, "hi")
     user, reply = window.chat_view.message_widgets()
-    for button, tip in ((user.copy_button, "Copy this message"), (user.edit_button, "Edit and resend"),
-                        (reply.regen_button, "Write this reply again")):
+    for button, tip in (
+        (user.copy_button, "Copy this message"),
+        (user.edit_button, "Edit and resend"),
+        (reply.regen_button, "Write this reply again"),
+    ):
         assert button.toolTip().startswith(tip) and not button.icon().isNull() and button.accessibleName()
 
 

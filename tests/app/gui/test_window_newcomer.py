@@ -29,8 +29,14 @@ def test_typing_straight_away_is_sent_and_answered(qtbot, qloop, tiny_model_path
     if window.bridge.current_model is None:  # still loading: queued, not ignored
         assert window.chat.queued is not None and window.composer.text() == ""
     qtbot.waitUntil(task.done, timeout=120_000)
-    qtbot.waitUntil(lambda: len(window.chat_view.message_widgets()) == 2 and window.chat.gen is None
-                    and not window.bridge.is_generating(), timeout=120_000)
+    qtbot.waitUntil(
+        lambda: (
+            len(window.chat_view.message_widgets()) == 2
+            and window.chat.gen is None
+            and not window.bridge.is_generating()
+        ),
+        timeout=120_000,
+    )
     msgs = store.get_conversation(window.chat.conv_id).messages
     assert [(m.role, m.status) for m in msgs] == [("user", "complete"), ("assistant", "complete")]
     assert msgs[0].content == "Hello there" and msgs[1].stats["generated_tokens"] >= 1

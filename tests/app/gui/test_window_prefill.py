@@ -67,8 +67,11 @@ def test_typing_pause_and_paste_read_the_draft_ahead(qtbot, window, store, engin
     qtbot.waitUntil(lambda: len(engine.prefills) == 1, timeout=5000)
     conv, sent, params = engine.prefills[0]
     assert conv == conv_id and params.max_tokens == engine.calls[-1][2].max_tokens
-    assert sent == [{"role": "user", "content": "first message"}, {"role": "assistant", "content": "ok"},
-                    {"role": "user", "content": "a draft in prog"}]
+    assert sent == [
+        {"role": "user", "content": "first message"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "a draft in prog"},
+    ]
     # A paste is read at once, without waiting for a pause.
     mime = QMimeData()
     mime.setText("ress, then a pasted page")

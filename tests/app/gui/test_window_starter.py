@@ -24,11 +24,19 @@ def replay(tmp_path, capsys, system, turns, *options):
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
-def test_a_reply_quoted_by_the_user_before_it_keeps_the_whole_history_reused(starter_home, monkeypatch, tmp_path, capsys):
+def test_a_reply_quoted_by_the_user_before_it_keeps_the_whole_history_reused(
+    starter_home, monkeypatch, tmp_path, capsys
+):
     # The example: the old splice reused 19 of 36 cached tokens at turn 2.
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
-    turns = replay(tmp_path, capsys, "You are a friendly assistant.",
-                   ["Repeat after me exactly: I like green apples.", "Why is the sky blue?"], "--max-tokens", "8")
+    turns = replay(
+        tmp_path,
+        capsys,
+        "You are a friendly assistant.",
+        ["Repeat after me exactly: I like green apples.", "Why is the sky blue?"],
+        "--max-tokens",
+        "8",
+    )
     assert "green apples" in turns[0]["reply"]
     held = len(turns[0]["prompt_ids"]) + len(turns[0]["reply_ids"])
     assert turns[1]["reused_tokens"] == held

@@ -42,12 +42,23 @@ for i in range(3):
 
 @pytest.fixture
 def conv(store):
-    c = store.create_conversation(model_id="smollm2-135m-instruct", settings={
-        "system_prompt": "You are terse.", "temperature": 0.3, "top_k": 40, "max_tokens": 256,
-    })
+    c = store.create_conversation(
+        model_id="smollm2-135m-instruct",
+        settings={
+            "system_prompt": "You are terse.",
+            "temperature": 0.3,
+            "top_k": 40,
+            "max_tokens": 256,
+        },
+    )
     store.add_message(c.id, "user", "How do I loop? 🎉 שלום مرحبا 你好")
-    store.add_message(c.id, "assistant", ASSISTANT_TEXT, model_id="smollm2-135m-instruct",
-                      stats={"generated_tokens": 42, "decode_tps": 31.5, "finish_reason": "stop", "prompt_ids": [1, 2]})
+    store.add_message(
+        c.id,
+        "assistant",
+        ASSISTANT_TEXT,
+        model_id="smollm2-135m-instruct",
+        stats={"generated_tokens": 42, "decode_tps": 31.5, "finish_reason": "stop", "prompt_ids": [1, 2]},
+    )
     store.add_message(c.id, "user", "And again?")
     store.add_message(c.id, "assistant", "Half an answ", status="stopped", model_id="other")
     store.add_message(c.id, "assistant", "", status="failed")
@@ -92,7 +103,7 @@ def test_json_round_trip_is_identical(store, conv, tmp_path):
 
 def test_json_round_trip_of_awkward_text(store, tmp_path):
     c = store.create_conversation(title="Ünïcode ✨ עברית")
-    texts = ["x" * 1_000_000, "👨‍👩‍👧 🇯🇵", "RTL עברית mixed العربية 123", "nul\x00char", "quote \" and \\ backslash"]
+    texts = ["x" * 1_000_000, "👨‍👩‍👧 🇯🇵", "RTL עברית mixed العربية 123", "nul\x00char", 'quote " and \\ backslash']
     for t in texts:
         store.add_message(c.id, "user", t)
     c = store.get_conversation(c.id)
@@ -106,8 +117,12 @@ def _write(tmp_path, name, content):
     return path
 
 
-GOOD = {"format": "chinwag-conversation", "version": 1, "conversation": {"title": "t"},
-        "messages": [{"role": "user", "content": "hi"}]}
+GOOD = {
+    "format": "chinwag-conversation",
+    "version": 1,
+    "conversation": {"title": "t"},
+    "messages": [{"role": "user", "content": "hi"}],
+}
 
 
 @pytest.mark.parametrize(
@@ -124,14 +139,22 @@ GOOD = {"format": "chinwag-conversation", "version": 1, "conversation": {"title"
         ({**GOOD, "conversation": []}, "conversation"),
         ({**GOOD, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
         ({**GOOD, "messages": [{"role": "user"}]}, "messages[0].content is missing"),
-        ({**GOOD, "messages": [GOOD["messages"][0], {"role": "user", "content": "x", "status": "odd"}]},
-         "messages[1].status"),
+        (
+            {**GOOD, "messages": [GOOD["messages"][0], {"role": "user", "content": "x", "status": "odd"}]},
+            "messages[1].status",
+        ),
         ({**GOOD, "messages": [{"role": "user", "content": "x", "created_at": "yesterday"}]}, "created_at"),
         ({**GOOD, "messages": [{"role": "user", "content": "x", "stats": [1]}]}, "stats"),
-        ('{"format": "chinwag-conversation", "version": 1, "conversation": {"title": "t"},'
-         ' "messages": [{"role": "user", "content": "bad \\ud800"}]}', "surrogate"),
-        ('{"format": "chinwag-conversation", "version": 1, "conversation": {"title": "t",'
-         ' "created_at": NaN}, "messages": []}', "finite"),
+        (
+            '{"format": "chinwag-conversation", "version": 1, "conversation": {"title": "t"},'
+            ' "messages": [{"role": "user", "content": "bad \\ud800"}]}',
+            "surrogate",
+        ),
+        (
+            '{"format": "chinwag-conversation", "version": 1, "conversation": {"title": "t",'
+            ' "created_at": NaN}, "messages": []}',
+            "finite",
+        ),
     ],
 )
 def test_import_rejects_bad_files_and_writes_nothing(store, tmp_path, content, problem):
@@ -192,7 +215,7 @@ def test_html_export_is_self_contained_and_renders_markdown(conv, tmp_path):
     for external in ("<script", "<link", " src=", "url(", "@import", "<img", "<iframe"):
         assert external not in page.lower()
     code = re.search(r'<pre><code class="language-python">(.*?)</code></pre>', page, re.S).group(1)
-    assert re.sub(r"</?span[^>]*>", "", code).startswith('for i in range(3):\n    print(&quot;&lt;b&gt;&quot;, i)')
+    assert re.sub(r"</?span[^>]*>", "", code).startswith("for i in range(3):\n    print(&quot;&lt;b&gt;&quot;, i)")
     assert '<span class="hl-k">for</span>' in code and ".hl-k{" in page  # highlighted, with its CSS
     assert "<strong>a loop</strong>" in page and "<code>Python</code>" in page
     assert '<th style="text-align:left">Name</th>' in page and '<td style="text-align:right">1</td>' in page
@@ -325,7 +348,7 @@ def test_unclosed_code_fence_runs_to_the_end():
     out = markdown_to_html("Intro\n\n```js\nlet a = '<div>';\n\n# not a heading")
     assert re.sub(r"</?span[^>]*>", "", out) == (
         '<p dir="auto">Intro</p>\n'
-        "<pre><code class=\"language-js\">let a = &#x27;&lt;div&gt;&#x27;;\n\n# not a heading</code></pre>\n"
+        '<pre><code class="language-js">let a = &#x27;&lt;div&gt;&#x27;;\n\n# not a heading</code></pre>\n'
     )
 
 
@@ -336,7 +359,10 @@ def test_unclosed_code_fence_runs_to_the_end():
         ("### C# tips ###", '<h3 dir="auto">C# tips</h3>'),
         ("#hashtag", '<p dir="auto">#hashtag</p>'),
         ("a\nb", '<p dir="auto">a<br>\nb</p>'),
-        ("*it* **bold** ***both*** ~~gone~~", "<em>it</em> <strong>bold</strong> <em><strong>both</strong></em> <del>gone</del>"),
+        (
+            "*it* **bold** ***both*** ~~gone~~",
+            "<em>it</em> <strong>bold</strong> <em><strong>both</strong></em> <del>gone</del>",
+        ),
         ("snake_case_name and 2 * 3 * 4", "snake_case_name and 2 * 3 * 4"),
         ("`a < b` and ``x ` y``", "<code>a &lt; b</code> and <code>x ` y</code>"),
         (r"\*literal\*", "*literal*"),
@@ -344,10 +370,13 @@ def test_unclosed_code_fence_runs_to_the_end():
         ("![cat](https://e.com/cat.png)", '<a href="https://e.com/cat.png">cat</a>'),
         ("see https://e.com/x.", '<a href="https://e.com/x">https://e.com/x</a>.'),
         ('[q](https://e.com/?a=1&b="2")', '<a href="https://e.com/?a=1&amp;b=&quot;2&quot;">q</a>'),
-        ("- a\n  - b\n- c", "<ul>\n<li dir=\"auto\">a<ul>\n<li dir=\"auto\">b</li>\n</ul>\n</li>\n<li dir=\"auto\">c</li>\n</ul>"),
+        (
+            "- a\n  - b\n- c",
+            '<ul>\n<li dir="auto">a<ul>\n<li dir="auto">b</li>\n</ul>\n</li>\n<li dir="auto">c</li>\n</ul>',
+        ),
         ("3. x\n4. y", '<ol start="3">'),
         ("- [x] done", "☑ done"),
-        ("> quoted\n> text", "<blockquote><p dir=\"auto\">quoted<br>\ntext</p>\n</blockquote>"),
+        ("> quoted\n> text", '<blockquote><p dir="auto">quoted<br>\ntext</p>\n</blockquote>'),
         ("---", "<hr>"),
         ("| a | b |\n|---|---|\n| `x|y` | 2 |", "<td><code>x|y</code></td><td>2</td>"),
         ("<img src=x onerror=alert(1)>", "&lt;img src=x onerror=alert(1)&gt;"),
@@ -386,12 +415,43 @@ def test_split_think(text, parts):
     assert split_think(text) == parts
 
 
-ALLOWED_TAGS = {"span", "p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "code", "em", "strong", "del", "a",
-                "ul", "ol", "li", "blockquote", "hr", "table", "thead", "tbody", "tr", "th", "td"}
+ALLOWED_TAGS = {
+    "span",
+    "p",
+    "br",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "pre",
+    "code",
+    "em",
+    "strong",
+    "del",
+    "a",
+    "ul",
+    "ol",
+    "li",
+    "blockquote",
+    "hr",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+}
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(list("ab <>&\"'`*_~#->|[]()!:/\\\n1. \t\u202eé") + ["https://", "javascript:", "```"]), max_size=120).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(list("ab <>&\"'`*_~#->|[]()!:/\\\n1. \t\u202eé") + ["https://", "javascript:", "```"]),
+        max_size=120,
+    ).map("".join)
+)
 def test_markdown_to_html_only_emits_known_tags(text):
     out = markdown_to_html(text)
     for tag in re.findall(r"</?([a-zA-Z][a-zA-Z0-9]*)", out):

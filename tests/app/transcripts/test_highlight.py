@@ -68,16 +68,22 @@ def test_spans_cover_the_code_exactly_and_astral_text_is_safe():
     code = 's = "🎉"\nprint(s)\n'
     runs = spans(code, "python")
     assert runs and all(0 <= r.start and r.start + r.length <= len(code) for r in runs)
-    assert any(code[r.start:r.start + r.length] == "print" for r in runs)
+    assert any(code[r.start : r.start + r.length] == "print" for r in runs)
 
 
 def test_html_and_pdf_exports_highlight_code(tmp_path):
     from app.transcripts.export import export_conversation, to_html
 
-    conv = Conversation("c", "Code", 0, 0, messages=[
-        Message(1, "c", 0, "user", "a function?"),
-        Message(2, "c", 1, "assistant", f"Here:\n\n```python\n{PY}```"),
-    ])
+    conv = Conversation(
+        "c",
+        "Code",
+        0,
+        0,
+        messages=[
+            Message(1, "c", 0, "user", "a function?"),
+            Message(2, "c", 1, "assistant", f"Here:\n\n```python\n{PY}```"),
+        ],
+    )
     page = export_conversation(conv, "html", tmp_path / "c.html").read_text(encoding="utf-8")
     assert '<span class="hl-k">def</span>' in page
     assert ".hl-k{" in page and "@media (prefers-color-scheme: dark) {\n.hl-" in page
@@ -97,8 +103,9 @@ def test_code_block_in_the_window_is_coloured(qtbot):
     block = next(w for w in view.widgets() if isinstance(w, CodeBlock))
     doc = block.editor.document()
     formats = doc.firstBlock().layout().formats()
-    coloured = {doc.firstBlock().text()[f.start:f.start + f.length] for f in formats
-                if f.format.foreground().style() != 0}
+    coloured = {
+        doc.firstBlock().text()[f.start : f.start + f.length] for f in formats if f.format.foreground().style() != 0
+    }
     assert "def" in coloured and "greet" in coloured
     default = block.editor.palette().color(QPalette.ColorRole.Text)
     assert any(f.format.foreground().color() != default for f in formats)

@@ -206,7 +206,9 @@ def test_masks_with_a_cache_match_mlx_lm():
 
     cache = ContiguousAttentionKVCache(HEADS, DIM, max_seq_len=4, dtype=mx.float32)
     assert create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=False) == "causal"
-    assert mx.array_equal(create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=True), create_causal_mask(4))
+    assert mx.array_equal(
+        create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=True), create_causal_mask(4)
+    )
     cache.update_and_fetch(mx.zeros((1, 2, 16, 8)), mx.zeros((1, 2, 16, 8)))
     ours = create_attention_mask(mx.zeros((1, 4)), cache=cache, return_array=True)
     reference = KVCache()

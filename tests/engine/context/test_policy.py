@@ -14,7 +14,6 @@ from tests.engine.test_api import reference, turn
 SYSTEM = {"role": "system", "content": "You are brief."}
 
 
-
 def question(i):
     return {"role": "user", "content": f"question number {i} about the cat"}
 
@@ -186,8 +185,23 @@ def test_replay_low_water_option_slides_further_and_rejects_bad_values(tmp_path,
     script.write_text(json.dumps({"system": "sys", "turns": [f"question number {i} about the cat" for i in range(14)]}))
     prompts = {}
     for low in ("0.2", "0.8"):
-        assert main(["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "4",
-                     "--context-cap", "120", "--low-water", low]) == 0
+        assert (
+            main(
+                [
+                    "replay",
+                    str(script),
+                    "--model",
+                    str(tiny_model_path),
+                    "--max-tokens",
+                    "4",
+                    "--context-cap",
+                    "120",
+                    "--low-water",
+                    low,
+                ]
+            )
+            == 0
+        )
         turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         prompts[low] = min(t["prompt_ids"].__len__() for t in turns if t["dropped_messages"])
     assert prompts["0.2"] < prompts["0.8"]

@@ -23,8 +23,12 @@ def odd_ids(tokenizer, text):
 
 def test_pieces_reproduce_the_rendered_template(tiny_model):
     _, tokenizer = tiny_model
-    messages = [SYSTEM, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-                {"role": "user", "content": "Hello"}]
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Hello"},
+    ]
     prefixes, tail = split_render(tokenizer, messages)
     assert len(prefixes) == 4
     assert "".join(p + m["content"] for p, m in zip(prefixes, messages)) + tail == render(tokenizer, messages)
@@ -52,7 +56,7 @@ def test_reply_text_inside_an_earlier_user_message_keeps_the_cached_prefix(tiny_
 def test_equal_reply_texts_with_different_ids_keep_their_own_ids(tiny_model):
     # The second example: two replies cut inside the same emoji both read "\ufffd".
     _, tokenizer = tiny_model
-    emoji_ids = tokenizer.encode("\U0001F34F", add_special_tokens=False)
+    emoji_ids = tokenizer.encode("\U0001f34f", add_special_tokens=False)
     assert len(emoji_ids) >= 2
     history = History()
     messages = [SYSTEM, {"role": "user", "content": "Show me an apple"}]
@@ -85,7 +89,8 @@ def upper_template(tokenizer):
 
         def apply_chat_template(self, messages, **kwargs):
             return tokenizer.apply_chat_template(
-                [dict(m, content=m["content"].upper()) if m["role"] == "user" else m for m in messages], **kwargs)
+                [dict(m, content=m["content"].upper()) if m["role"] == "user" else m for m in messages], **kwargs
+            )
 
         def encode(self, text, **kwargs):
             return tokenizer.encode(text, **kwargs)
@@ -98,7 +103,7 @@ def test_a_template_that_rewrites_content_falls_back_to_plain_tokenization(tiny_
     messages = [SYSTEM, {"role": "user", "content": "hello"}]
     prompt = build(upper_template(tokenizer), messages, [0, 1], History())
     assert not prompt.complete and len(prompt.lengths) == 1
-    assert prompt.ids[prompt.lengths[0]:] == tokenizer.encode(prompt.tail, add_special_tokens=False)
+    assert prompt.ids[prompt.lengths[0] :] == tokenizer.encode(prompt.tail, add_special_tokens=False)
     assert "HELLO" in prompt.tail
 
 

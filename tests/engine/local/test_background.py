@@ -14,13 +14,13 @@ from tests.engine.test_api import GREEDY, reference, turn
 LONG = "The quick brown fox jumps over the lazy dog. " * 30
 
 
-
 def draft(text, history=()):
     return list(history) + [{"role": "user", "content": text}]
 
 
 async def cache_state(engine, conv_id):
     """(tokens held by the cache's layers, len(token_ids)), read on the engine thread."""
+
     def read():
         conv = engine._session.caches.get(conv_id)
         return (conv.offset, len(conv.token_ids)) if conv else (0, 0)
@@ -167,8 +167,10 @@ CAP = GenerationParams(temperature=0.0, max_tokens=8, context_cap=400)
 def near_limit_chat():
     history = [{"role": "system", "content": "Be brief."}]
     for i in range(5):
-        history += [{"role": "user", "content": f"Question {i}: what is the capital of France?"},
-                    {"role": "assistant", "content": f"Answer {i}: the capital of France is Paris."}]
+        history += [
+            {"role": "user", "content": f"Question {i}: what is the capital of France?"},
+            {"role": "assistant", "content": f"Answer {i}: the capital of France is Paris."},
+        ]
     return history
 
 

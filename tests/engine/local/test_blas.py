@@ -13,8 +13,9 @@ from engine.local import blas
 
 
 def _probe(code: str, **env) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -27,8 +28,12 @@ PROBE = (
 
 
 def test_preload_is_refused_after_mlx_and_when_disabled():
-    assert _probe("import mlx.core; from engine import blas; print(blas.preload_openblas(), blas.openblas_info()['reason'])") \
+    assert (
+        _probe(
+            "import mlx.core; from engine import blas; print(blas.preload_openblas(), blas.openblas_info()['reason'])"
+        )
         == "False mlx was imported before preload_openblas()"
+    )
     assert _probe(PROBE, CHINWAG_NO_OPENBLAS="1") == "False CHINWAG_NO_OPENBLAS is set True"
 
 

@@ -37,8 +37,9 @@ def test_long_prefill_reports_progress_before_the_first_token(engine_with, tiny_
     # A short follow-up is read in one chunk: one event once it is read (the prompt's size), then text.
     short = second[-1]
     assert 0 < short.prefilled_tokens <= generation.PREFILL_FIRST_STEP
-    assert second[0] == PrefillProgress(short.prefilled_tokens, short.prefilled_tokens, short.prompt_tokens,
-                                        short.context_limit)
+    assert second[0] == PrefillProgress(
+        short.prefilled_tokens, short.prefilled_tokens, short.prompt_tokens, short.context_limit
+    )
     assert [type(ev).__name__ for ev in second[1:-1]] == ["TextDelta"] * (len(second) - 2)
     for events in (first, second):
         stats = events[-1]

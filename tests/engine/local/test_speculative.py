@@ -25,8 +25,10 @@ def looping_model_path(tmp_path_factory):
     path = build_tiny_model(tmp_path_factory.mktemp("looping"))
     weights = mx.load(str(path / "model.safetensors"))
     # Smaller projections than build_tiny_model's make replies loop now and then.
-    mx.save_safetensors(str(path / "model.safetensors"),
-                        {k: v * 0.4 if "proj" in k and k.endswith("weight") else v for k, v in weights.items()})
+    mx.save_safetensors(
+        str(path / "model.safetensors"),
+        {k: v * 0.4 if "proj" in k and k.endswith("weight") else v for k, v in weights.items()},
+    )
     return path
 
 
@@ -44,8 +46,15 @@ def prompt_of(tokenizer, text=CODE):
 def generate(model, tokenizer, prompt_ids, conv=None, capacity=16, stop_after=None, **params):
     conv = conv or ConversationCache.create(model, capacity)
     deltas = []
-    stats = run_turn(model, tokenizer, conv, TurnInput(list(prompt_ids), 2048), GenerationParams(**params),
-                     lambda: stop_after is not None and len(deltas) >= stop_after, deltas.append)
+    stats = run_turn(
+        model,
+        tokenizer,
+        conv,
+        TurnInput(list(prompt_ids), 2048),
+        GenerationParams(**params),
+        lambda: stop_after is not None and len(deltas) >= stop_after,
+        deltas.append,
+    )
     return stats, conv, deltas
 
 
@@ -129,10 +138,24 @@ def test_the_default_is_one_value_per_backend():
 def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_model, repetition_penalty):
     model, tokenizer = looping_model
     prompt = prompt_of(tokenizer)
-    plain, plain_conv, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=160,
-                                    repetition_penalty=repetition_penalty, speculative=False)
-    spec, conv, deltas = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=160,
-                                  repetition_penalty=repetition_penalty, speculative=True)
+    plain, plain_conv, _ = generate(
+        model,
+        tokenizer,
+        prompt,
+        temperature=0.0,
+        max_tokens=160,
+        repetition_penalty=repetition_penalty,
+        speculative=False,
+    )
+    spec, conv, deltas = generate(
+        model,
+        tokenizer,
+        prompt,
+        temperature=0.0,
+        max_tokens=160,
+        repetition_penalty=repetition_penalty,
+        speculative=True,
+    )
     assert spec.reply_ids == plain.reply_ids
     assert [t for d in deltas for t in d.token_ids] == list(plain.reply_ids)
     assert plain.drafted_tokens == plain.accepted_tokens == 0
@@ -177,8 +200,9 @@ def test_eos_and_stop_inside_an_accepted_draft(looping_model):
         tokenizer.eos_token_ids = saved
     assert stopped_in_draft
     # Stop (Esc) lands within one verified step: the cache keeps only what was emitted.
-    spec, conv, deltas = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=True,
-                                  stop_after=41)
+    spec, conv, deltas = generate(
+        model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=True, stop_after=41
+    )
     assert spec.finish_reason == "cancelled" and len(spec.reply_ids) == 41
     assert spec.reply_ids == full.reply_ids[:41]
     assert_invariant(conv, spec)
@@ -188,8 +212,11 @@ def test_follow_up_turn_reuses_the_cache_and_matches_a_fresh_plain_computation(l
     model, tokenizer = looping_model
     first, conv, _ = generate(model, tokenizer, prompt_of(tokenizer), temperature=0.0, max_tokens=50, speculative=True)
     reply = tokenizer.decode(list(first.reply_ids))
-    messages = [{"role": "user", "content": CODE}, {"role": "assistant", "content": reply},
-                {"role": "user", "content": "Again: " + CODE}]
+    messages = [
+        {"role": "user", "content": CODE},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Again: " + CODE},
+    ]
     follow = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     second, conv, _ = generate(model, tokenizer, follow, conv=conv, temperature=0.0, max_tokens=50, speculative=True)
     fresh, _, _ = generate(model, tokenizer, follow, temperature=0.0, max_tokens=50, speculative=False)
@@ -375,8 +402,9 @@ def engine_turns(model_path, turns, **params):
 def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(looping_model_path, draft_pair, draft):
     turns = [CODE, "Again: " + CODE]
     plain, _ = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40, speculative=False)
-    drafted, session = engine_turns(looping_model_path, turns, temperature=0.0, max_tokens=40,
-                                    draft_model=str(draft_pair[draft]))
+    drafted, session = engine_turns(
+        looping_model_path, turns, temperature=0.0, max_tokens=40, draft_model=str(draft_pair[draft])
+    )
     assert [s.reply_ids for s in drafted] == [s.reply_ids for s in plain]
     assert all(s.drafted_tokens > 0 for s in drafted)
     if draft == "same":  # the same weights draft what the model says
@@ -399,11 +427,14 @@ def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, dr
     from engine import ChinwagError
 
     with pytest.raises(ChinwagError, match="vocabularies differ"):
-        engine_turns(looping_model_path, ["Hello"], temperature=0.0, max_tokens=4,
-                     draft_model=str(draft_pair["foreign"]))
+        engine_turns(
+            looping_model_path, ["Hello"], temperature=0.0, max_tokens=4, draft_model=str(draft_pair["foreign"])
+        )
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": ["Hello"]}))
-    code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])])
+    code = main(
+        ["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(draft_pair["foreign"])]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "vocabularies differ" in err and "draft model" in err
     code = main(["replay", str(script), "--model", str(looping_model_path), "--draft-model", str(tmp_path / "nope")])
@@ -412,8 +443,9 @@ def test_a_draft_model_with_another_vocabulary_is_refused(looping_model_path, dr
 
 
 @pytest.mark.qt
-def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(qtbot, qloop, looping_model_path,
-                                                                              draft_pair):
+def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
+    qtbot, qloop, looping_model_path, draft_pair
+):
     from tests.app.gui.test_window_engine import close_window, open_window, send
 
     store, window = open_window(qtbot, looping_model_path)
@@ -431,7 +463,9 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(qtb
     assert reply.status == "complete" and reply.stats["drafted_tokens"] > 0
     assert "drafted tokens accepted" in window.chat_view.message_widgets()[-1].stats_label.toolTip()
 
-    window.save_chat_settings(conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])})
+    window.save_chat_settings(
+        conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])}
+    )
     send(qtbot, window, "Once more")
     reply = store.get_conversation(conv_id).messages[-1]
     assert reply.status == "failed"

@@ -23,8 +23,11 @@ class SearchHandler(HubHandler):
         query = parse_qs(url.query)
         self.server.requests.append((self.command, self.path))
         needle = query.get("search", [""])[0].lower()
-        found = [{"id": repo, "modelId": repo, "downloads": 100 - i, "likes": i, "tags": ["mlx"]}
-                 for i, repo in enumerate(sorted(self.server.repos)) if needle in repo.lower()]
+        found = [
+            {"id": repo, "modelId": repo, "downloads": 100 - i, "likes": i, "tags": ["mlx"]}
+            for i, repo in enumerate(sorted(self.server.repos))
+            if needle in repo.lower()
+        ]
         data = json.dumps(found).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

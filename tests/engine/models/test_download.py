@@ -49,16 +49,24 @@ class HubHandler(BaseHTTPRequestHandler):
         hub.requests.append((self.command, path))
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/[^/]+)?", path)
         if m:
-            return self._json(m.group(1), lambda files: {
-                "id": m.group(1), "sha": SHA, "private": False,
-                "siblings": [{"rfilename": f, "size": len(d)} for f, d in files.items()],
-            })
+            return self._json(
+                m.group(1),
+                lambda files: {
+                    "id": m.group(1),
+                    "sha": SHA,
+                    "private": False,
+                    "siblings": [{"rfilename": f, "size": len(d)} for f, d in files.items()],
+                },
+            )
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/[^/]+", path)
         if m:
-            return self._json(m.group(1), lambda files: [
-                {"type": "file", "path": f, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
-                for f, d in files.items()
-            ])
+            return self._json(
+                m.group(1),
+                lambda files: [
+                    {"type": "file", "path": f, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
+                    for f, d in files.items()
+                ],
+            )
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/[^/]+/(.+)", path)
         files = hub.repos.get(m.group(1)) if m else None
         if files is None or m.group(2) not in files:
@@ -74,7 +82,7 @@ class HubHandler(BaseHTTPRequestHandler):
                 if hub.chunk_delay:
                     time.sleep(hub.chunk_delay)
                 try:
-                    self.wfile.write(data[i:i + 16384])
+                    self.wfile.write(data[i : i + 16384])
                 except OSError:
                     return  # the client hung up (a cancelled download)
 
@@ -111,8 +119,7 @@ def hub(monkeypatch, tiny_model_path):
     server = FakeHub()
     files = {f.name: f.read_bytes() for f in sorted(tiny_model_path.iterdir())}
     server.repos["tester/tiny"] = dict(files, **{"README.md": b"# tiny", "weights.bin": b"x" * 99})
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     _online(monkeypatch, server.url)
     yield server
@@ -196,8 +203,7 @@ def test_invalid_repo_id(bad):
 
 
 def test_repo_id_from_url():
-    assert download.normalize_repo_id("https://huggingface.co/mlx-community/Foo-4bit") == \
-        "mlx-community/Foo-4bit"
+    assert download.normalize_repo_id("https://huggingface.co/mlx-community/Foo-4bit") == "mlx-community/Foo-4bit"
     assert download.normalize_repo_id(" hf.co/a/b/tree/main ") == "a/b"
 
 
@@ -208,9 +214,9 @@ def test_unknown_repo(hub):
 
 def test_unsupported_model_is_refused_before_the_weights(hub):
     config = json.loads(hub.repos["tester/tiny"]["config.json"])
-    hub.repos["tester/bert"] = dict(hub.repos["tester/tiny"],
-                                    **{"config.json": json.dumps(dict(config, model_type="bert"))
-                                       .encode()})
+    hub.repos["tester/bert"] = dict(
+        hub.repos["tester/tiny"], **{"config.json": json.dumps(dict(config, model_type="bert")).encode()}
+    )
     with pytest.raises(ModelError, match="'bert' model"):
         download.download_model("tester/bert")
     assert not any("model.safetensors" in p for _, p in hub.requests)

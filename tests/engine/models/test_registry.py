@@ -126,8 +126,7 @@ def test_broken_models_are_listed_as_unusable(tiny_model_path, tmp_path):
 def test_add_and_remove_folder(tiny_model_path, tmp_path):
     folder = copy_model(tiny_model_path, tmp_path / "My Model")
     info = registry.add_model_folder(folder)
-    assert (info.status, info.source, info.id, info.name) == ("ready", "folder", str(folder),
-                                                              "My Model")
+    assert (info.status, info.source, info.id, info.name) == ("ready", "folder", str(folder), "My Model")
     assert registry.add_model_folder(folder) == info  # no duplicate entry
     saved = json.loads((paths.data_dir() / "folders.json").read_text())
     assert saved == {"folders": [str(folder)]}
@@ -193,8 +192,13 @@ def test_listing_does_not_import_mlx(tiny_model_path, tmp_path):
         "bad = [m for m in sys.modules if m.startswith(('mlx', 'huggingface_hub', 'tokenizers'))]; "
         "assert not bad, bad; print(len(ms))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[3], env=dict(os.environ),
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+        env=dict(os.environ),
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 2

@@ -96,10 +96,16 @@ def test_stop_mid_reply_and_the_next_turn_still_works(mlx_server):
     ask = [{"role": "user", "content": "Count from 1 to 50, one number per line."}]
 
     async def body(engine):
-        stopped = await turn(engine, "s", ask, GenerationParams(temperature=0.0, max_tokens=200),
-                             on_delta=lambda text: len(text) == 2 and engine.stop("s"))
-        after = await turn(engine, "s2", [{"role": "user", "content": "Hi"}],
-                           GenerationParams(temperature=0.0, max_tokens=2))  # the server is free again
+        stopped = await turn(
+            engine,
+            "s",
+            ask,
+            GenerationParams(temperature=0.0, max_tokens=200),
+            on_delta=lambda text: len(text) == 2 and engine.stop("s"),
+        )
+        after = await turn(
+            engine, "s2", [{"role": "user", "content": "Hi"}], GenerationParams(temperature=0.0, max_tokens=2)
+        )  # the server is free again
         return stopped, after
 
     (text, stats), (after, after_stats) = with_engine(f"{mlx_server.url}#default_model", body)
@@ -112,9 +118,16 @@ def test_server_killed_mid_reply_keeps_the_reply_marked_stopped(starter_folder, 
     server = start(starter_folder, tmp_path_factory)
     ask = [{"role": "user", "content": "Count from 1 to 50, one number per line."}]
     try:
-        text, stats = with_engine(server.url, lambda engine: turn(
-            engine, "k", ask, GenerationParams(temperature=0.0, max_tokens=200),
-            on_delta=lambda t: len(t) == 2 and server.kill()))
+        text, stats = with_engine(
+            server.url,
+            lambda engine: turn(
+                engine,
+                "k",
+                ask,
+                GenerationParams(temperature=0.0, max_tokens=200),
+                on_delta=lambda t: len(t) == 2 and server.kill(),
+            ),
+        )
     finally:
         server.kill()
     assert text.strip()
@@ -141,8 +154,9 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
         events = []
 
         async def body(engine):
-            async for ev in engine.chat("d", [{"role": "user", "content": "Hello"}],
-                                        GenerationParams(temperature=0.0, max_tokens=6)):
+            async for ev in engine.chat(
+                "d", [{"role": "user", "content": "Hello"}], GenerationParams(temperature=0.0, max_tokens=6)
+            ):
                 events.append(ev)
 
         with_engine(server.url, body)
@@ -175,8 +189,9 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     dialog.name_edit.setText("loopback")
     dialog.url_edit.setText(mlx_server.url.removesuffix("/v1"))
     dialog.save_button.click()
-    qtbot.waitUntil(lambda: dialog.message.text().startswith(("Connected", "Saved")) and not dialog.busy,
-                    timeout=30_000)
+    qtbot.waitUntil(
+        lambda: dialog.message.text().startswith(("Connected", "Saved")) and not dialog.busy, timeout=30_000
+    )
     assert dialog.message.text().startswith("Connected to loopback: 1 model(s) (default_model)")
     assert dialog.server_list.count() == 1
     dialog.reject()
@@ -186,8 +201,13 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     assert action is not None and action.isEnabled() and action.text() == "default_model"
     assert "loopback" in [a.text() for a in window.model_menu.actions() if a.isSeparator()]
     action.trigger()
-    qtbot.waitUntil(lambda: getattr(window.bridge.current_model, "id", "") == "loopback/default_model"
-                    and window.bridge.state == "ready", timeout=30_000)
+    qtbot.waitUntil(
+        lambda: (
+            getattr(window.bridge.current_model, "id", "") == "loopback/default_model"
+            and window.bridge.state == "ready"
+        ),
+        timeout=30_000,
+    )
     assert window.model_menu.action_for("loopback/default_model").isChecked()
     # The chat header's picker is the same menu: it shows and checks the server's model too.
     assert window.model_picker.action_for("loopback/default_model").isChecked()

@@ -83,14 +83,22 @@ def test_history_is_sent_byte_identical_and_reused_tokens_are_the_servers(standi
 
 
 def test_sampling_settings_map_to_the_request(standin):
-    params = GenerationParams(temperature=0.3, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1,
-                              max_tokens=7, seed=42)
+    params = GenerationParams(
+        temperature=0.3, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1, max_tokens=7, seed=42
+    )
     run_chat(f"{standin.url}#chat", ["Hi"], params)
     body = standin.requests[0][2]
-    assert {k: body[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                                 "max_tokens", "seed")} == {
-        "temperature": 0.3, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
-        "max_tokens": 7, "seed": 42}
+    assert {
+        k: body[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "seed")
+    } == {
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "top_k": 40,
+        "min_p": 0.05,
+        "repetition_penalty": 1.1,
+        "max_tokens": 7,
+        "seed": 42,
+    }
     assert body["stream"] is True and body["model"] == "chat"
     run_chat(f"{standin.url}#chat", ["Hi"], GenerationParams())
     assert not {"top_k", "min_p", "repetition_penalty", "seed"} & set(standin.requests[-1][2])
@@ -110,8 +118,13 @@ def test_keepalive_comments_become_prefill_progress(standin):
     async def go():
         stop = remote.StopSignal()
         events = []
-        async for ev in backend.chat("c", [{"role": "user", "content": "hi"}], GenerationParams(), stop,
-                                     progress=lambda done, total: seen.append((done, total))):
+        async for ev in backend.chat(
+            "c",
+            [{"role": "user", "content": "hi"}],
+            GenerationParams(),
+            stop,
+            progress=lambda done, total: seen.append((done, total)),
+        ):
             events.append(ev)
         return events
 
@@ -227,7 +240,9 @@ def test_empty_models_body_means_default_model():
     with StandIn(models_body=b"") as s:
         servers.add_server("mlx", s.url)
         infos = servers.server_models()
-        assert [(m.id, m.source, m.status, m.server) for m in infos] == [("mlx/default_model", "server", "ready", "mlx")]
+        assert [(m.id, m.source, m.status, m.server) for m in infos] == [
+            ("mlx/default_model", "server", "ready", "mlx")
+        ]
         assert remote.resolve(s.url).model == "default_model"
 
 
@@ -295,8 +310,9 @@ def test_the_local_engine_is_unaffected_by_a_failed_server(standin, tiny_model_p
             with pytest.raises(ChinwagError, match="HTTP 500"):
                 await collect(engine, "c", [{"role": "user", "content": "hi"}])
             await engine.load_model(str(tiny_model_path))
-            text, stats, _ = await collect(engine, "c", [{"role": "user", "content": "hi"}],
-                                           GenerationParams(temperature=0, max_tokens=3))
+            text, stats, _ = await collect(
+                engine, "c", [{"role": "user", "content": "hi"}], GenerationParams(temperature=0, max_tokens=3)
+            )
             return stats
         finally:
             await engine.close()
@@ -327,9 +343,14 @@ def test_chat_in_the_terminal_through_a_saved_server(standin, chinwag_home):
     import sys
 
     servers.add_server("lab", standin.url)
-    out = subprocess.run([sys.executable, "-m", "app.cli.main", "chat", "--model", "lab/chat", "--temperature", "0"],
-                         input="hi\nagain\n/exit\n", capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "CHINWAG_HOME": str(chinwag_home), "CHINWAG_KEYRING": "0"})
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "chat", "--model", "lab/chat", "--temperature", "0"],
+        input="hi\nagain\n/exit\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CHINWAG_HOME": str(chinwag_home), "CHINWAG_KEYRING": "0"},
+    )
     assert out.returncode == 0, out.stderr
     assert "Chatting with chat on lab" in out.stdout
     assert "Hello there #0" in out.stdout and "Hello there #1" in out.stdout
@@ -341,10 +362,12 @@ def test_a_reply_from_an_earlier_session_is_sent_without_its_reasoning_block(sta
         engine = Engine()  # a new session: it never saw these replies arrive
         try:
             await engine.load_model(f"{standin.url}#chat")
-            history = [{"role": "user", "content": "2+2?"},
-                       {"role": "assistant", "content": "<think>Let me think. Done.</think>The answer is 4."},
-                       {"role": "assistant", "content": "A <think> in the middle stays."},
-                       {"role": "user", "content": "and 3+3?"}]
+            history = [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "<think>Let me think. Done.</think>The answer is 4."},
+                {"role": "assistant", "content": "A <think> in the middle stays."},
+                {"role": "user", "content": "and 3+3?"},
+            ]
             return await collect(engine, "c", history)
         finally:
             await engine.close()
@@ -354,11 +377,20 @@ def test_a_reply_from_an_earlier_session_is_sent_without_its_reasoning_block(sta
     assert sent == ["2+2?", "The answer is 4.", "A <think> in the middle stays.", "and 3+3?"]
 
 
-@pytest.mark.parametrize("error, expected", [
-    ("[Errno -2] Name or service not known", "cannot resolve the host of http://studio.lan:8080/v1 (DNS lookup failed)"),
-    ("[Errno 8] nodename nor servname provided, or not known", "cannot resolve the host"),
-    ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLS error talking to http://studio.lan:8080/v1"),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (
+            "[Errno -2] Name or service not known",
+            "cannot resolve the host of http://studio.lan:8080/v1 (DNS lookup failed)",
+        ),
+        ("[Errno 8] nodename nor servname provided, or not known", "cannot resolve the host"),
+        (
+            "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed",
+            "TLS error talking to http://studio.lan:8080/v1",
+        ),
+    ],
+)
 def test_connection_failures_are_named(error, expected):
     import httpx
 

@@ -16,8 +16,11 @@ def kinds(text):
 def test_prose_code_and_think_blocks():
     text = "<think>hmm\nok</think>\n\n# Title\n\nPara one.\n\n```python\nx = 1\n\ny = 2\n```\nAfter."
     assert kinds(text) == [
-        ("think", "hmm\nok"), ("prose", "# Title"), ("prose", "Para one."),
-        ("code", "x = 1\n\ny = 2"), ("prose", "After."),
+        ("think", "hmm\nok"),
+        ("prose", "# Title"),
+        ("prose", "Para one."),
+        ("code", "x = 1\n\ny = 2"),
+        ("prose", "After."),
     ]
     assert split_blocks(text)[3].lang == "python"
 
@@ -30,7 +33,10 @@ def test_unclosed_fence_and_think_run_to_the_end():
 
 
 def test_lists_and_tables_stay_whole():
-    assert kinds("1. a\n\n2. b\n\n   more of b\n\nnext") == [("prose", "1. a\n\n2. b\n\n   more of b"), ("prose", "next")]
+    assert kinds("1. a\n\n2. b\n\n   more of b\n\nnext") == [
+        ("prose", "1. a\n\n2. b\n\n   more of b"),
+        ("prose", "next"),
+    ]
     assert kinds("|a|b|\n|-|-|\n|1|2|") == [("prose", "|a|b|\n|-|-|\n|1|2|")]
     assert kinds("~~~\n```\n~~~") == [("code", "```")]
 

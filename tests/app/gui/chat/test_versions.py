@@ -87,7 +87,8 @@ def test_switching_is_off_while_a_reply_is_written(qtbot, window, engine):
     qtbot.waitUntil(lambda: window.chat.gen is not None and bool(window.chat.gen.text), timeout=5000)
     switcher = window.chat_view.message_widgets()[1].version_switcher
     assert not switcher.prev_button.isEnabled() and not window.chat.switch_version(
-        window.chat_view.message_widgets()[1].message_id, -1)
+        window.chat_view.message_widgets()[1].message_id, -1
+    )
     window.chat.stop()
     qtbot.waitUntil(lambda: idle(window), timeout=5000)
     assert switcher.prev_button.isEnabled()

@@ -26,8 +26,9 @@ def test_picker_shows_and_switches_the_model(qtbot, window, engine):
 
 
 def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, store):
-    server = ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server",
-                       server="studio")
+    server = ModelInfo(
+        "studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server", server="studio"
+    )
     engine = FakeEngine(models=FAKE_MODELS + [server])
     engine.load_delay = 0.3
     w = make_window(qtbot, store, engine)
@@ -45,7 +46,9 @@ def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
     assert picker_texts == [a.text() for a in window.model_menu.actions()]  # the same menu
     action = next(a for a in window.model_picker.menu_.actions() if a.text() == "Download from Hugging Face…")
     action.trigger()
-    qtbot.waitUntil(lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000)
+    qtbot.waitUntil(
+        lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000
+    )
     window._download.reject()
 
 

@@ -83,12 +83,21 @@ def test_model_menu_lists_server_models_under_the_server_name(qtbot):
     chosen = []
     menu.modelChosen.connect(chosen.append)
     local = ModelInfo("tiny", "Tiny", "/m/tiny", source="folder")
-    remote = [ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server",
-                        server="studio"),
-              ModelInfo("studio/default_model", "default_model on studio", "http://studio:8080/v1",
-                        source="server", server="studio"),
-              ModelInfo("lab/", "lab", "http://lab:8000/v1", status="unusable", source="server", server="lab",
-                        reason="unreachable: connection refused at http://lab:8000/v1 (is the server running?)")]
+    remote = [
+        ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server", server="studio"),
+        ModelInfo(
+            "studio/default_model", "default_model on studio", "http://studio:8080/v1", source="server", server="studio"
+        ),
+        ModelInfo(
+            "lab/",
+            "lab",
+            "http://lab:8000/v1",
+            status="unusable",
+            source="server",
+            server="lab",
+            reason="unreachable: connection refused at http://lab:8000/v1 (is the server running?)",
+        ),
+    ]
     menu.set_models([local, *remote], current_id="studio/qwen3-32b")
     texts = [a.text() for a in menu.actions()]
     assert texts.index("studio") < texts.index("qwen3-32b") < texts.index("default_model") < texts.index("lab")
@@ -133,8 +142,10 @@ def test_a_servers_reasoning_block_and_prefill_progress_show_in_the_window(qtbot
         reading = []
         window.chat.readingProgress.connect(lambda p: reading.append(p and (p.done, p.total)))
         window.load_model(f"{s.url}#keepalive")
-        qtbot.waitUntil(lambda: window.bridge.current_model.id.endswith("#keepalive")
-                        and window.bridge.state == "ready", timeout=30_000)
+        qtbot.waitUntil(
+            lambda: window.bridge.current_model.id.endswith("#keepalive") and window.bridge.state == "ready",
+            timeout=30_000,
+        )
         window.composer.set_text("hi")
         QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=30_000)

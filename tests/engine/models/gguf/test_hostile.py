@@ -61,10 +61,16 @@ def gguf_bytes(meta: dict, tensors=(("token_embd.weight", (4, 4)),)) -> bytes:
 
 
 def llama_meta(**extra) -> dict:
-    meta = {"general.architecture": "llama", "general.name": "hostile",
-            "llama.embedding_length": 4, "llama.block_count": 1, "llama.feed_forward_length": 8,
-            "llama.attention.head_count": 2, "tokenizer.ggml.model": "gpt2",
-            "tokenizer.ggml.tokens": ["a", "b", "c", "d"]}
+    meta = {
+        "general.architecture": "llama",
+        "general.name": "hostile",
+        "llama.embedding_length": 4,
+        "llama.block_count": 1,
+        "llama.feed_forward_length": 8,
+        "llama.attention.head_count": 2,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": ["a", "b", "c", "d"],
+    }
     meta.update(extra)
     return {k: v for k, v in meta.items() if v is not None}
 
@@ -111,20 +117,23 @@ def test_block_count_bomb_is_refused_in_bounded_memory_and_time(tmp_path, capsys
     cli_refuses(path, capsys, "block_count")
 
 
-@pytest.mark.parametrize("key, value, needle", [
-    ("general.alignment", 0.5, "general.alignment"),
-    ("general.alignment", "0", "general.alignment"),
-    ("general.alignment", [32, 32], "general.alignment"),
-    ("general.alignment", 0, "general.alignment"),
-    ("general.alignment", 48, "general.alignment"),
-    ("split.count", "two", "split.count"),
-    ("llama.attention.head_count", 0, "head_count"),
-    ("llama.attention.head_count", "4", "head_count"),
-    ("llama.attention.head_count_kv", [2, 2], "head_count_kv"),
-    ("llama.embedding_length", 2**40, "embedding_length"),
-    ("llama.rope.freq_base", "fast", "freq_base"),
-    ("llama.attention.head_count", 3, "multiple"),
-])
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("general.alignment", 0.5, "general.alignment"),
+        ("general.alignment", "0", "general.alignment"),
+        ("general.alignment", [32, 32], "general.alignment"),
+        ("general.alignment", 0, "general.alignment"),
+        ("general.alignment", 48, "general.alignment"),
+        ("split.count", "two", "split.count"),
+        ("llama.attention.head_count", 0, "head_count"),
+        ("llama.attention.head_count", "4", "head_count"),
+        ("llama.attention.head_count_kv", [2, 2], "head_count_kv"),
+        ("llama.embedding_length", 2**40, "embedding_length"),
+        ("llama.rope.freq_base", "fast", "freq_base"),
+        ("llama.attention.head_count", 3, "multiple"),
+    ],
+)
 def test_bad_metadata_values_are_one_line_errors(tmp_path, capsys, key, value, needle):
     path = write(tmp_path / "bad.gguf", llama_meta(**{key: value}))
     assert needle in refuse(path)
@@ -156,19 +165,26 @@ def test_long_sentencepiece_piece_is_refused_quickly():
     from engine.models.gguf.tokenizer import build_tokenizer
 
     tokens = ["<unk>", "<s>", "</s>", "a", "b", "ab" * 100_000]
-    meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-            "tokenizer.ggml.scores": [0.0] * len(tokens), "tokenizer.ggml.token_type": [2, 3, 3, 1, 1, 1]}
+    meta = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * len(tokens),
+        "tokenizer.ggml.token_type": [2, 3, 3, 1, 1, 1],
+    }
     started = time.perf_counter()
     with pytest.raises(ModelError, match="200000 characters"):
         build_tokenizer(meta)
     assert time.perf_counter() - started < 5.0  # milliseconds here; the quadratic merge took 6.5 s
 
 
-@pytest.mark.parametrize("key, value, needle", [
-    ("tokenizer.ggml.tokens", [1, 2, 3], "tokenizer.ggml.tokens"),
-    ("tokenizer.ggml.scores", [0.5], "entries for 4 tokens"),
-    ("tokenizer.ggml.merges", ["ab"], "without a space"),
-])
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("tokenizer.ggml.tokens", [1, 2, 3], "tokenizer.ggml.tokens"),
+        ("tokenizer.ggml.scores", [0.5], "entries for 4 tokens"),
+        ("tokenizer.ggml.merges", ["ab"], "without a space"),
+    ],
+)
 def test_bad_tokenizer_arrays_are_model_errors(key, value, needle):
     from engine.models.gguf.tokenizer import build_tokenizer
 
@@ -181,8 +197,11 @@ def test_wrong_shapes_are_refused_at_import(tiny_model_path, tmp_path, capsys):
     import mlx.core as mx
 
     # The metadata says 4 KV heads; the K and V tensors hold 2: it would import and never load.
-    path = write_tiny_gguf(tiny_model_path, tmp_path / "shapes.gguf",
-                           meta_overrides={"llama.attention.head_count_kv": mx.array(4, dtype=mx.uint32)})
+    path = write_tiny_gguf(
+        tiny_model_path,
+        tmp_path / "shapes.gguf",
+        meta_overrides={"llama.attention.head_count_kv": mx.array(4, dtype=mx.uint32)},
+    )
     assert "blk.0.attn_k.weight" in refuse(path) or "attn_k" in refuse(path)
     cli_refuses(path, capsys, "shape")
 
@@ -258,10 +277,17 @@ def test_the_importer_does_not_import_the_registry():
     import subprocess
     import sys
 
-    code = ("import sys, engine.models.gguf.importer, engine.models.gguf.checks, engine.models.folders; "
-            "assert 'engine.models.registry' not in sys.modules; assert 'mlx' not in sys.modules")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parents[4])
+    code = (
+        "import sys, engine.models.gguf.importer, engine.models.gguf.checks, engine.models.folders; "
+        "assert 'engine.models.registry' not in sys.modules; assert 'mlx' not in sys.modules"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[4],
+    )
     assert proc.returncode == 0, proc.stderr
 
 

@@ -11,9 +11,14 @@ from engine.errors import ModelError
 
 # mlx_lm llama names → GGUF names (the inverse of the importer's map).
 _TO_GGUF = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
 }
 
@@ -36,8 +41,9 @@ def _permute(w, n_head):
     return w.reshape(n_head, 2, out_dim // n_head // 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(model_dir: Path, out: Path, architecture: str = "llama",
-                    name: str = "Tiny Llama", meta_overrides: dict = None) -> Path:
+def write_tiny_gguf(
+    model_dir: Path, out: Path, architecture: str = "llama", name: str = "Tiny Llama", meta_overrides: dict = None
+) -> Path:
     """A float32 llama GGUF with the tiny model's weights and tokenizer, as llama.cpp writes one.
 
     meta_overrides: metadata keys to replace (None removes a key), for hostile variants.
@@ -80,8 +86,7 @@ def write_tiny_gguf(model_dir: Path, out: Path, architecture: str = "llama",
         "tokenizer.ggml.pre": "gpt2",
         "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.merges": merges,
-        "tokenizer.ggml.token_type": mx.array([3 if t in special else 1 for t in tokens],
-                                              dtype=mx.int32),
+        "tokenizer.ggml.token_type": mx.array([3 if t in special else 1 for t in tokens], dtype=mx.int32),
         "tokenizer.ggml.eos_token_id": u32(vocab[tok_cfg["eos_token"]]),
         "tokenizer.ggml.padding_token_id": u32(vocab[tok_cfg["pad_token"]]),
         "tokenizer.ggml.add_bos_token": mx.array(False),
@@ -126,13 +131,20 @@ def test_quantized_triples_keep_their_bits():
 
     emb = mx.quantize(mx.random.normal((16, 64)), group_size=32, bits=8)
     q = mx.quantize(mx.random.normal((64, 64)), group_size=32, bits=4)
-    weights = {"token_embd.weight": emb[0], "token_embd.scales": emb[1],
-               "token_embd.biases": emb[2], "blk.0.attn_q.weight": q[0],
-               "blk.0.attn_q.scales": q[1], "blk.0.attn_q.biases": q[2],
-               "output_norm.weight": mx.ones((64,))}
+    weights = {
+        "token_embd.weight": emb[0],
+        "token_embd.scales": emb[1],
+        "token_embd.biases": emb[2],
+        "blk.0.attn_q.weight": q[0],
+        "blk.0.attn_q.scales": q[1],
+        "blk.0.attn_q.biases": q[2],
+        "output_norm.weight": mx.ones((64,)),
+    }
     out, quant = convert_weights(weights, {}, Path("x.gguf"), float_dtype=mx.float32)
-    assert quant == {"model.embed_tokens": {"group_size": 32, "bits": 8},
-                     "model.layers.0.self_attn.q_proj": {"group_size": 32, "bits": 4}}
+    assert quant == {
+        "model.embed_tokens": {"group_size": 32, "bits": 8},
+        "model.layers.0.self_attn.q_proj": {"group_size": 32, "bits": 4},
+    }
     assert out["model.layers.0.self_attn.q_proj.weight"].dtype == mx.uint32
     assert out["model.embed_tokens.scales"].dtype == mx.float32
     config = _quant_config(quant)
@@ -166,8 +178,11 @@ def test_import_tiny_gguf_matches_original(tiny_gguf, tiny_model_path, tiny_mode
 
     model, tokenizer = mlx_lm.load(str(folder))
     ref_model, ref_tok = tiny_model
-    for text in ["Hello, how are you today?", "def f(x): return x * 2 # 123",
-                 "<|im_start|>user\nThe capital of France is Paris.<|im_end|>\n"]:
+    for text in [
+        "Hello, how are you today?",
+        "def f(x): return x * 2 # 123",
+        "<|im_start|>user\nThe capital of France is Paris.<|im_end|>\n",
+    ]:
         assert tokenizer.encode(text) == ref_tok.encode(text), text
     msgs = [{"role": "user", "content": "Tell me a story"}]
     prompt = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
@@ -295,17 +310,20 @@ def test_starter_gguf_imports_and_answers_paris():
 
 
 def _spm_meta():
-    pieces = {"ll": -1.0, "▁w": -2.0, "or": -3.0, "he": -4.0, "llo": -5.0, "▁he": -6.0,
-              "▁hello": -7.0, "ld": -8.0}
+    pieces = {"ll": -1.0, "▁w": -2.0, "or": -3.0, "he": -4.0, "llo": -5.0, "▁he": -6.0, "▁hello": -7.0, "ld": -8.0}
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     tokens += ["▁", "h", "e", "l", "o", "w", "r", "d"] + list(pieces)
     scores = [0.0] * (len(tokens) - len(pieces)) + list(pieces.values())
     types = [2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259)
     return {
-        "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.scores": scores, "tokenizer.ggml.token_type": types,
-        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
-        "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.add_bos_token": True,
         "tokenizer.chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
     }
 
@@ -328,8 +346,7 @@ def test_sentencepiece_tokenizer(tmp_path):
     assert (cfg["bos_token"], cfg["eos_token"], cfg["unk_token"]) == ("<s>", "</s>", "<unk>")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
     wrapper = load_tokenizer(tmp_path)
-    assert wrapper.encode("hello world") == [1] + [tok.token_to_id(t)
-                                                   for t in ("▁hello", "▁w", "or", "ld")]
+    assert wrapper.encode("hello world") == [1] + [tok.token_to_id(t) for t in ("▁hello", "▁w", "or", "ld")]
     assert isinstance(wrapper.detokenizer, SPMStreamingDetokenizer)
     assert wrapper.eos_token_ids == {2}
 
@@ -373,10 +390,17 @@ def _one_tensor_gguf(path: Path, type_id: int, nbytes: int, shape=(256, 4), cut:
     return path
 
 
-@pytest.mark.parametrize("name,type_id,block,nbytes", [
-    ("Q4_K", 12, 256, 144), ("Q6_K", 14, 256, 210), ("Q2_K", 10, 256, 84),
-    ("Q8_0", 8, 32, 34), ("Q4_0", 2, 32, 18), ("F16", 1, 1, 2),
-])
+@pytest.mark.parametrize(
+    "name,type_id,block,nbytes",
+    [
+        ("Q4_K", 12, 256, 144),
+        ("Q6_K", 14, 256, 210),
+        ("Q2_K", 10, 256, 84),
+        ("Q8_0", 8, 32, 34),
+        ("Q4_0", 2, 32, 18),
+        ("F16", 1, 1, 2),
+    ],
+)
 def test_tensor_sizes_agree_with_mlx(tmp_path, name, type_id, block, nbytes):
     import mlx.core as mx
 
@@ -398,14 +422,21 @@ def test_k_quants_are_requantized():
     from engine.models.gguf.importer import convert_weights
 
     w = mx.random.normal((64, 128)).astype(mx.float16)
-    out, quant = convert_weights({"blk.0.ffn_up.weight": w, "blk.0.ffn_down.weight": w},
-                                 {"blk.0.ffn_up.weight": "Q4_K", "blk.0.ffn_down.weight": "Q6_K"},
-                                 Path("k.gguf"), float_dtype=mx.float32)
+    out, quant = convert_weights(
+        {"blk.0.ffn_up.weight": w, "blk.0.ffn_down.weight": w},
+        {"blk.0.ffn_up.weight": "Q4_K", "blk.0.ffn_down.weight": "Q6_K"},
+        Path("k.gguf"),
+        float_dtype=mx.float32,
+    )
     assert quant["model.layers.0.mlp.up_proj"] == {"group_size": 32, "bits": 4}
     assert quant["model.layers.0.mlp.down_proj"] == {"group_size": 32, "bits": 6}
-    back = mx.dequantize(out["model.layers.0.mlp.down_proj.weight"],
-                         out["model.layers.0.mlp.down_proj.scales"],
-                         out["model.layers.0.mlp.down_proj.biases"], group_size=32, bits=6)
+    back = mx.dequantize(
+        out["model.layers.0.mlp.down_proj.weight"],
+        out["model.layers.0.mlp.down_proj.scales"],
+        out["model.layers.0.mlp.down_proj.biases"],
+        group_size=32,
+        bits=6,
+    )
     assert mx.abs(back - w.astype(mx.float32)).max().item() < 0.1
 
 
