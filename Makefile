@@ -23,6 +23,7 @@ run: $(STAMP)
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 test: check

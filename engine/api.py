@@ -8,7 +8,8 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Optional
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
@@ -81,24 +82,24 @@ class EngineThread:
 class Engine:
     def __init__(
         self,
-        kv_initial_capacity: Optional[int] = None,
-        memory_budget_bytes: Optional[int] = None,
+        kv_initial_capacity: int | None = None,
+        memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
     ):
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self.idle_work = idle_work
         # The background job (a draft's prefill, the next window) and the event that cancels it.
-        self._background: Optional[concurrent.futures.Future] = None
+        self._background: concurrent.futures.Future | None = None
         self._cancel_background = threading.Event()
-        self._thread: Optional[EngineThread] = None
-        self._session: Optional["Session"] = None
-        self._started: Optional[concurrent.futures.Future] = None
+        self._thread: EngineThread | None = None
+        self._session: Session | None = None
+        self._started: concurrent.futures.Future | None = None
         self._stops: dict = {}
         self._generating = 0
         self._loading = False
-        self.current_model: Optional[ModelInfo] = None
+        self.current_model: ModelInfo | None = None
         self.last_kv_bytes = 0
-        self._remote: Optional["RemoteBackend"] = None  # while the current model is a server's
+        self._remote: RemoteBackend | None = None  # while the current model is a server's
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -191,7 +192,7 @@ class Engine:
 
         return await asyncio.to_thread(servers.server_infos)
 
-    async def save_server(self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""):
+    async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = ""):
         """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
         from engine.remote import servers
 
@@ -203,7 +204,7 @@ class Engine:
 
         await asyncio.to_thread(servers.remove_server, name)
 
-    async def load_model(self, spec: str, progress: Optional[Callable[[LoadProgress], None]] = None) -> ModelInfo:
+    async def load_model(self, spec: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         """Load a model (registry id, MLX folder or GGUF file); stops generation first.
 
         A model that fails to load leaves the previous one loaded.
@@ -237,7 +238,7 @@ class Engine:
 
         return await asyncio.to_thread(registry.add_model_folder, str(path))
 
-    async def download_model(self, repo_id: str, progress=None, cancel: Optional[threading.Event] = None) -> ModelInfo:
+    async def download_model(self, repo_id: str, progress=None, cancel: threading.Event | None = None) -> ModelInfo:
         from engine.models.download import download_model
 
         # Network only, no MLX: its own thread, so chats go on while it downloads.
@@ -252,7 +253,7 @@ class Engine:
     # --- chat --------------------------------------------------------------
 
     async def chat(
-        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+        self, conversation_id: str, messages: list, params: GenerationParams | None = None
     ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
         """Yield PrefillProgress while a long prompt is read, TextDelta events, then one TurnStats.
 
@@ -306,7 +307,7 @@ class Engine:
     # --- background work ----------------------------------------------------
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None
+        self, conversation_id: str, messages: list, params: GenerationParams | None = None
     ) -> BackgroundPrefill:
         """Prefill the prompt up to an unsent draft (the last user message), in the background.
 
@@ -336,12 +337,12 @@ class Engine:
 
         return adopt(self._running()[1], draft_id, conversation_id)
 
-    async def wait_background(self) -> Optional[BackgroundPrefill]:
+    async def wait_background(self) -> BackgroundPrefill | None:
         """The current background job's result once it ends (None if there is none)."""
         future = self._background
         return None if future is None else await asyncio.wrap_future(future)
 
-    def background_result(self) -> Optional[BackgroundPrefill]:
+    def background_result(self) -> BackgroundPrefill | None:
         """The last background job's result if it has ended (None while it runs, or if none ran)."""
         future = self._background
         if future is None or not future.done() or future.cancelled() or future.exception() is not None:
@@ -393,7 +394,7 @@ class Engine:
         await self.start()
         return await self._call(self._running()[1].caches.report)
 
-    def stop(self, conversation_id: Optional[str] = None) -> None:
+    def stop(self, conversation_id: str | None = None) -> None:
         """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
         self._cancel_background.set()
         targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]

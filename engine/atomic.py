@@ -10,8 +10,8 @@ import contextlib
 import os
 import stat
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional, Union
 
 from engine.errors import ChinwagError
 
@@ -69,7 +69,7 @@ def _default_mode(target: Path) -> int:
 
 
 @contextlib.contextmanager
-def replacing(path, mode: Optional[int] = None) -> Iterator[Path]:
+def replacing(path, mode: int | None = None) -> Iterator[Path]:
     """Yield a temp path beside path's target; on success it replaces the target atomically.
 
     mode: the file's permissions (None keeps a replaced file's, or the umask default).
@@ -96,7 +96,7 @@ def replacing(path, mode: Optional[int] = None) -> Iterator[Path]:
         raise
 
 
-def write_atomic(path, data: Union[bytes, str], mode: Optional[int] = None) -> Path:
+def write_atomic(path, data: bytes | str, mode: int | None = None) -> Path:
     """Write data (str as UTF-8) to path atomically; returns the file written (a symlink's target)."""
     if isinstance(data, str):
         data = data.encode("utf-8")

@@ -10,7 +10,6 @@ import logging.handlers
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 from engine import paths
 from engine.errors import ChinwagError, one_line
@@ -39,7 +38,7 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
 _handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger
 
 
-def setup(verbose: bool = False) -> Optional[Path]:
+def setup(verbose: bool = False) -> Path | None:
     """Send warnings (and every bug's traceback) to chinwag.log; with verbose, to stderr too.
 
     Safe to call again (a changed CHINWAG_HOME moves the file). Returns the log path, or
@@ -82,7 +81,7 @@ def _replace(kind: str, handler) -> None:
         root.addHandler(handler)
 
 
-def log_file_in_use() -> Optional[Path]:
+def log_file_in_use() -> Path | None:
     handler = _handlers.get("file")
     return Path(handler.baseFilename) if handler is not None else None
 

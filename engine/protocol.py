@@ -6,7 +6,8 @@ them differently, and every caller passes them by position.
 """
 
 import threading
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Optional, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 from engine.types import (
     BackgroundPrefill,
@@ -22,11 +23,11 @@ from engine.types import (
     TurnStats,
 )
 
-Progress = Optional[Callable[[LoadProgress], None]]
+Progress = Callable[[LoadProgress], None] | None
 
 
 class EngineAPI(Protocol):
-    current_model: Optional[ModelInfo]
+    current_model: ModelInfo | None
 
     @property
     def state(self) -> EngineState: ...
@@ -44,19 +45,19 @@ class EngineAPI(Protocol):
     async def add_model_folder(self, path: str, /) -> ModelInfo: ...
 
     async def download_model(
-        self, repo_id: str, /, progress: Progress = None, cancel: Optional[threading.Event] = None
+        self, repo_id: str, /, progress: Progress = None, cancel: threading.Event | None = None
     ) -> ModelInfo: ...
 
     async def search_models(self, query: str, /) -> list[HubModel]: ...
 
     def chat(
-        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
     ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
         """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
         ...
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: Optional[GenerationParams] = None, /
+        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
     ) -> BackgroundPrefill:
         """Reads an unsent draft (the last user message) ahead, in the background."""
         ...
@@ -67,15 +68,13 @@ class EngineAPI(Protocol):
 
     async def memory_stats(self) -> MemoryReport: ...
 
-    def stop(self, conversation_id: Optional[str] = None, /) -> None: ...
+    def stop(self, conversation_id: str | None = None, /) -> None: ...
 
     async def forget(self, conversation_id: str, /) -> None: ...
 
     async def list_servers(self) -> list[ServerInfo]: ...
 
-    async def save_server(
-        self, name: str, url: str, api_key: Optional[str] = None, replace: str = ""
-    ) -> ServerInfo: ...
+    async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = "") -> ServerInfo: ...
 
     async def remove_server(self, name: str, /) -> None: ...
 

@@ -8,7 +8,7 @@ import sys
 import typing
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any
 
 from engine.errors import ChinwagError
 
@@ -21,7 +21,7 @@ DEFAULT_LOW_WATER = 0.35
 SPECULATIVE_BY_BACKEND = {"cpu": True, "gpu": False}
 
 
-def speculative_default(backend: Optional[str] = None) -> bool:
+def speculative_default(backend: str | None = None) -> bool:
     """The default for `backend`; without one, the platform's (Apple Silicon macOS runs Metal)."""
     if backend is None:
         backend = "gpu" if sys.platform == "darwin" and platform.machine() == "arm64" else "cpu"
@@ -72,9 +72,9 @@ class GenerationParams:
     repetition_penalty: float = _param(1.0, "penalise recently seen tokens (1 = off)", 0.5, 2.0)
     max_tokens: int = _param(DEFAULT_MAX_TOKENS, "the longest reply, in tokens", 1, 131072)
     # None samples from a fresh random state every turn.
-    seed: Optional[int] = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
+    seed: int | None = _param(None, "a random seed, for repeatable sampling", 0, 2**31 - 1)
     # A cap below the model's own context length; None uses the model's.
-    context_cap: Optional[int] = _param(None, "a context limit below the model's own", 1, 1 << 20)
+    context_cap: int | None = _param(None, "a context limit below the model's own", 1, 1 << 20)
     # Past the limit the window drops old turns down to this fraction of it (engine/context/policy.py).
     low_water: float = _param(
         DEFAULT_LOW_WATER,
@@ -83,7 +83,7 @@ class GenerationParams:
         1.0,
     )
     # Draft tokens from the conversation and verify them in one pass; None: the backend's default.
-    speculative: Optional[bool] = None
+    speculative: bool | None = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
 
@@ -254,7 +254,7 @@ class EngineState:
     """What the status bar shows."""
 
     state: EngineStatus
-    model: Optional[ModelInfo] = None
+    model: ModelInfo | None = None
     kv_bytes_total: int = 0
 
 

@@ -6,7 +6,7 @@ failures); the main flow runs on the real Engine with the tiny model.
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -107,7 +107,7 @@ class FakeEngine:
         self.reply = reply
         self.token_delay = token_delay
         self.models = list(models or FAKE_MODELS)
-        self.current_model: Optional[ModelInfo] = None
+        self.current_model: ModelInfo | None = None
         self.calls: list = []  # (conv_id, messages, params)
         self.started = False
         self.closed = False
@@ -116,11 +116,11 @@ class FakeEngine:
         self._stops: dict = {}
         self._generating = 0
         self.forgotten: list = []
-        self.hub_results: Optional[list] = None  # list[HubModel] for search_models; None: offline
+        self.hub_results: list | None = None  # list[HubModel] for search_models; None: offline
         self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
         self.adopted: list = []  # (draft id, conv id) of each new chat's draft cache handed over
         self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
-        self.reading: Optional[asyncio.Event] = None  # a turn waits for it after its progress events
+        self.reading: asyncio.Event | None = None  # a turn waits for it after its progress events
         self.servers: dict = {}  # name -> ServerInfo
 
     @property

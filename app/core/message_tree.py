@@ -6,7 +6,6 @@ the path of active children from the root.
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 def same_nodes(a: list, b: list) -> bool:
@@ -16,7 +15,7 @@ def same_nodes(a: list, b: list) -> bool:
 @dataclass
 class Node:
     id: int
-    parent_id: Optional[int]
+    parent_id: int | None
     active: bool
 
 

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from app.core.message_tree import Node, active_path, chosen_versions, same_nodes
 from app.core.store_open import (
@@ -120,8 +120,8 @@ class Message:
     status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
-    stats: Optional[dict] = None
-    parent_id: Optional[int] = None  # the message this one answers or follows; None for the first
+    stats: dict | None = None
+    parent_id: int | None = None  # the message this one answers or follows; None for the first
     active: bool = True  # the version shown among its siblings
     version: int = 1  # 1-based, among the messages with the same parent (by creation)
     versions: int = 1
@@ -231,7 +231,7 @@ class Store:
         self.read_only = False
         self.notice = ""  # why the store is read-only or not the usual file; "" if normal
         self._last_now = 0.0
-        self._writer: Optional[WriterLock] = None
+        self._writer: WriterLock | None = None
         self._scrub_pending = False
         self._conn: sqlite3.Connection | None = self._open(read_only)
 

@@ -292,7 +292,7 @@ class EngineBridge(QObject):
             await asyncio.wait(pending, timeout=min(timeout, 5.0))
         try:
             await asyncio.wait_for(self._engine.close(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("closing the engine: still busy after %s s", timeout)
         for task in list(self._tasks):
             task.cancel()

@@ -3,8 +3,8 @@
 Runs on the engine thread only.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import mlx.core as mx
 
@@ -61,7 +61,7 @@ class ConversationCache:
     # Each message's ids as the model saw them, by position, and the window's start.
     history: History = field(default_factory=History)
     # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
-    fresh_layers: Optional[Callable[[], list]] = None
+    fresh_layers: Callable[[], list] | None = None
 
     @classmethod
     def create(cls, model, capacity: int) -> "ConversationCache":

@@ -81,7 +81,7 @@ class ConversationCaches:
         self.disk_budget_bytes = disk_budget_bytes
         self.save_dir = Path(save_dir)
         self.model_key = ""
-        self._caches: "OrderedDict[str, ConversationCache]" = OrderedDict()
+        self._caches: OrderedDict[str, ConversationCache] = OrderedDict()
         self.stats = MemoryStats()
 
     def set_model(self, model_path: str) -> None:

@@ -7,7 +7,6 @@ the whole window on every turn. Re-prefilling a fraction f of the window once ev
 """
 
 from dataclasses import dataclass
-from typing import Optional
 
 from engine.context.prompt import History, Prompt, build
 from engine.errors import ContextOverflowError
@@ -44,7 +43,7 @@ def kept(messages, start: int) -> list:
 
 
 def plan_window(
-    tokenizer, messages, history: History, limit: int, room: int, low_water: Optional[float] = None
+    tokenizer, messages, history: History, limit: int, room: int, low_water: float | None = None
 ) -> WindowPlan:
     """The prompt ids for `messages` and the number dropped, given the window the cache holds.
 
@@ -127,9 +126,9 @@ def plan_next_window(
     history: History,
     limit: int,
     room: int,
-    low_water: Optional[float] = None,
-    next_tokens: Optional[int] = None,
-) -> Optional[WindowPlan]:
+    low_water: float | None = None,
+    next_tokens: int | None = None,
+) -> WindowPlan | None:
     """For idle-time work after a turn: the window the next turn will need, or None if no slide.
 
     `messages` end with the reply just generated. Returns a plan whose `prompt_ids` are the

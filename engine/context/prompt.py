@@ -9,7 +9,6 @@ model generated. So a follow-up turn's prompt starts with exactly the ids the ca
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 from engine.errors import ChinwagError
 
@@ -89,7 +88,7 @@ class Span:
     prefix: str
     ids: tuple
     # An assistant reply's generated ids (without its end-of-turn): its content's truth.
-    reply: Optional[tuple] = None
+    reply: tuple | None = None
 
 
 @dataclass

@@ -25,14 +25,13 @@ dequantized to float32, which is where OpenBLAS pays off (see the module's end).
 import ctypes
 import os
 import sys
-from typing import Optional
 
 DISABLE_ENV = "CHINWAG_NO_OPENBLAS"
 # Debian/Ubuntu (libopenblas0-pthread / -openmp / -serial all provide the first),
 # Fedora's pthread build, and an unversioned development symlink.
 CANDIDATES = ("libopenblas.so.0", "libopenblasp.so.0", "libopenblas.so")
 
-_loaded: Optional[ctypes.CDLL] = None
+_loaded: ctypes.CDLL | None = None
 _loaded_name = ""
 _reason = "not tried"
 

@@ -5,8 +5,8 @@ Invariant: when a turn ends for any reason, the conversation's cache holds exact
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
@@ -31,7 +31,7 @@ class TurnInput:
     prompt_ids: list
     context_limit: int
     dropped_messages: int = 0
-    progress: Optional[Callable[[int, int], None]] = None  # (done, total) while reading the prompt
+    progress: Callable[[int, int], None] | None = None  # (done, total) while reading the prompt
 
 
 def _sampler(params: GenerationParams):

@@ -10,8 +10,8 @@ float32, which prefills ~24x faster here (docs/BENCHMARKS.md, figure 6).
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from engine.errors import ModelError
 from engine.local import blas
@@ -27,7 +27,7 @@ def use_float32() -> bool:
     return mx.default_device() == mx.cpu and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
 
 
-def load(path: Path, progress: Optional[Callable[[str, float, float], None]] = None):
+def load(path: Path, progress: Callable[[str, float, float], None] | None = None):
     """(model, tokenizer) ready to run on this device; ModelError if the folder cannot load.
 
     progress(stage, done, total) is called on this thread: the tokenizer, then the weights

@@ -4,8 +4,9 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 """
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from engine import paths
 from engine.context.conversation import (
@@ -41,15 +42,15 @@ def context_length_of(model_path: Path) -> int:
 
 
 class Session:
-    def __init__(self, kv_initial_capacity: Optional[int] = None, memory_budget_bytes: Optional[int] = None):
+    def __init__(self, kv_initial_capacity: int | None = None, memory_budget_bytes: int | None = None):
         self.kv_initial_capacity = kv_initial_capacity
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
         # mlx-lm's model and tokenizer (untyped); None until a model loads.
         self.model: Any = None
         self.tokenizer: Any = None
-        self.info: Optional[ModelInfo] = None
+        self.info: ModelInfo | None = None
         self.context_length = 0
-        self._draft: Optional[tuple] = None  # (spec, model) of the draft model, checked against the main tokenizer
+        self._draft: tuple | None = None  # (spec, model) of the draft model, checked against the main tokenizer
         self.draft_caches: dict = {}  # conv id -> the draft model's ConversationCache
 
     def warm_up(self) -> None:
@@ -57,7 +58,7 @@ class Session:
         import mlx.core  # noqa: F401
         import mlx_lm  # noqa: F401
 
-    def load(self, spec: str, progress: Optional[Callable] = None) -> ModelInfo:
+    def load(self, spec: str, progress: Callable | None = None) -> ModelInfo:
         report = progress or (lambda p: None)
         report(LoadProgress("Finding the model"))
 

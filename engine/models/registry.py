@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from engine import paths
 from engine.atomic import write_atomic
@@ -131,7 +131,7 @@ def hf_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
 
 
-def hf_snapshot(repo_dir: Path) -> Optional[Path]:
+def hf_snapshot(repo_dir: Path) -> Path | None:
     """The snapshot that refs/main points at, else the newest one."""
     try:
         ref = (repo_dir / "refs" / "main").read_text().strip()

@@ -13,8 +13,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Optional
 
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError, ContextOverflowError
@@ -59,7 +59,7 @@ def is_remote_spec(spec: str) -> bool:
     return "/" in spec and bool(name) and servers.get_server(name) is not None
 
 
-def resolve(spec: str) -> Optional[RemoteTarget]:
+def resolve(spec: str) -> RemoteTarget | None:
     """The server model a spec names, or None for a local spec. Asks the server for its models."""
     spec = str(spec).strip()
     if spec.startswith(("http://", "https://")):
@@ -163,7 +163,7 @@ class StopSignal:
 
     def __init__(self):
         self._event = threading.Event()
-        self._request: Optional[concurrent.futures.Future] = None
+        self._request: concurrent.futures.Future | None = None
 
     def watch(self, request: concurrent.futures.Future) -> None:
         self._request = request
@@ -267,7 +267,7 @@ class RemoteBackend:
         messages,
         params: GenerationParams,
         stop: StopSignal,
-        progress: Optional[Callable[[int, int], object]] = None,
+        progress: Callable[[int, int], object] | None = None,
     ) -> AsyncIterator:
         """Yield TextDelta events (and progress events, if `progress` makes them), then one TurnStats."""
         messages = check_messages(messages)

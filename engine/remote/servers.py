@@ -13,7 +13,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from engine import paths
@@ -118,7 +117,7 @@ def server_infos() -> list:
     return [ServerInfo(s.name, display_url(s.url), bool(s.api_key)) for s in list_servers()]
 
 
-def get_server(name: str) -> Optional[Server]:
+def get_server(name: str) -> Server | None:
     for r in _load():
         if r["name"] == name:
             return Server(r["name"], r["url"], api_key(r["name"]))
@@ -132,7 +131,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def add_server(name: str, url: str, key: Optional[str] = None, replace: str = "") -> Server:
+def add_server(name: str, url: str, key: str | None = None, replace: str = "") -> Server:
     """Save a server (or update the one named `replace`); key None keeps the stored key, "" removes it."""
     name, url = check_name(name), normalize_url(url)
     rows = _load()

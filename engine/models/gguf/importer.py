@@ -12,8 +12,8 @@ import shutil
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from engine import paths
 from engine.errors import ModelError
@@ -43,7 +43,7 @@ from engine.models.gguf.header import GGML_TYPES, GGUFHeader, GGUFTensor, read_g
 from engine.models.gguf.tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
 from engine.types import LoadProgress, ModelInfo
 
-Progress = Optional[Callable[[LoadProgress], None]]
+Progress = Callable[[LoadProgress], None] | None
 
 
 def quantization_label(type_counts: dict) -> str:
@@ -63,7 +63,7 @@ def slugify(text: str) -> str:
 # --- import -------------------------------------------------------------------------------
 
 
-def import_gguf(path, progress: Progress = None, dest_root=None, model_id: Optional[str] = None) -> ModelInfo:
+def import_gguf(path, progress: Progress = None, dest_root=None, model_id: str | None = None) -> ModelInfo:
     """Convert a llama GGUF to an MLX folder under models_dir(); returns its ModelInfo.
 
     model_id: the folder's name (the registry passes the starter's); by default from the file name.
@@ -140,7 +140,7 @@ def _reporter(progress: Progress):
     return report
 
 
-def _destination(root: Path, src: Path, header: GGUFHeader, model_id: Optional[str] = None):
+def _destination(root: Path, src: Path, header: GGUFHeader, model_id: str | None = None):
     """Folder for this GGUF: same-source folder if any, else a free slug. Returns (dest, record)."""
     starter = starter_gguf_path()
     if model_id is None and starter is not None and _same_file(src, starter):
@@ -263,7 +263,7 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "
 _IGNORED = {"rope_freqs"}
 
 
-def mlx_module_name(gguf_base: str) -> Optional[str]:
+def mlx_module_name(gguf_base: str) -> str | None:
     """'blk.3.attn_q' → 'model.layers.3.self_attn.q_proj'; None if unknown."""
     if gguf_base in _TOP_NAMES:
         return _TOP_NAMES[gguf_base]
@@ -372,7 +372,7 @@ def _quant_config(quant: dict) -> dict:
     return config
 
 
-def _rope_scaling(header: GGUFHeader) -> Optional[dict]:
+def _rope_scaling(header: GGUFHeader) -> dict | None:
     get = header.arch_value
     kind = get("rope.scaling.type")
     factor = get("rope.scaling.factor")
