@@ -25,6 +25,7 @@ from engine.types import (
     PrefillProgress,
     ServerInfo,
     TextDelta,
+    TokenCount,
     TurnStats,
 )
 
@@ -388,6 +389,19 @@ class Engine:
             if self._stops.get(conversation_id) is stop:
                 del self._stops[conversation_id]
             self._generating -= 1
+
+    async def count_tokens(self, text: str, params: GenerationParams | None = None) -> TokenCount:
+        """The text's size in the current model's tokens, and the context limit it must fit in."""
+        if self.current_model is None:
+            raise ChinwagError("no model is loaded: load one to count tokens")
+        if self._remote is not None:  # the server's tokenizer is not here: about 4 characters a token
+            limit = (params or GenerationParams()).context_cap or self.current_model.context_length or 0
+            return TokenCount((len(text) + 3) // 4, limit, exact=False)
+        return await self._call(self._session_count, text, params or GenerationParams())
+
+    def _session_count(self, text, params):
+        session = self._running()[1]
+        return TokenCount(session.count_tokens(text), session.context_limit(params))
 
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""

@@ -20,6 +20,7 @@ from engine.types import (
     PrefillProgress,
     ServerInfo,
     TextDelta,
+    TokenCount,
     TurnStats,
 )
 
@@ -64,6 +65,10 @@ class EngineAPI(Protocol):
 
     def adopt(self, draft_id: str, conversation_id: str, /) -> Awaitable[bool]:
         """Gives a draft's cache (read before its chat was saved) to the chat; queued at once."""
+        ...
+
+    async def count_tokens(self, text: str, /, params: GenerationParams | None = None) -> TokenCount:
+        """The text's size in the current model's tokens (an attached document's, before sending)."""
         ...
 
     async def memory_stats(self) -> MemoryReport: ...

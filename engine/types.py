@@ -164,6 +164,20 @@ class PrefillProgress:
 
 
 @dataclass(frozen=True)
+class TokenCount:
+    """A text's size in the current model's tokens (engine.count_tokens), against its context."""
+
+    tokens: int
+    context_limit: int
+    exact: bool = True  # False for a server's model: its tokenizer is not here, so this is an estimate
+
+    @property
+    def share(self) -> float:
+        """The fraction of the context the text takes."""
+        return self.tokens / self.context_limit if self.context_limit else 0.0
+
+
+@dataclass(frozen=True)
 class BackgroundPrefill:
     """What a background prefill (a draft, or the next window) computed before it ended."""
 

@@ -23,6 +23,7 @@ from engine.types import (
     ModelStatus,
     ServerInfo,
     TextDelta,
+    TokenCount,
     TurnStats,
 )
 
@@ -214,6 +215,11 @@ class FakeEngine:
 
     async def memory_stats(self):
         return MemoryReport(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)  # the fake holds no KV caches
+
+    async def count_tokens(self, text, params=None):
+        if self.current_model is None:
+            raise ChinwagError("no model is loaded")
+        return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
     async def prefill(self, conv_id, messages, params=None):
         self.prefills.append((conv_id, list(messages), params))

@@ -77,6 +77,11 @@ class Session:
         report(LoadProgress("Ready", 1, 1))
         return info
 
+    def count_tokens(self, text: str) -> int:
+        if self.tokenizer is None:
+            raise ChinwagError("no model is loaded: load one to count tokens")
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     def context_limit(self, params: GenerationParams) -> int:
         limit = self.context_length
         if params.context_cap:

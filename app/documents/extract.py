@@ -1,0 +1,254 @@
+"""Text from an attached file: plain text (any encoding people use), PDF (pypdfium2) and DOCX (python-docx).
+
+Runs off the GUI thread (a worker or the loop's executor); never executes anything in the file
+(pdfium without a form environment runs no JavaScript; python-docx's parser resolves no entities).
+Bad input raises ChinwagError with one line naming the file.
+"""
+
+import hashlib
+import io
+import os
+import stat
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.documents import limits
+from engine.atomic import describe_kind
+from engine.errors import ChinwagError
+
+Progress = Callable[[int, int], None] | None
+
+# Leading bytes of formats that are not text: what to call them in the error.
+_MAGIC = (
+    (b"\x89PNG", "an image"),
+    (b"\xff\xd8\xff", "an image"),
+    (b"GIF8", "an image"),
+    (b"II*\x00", "an image"),
+    (b"MM\x00*", "an image"),
+    (b"\xd0\xcf\x11\xe0", "an old Office file (.doc/.xls): save it as DOCX"),
+    (b"\x7fELF", "a program"),
+    (b"MZ", "a program"),
+    (b"\x1f\x8b", "a compressed archive"),
+    (b"7z\xbc\xaf", "a compressed archive"),
+    (b"Rar!", "a compressed archive"),
+    (b"ID3", "an audio file"),
+    (b"OggS", "an audio file"),
+    (b"fLaC", "an audio file"),
+    (b"SQLite format 3", "a database"),
+)
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic", ".heif", ".bmp", ".tif", ".tiff", ".ico"}
+SUPPORTED = "Chinwag reads text, PDF and DOCX"
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A document's text and what identifies it (stored with the message by app/core/store.py)."""
+
+    name: str
+    kind: str  # "text", "pdf" or "docx"
+    size: int  # bytes of the original
+    sha256: str
+    text: str
+    pages: int = 0  # PDFs only
+    original: bytes = field(default=b"", repr=False, compare=False)
+
+
+def read_bounded(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file, refusing anything else before reading (FIFOs and devices never block)."""
+    name = Path(path).name or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ChinwagError(f"{name} is gone: it was moved or deleted ({path})") from None
+    except OSError as e:
+        raise ChinwagError(f"cannot open {name}: {e.strerror or e} ({path})") from None
+    except ValueError as e:  # a NUL byte in the name
+        raise ChinwagError(f"cannot open {path!r}: {e}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ChinwagError(f"{name} is a folder: attach the files in it")
+        if not stat.S_ISREG(info.st_mode):
+            raise ChinwagError(f"{name} is {describe_kind(info.st_mode)}, not a file")
+        if info.st_size > limits.MAX_FILE_BYTES:
+            raise ChinwagError(
+                f"{name} is too big to attach: {_mb(info.st_size)}, the limit is {_mb(limits.MAX_FILE_BYTES)}"
+            )
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limits.MAX_FILE_BYTES:  # it grew while being read
+                raise ChinwagError(f"{name} is too big to attach: the limit is {_mb(limits.MAX_FILE_BYTES)}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise ChinwagError(f"cannot read {name}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1024 * 1024):,.0f} MB"
+
+
+def extract(path: str | os.PathLike, progress: Progress = None) -> Extracted:
+    """Read and extract one file; `progress(done, total)` is called per PDF page."""
+    return extract_bytes(Path(path).name or str(path), read_bounded(path), progress)
+
+
+def extract_bytes(name: str, data: bytes, progress: Progress = None) -> Extracted:
+    if data.startswith(b"%PDF-") or (b"%PDF-" in data[:1024] and name.lower().endswith(".pdf")):
+        kind, (text, pages) = "pdf", _pdf(name, data, progress)
+    elif data.startswith(b"PK\x03\x04"):
+        kind, text, pages = "docx", _docx(name, data), 0
+    else:
+        kind, text, pages = "text", _text(name, data), 0
+    if len(text) > limits.MAX_TEXT_CHARS:
+        raise ChinwagError(f"{name} holds too much text: more than {limits.MAX_TEXT_CHARS:,} characters")
+    return Extracted(name, kind, len(data), hashlib.sha256(data).hexdigest(), text, pages, data)
+
+
+# --- plain text --------------------------------------------------------------------------
+
+
+def _text(name: str, data: bytes) -> str:
+    for magic, what in _MAGIC:
+        if data.startswith(magic):
+            return _refuse(name, what)
+    if data[8:12] == b"WEBP" or data[4:12] in (b"ftypheic", b"ftypheix", b"ftypmif1"):
+        return _refuse(name, "an image")
+    if Path(name).suffix.lower() in _IMAGE_SUFFIXES:
+        return _refuse(name, "an image")
+    if data.startswith(b"\xef\xbb\xbf"):
+        return _decoded(name, data[3:], "utf-8")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return _decoded(name, data, "utf-16")
+    if b"\x00" in data[:8192]:
+        return _refuse(name, "a binary file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")  # every byte is a character: old Western files
+        if _control_share(text) > 0.05:
+            return _refuse(name, "a binary file")
+    return text.replace("\r\n", "\n")
+
+
+def _decoded(name: str, data: bytes, encoding: str) -> str:
+    try:
+        return data.decode(encoding).replace("\r\n", "\n")
+    except UnicodeDecodeError as e:
+        raise ChinwagError(f"{name} is not valid {encoding.upper()} (byte {e.start})") from None
+
+
+def _control_share(text: str) -> float:
+    sample = text[:8192]
+    controls = sum(1 for c in sample if (ord(c) < 32 and c not in "\t\n\r\f") or 0x7F <= ord(c) < 0xA0)
+    return controls / max(1, len(sample))
+
+
+def _refuse(name: str, what: str) -> str:
+    if what.startswith("an old"):
+        raise ChinwagError(f"{name} is {what}")
+    raise ChinwagError(f"{name} is {what}: {SUPPORTED}")
+
+
+# --- PDF ---------------------------------------------------------------------------------
+
+
+def _pdf(name: str, data: bytes, progress: Progress) -> tuple[str, int]:
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as e:
+        if "password" in str(e).lower():
+            raise ChinwagError(f"{name} is password-protected") from None
+        raise ChinwagError(f"{name} is not a readable PDF: it is damaged or incomplete") from None
+    try:
+        count = len(pdf)
+        if count > limits.MAX_PDF_PAGES:
+            raise ChinwagError(f"{name} has {count:,} pages: the limit is {limits.MAX_PDF_PAGES:,}")
+        parts, size, seen = [], 0, False
+        for i in range(count):
+            try:
+                page = pdf[i]
+                textpage = page.get_textpage()
+                text = textpage.get_text_range()
+                textpage.close()
+                page.close()
+            except pdfium.PdfiumError:
+                raise ChinwagError(f"{name} is damaged: page {i + 1} cannot be read") from None
+            text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
+            seen = seen or bool(text)
+            parts.append(f"[page {i + 1}]\n{text}")
+            size += len(text)
+            if size > limits.MAX_TEXT_CHARS:
+                raise ChinwagError(f"{name} holds too much text: more than {limits.MAX_TEXT_CHARS:,} characters")
+            if progress:
+                progress(i + 1, count)
+        if not seen:
+            if count == 0:
+                raise ChinwagError(f"{name} has no pages")
+            raise ChinwagError(f"{name} has no text: it is a scanned image")
+        return "\n\n".join(parts), count
+    finally:
+        pdf.close()
+
+
+# --- DOCX --------------------------------------------------------------------------------
+
+
+def _docx(name: str, data: bytes) -> str:
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
+        raise ChinwagError(f"{name} is not a readable DOCX: it is damaged or incomplete") from None
+    names = {m.filename for m in members}
+    if "word/document.xml" not in names:
+        what = "an Excel workbook" if "xl/workbook.xml" in names else "a ZIP archive"
+        if "ppt/presentation.xml" in names:
+            what = "a PowerPoint presentation"
+        return _refuse(name, what)
+    declared = sum(m.file_size for m in members)
+    if len(members) > limits.MAX_DOCX_MEMBERS or declared > limits.MAX_DOCX_UNCOMPRESSED:
+        raise ChinwagError(f"{name} unpacks to {_mb(declared)}: too big to be a document (a zip bomb?)")
+    import docx
+    from docx.opc.exceptions import PackageNotFoundError
+    from docx.table import Table
+    from lxml import etree
+
+    try:
+        document = docx.Document(io.BytesIO(data))
+        lines = []
+        for block in document.iter_inner_content():
+            if isinstance(block, Table):
+                for row in block.rows:
+                    lines.append(" | ".join(cell.text.strip() for cell in row.cells))
+                lines.append("")
+                continue
+            text = block.text.strip()
+            style = (block.style.name if block.style is not None else "") or ""
+            if text and style.startswith("Heading"):
+                level = style.removeprefix("Heading").strip()
+                text = "#" * (int(level) if level.isdigit() else 1) + " " + text
+            elif text and style == "Title":
+                text = "# " + text
+            lines.append(text)
+    except ChinwagError:
+        raise
+    except (KeyError, ValueError, EOFError, zlib.error, zipfile.BadZipFile, etree.LxmlError, PackageNotFoundError):
+        raise ChinwagError(f"{name} is not a readable DOCX: it is damaged or incomplete") from None
+    text = "\n".join(lines).strip()
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    if not text:
+        raise ChinwagError(f"{name} has no text")
+    return text

@@ -1,0 +1,20 @@
+"""The bounds on attached files: the one place they are written.
+
+Untrusted files must not make extraction use unbounded memory or time: every limit here is
+checked before the work it bounds (a size before reading, a ZIP's declared sizes before unpacking).
+"""
+
+# The largest file read at all (checked with fstat before reading, then again while reading).
+MAX_FILE_BYTES = 128 * 1024 * 1024
+# The most text kept from one document (about 2M tokens: far beyond any context, retrieval still works).
+MAX_TEXT_CHARS = 8_000_000
+# A PDF with more pages than this is refused before any page is read.
+MAX_PDF_PAGES = 5_000
+# A DOCX (a ZIP) whose members declare more than this uncompressed is a zip bomb; zipfile never
+# inflates a member past its declared size, so checking the declarations bounds the work.
+MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024
+MAX_DOCX_MEMBERS = 10_000
+# Files attached to one message.
+MAX_FILES_PER_MESSAGE = 20
+# Originals kept in <data>/attachments/ (app/documents/originals.py): the oldest go first past this.
+ORIGINALS_BUDGET_BYTES = 2 * 1024 * 1024 * 1024

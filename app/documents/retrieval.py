@@ -1,0 +1,104 @@
+"""Passages of a document too big for the context: chunks ranked by BM25 (bm25s) against each question.
+
+No model download: BM25 scores words. Each chunk remembers where it came from (PDF page,
+DOCX/Markdown section) so the reply can say which passages it was given.
+"""
+
+import re
+from dataclasses import dataclass
+
+from app.documents.block import Attachment
+
+# Characters per chunk: a few paragraphs, small enough that several fit beside a conversation.
+CHUNK_CHARS = 1_500
+_PAGE = re.compile(r"^\[page (\d+)\]$")
+_HEADING = re.compile(r"^#{1,6} (.+)$")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    text: str
+    page: int = 0  # 0: not a PDF
+    section: str = ""
+
+    @property
+    def reference(self) -> str:
+        parts = [f"page {self.page}"] if self.page else []
+        if self.section:
+            parts.append(f"“{self.section}”")
+        return ", ".join(parts) or f"passage {self.index + 1}"
+
+
+def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
+    """Paragraph-aligned chunks of about `size` characters; a chunk never spans two PDF pages."""
+    chunks: list[Chunk] = []
+    page, section, buf = 0, "", []
+
+    def flush():
+        body = "\n\n".join(buf).strip()
+        if body:
+            chunks.append(Chunk(len(chunks), body, page, section))
+        buf.clear()
+
+    for para in re.split(r"\n\s*\n", text):
+        para = para.strip()
+        first, _, rest = para.partition("\n")
+        match = _PAGE.match(first)
+        if match:
+            flush()
+            page, para = int(match.group(1)), rest.strip()
+        heading = _HEADING.match(para.partition("\n")[0])
+        if heading:
+            flush()
+            section = heading.group(1).strip()[:80]
+        while len(para) > size:  # one huge paragraph: cut it at a space
+            cut = para.rfind(" ", 0, size)
+            cut = cut if cut > size // 2 else size
+            buf.append(para[:cut])
+            flush()
+            para = para[cut:].strip()
+        if buf and sum(len(b) for b in buf) + len(para) > size:
+            flush()
+        if para:
+            buf.append(para)
+    flush()
+    return chunks
+
+
+class Index:
+    """One document's chunks, indexed once; `passages` picks them per question."""
+
+    def __init__(self, name: str, text: str, kind: str = "text"):
+        import bm25s
+
+        self.name, self.kind = name, kind
+        self.chunks = chunk(text)
+        self._retriever = bm25s.BM25()
+        tokens = bm25s.tokenize([c.text for c in self.chunks], stopwords="en", show_progress=False)
+        self._retriever.index(tokens, show_progress=False)
+
+    def ranked(self, question: str) -> list[Chunk]:
+        import bm25s
+
+        query = bm25s.tokenize([question], stopwords="en", show_progress=False)
+        if not query.vocab or not self.chunks:
+            return list(self.chunks)  # no scoring words: the document's beginning
+        k = len(self.chunks)
+        results, scores = self._retriever.retrieve(query, k=k, show_progress=False)
+        order = [int(i) for i, s in zip(results[0], scores[0], strict=True) if s > 0]
+        # Nothing related: the document's beginning, rather than no passage at all.
+        return [self.chunks[i] for i in order] or list(self.chunks)
+
+    def passages(self, question: str, max_chars: int) -> tuple[Attachment, list[str]]:
+        """The best-ranked chunks that fit in `max_chars`, in document order, and their references."""
+        chosen, used = [], 0
+        for c in self.ranked(question):
+            cost = len(c.text) + 40
+            if used + cost > max_chars:
+                continue
+            chosen.append(c)
+            used += cost
+        chosen.sort(key=lambda c: c.index)
+        text = "\n\n".join(f"[{c.reference}]\n{c.text}" for c in chosen)
+        return Attachment(self.name, text, self.kind, passages=True), [c.reference for c in chosen]

@@ -1,0 +1,165 @@
+"""Extraction from real files: text in every encoding people use, PDFs with page markers, DOCX; bad input
+gets one line naming the file, and bounds are checked before the work they bound."""
+
+import os
+import socket
+
+import pytest
+
+from app.documents import limits
+from app.documents.extract import extract, extract_bytes
+from engine.errors import ChinwagError
+from tests.app.documents.files import (
+    png_bytes,
+    write_docx,
+    write_encrypted_pdf,
+    write_pdf,
+    write_scanned_pdf,
+    write_zip_bomb_docx,
+)
+
+PAGES = ["The first page talks about apples.", "The second page talks about pears.", "Bananas on page three."]
+
+
+def test_text_encodings(tmp_path):
+    text = "Grüße, café – naïve\nline two\n"
+    cases = {
+        "utf8.txt": text.encode("utf-8"),
+        "bom8.md": b"\xef\xbb\xbf" + text.encode("utf-8"),
+        "utf16le.py": text.encode("utf-16"),  # with its BOM
+        "utf16be.c": b"\xfe\xff" + text.encode("utf-16-be"),
+        "latin1.csv": "Grüße, café naïve\nline two\n".encode("latin-1"),
+        "crlf.log": text.replace("\n", "\r\n").encode("utf-8"),
+        "no-suffix": text.encode("utf-8"),
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        doc = extract(tmp_path / name)
+        assert doc.kind == "text" and doc.name == name
+        assert "Grüße, café" in doc.text and "line two" in doc.text and "\r" not in doc.text
+        assert doc.size == len(data) and len(doc.sha256) == 64
+
+
+def test_pdf_pages_are_marked(tmp_path):
+    doc = extract(write_pdf(tmp_path / "report.pdf", PAGES))
+    assert doc.kind == "pdf" and doc.pages == 3
+    assert doc.text.index("[page 1]") < doc.text.index("apples") < doc.text.index("[page 2]")
+    assert doc.text.index("[page 2]") < doc.text.index("pears") < doc.text.index("[page 3]") < doc.text.index("Bananas")
+
+
+def test_pdf_progress_per_page(tmp_path):
+    seen = []
+    extract(write_pdf(tmp_path / "report.pdf", PAGES), progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_docx_headings_paragraphs_tables(tmp_path):
+    path = write_docx(
+        tmp_path / "notes.docx", "Budget", ["Travel costs rose.", "Food fell."], [["Item", "Cost"], ["Tea", "3"]]
+    )
+    doc = extract(path)
+    assert doc.kind == "docx"
+    assert doc.text.splitlines()[0] == "# Budget"
+    assert "Travel costs rose." in doc.text and "Item | Cost" in doc.text and "Tea | 3" in doc.text
+
+
+def test_encrypted_pdf(tmp_path):
+    source = write_pdf(tmp_path / "plain.pdf", PAGES)
+    path = write_encrypted_pdf(tmp_path / "report.pdf", source)
+    with pytest.raises(ChinwagError, match=r"^report\.pdf is password-protected$"):
+        extract(path)
+
+
+def test_scanned_pdf(tmp_path):
+    path = write_scanned_pdf(tmp_path / "scan.pdf", tmp_path)
+    with pytest.raises(ChinwagError, match=r"^scan\.pdf has no text: it is a scanned image$"):
+        extract(path)
+
+
+@pytest.mark.parametrize("cut", [20, 200, 600])
+def test_corrupt_pdf(tmp_path, cut):
+    data = write_pdf(tmp_path / "whole.pdf", PAGES).read_bytes()
+    (tmp_path / "broken.pdf").write_bytes(data[:cut])
+    with pytest.raises(ChinwagError, match=r"^broken\.pdf (is not a readable PDF|is damaged|has no)"):
+        extract(tmp_path / "broken.pdf")
+
+
+def test_cyclic_and_deeply_nested_pdf(tmp_path):
+    """Objects that refer to themselves or nest thousands deep: one line or some text, never a crash or a hang."""
+    nested = "[" * 20000 + "]" * 20000
+    body = (
+        "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /Loop 4 0 R >> endobj\n"
+        "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 /Parent 2 0 R >> endobj\n"
+        "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Deep " + nested + " >> endobj\n"
+        "4 0 obj << /Next 4 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    )
+    (tmp_path / "loop.pdf").write_bytes(body.encode())
+    with pytest.raises(ChinwagError, match=r"^loop\.pdf "):
+        extract(tmp_path / "loop.pdf")
+
+
+def test_corrupt_docx(tmp_path):
+    data = write_docx(tmp_path / "whole.docx", "T", ["text"]).read_bytes()
+    (tmp_path / "broken.docx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ChinwagError, match=r"^broken\.docx is not a readable DOCX"):
+        extract(tmp_path / "broken.docx")
+
+
+def test_docx_zip_bomb_refused_before_unpacking(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_DOCX_UNCOMPRESSED", 8 << 20)
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_zip_bomb_docx(tmp_path / "bomb.docx", source, 16 << 20)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(ChinwagError, match=r"^bomb\.docx unpacks to .*zip bomb"):
+        extract(path)
+
+
+def test_huge_file_refused_before_reading(tmp_path):
+    path = tmp_path / "huge.txt"
+    with open(path, "wb") as f:  # a sparse 2 GB file: its size says no before any byte is read
+        f.truncate(2 * 1024**3)
+    with pytest.raises(ChinwagError, match=r"^huge\.txt is too big to attach: 2,048 MB, the limit is"):
+        extract(path)
+
+
+def test_devices_fifos_sockets_directories(tmp_path):
+    with pytest.raises(ChinwagError, match=r"^zero is a device, not a file$"):
+        extract("/dev/zero")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ChinwagError, match=r"^pipe is a named pipe, not a file$"):
+        extract(tmp_path / "pipe")  # no writer: a blocking open would wait forever
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    with pytest.raises(ChinwagError, match=r"^cannot open sock"):
+        extract(tmp_path / "sock")
+    sock.close()
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ChinwagError, match=r"^folder is a folder"):
+        extract(tmp_path / "folder")
+
+
+def test_symlink_loop_and_missing(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(ChinwagError, match=r"^cannot open a: Too many levels of symbolic links"):
+        extract(tmp_path / "a")
+    with pytest.raises(ChinwagError, match=r"^gone\.pdf is gone: it was moved or deleted"):
+        extract(tmp_path / "gone.pdf")
+
+
+def test_images_and_binaries(tmp_path):
+    (tmp_path / "photo.png").write_bytes(png_bytes())
+    with pytest.raises(ChinwagError, match=r"^photo\.png is an image: Chinwag reads text, PDF and DOCX$"):
+        extract(tmp_path / "photo.png")
+    (tmp_path / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4)
+    with pytest.raises(ChinwagError, match=r"^tool is a program: Chinwag reads text"):
+        extract(tmp_path / "tool")
+    (tmp_path / "blob.dat").write_bytes(bytes(range(256)) * 40)
+    with pytest.raises(ChinwagError, match=r"^blob\.dat is a binary file: Chinwag reads text"):
+        extract(tmp_path / "blob.dat")
+
+
+def test_text_bound(monkeypatch):
+    monkeypatch.setattr(limits, "MAX_TEXT_CHARS", 1000)
+    with pytest.raises(ChinwagError, match=r"^long\.txt holds too much text"):
+        extract_bytes("long.txt", b"word " * 1000)
