@@ -23,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from app.core import attachments as attached
 from app.core.message_tree import Node, active_path, chosen_versions, same_nodes
 from app.core.store_open import (
     APPLICATION_ID,
@@ -125,6 +126,7 @@ class Message:
     active: bool = True  # the version shown among its siblings
     version: int = 1  # 1-based, among the messages with the same parent (by creation)
     versions: int = 1
+    attachments: list = field(default_factory=list)  # list[StoredAttachment] (app/core/attachments.py)
 
 
 @dataclass
@@ -298,6 +300,7 @@ class Store:
             conn.execute("PRAGMA temp_store=MEMORY")  # no sort spill files with message text
             self._register(conn)
             self._migrate(conn)
+            attached.ensure_table(conn)  # additive, by inspecting the schema: no migration number taken
             create_private(self.path)  # the WAL and SHM the pragmas made
             self._writer = WriterLock(self.path)
             if self._writer.alone:
@@ -426,6 +429,9 @@ class Store:
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (conv_id,)
             )
         ]
+        documents = attached.by_message(db, conv_id)
+        for m in conv.tree:
+            m.attachments = documents.get(m.id, [])
         conv.messages = active_path(conv.tree)
         return conv
 
@@ -483,6 +489,7 @@ class Store:
         with self._write() as db:
             if not db.execute("DELETE FROM conversations WHERE id=?", (conv_id,)).rowcount:
                 raise NotFoundError(f"no conversation with id {conv_id}")
+        attached.drop_unreferenced(self._db())  # its documents' originals, unless another chat has them
         self._scrub()
 
     def _scrub(self):
@@ -554,10 +561,14 @@ class Store:
                     ),
                 )
                 new_ids[m.id] = cur.lastrowid
+                attached.insert(db, cur.lastrowid, m.attachments)
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,)
             )
             new.tree = [_message(r) for r in rows]
+            documents = attached.by_message(db, new.id)
+            for m in new.tree:
+                m.attachments = documents.get(m.id, [])
         new.messages = active_path(new.tree)
         return new
 
@@ -584,11 +595,20 @@ class Store:
 
     @_db_errors
     def add_message(
-        self, conv_id, role, content, status=MessageStatus.COMPLETE, model_id="", stats=None, parent_id=LAST
+        self,
+        conv_id,
+        role,
+        content,
+        status=MessageStatus.COMPLETE,
+        model_id="",
+        stats=None,
+        parent_id=LAST,
+        attachments=(),
     ) -> Message:
         """Add a message, committed at once, after parent_id (default: the last shown message).
         A message added beside others (same parent) is a new version and becomes the shown one.
-        The first user message titles a "New chat"."""
+        The first user message titles a "New chat". `attachments` (StoredAttachment) are saved
+        in the same transaction."""
         _check_status(status)
         content, stats = _clean(content), _stats(stats)
         with self._write() as db:
@@ -636,6 +656,7 @@ class Store:
             versions = db.execute(
                 "SELECT count(*) FROM messages WHERE conversation_id=? AND parent_id IS ?", (conv_id, parent_id)
             ).fetchone()[0]
+            attached.insert(db, cur.lastrowid, attachments)
             title = row[0]
             if (
                 role == "user"
@@ -660,6 +681,7 @@ class Store:
             True,
             versions,
             versions,
+            list(attachments),
         )
 
     @_db_errors
@@ -731,6 +753,7 @@ class Store:
                     " WHERE conversation_id=? AND parent_id IS ?)",
                     (conv_id, row[0]),
                 )
+        attached.drop_unreferenced(self._db())
         self._scrub()
 
     # -- app state -------------------------------------------------------------

@@ -14,9 +14,11 @@ import stat
 import time
 from pathlib import Path
 
+from app.core import attachments as attached
 from app.core.message_tree import active_path
 from app.core.settings_check import settings_problems
 from app.core.store import STATUSES, Conversation, Message
+from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
 
 # markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
@@ -94,6 +96,7 @@ def _message_json(m: Message) -> dict:
         "created_at": m.created_at,
         "model_id": m.model_id,
         "stats": m.stats,
+        **({"attachments": [a.to_json() for a in m.attachments]} if m.attachments else {}),
     }
 
 
@@ -109,6 +112,8 @@ def to_markdown(conv: Conversation) -> str:
         if meta:
             out += [f"*{meta}*", ""]
         out.append(_markdown_body(m))
+        if m.attachments:
+            out += ["", attached_export.markdown(m.attachments)]
     return "\n".join(out) + "\n"
 
 
@@ -133,6 +138,7 @@ def to_text(conv: Conversation) -> str:
     for m in conv.messages:
         meta = _message_meta(m)
         out += ["", f"--- {_role_name(m.role)}" + (f" ({meta})" if meta else "") + " ---", m.content.rstrip("\n")]
+        out += attached_export.text(m.attachments)
     return "\n".join(out) + "\n"
 
 
@@ -156,7 +162,7 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
     parts = []
     for m in conv.messages:
         details = _message_meta(m)
-        body = _render_content(m, for_print)
+        body = _render_content(m, for_print) + attached_export.html(m.attachments, for_print)
         if for_print:  # Qt's rich text draws table borders from attributes, not CSS
             body = body.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
         role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
@@ -305,6 +311,7 @@ def _message_from_json(m, where: str, index: int, now: float) -> Message:
         created_at=_number(m, "created_at", where, now),
         model_id=_field(m, "model_id", str, where, default=""),
         stats=stats,
+        attachments=attached.from_json(m.get("attachments"), where),
     )
 
 
@@ -451,6 +458,9 @@ th, td { border: 1px solid var(--border); padding: .3rem .6rem; }
 a { color: var(--accent); }
 details.think { border-left: 3px solid var(--border); padding: .1rem .75rem; margin: .5rem 0; color: var(--muted); }
 details.think summary { cursor: pointer; font-style: italic; }
+details.attachment { border: 1px solid var(--border); border-radius: 6px; padding: .25rem .75rem; margin: .5rem 0; }
+details.attachment summary { cursor: pointer; }
+pre.attachment-text { white-space: pre-wrap; max-height: 30rem; overflow: auto; }
 @media print { .msg { break-inside: avoid-page; } details.think { display: none; } }
 """
 

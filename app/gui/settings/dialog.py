@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.attachments import message_text
 from app.core.settings_check import valid_settings
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
@@ -118,7 +119,7 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     for m in messages:
         if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
             continue
-        out.append({"role": m.role, "content": m.content})
+        out.append({"role": m.role, "content": message_text(m)})  # with its documents' blocks
     return out
 
 
