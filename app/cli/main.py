@@ -126,13 +126,22 @@ async def _import(args) -> int:
 
 
 async def _chat(args) -> int:
+    from app.documents import cli as documents
+
+    pending = documents.read_all(args.attach)  # bad files fail here, before the model loads
+    indexes: list = []  # documents too big for the context: every question picks passages from them
     engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    reading = None  # the task reading attached documents ahead (kept: asyncio holds weak references)
     try:
         info = await engine.load_model(args.model, progress=_progress)
-        print(f"Chatting with {info.name}. /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply.")
+        print(
+            f"Chatting with {info.name}. /attach FILE adds a document, /new starts over, /exit or Ctrl+D quits,"
+            " Ctrl+C stops a reply."
+        )
         messages = [{"role": "system", "content": args.system}] if args.system else []
         conv, turn = "cli", 0
         loop = asyncio.get_running_loop()
+        reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
         while True:
             try:
                 line = await loop.run_in_executor(None, lambda: input("> "))
@@ -148,7 +157,19 @@ async def _chat(args) -> int:
                 turn += 1
                 conv = f"cli-{turn}"
                 messages = messages[:1] if args.system else []
+                pending, indexes = [], []
                 continue
+            if line.startswith("/attach "):
+                try:
+                    pending += documents.read_all([line.removeprefix("/attach ").strip()])
+                except ChinwagError as e:
+                    fail(str(e))  # the chat goes on
+                    continue
+                reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
+                continue
+            if pending or indexes:
+                line = await documents.turn_content(engine, messages, line, pending, _params(args), indexes)
+                pending = []
             messages.append({"role": "user", "content": line})
             reply, stats = await _stream(engine, conv, messages, _params(args))
             messages.append({"role": "assistant", "content": reply})
@@ -157,6 +178,8 @@ async def _chat(args) -> int:
                 f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
             )
     finally:
+        if reading is not None and not reading.done():
+            reading.cancel()
         await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
         await engine.close()
 
@@ -208,8 +231,11 @@ def load_script(path: str) -> dict:
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]
-    if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+    from app.documents.cli import script_turns
+
+    if not turns or not all((isinstance(t, str) and t.strip()) or isinstance(t, dict) for t in turns):
         raise ChinwagError(f"script {path} needs a non-empty list of non-empty string turns")
+    script["turns"] = script_turns(path, turns)  # [(question, [Attachment]), ...]: the documents read now
     if not isinstance(script.get("system", ""), str):
         raise ChinwagError(f"script {path}: system must be a string")
     return script
@@ -221,12 +247,21 @@ async def _replay(args) -> int:
     try:
         await engine.load_model(args.model)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
-        for i, user in enumerate(script["turns"]):
+        indexes: list = []  # documents too big for the context (app/documents/turn.py)
+        for i, (user, documents) in enumerate(script["turns"]):
             prepared = 0
             if i and args.pause:
                 await asyncio.sleep(args.pause)  # the reader reads; the engine prepares the next window
                 done = engine.background_result()
                 prepared = done.computed_tokens if done else 0
+            attachment_tokens = 0
+            if documents or indexes:
+                from app.documents.turn import prepare
+
+                with_documents = await prepare(engine, messages, user, documents, _params(args), indexes)
+                for note in with_documents.notes:
+                    print(f"{PROG}: {note}", file=sys.stderr)
+                user, attachment_tokens = with_documents.content, with_documents.document_tokens
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
             reply, stats = [], None
@@ -260,6 +295,7 @@ async def _replay(args) -> int:
                         "error": stats.error,
                         "drafted_tokens": stats.drafted_tokens,
                         "accepted_tokens": stats.accepted_tokens,
+                        "attachment_tokens": attachment_tokens,
                     }
                 ),
                 flush=True,
@@ -285,6 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="chat in the terminal")
     p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
     p.add_argument("--system", default="", help="a system prompt")
+    p.add_argument(
+        "--attach",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="attach a document (text, PDF, DOCX) to your first message; repeatable",
+    )
     _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 

@@ -1,0 +1,87 @@
+"""A user turn with documents, as every front end sends it: whole when it fits, else the passages most
+related to the question (one line says so). Counts are the engine's, in the current model's tokens."""
+
+from dataclasses import dataclass, field
+
+from app.documents.block import Attachment, document_block, message_content
+from app.documents.retrieval import Index
+from engine.context.policy import reply_room
+from engine.types import GenerationParams
+
+# Tokens left free for the chat template's role markers around the messages.
+TEMPLATE_SLACK = 64
+# Characters per token assumed when sizing passages first; the engine's count then checks them.
+CHARS_PER_TOKEN = 3
+
+
+@dataclass
+class Turn:
+    content: str  # the user message's text: the documents' blocks, then the question
+    attachments: list[Attachment]
+    document_tokens: int  # tokens of the blocks of documents attached on this turn
+    notes: list[str] = field(default_factory=list)  # one line per document sent as passages
+    references: list[str] = field(default_factory=list)  # "report.pdf: page 4" for each passage used
+    context_limit: int = 0
+
+    @property
+    def summary(self) -> str:
+        """ "report.pdf 6,812 tokens · 83% of the context": what the message will take."""
+        names = ", ".join(a.name for a in self.attachments)
+        share = (
+            f" · {100 * self.document_tokens / self.context_limit:.0f}% of the context" if self.context_limit else ""
+        )
+        return f"{names} {self.document_tokens:,} tokens{share}"
+
+
+async def prepare(
+    engine,
+    history: list[dict],
+    question: str,
+    documents: list[Attachment],
+    params: GenerationParams,
+    indexes: list[Index] | None = None,
+) -> Turn:
+    """The turn's content. `indexes` holds the conversation's documents too big for the context:
+    new ones are added, and every later question gets its own passages from them."""
+    indexes = indexes if indexes is not None else []
+    counts = [(m.get("role"), (await engine.count_tokens(m["content"], params)).tokens) for m in history]
+    before = sum(n for _, n in counts)
+    system = sum(n for role, n in counts if role == "system")
+    asked = (await engine.count_tokens(question, params)).tokens
+    whole = [await engine.count_tokens(document_block(d), params) for d in documents]
+    limit = whole[0].context_limit if whole else (await engine.count_tokens("", params)).context_limit
+    free = limit - reply_room(params.max_tokens, limit) - before - asked - TEMPLATE_SLACK
+    turn = Turn("", [], 0, context_limit=limit)
+    if documents and sum(w.tokens for w in whole) <= free:
+        turn.attachments = list(documents)
+        turn.document_tokens = sum(w.tokens for w in whole)
+        free -= turn.document_tokens
+    else:
+        for d, w in zip(documents, whole, strict=True):
+            indexes.append(Index(d.name, d.text, d.kind))
+            turn.notes.append(
+                f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free of {limit:,}):"
+                " sending the passages most related to each question"
+            )
+    # Passages may take up to half the window past the system prompt: the engine then drops the oldest
+    # turns to fit (engine/context/policy.py), so a follow-up's new passages beat old ones.
+    free = max(free, (limit - reply_room(params.max_tokens, limit) - system - asked - TEMPLATE_SLACK) // 2)
+    for index in indexes:  # every question picks its own passages
+        item, refs = await _fit(engine, index, question, max(0, free) // len(indexes), params)
+        if item.text:
+            turn.attachments.append(item)
+            turn.references += [f"{index.name}: {r}" for r in refs]
+            turn.document_tokens += (await engine.count_tokens(document_block(item), params)).tokens
+    turn.content = message_content(question, turn.attachments)
+    return turn
+
+
+async def _fit(engine, index: Index, question: str, tokens: int, params) -> tuple[Attachment, list[str]]:
+    """The passages that fit in `tokens`, checked with the engine's count (shrunk until they do)."""
+    chars = tokens * CHARS_PER_TOKEN
+    for _ in range(6):
+        item, refs = index.passages(question, chars)
+        if not item.text or (await engine.count_tokens(document_block(item), params)).tokens <= tokens:
+            return item, refs
+        chars = int(chars * 0.75)
+    return Attachment(index.name, "", index.kind, passages=True), []
