@@ -2,8 +2,9 @@
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
 from app.gui.theme import READING_WIDTH
 
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
@@ -13,8 +14,13 @@ DRAFT_PAUSE_MS = 300
 class _Editor(QPlainTextEdit):
     enterPressed = Signal()
     pasted = Signal()
+    filesPasted = Signal(list)  # copied (or dropped) files: attachments, not their paths as text
 
     def insertFromMimeData(self, source):
+        files = local_files(source)
+        if files:
+            self.filesPasted.emit(files)
+            return
         super().insertFromMimeData(source)
         self.pasted.emit()
 
@@ -77,7 +83,15 @@ class Composer(QWidget):
         edit_row.setContentsMargins(0, 0, 0, 0)
         self.edit_bar.setVisible(False)
         outer.addWidget(self.edit_bar)
+        self.attachments = AttachmentTray()  # documents for the next message (app/gui/chat/attachments.py)
+        outer.addWidget(self.attachments)
+        self._drop_filter: FileDropFilter | None = None
         row = QHBoxLayout()
+        self.attach_button = QPushButton("📎")
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.setToolTip("Attach files: text, PDF or DOCX (or drop them on the window)")
+        self.attach_button.clicked.connect(self.choose_files)
+        row.addWidget(self.attach_button)
         self.editor = _Editor()
         self.editor.setObjectName("composerEdit")
         self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
@@ -91,6 +105,8 @@ class Composer(QWidget):
         self._pause.timeout.connect(self._draft_paused)
         self.editor.textChanged.connect(self._pause.start)
         self.editor.pasted.connect(self._draft_paused)
+        self.editor.filesPasted.connect(self.attachments.add_paths)
+        self.attachments.changed.connect(self._update_buttons)
         row.addWidget(self.editor, 1)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("sendButton")
@@ -111,6 +127,25 @@ class Composer(QWidget):
         self._reason = ""
         self._update_buttons()
         self._fit()
+
+    def showEvent(self, event):
+        super().showEvent(event)
+        if self._drop_filter is None:  # files dropped anywhere on the window are attached
+            window = self.window()
+            self._drop_filter = FileDropFilter(self.attachments, self)
+            window.setAcceptDrops(True)
+            window.installEventFilter(self._drop_filter)
+            if hasattr(window, "statusBar"):
+                self.attachments.status.connect(lambda text: window.statusBar().showMessage(text, 3000))
+
+    def choose_files(self):
+        dialog = QFileDialog(self.window(), "Attach Files")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.filesSelected.connect(self.attachments.add_paths)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.finished.connect(lambda *_: self.editor.setFocus())  # back to typing
+        dialog.open()  # never a nested event loop
+        return dialog
 
     def _fit(self):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""
@@ -142,6 +177,8 @@ class Composer(QWidget):
     def submit(self):
         text = self.text()
         if not (self._ready or self._queue) or self._generating or self._waiting or not text.strip():
+            return
+        if self.attachments.busy():  # sent once every document is read
             return
         self.editor.clear()
         self._pause.stop()  # the text is sent, not a draft any more
@@ -189,5 +226,9 @@ class Composer(QWidget):
 
     def _update_buttons(self):
         self.send_button.setEnabled(
-            (self._ready or self._queue) and not self._generating and not self._waiting and bool(self.text().strip())
+            (self._ready or self._queue)
+            and not self._generating
+            and not self._waiting
+            and bool(self.text().strip())
+            and not self.attachments.busy()
         )

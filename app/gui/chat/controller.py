@@ -13,6 +13,7 @@ from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
 from app.core.store import LAST, MessageStatus
+from app.gui.chat.attachments import show_on_message
 from app.gui.chat.message_widget import QUEUED
 from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from engine.errors import ChinwagError
@@ -86,6 +87,9 @@ class ChatController(QObject):
         bridge.turnFailed.connect(self._on_failed)
         bridge.prefillProgress.connect(self._on_prefill_progress)
         composer.draftPaused.connect(self.prefill_draft)
+        composer.attachments.engine = lambda: bridge.engine  # documents are counted in the model's tokens
+        composer.attachments.readyToRead.connect(lambda: self.prefill_draft(composer.text()))  # read at attach
+        bridge.modelLoaded.connect(lambda _info: composer.attachments.recount())
         composer.sendRequested.connect(self.send)
         composer.stopRequested.connect(self.stop)
         composer.editCancelled.connect(self.cancel_edit)
@@ -194,7 +198,8 @@ class ChatController(QObject):
             new_chat = self.conv_id is None
             first = new_chat or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
-            msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
+            documents = self.composer.attachments.for_sending(text)
+            msg = self.store.add_message(conv_id, "user", text, parent_id=parent, attachments=documents)
         except ChinwagError as e:
             self.error.emit(str(e))
             self.composer.set_text(text)
@@ -205,7 +210,9 @@ class ChatController(QObject):
         if replaced is not None:
             self.chat_view.remove_from(replaced)
             self.cancel_edit()
-        self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
+        widget = self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
+        show_on_message(widget, msg.attachments)
+        self.composer.attachments.clear()
         if first:
             self.drafts.put(None, "")  # the blank chat's draft became this message
         self.drafts.put(conv_id, "")
@@ -291,8 +298,9 @@ class ChatController(QObject):
 
         A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
         """
-        if not text.strip() or self.gen is not None:
+        if not (text.strip() or self.composer.attachments.ready_documents()) or self.gen is not None:
             return None
+        text = self.composer.attachments.draft_text(text)  # the documents' blocks come first
         try:
             conv = self.store.get_conversation(self.conv_id) if self.conv_id is not None else None
         except ChinwagError:

@@ -7,6 +7,7 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from app.gui.chat.attachments import show_on_message
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.welcome import Welcome
 from app.gui.theme import READING_WIDTH
@@ -86,9 +87,10 @@ class ChatView(QScrollArea):
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
-            self.add_message(
+            widget = self.add_message(
                 m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
             )
+            show_on_message(widget, m.attachments)
         self._update_more()
         self._stick = True
         self.scroll_to_bottom()
@@ -107,6 +109,7 @@ class ChatView(QScrollArea):
         for offset, m in enumerate(batch):
             widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
             widget.set_versions(m.version, m.versions)
+            show_on_message(widget, m.attachments)
             self._layout.insertWidget(first + offset, widget)
             new.append(widget)
         self._widgets[:0] = new
@@ -144,9 +147,10 @@ class ChatView(QScrollArea):
         another version and the branch below it."""
         self.remove_from(message_id)
         for m in messages:
-            self.add_message(
+            widget = self.add_message(
                 m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
             )
+            show_on_message(widget, m.attachments)
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""

@@ -1,0 +1,86 @@
+"""Documents in the window (fake engine): paste or drop a file, a chip with its size and the context share,
+the draft read ahead with the document's block, the message saved with it, errors on the chip."""
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from app.documents.block import message_content
+from tests.app.documents.files import png_bytes, write_pdf
+from tests.app_helpers import send
+
+pytestmark = pytest.mark.qt
+
+
+def _files(paths) -> QMimeData:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    return mime
+
+
+def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
+    pdf = write_pdf(tmp_path / "report.pdf", ["Apples are red.", "Pears are green."])
+    window.composer.editor.insertFromMimeData(_files([pdf]))
+    tray = window.composer.attachments
+    assert window.composer.text() == ""  # a file, not its path as text
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()) and "% of the context" in tray.summary.text(), timeout=10_000)
+    chip = tray._chips[0]
+    assert chip.name.text() == "report.pdf" and chip.status.text().endswith(" tokens")
+    assert tray.summary.text().startswith("report.pdf ")
+    # Read at attach: the draft (the document's block alone) goes to the engine at once.
+    qtbot.waitUntil(lambda: bool(engine.prefills), timeout=5000)
+    text = tray.ready_documents()[0].extracted.text
+    assert engine.prefills[-1][1][-1]["content"].startswith('<document name="report.pdf">\n[page 1]')
+    send(qtbot, window, "What colour are pears?")
+    sent = engine.calls[-1][1][-1]["content"]
+    assert sent.startswith(engine.prefills[-1][1][-1]["content"])  # the read-ahead is a prefix of what is sent
+    assert "Pears are green." in sent and sent.endswith("What colour are pears?")
+    assert not tray.isVisible() and not tray.ready_documents()
+    conv = store.get_conversation(window.chat.conv_id)
+    assert conv.messages[0].content == "What colour are pears?"
+    assert [a.name for a in conv.messages[0].attachments] == ["report.pdf"]
+    assert conv.messages[0].attachments[0].text == text
+    assert sent == message_content("What colour are pears?", [conv.messages[0].attachments[0].for_message()])
+    widget = window.chat_view.message_widgets()[0]
+    from app.gui.chat.attachments import MessageAttachments
+
+    shown = widget.findChild(MessageAttachments)
+    assert shown is not None and shown.buttons[0].text().endswith("report.pdf")
+    dialog = shown.show_text(conv.messages[0].attachments[0])
+    assert "Pears are green." in dialog.findChild(type(window.composer.editor).__mro__[1]).toPlainText()
+    dialog.close()
+
+
+def test_drop_on_the_window_and_errors_on_the_chip(qtbot, window, engine, tmp_path):
+    (tmp_path / "photo.png").write_bytes(png_bytes())
+    mime = _files([tmp_path / "photo.png"])
+    buttons, keys = Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    enter = QDragEnterEvent(QPoint(20, 20), Qt.DropAction.CopyAction, mime, buttons, keys)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(window, QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, buttons, keys))
+    tray = window.composer.attachments
+    qtbot.waitUntil(lambda: bool(tray._chips and tray._chips[0].doc.error), timeout=10_000)
+    assert tray._chips[0].status.text() == "photo.png is an image: Chinwag reads text, PDF and DOCX"
+    assert not tray.ready_documents()
+    tray._chips[0].remove_button.click()
+    qtbot.waitUntil(lambda: not tray.isVisible(), timeout=5000)
+    # A file deleted after it was read: the text was already extracted, so it is still sent.
+    pdf = write_pdf(tmp_path / "gone.pdf", ["Short lived."])
+    tray.add_paths([str(pdf)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    pdf.unlink()
+    send(qtbot, window, "Still there?")
+    assert "Short lived." in engine.calls[-1][1][-1]["content"]
+
+
+def test_sending_waits_for_a_document_being_read(qtbot, window, engine, tmp_path):
+    pdf = write_pdf(tmp_path / "r.pdf", ["x"])
+    tray = window.composer.attachments
+    tray.add_paths([str(pdf)])
+    window.composer.set_text("Question")
+    assert tray.busy() and not window.composer.send_button.isEnabled()
+    qtbot.waitUntil(lambda: not tray.busy(), timeout=10_000)
+    assert window.composer.send_button.isEnabled()
+    send(qtbot, window, "Question")  # sent: no draft timer is left running past the test
