@@ -1692,5 +1692,14 @@ PLOTTERS["longchat_pause"] = plot_longchat_pause
 SECTIONS["longchat_pause"] = section_longchat_pause
 
 
+# --- documents in the chat (bench/documents.py holds its plot and section) -------------------
+from bench.documents import plot_documents, section_documents  # noqa: E402
+
+FIGURES.append("documents")
+TITLES["documents"] = f"{len(FIGURES)}. Documents in the chat"
+PLOTTERS["documents"] = plot_documents
+SECTIONS["documents"] = section_documents
+
+
 if __name__ == "__main__":
     main()

@@ -22,6 +22,7 @@ BENCHES = {
     "decode": ["bench.decode"],
     "decode_quantized": ["bench.decode", "--quantized"],
     "followup": ["bench.followup"],
+    "documents": ["bench.documents"],
     "highlight": ["bench.highlight"],
     "longchat": ["bench.longchat"],
     "longchat_pause": ["bench.longchat_pause"],

@@ -2,9 +2,19 @@
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
+from app.gui.icons import icon
 from app.gui.theme import READING_WIDTH
 
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
@@ -87,7 +97,10 @@ class Composer(QWidget):
         outer.addWidget(self.attachments)
         self._drop_filter: FileDropFilter | None = None
         row = QHBoxLayout()
-        self.attach_button = QPushButton("📎")
+        self.attach_button = QToolButton()
+        self.attach_button.setIcon(icon("attach"))
+        self.attach_button.setAutoRaise(True)
+        self.attach_button.setAccessibleName("Attach files")
         self.attach_button.setObjectName("attachButton")
         self.attach_button.setToolTip("Attach files: text, PDF or DOCX (or drop them on the window)")
         self.attach_button.clicked.connect(self.choose_files)

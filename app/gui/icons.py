@@ -36,7 +36,31 @@ def _check(p):
     p.drawPolyline([QPointF(3, 8.5), QPointF(6.5, 12), QPointF(13, 4.5)])
 
 
-_DRAW = {"copy": _copy, "edit": _edit, "regenerate": _regenerate, "copied": _check}
+def _attach(p):  # a paperclip
+    path = QPainterPath(QPointF(10.5, 5))
+    path.lineTo(10.5, 11)
+    path.arcTo(QRectF(5.5, 8.5, 5, 5), 0, -180)
+    path.lineTo(5.5, 4)
+    path.arcTo(QRectF(5.5, 1.5, 7, 5), 180, -180)
+    path.lineTo(12.5, 11.5)
+    p.drawPath(path)
+
+
+def _document(p):  # a page with a folded corner and lines of text
+    p.drawPolyline([QPointF(9.5, 1.5), QPointF(3.5, 1.5), QPointF(3.5, 14.5), QPointF(12.5, 14.5), QPointF(12.5, 4.5)])
+    p.drawPolyline([QPointF(9.5, 1.5), QPointF(9.5, 4.5), QPointF(12.5, 4.5), QPointF(9.5, 1.5)])
+    for y in (7.5, 10, 12.5):
+        p.drawLine(QPointF(5.5, y), QPointF(10.5, y))
+
+
+_DRAW = {
+    "copy": _copy,
+    "edit": _edit,
+    "regenerate": _regenerate,
+    "copied": _check,
+    "attach": _attach,
+    "document": _document,
+}
 
 
 def icon(name: str, palette: QPalette | None = None) -> QIcon:

@@ -26,11 +26,12 @@ from app.documents import limits
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index
+from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
 from engine.log import report_bug
 
-ICONS = {"pdf": "📕", "docx": "📘", "text": "📄"}
+KIND_NAMES = {"pdf": "PDF", "docx": "DOCX", "text": "text"}
 # Room kept for the question and the template when deciding whether a document fits whole.
 QUESTION_ROOM = 256
 # One extraction at a time, off the GUI thread: pdfium must not be entered from two threads at once.
@@ -62,7 +63,8 @@ class AttachmentChip(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         row = QHBoxLayout(self)
         row.setContentsMargins(6, 2, 2, 2)
-        self.icon = QLabel(ICONS["text"])
+        self.icon = QLabel()
+        self.icon.setPixmap(icon("document").pixmap(16, 16))
         self.name = QLabel(Path(doc.path).name)
         self.name.setObjectName("attachmentName")
         self.status = QLabel("waiting…")
@@ -81,12 +83,11 @@ class AttachmentChip(QFrame):
     def show_state(self):
         doc = self.doc
         if doc.error:
-            self.icon.setText("⚠")
             self.name.setVisible(False)  # the error names the file
             self.status.setText(doc.error)
             self.setProperty("failed", True)
         elif doc.extracted is not None:
-            self.icon.setText(ICONS.get(doc.extracted.kind, ICONS["text"]))
+            self.icon.setToolTip(KIND_NAMES.get(doc.extracted.kind, "text"))
             text = f"{doc.tokens:,} tokens"
             if doc.too_big:
                 text += " · too big for the context: the passages most related to each question are sent (× cancels)"
@@ -293,7 +294,7 @@ class MessageAttachments(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         self.buttons = []
         for item in items:
-            button = QPushButton(f"{ICONS.get(item.kind, ICONS['text'])} {item.name}")
+            button = QPushButton(icon("document"), item.name)
             button.setObjectName("messageAttachment")
             button.setFlat(True)
             note = " (the passages related to the question were sent)" if item.passages else ""
