@@ -50,6 +50,11 @@ def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
     dialog = shown.show_text(conv.messages[0].attachments[0])
     assert "Pears are green." in dialog.findChild(type(window.composer.editor).__mro__[1]).toPlainText()
     dialog.close()
+    # Reopened, the chat shows its documents again.
+    window.chat.new_conversation()
+    window.chat.open_conversation(conv.id)
+    reopened = window.chat_view.message_widgets()[0].findChild(MessageAttachments)
+    assert reopened is not None and reopened.buttons[0].text() == "report.pdf"
 
 
 def test_drop_on_the_window_and_errors_on_the_chip(qtbot, window, engine, tmp_path):
