@@ -93,12 +93,17 @@ class Index:
     def passages(self, question: str, max_chars: int) -> tuple[Attachment, list[str]]:
         """The best-ranked chunks that fit in `max_chars`, in document order, and their references."""
         chosen, used = [], 0
-        for c in self.ranked(question):
+        ranked = self.ranked(question)
+        for c in ranked:
             cost = len(c.text) + 40
             if used + cost > max_chars:
                 continue
             chosen.append(c)
             used += cost
+        if not chosen and ranked and max_chars > 200:  # no chunk fits whole: the best one, cut at a space
+            best = ranked[0]
+            cut = best.text.rfind(" ", 0, max_chars - 40)
+            chosen = [Chunk(best.index, best.text[: cut if cut > 0 else max_chars - 40], best.page, best.section)]
         chosen.sort(key=lambda c: c.index)
         text = "\n\n".join(f"[{c.reference}]\n{c.text}" for c in chosen)
         return Attachment(self.name, text, self.kind, passages=True), [c.reference for c in chosen]

@@ -45,6 +45,8 @@ class _Doc:
     tokens: int = 0
     limit: int = 0
     error: str = ""
+    index: Index | None = None  # built off the GUI thread when the document is too big for the context
+    ready: bool = False  # extracted, counted (and indexed if too big)
 
     @property
     def too_big(self) -> bool:
@@ -151,6 +153,10 @@ class AttachmentTray(QWidget):
         try:
             chip.doc.extracted = await loop.run_in_executor(_EXTRACTOR, extract, chip.doc.path, progress)
             await self._count(chip)
+            e = chip.doc.extracted
+            if chip.doc.too_big and e is not None:  # indexing a long document takes a while: not on the GUI thread
+                chip.doc.index = await loop.run_in_executor(_EXTRACTOR, Index, e.name, e.text, e.kind)
+            chip.doc.ready = True
         except ChinwagError as e:
             chip.doc.error = str(e)
         if chip not in self._chips:
@@ -214,10 +220,10 @@ class AttachmentTray(QWidget):
 
     # --- what a message gets ------------------------------------------------------
     def busy(self) -> bool:
-        return any(c.doc.extracted is None and not c.doc.error for c in self._chips)
+        return any(not c.doc.ready and not c.doc.error for c in self._chips)
 
     def ready_documents(self) -> list[_Doc]:
-        return [c.doc for c in self._chips if c.doc.extracted is not None and not c.doc.error]
+        return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]
 
     def draft_text(self, question: str) -> str:
         """The draft as the engine reads it ahead: the documents that fit whole, then the question."""
@@ -235,7 +241,10 @@ class AttachmentTray(QWidget):
             if d.too_big:
                 free = max(0, d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM) // 2
                 chars = int(free * len(e.text) / max(1, d.tokens) * 0.9)
-                passages = Index(e.name, e.text, e.kind).passages(question, chars)[0].text
+                index = d.index or Index(e.name, e.text, e.kind)
+                passages = index.passages(question, chars)[0].text
+                if not passages:  # never the whole text in its place
+                    raise ChinwagError(f"{e.name} is too big for the context and no passage of it fits: remove it")
             out.append(StoredAttachment(e.name, e.kind, e.size, e.sha256, e.text, passages))
         return out
 

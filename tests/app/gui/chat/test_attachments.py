@@ -89,3 +89,23 @@ def test_sending_waits_for_a_document_being_read(qtbot, window, engine, tmp_path
     qtbot.waitUntil(lambda: not tray.busy(), timeout=10_000)
     assert window.composer.send_button.isEnabled()
     send(qtbot, window, "Question")  # sent: no draft timer is left running past the test
+
+
+def test_too_big_for_the_context_sends_passages(qtbot, window, store, engine, tmp_path):
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
+    pdf = write_pdf(tmp_path / "big.pdf", pages)
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600)
+    tray.add_paths([str(pdf)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    doc = tray.ready_documents()[0]
+    assert doc.too_big and doc.index is not None
+    assert "too big for the context" in tray._chips[0].status.text()
+    assert not engine.prefills or "big.pdf" not in engine.prefills[-1][1][-1]["content"]  # nothing to read ahead
+    send(qtbot, window, "Tell me about topic7")
+    sent = engine.calls[-1][1][-1]["content"]
+    assert 'excerpts="passages related to the question"' in sent and "topic7" in sent and "topic2 " not in sent
+    stored = store.get_conversation(window.chat.conv_id).messages[0].attachments[0]
+    assert stored.passages and stored.text == doc.extracted.text  # the whole text is kept, the passages sent
