@@ -843,7 +843,7 @@ def section_blas(d):
         out.append(
             "**No system OpenBLAS was found on this machine**, so only the reference BLAS was measured. "
             "Install it (Debian/Ubuntu: `apt-get install libopenblas0-pthread`) and rerun "
-            "`python -m bench.linux_blas`."
+            "`python -m bench.figures.linux_blas`."
         )
     else:
         best, ob = s[BEST], s.get("OpenBLAS, quantized")
@@ -1058,7 +1058,7 @@ def main():
         lines += ["", f"## {TITLES[name]}", ""]
         d = res.get(name)
         if d is None:
-            lines.append(f"Not measured yet: `python -m bench.{name}`.")
+            lines.append(f"Not measured yet: `python -m bench.figures.{name}`.")
             continue
         extra = (res.get("decode_quantized"),) if name == "decode" else ()
         try:
@@ -1102,7 +1102,7 @@ RECOMMENDATIONS = [
 ]
 
 
-# --- figure 7: speculative decoding (bench/speculative.py) ---------------------------------
+# --- figure 7: speculative decoding (bench/figures/speculative.py) ---------------------------------
 
 SPEC_CASES = {
     "a_code": "(a) rewrite code",
@@ -1148,7 +1148,7 @@ def plot_speculative(d, path):
     plt.close(fig)
 
 
-# --- figure 8: models served elsewhere (bench/remote.py) ----------------------------------
+# --- figure 8: models served elsewhere (bench/figures/remote.py) ----------------------------------
 
 
 def plot_remote(d, path):
@@ -1168,7 +1168,7 @@ def plot_remote(d, path):
     ax.legend(fontsize=8)
 
 
-# --- 7. Long chats past the window (bench/longchat.py) --------------------------------------
+# --- 7. Long chats past the window (bench/figures/longchat.py) --------------------------------------
 
 
 def plot_longchat(d, path):
@@ -1423,7 +1423,7 @@ def section_longchat(d):
         out += [
             "The starter-model chat (Chinwag, exact fit and mlx-lm's RotatingKVCache, TTFT per turn) was not "
             "run at this size (`--skip-chat`): 300 turns with the exact-fit side re-prefilling ~1,000 tokens a "
-            "turn take hours on this shared CPU. Run `python -m bench.longchat` for it.",
+            "turn take hours on this shared CPU. Run `python -m bench.figures.longchat` for it.",
             "",
         ]
     out += [
@@ -1455,7 +1455,7 @@ TITLES["longchat"], PLOTTERS["longchat"], SECTIONS["longchat"] = (
 )
 
 
-# --- Prefill while typing (bench/typing_prefill.py) -----------------------------------
+# --- Prefill while typing (bench/figures/typing_prefill.py) -----------------------------------
 
 
 def plot_typing_prefill(d, path):
@@ -1626,7 +1626,7 @@ PLOTTERS["highlight"] = plot_highlight
 SECTIONS["highlight"] = section_highlight
 
 
-# --- figure 12: a long chat with a reader's pause (bench/longchat_pause.py) -------------------
+# --- figure 12: a long chat with a reader's pause (bench/figures/longchat_pause.py) -------------------
 
 
 def plot_longchat_pause(d, path):

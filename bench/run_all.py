@@ -15,19 +15,19 @@ import time
 
 # name -> the module and its arguments; cheapest first, so a broken environment shows up early.
 BENCHES = {
-    "linux_blas": ["bench.linux_blas"],
-    "ui": ["bench.ui"],
-    "memory": ["bench.memory"],
-    "growth": ["bench.growth"],
-    "decode": ["bench.decode"],
-    "decode_quantized": ["bench.decode", "--quantized"],
-    "followup": ["bench.followup"],
-    "highlight": ["bench.highlight"],
-    "longchat": ["bench.longchat"],
-    "longchat_pause": ["bench.longchat_pause"],
-    "typing_prefill": ["bench.typing_prefill"],
-    "speculative": ["bench.speculative"],
-    "remote": ["bench.remote"],
+    "linux_blas": ["bench.figures.linux_blas"],
+    "ui": ["bench.figures.ui"],
+    "memory": ["bench.figures.memory"],
+    "growth": ["bench.figures.growth"],
+    "decode": ["bench.figures.decode"],
+    "decode_quantized": ["bench.figures.decode", "--quantized"],
+    "followup": ["bench.figures.followup"],
+    "highlight": ["bench.figures.highlight"],
+    "longchat": ["bench.figures.longchat"],
+    "longchat_pause": ["bench.figures.longchat_pause"],
+    "typing_prefill": ["bench.figures.typing_prefill"],
+    "speculative": ["bench.figures.speculative"],
+    "remote": ["bench.figures.remote"],
 }
 ORDER = list(BENCHES)
 

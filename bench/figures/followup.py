@@ -15,7 +15,7 @@ Each side chats with its own replies; re-prefill is given chinwag's history. The
 --passes times (fresh conversations each time, the order of the sides rotated); a turn's
 TTFT is the median over the passes.
 
-    python -m bench.followup [--turns 12] [--reply-tokens 16] [--passes 3]
+    python -m bench.figures.followup [--turns 12] [--reply-tokens 16] [--passes 3]
 """
 
 import argparse
@@ -111,7 +111,7 @@ async def main_async(args):
     engine = Engine()
     await engine.load_model(registry.STARTER_ID)
     model, tokenizer = loading.load(path)
-    from bench.decode import describe
+    from bench.figures.decode import describe
 
     info = describe(model)
     # A quantized model prefills ~10 tok/s here: re-prefilling every turn would take minutes.
@@ -206,7 +206,7 @@ async def main_async(args):
             "raw": raw,
             "summary": summary,
         },
-        f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
+        f"python -m bench.figures.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
         f"--passes {args.passes}" + (f" --reprefill-every {args.reprefill_every}" if args.reprefill_every else ""),
         started,
     )

@@ -18,7 +18,7 @@ here) and a throwaway CHINWAG_HOME:
                the streaming message (ChatView.render_count) per second. Two replies per window,
                each in a new conversation: the first after start, then a second one.
 
-    python -m bench.ui [--reps 3] [--tokens 1500]
+    python -m bench.figures.ui [--reps 3] [--tokens 1500]
 """
 
 import argparse
@@ -205,7 +205,7 @@ def _child(args, env, timeout=300):
     if args[0] == "child-start":
         cmd = [sys.executable, "-m", "bench.ui_start"]
     else:
-        cmd = [sys.executable, "-m", "bench.ui", *args]
+        cmd = [sys.executable, "-m", "bench.figures.ui", *args]
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=common.ROOT)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
@@ -292,7 +292,7 @@ def main(argv=None):
             "streams": streams,
             "summary": summary,
         },
-        f"python -m bench.ui --reps {args.reps} --tokens {args.tokens}",
+        f"python -m bench.figures.ui --reps {args.reps} --tokens {args.tokens}",
         started,
     )
     common.finish()

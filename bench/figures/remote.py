@@ -16,7 +16,7 @@ own history:
 The server serves a float32 copy of the starter (dequantized, as Chinwag runs it on the CPU)
 with the same BLAS as this process, so the three sides run the same weights the same way.
 
-    python -m bench.remote [--turns 12] [--reply-tokens 16]
+    python -m bench.figures.remote [--turns 12] [--reply-tokens 16]
 """
 
 import argparse
@@ -32,7 +32,7 @@ import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import ROOT, log
-from bench.followup import QUESTIONS
+from bench.figures.followup import QUESTIONS
 
 SIDES = ("identical", "careless", "local")
 SERVE = (
@@ -160,7 +160,7 @@ async def main_async(args, url, folder):
     common.save(
         "remote",
         {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens}, "rows": rows, "summary": summary},
-        f"python -m bench.remote --turns {args.turns} --reply-tokens {args.reply_tokens}",
+        f"python -m bench.figures.remote --turns {args.turns} --reply-tokens {args.reply_tokens}",
         started,
     )
 

@@ -6,7 +6,7 @@ and once with `--pause` seconds between turns, as a reader would take, during wh
 prepares the next window in the background (issue 9, point 4). Not interleaved: the two runs
 would preempt each other's background work, so they run one after the other.
 
-    python -m bench.longchat_pause [--turns 120] [--cap 512] [--reply-tokens 16] [--pause 1.0]
+    python -m bench.figures.longchat_pause [--turns 120] [--cap 512] [--reply-tokens 16] [--pause 1.0]
 """
 
 import argparse
@@ -15,7 +15,7 @@ import time
 
 from bench import common
 from bench.common import log, median
-from bench.longchat import SYSTEM, question
+from bench.figures.longchat import SYSTEM, question
 
 
 async def run(turns, cap, reply_tokens, pause):
@@ -91,7 +91,7 @@ def main(argv=None):
     common.save(
         "longchat_pause",
         result,
-        f"python -m bench.longchat_pause --turns {args.turns} --cap {args.cap} "
+        f"python -m bench.figures.longchat_pause --turns {args.turns} --cap {args.cap} "
         f"--reply-tokens {args.reply_tokens} --pause {args.pause}",
         started,
     )

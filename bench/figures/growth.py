@@ -8,7 +8,7 @@ for ContiguousAttentionKVCache; for KVCache, the positions held when it concaten
 Peak memory: MLX's allocator peak (mx.get_peak_memory) over each run. Last, one growth
 at 8K positions of caches shaped like the starter's (30 layers), timed alone (KV writes only).
 
-    python -m bench.growth [--tokens 16380] [--reps 2]
+    python -m bench.figures.growth [--tokens 16380] [--reps 2]
 """
 
 import argparse
@@ -191,7 +191,7 @@ def main(argv=None):
             "runs": runs,
             "summary": summary,
         },
-        f"python -m bench.growth --tokens {args.tokens} --reps {args.reps}",
+        f"python -m bench.figures.growth --tokens {args.tokens} --reps {args.reps}",
         started,
     )
     common.finish()

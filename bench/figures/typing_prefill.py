@@ -12,7 +12,7 @@ conversations each repetition:
 Timed from the caller: from Enter (the `chat` call) to the first generated token. Greedy
 replies must be identical both ways.
 
-    python -m bench.typing_prefill [--sizes 50,400,2000] [--reps 3] [--reply-tokens 8]
+    python -m bench.figures.typing_prefill [--sizes 50,400,2000] [--reps 3] [--reply-tokens 8]
 """
 
 import argparse
@@ -104,7 +104,7 @@ async def main_async(args):
     engine = Engine()
     await engine.load_model(registry.STARTER_ID)
     model, _ = loading.load(path)
-    from bench.decode import describe
+    from bench.figures.decode import describe
 
     info = describe(model)
     del model
@@ -170,7 +170,7 @@ async def main_async(args):
             "raw": raw,
             "summary": summary,
         },
-        f"python -m bench.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
+        f"python -m bench.figures.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
         f"--reply-tokens {args.reply_tokens}",
         started,
     )

@@ -10,7 +10,7 @@ imported); the configurations alternate within every repetition. A child measure
 turn (a ~100-token prompt, greedy, N new tokens): TTFT, prefill and decode tok/s as the
 engine's TurnStats report them, and peak RSS.
 
-    python -m bench.linux_blas [--reps 3] [--tokens 24]
+    python -m bench.figures.linux_blas [--reps 3] [--tokens 24]
 """
 
 import argparse
@@ -115,7 +115,7 @@ def main(argv=None):
             if not cfg["openblas"]:
                 env["CHINWAG_NO_OPENBLAS"] = "1"
             env["CHINWAG_CPU_DEQUANTIZE"] = "1" if cfg["dequantize"] else "0"
-            cmd = [sys.executable, "-m", "bench.linux_blas", "--child", "--tokens", str(args.tokens)]
+            cmd = [sys.executable, "-m", "bench.figures.linux_blas", "--child", "--tokens", str(args.tokens)]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=common.ROOT)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
             if proc.returncode != 0 or not lines:
@@ -160,7 +160,7 @@ def main(argv=None):
             "summary": summary,
             "openblas_installed": any(r["blas"]["loaded"] for rs in runs.values() for r in rs),
         },
-        f"python -m bench.linux_blas --reps {args.reps} --tokens {args.tokens}",
+        f"python -m bench.figures.linux_blas --reps {args.reps} --tokens {args.tokens}",
         started,
     )
     common.finish()

@@ -7,7 +7,7 @@ new tokens. The two sides alternate
 within each repetition (the first side swaps every repetition). Both are timed from the
 caller's side: from the call (chat template and tokenizing included) to each token.
 
-    python -m bench.decode [--reps 5] [--tokens 128] [--quantized]
+    python -m bench.figures.decode [--reps 5] [--tokens 128] [--quantized]
 """
 
 import argparse
@@ -145,7 +145,7 @@ async def main_async(args):
             "runs": runs,
             "summary": summary,
         },
-        f"python -m bench.decode --reps {args.reps} --tokens {args.tokens}"
+        f"python -m bench.figures.decode --reps {args.reps} --tokens {args.tokens}"
         + (" --quantized" if args.quantized else ""),
         started,
     )

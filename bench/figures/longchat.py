@@ -17,7 +17,7 @@ Four parts, one result file (bench/results/longchat.json):
   restart  the first follow-up's TTFT after Engine.close() and a new Engine, with the saved
            cache and without it (kv/ deleted), for a chat of about --restart-tokens tokens.
 
-    python -m bench.longchat [--turns 300] [--cap 1024] [--reply-tokens 16] [--restart-tokens 2000]
+    python -m bench.figures.longchat [--turns 300] [--cap 1024] [--reply-tokens 16] [--restart-tokens 2000]
 """
 
 import argparse
@@ -329,7 +329,7 @@ def main(argv=None):
     common.save(
         "longchat",
         result,
-        f"python -m bench.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
+        f"python -m bench.figures.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
         f"--restart-tokens {args.restart_tokens}" + (" --skip-chat" if args.skip_chat else ""),
         started,
     )

@@ -17,7 +17,7 @@ timed from the caller: (tokens - 1) / (last - first token's arrival).
              mechanics: drafted by a copy of itself (every draft right) and by a second tiny
              model with the same tokenizer and other weights (drafts nearly always wrong).
 
-    python -m bench.speculative [--reps 3] [--models starter,tiny] [--cases a_code,b_summary,c_chat]
+    python -m bench.figures.speculative [--reps 3] [--models starter,tiny] [--cases a_code,b_summary,c_chat]
 """
 
 import argparse
@@ -296,7 +296,7 @@ async def main_async(args):
             },
             "results": results,
         },
-        f"python -m bench.speculative --reps {args.reps}",
+        f"python -m bench.figures.speculative --reps {args.reps}",
         started,
     )
 

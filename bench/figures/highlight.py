@@ -6,7 +6,7 @@ block at most once per render, and only after 10x its last highlight's cost has 
 off (CodeBlock._highlight replaced by a no-op), interleaved A B B A in one process. Then
 the fence closes, which highlights the whole block once.
 
-    python -m bench.highlight [--reps 4] [--chars 16000] [--step 48]
+    python -m bench.figures.highlight [--reps 4] [--chars 16000] [--step 48]
 """
 
 import argparse
@@ -111,7 +111,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     started = time.perf_counter()
     data = run(args.reps, args.chars, args.step)
-    command = "python -m bench.highlight " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.figures.highlight " + " ".join(sys.argv[1:] if argv is None else argv)
     common.save("highlight", data, command.strip(), started)
     common.finish()
     return 0

@@ -11,7 +11,7 @@ Part B times the save (eviction) and restore of caches shaped like the starter m
 (30 layers, 3 KV heads of 64, float32) through engine.context.memory.ConversationCaches, with
 random contents, against the prefill they spare (prefill speed from figure 2).
 
-    python -m bench.memory [--budget-mb 6]
+    python -m bench.figures.memory [--budget-mb 6]
 """
 
 import argparse
@@ -197,7 +197,7 @@ def main(argv=None):
             "starter_save_restore": b,
             "summary": summary,
         },
-        f"python -m bench.memory --budget-mb {args.budget_mb} --reps {args.reps}",
+        f"python -m bench.figures.memory --budget-mb {args.budget_mb} --reps {args.reps}",
         started,
     )
     common.finish()
