@@ -1,4 +1,4 @@
-"""Figure 1: decode speed and time to first token, Chinwag's Engine against mlx_lm.stream_generate.
+"""Decode speed and time to first token, Chinwag's Engine against mlx_lm.stream_generate.
 
 Same process, same starter model loaded the same way (engine.local.loading.load: float32
 parameters on CPU and, with OpenBLAS loaded, the weights dequantized to float32; --quantized

@@ -1,4 +1,4 @@
-"""Figure 2: time to first token of each turn of a 12-turn chat, against the history's length.
+"""Time to first token of each turn of a 12-turn chat, against the history's length.
 
 Three ways to answer the same chat on the starter model, greedy, interleaved turn by turn
 (the order rotates every turn):

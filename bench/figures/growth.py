@@ -1,4 +1,4 @@
-"""Figure 3: per-token decode latency while the KV cache grows, ContiguousAttentionKVCache
+"""Per-token decode latency while the KV cache grows, ContiguousAttentionKVCache
 (engine/context/kv_cache.py: starts at 256 positions, doubles) against mlx-lm's KVCache (grows by
 256 positions with a concatenation), decoding until 16K positions are held, on the tiny model.
 

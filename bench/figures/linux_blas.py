@@ -1,4 +1,4 @@
-"""Figure 6: Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
+"""Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
 preloaded by engine/local/blas.py, with the starter model kept quantized (float32 parameters) or
 dequantized to float32: the engine's own switches, CHINWAG_NO_OPENBLAS=1 and
 CHINWAG_CPU_DEQUANTIZE=0/1. Since 6eafe4a the engine dequantizes small models by itself

@@ -1,4 +1,4 @@
-"""Figure 7: long chats past the context window, fit() at 1,000 turns, and a restart.
+"""Long chats past the context window, fit() at 1,000 turns, and a restart.
 
 Four parts, one result file (bench/results/longchat.json):
 

@@ -1,4 +1,4 @@
-"""Figure 12: a long chat past the window with a reader's pause between turns, and without one.
+"""A long chat past the window with a reader's pause between turns, and without one.
 
 The same scripted chat as figure 9 (starter model, greedy, short turns, a context cap) through
 the Engine, twice: once with no pause (every slide of the window is paid on the user's clock)

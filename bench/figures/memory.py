@@ -1,4 +1,4 @@
-"""Figure 4: KV memory held against tokens held, across 10 conversations of mixed lengths
+"""KV memory held against tokens held, across 10 conversations of mixed lengths
 under a memory budget that cannot hold them all; evictions, restores and their cost.
 
 Part A drives the Engine on the tiny model (a throwaway CHINWAG_HOME): ten conversations

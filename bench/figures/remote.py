@@ -1,4 +1,4 @@
-"""Figure 7: a 12-turn chat through mlx_lm.server on loopback, time to first token per turn.
+"""A 12-turn chat through mlx_lm.server on loopback, time to first token per turn.
 
 Three sides, interleaved turn by turn (the order rotates every turn), greedy, each with its
 own history:

@@ -1,4 +1,4 @@
-"""Figure 7: prompt-lookup speculative decoding, against mlx_lm.stream_generate and speculation off.
+"""Prompt-lookup speculative decoding, against mlx_lm.stream_generate and speculation off.
 
 Three sides on the same chat-templated prompt ids, greedy, in one process, the order rotating
 every repetition: `mlx_lm.stream_generate`, Chinwag's Engine with speculation off, and with it

@@ -1,4 +1,4 @@
-"""Figure 5: the window. Cold start to the first paint of the main window (empty, and with a
+"""The window. Cold start to the first paint of the main window (empty, and with a
 50-message conversation open), and the Qt event loop's longest stall while a reply streams
 at full speed.
 
