@@ -1,4 +1,4 @@
-"""Figure: code highlighting while a reply streams. A reply made of one long Python code block
+"""Code highlighting while a reply streams. A reply made of one long Python code block
 grows by STEP characters per re-render (ChatView re-renders the live message at most
 RENDER_HZ times a second); each re-render of the message (MarkdownView.set_text, then Qt's
 pending events) is timed with highlighting on (the product: CodeBlock highlights the live

@@ -15,7 +15,8 @@ def test_the_registry_lists_every_figure_module_and_every_results_file():
     assert len(set(FIGURES)) == len(FIGURES)
     results = [run.results for fig in figures() for run in fig.runs]
     assert len(set(results)) == len(results)
-    assert sorted(results) == sorted(p.stem for p in RESULTS.glob("*.json"))
+    # A new figure may wait for its first run (the report says "Not measured yet"); no file goes unread.
+    assert {p.stem for p in RESULTS.glob("*.json")} <= set(results)
 
 
 def test_run_all_runs_each_results_file_through_its_figure_module():
