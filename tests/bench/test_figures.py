@@ -46,12 +46,14 @@ def rendered(tmp_path_factory):
 def test_the_stored_results_render_every_section_and_plot(rendered):
     text, plots = rendered
     assert "failed:" not in text  # a plot or a section that raised
-    for number, fig in enumerate(figures(), 1):
+    measured = [(n, fig) for n, fig in enumerate(figures(), 1) if (RESULTS / f"{fig.name}.json").exists()]
+    assert len(measured) >= 12  # the figures measured when this test was written
+    for number, fig in measured:
         title = f"{number}. {fig.title}"
-        assert (
-            f"## {title}\n\n![{title}](bench/{fig.name}.png)\n\nReproduce: `python -m bench.figures.{fig.name}" in text
-        )
-        assert (plots / f"{fig.name}.png").stat().st_size > 10_000
+        image = f"![{title}](bench/{fig.name}.png)\n\n" if fig.plot else ""
+        assert f"## {title}\n\n{image}Reproduce: `python -m bench.figures.{fig.name}" in text
+        if fig.plot:
+            assert (plots / f"{fig.name}.png").stat().st_size > 10_000
     assert text.count("| 1 | decode tok/s, Chinwag / mlx-lm") == 2  # decode's headline rows: both of its runs
 
 
