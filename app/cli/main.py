@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
 from engine.atomic import describe_kind
-from engine.types import ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
 
 PROG = "chinwag"
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
@@ -22,20 +22,26 @@ def fail(message: str) -> int:
     return 2
 
 
+MAX_PAUSE_SECONDS = 3600  # a reader's pause; longer is a typo that would hang the replay
+
+
 def _seconds(value: str) -> float:
     try:
         n = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
-    if not n >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    if not 0 <= n <= MAX_PAUSE_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_PAUSE_SECONDS} seconds, got {value}")
     return n
 
 
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+def _capacity(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of positions, got {value!r}") from None
+    if not 1 <= n <= MAX_KV_INITIAL_CAPACITY:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {n}")
     return n
 
 
@@ -62,7 +68,7 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
         )
     p.add_argument(
         "--kv-initial-capacity",
-        type=_positive,
+        type=_capacity,
         default=None,
         help="KV cache positions reserved per conversation at first (default: sized to the chat)",
     )
