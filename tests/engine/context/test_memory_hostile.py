@@ -141,6 +141,7 @@ HOSTILE = {
     "history start past its messages": lambda p: rewrite(p, lambda a, m: history(m, lambda d: d.update(start=99))),
     "history not JSON": lambda p: rewrite(p, lambda a, m: m.update(history="{")),
     "another conversation's file": lambda p: rewrite(p, lambda a, m: m.update(conversation="other")),
+    "larger than any cache of the model": lambda p: (os.truncate(p, 200 << 20), b"")[1],  # sparse: no disk used
     "an older format without a checksum": lambda p: stale(p, lambda a, m: (m.pop("checksum"), m.pop("format"))),
 }
 
