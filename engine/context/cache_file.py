@@ -86,11 +86,14 @@ def layout_of(model, context_length: int) -> CacheLayout | None:
 
 def _vocab_size(model) -> int:
     """Rows of the input embedding: an id at or past it is out of bounds for the model."""
-    inner = getattr(model, "model", None) or getattr(model, "language_model", None) or model
-    embed = getattr(inner, "embed_tokens", None) or getattr(getattr(inner, "model", None), "embed_tokens", None)
-    weight = getattr(embed, "weight", None)
-    if weight is not None and weight.ndim == 2:
-        return int(weight.shape[0])
+    # Explicit `is not None`: an mlx Module is a dict, false when it holds nothing.
+    for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None)):
+        inner = getattr(holder, "model", None) if holder is not None else None
+        for where in (holder, inner):
+            embed = getattr(where, "embed_tokens", None) if where is not None else None
+            weight = getattr(embed, "weight", None) if embed is not None else None
+            if weight is not None and weight.ndim == 2:
+                return int(weight.shape[0])
     vocab = getattr(getattr(model, "args", None), "vocab_size", None)
     return vocab if isinstance(vocab, int) else 0
 
