@@ -20,6 +20,8 @@ class Attachment:
     text: str
     kind: str = "text"
     passages: bool = False  # True: `text` holds the passages picked for this question, not the whole document
+    size: int = 0  # bytes of the original, and its hash: what the store keeps with the text
+    sha256: str = ""
 
 
 def _attribute(name: str) -> str:

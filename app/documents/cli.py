@@ -7,7 +7,7 @@ from pathlib import Path
 from app.documents import limits
 from app.documents.block import Attachment, message_content
 from app.documents.extract import extract
-from app.documents.turn import prepare
+from app.documents.turn import Turn, prepare
 from engine.errors import ChinwagError
 
 
@@ -18,7 +18,7 @@ def read_all(paths) -> list[Attachment]:
     out = []
     for path in paths:
         doc = extract(Path(path).expanduser())
-        out.append(Attachment(doc.name, doc.text, doc.kind))
+        out.append(Attachment(doc.name, doc.text, doc.kind, size=doc.size, sha256=doc.sha256))
     return out
 
 
@@ -38,13 +38,23 @@ async def read_ahead(engine, conv: str, messages: list, pending: list[Attachment
     return asyncio.ensure_future(engine.prefill(conv, draft, params))
 
 
-async def turn_content(engine, messages, question: str, pending, params, indexes) -> str:
+async def turn_with_documents(engine, messages, question: str, pending, params, indexes) -> Turn:
     turn = await prepare(engine, messages, question, pending, params, indexes)
     for note in turn.notes:
         print(f"chinwag: {note}", file=sys.stderr)
     if turn.references:
         print("passages used: " + "; ".join(turn.references), file=sys.stderr)
-    return turn.content
+    return turn
+
+
+def stored(turn: Turn) -> list:
+    """What the store keeps of a turn's documents; rebuilt, they give the same message text."""
+    from app.core.attachments import StoredAttachment
+
+    return [
+        StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, a.text if a.passages else "")
+        for a in turn.attachments
+    ]
 
 
 def script_turns(script_path, turns) -> list[tuple[str, list[Attachment]]]:

@@ -69,10 +69,10 @@ def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
 class Index:
     """One document's chunks, indexed once; `passages` picks them per question."""
 
-    def __init__(self, name: str, text: str, kind: str = "text"):
+    def __init__(self, name: str, text: str, kind: str = "text", size: int = 0, sha256: str = ""):
         import bm25s
 
-        self.name, self.kind = name, kind
+        self.name, self.kind, self.size, self.sha256 = name, kind, size, sha256
         self.chunks = chunk(text)
         self._retriever = bm25s.BM25()
         tokens = bm25s.tokenize([c.text for c in self.chunks], stopwords="en", show_progress=False)
@@ -106,4 +106,5 @@ class Index:
             chosen = [Chunk(best.index, best.text[: cut if cut > 0 else max_chars - 40], best.page, best.section)]
         chosen.sort(key=lambda c: c.index)
         text = "\n\n".join(f"[{c.reference}]\n{c.text}" for c in chosen)
-        return Attachment(self.name, text, self.kind, passages=True), [c.reference for c in chosen]
+        item = Attachment(self.name, text, self.kind, passages=True, size=self.size, sha256=self.sha256)
+        return item, [c.reference for c in chosen]

@@ -58,7 +58,7 @@ async def prepare(
         free -= turn.document_tokens
     else:
         for d, w in zip(documents, whole, strict=True):
-            indexes.append(Index(d.name, d.text, d.kind))
+            indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
             turn.notes.append(
                 f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free of {limit:,}):"
                 " sending the passages most related to each question"

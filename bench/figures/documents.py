@@ -17,7 +17,7 @@ Also: extraction time per page (pypdfium2, Chinwag's choice, against pypdf) on a
 made of the real PDF's pages, and the passages path's time to first token on a document 3x the
 context (index, pick passages, answer).
 
-    python -m bench.documents [--doc-tokens 6000] [--questions 5] [--reps 3] [--reply-tokens 8]
+    python -m bench.figures.documents [--doc-tokens 6000] [--questions 5] [--reps 3] [--reply-tokens 8]
 """
 
 import argparse
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
+from bench.reporting import Figure, pyplot
 
 REAL_PDFS = [
     "/usr/share/doc/libtasn1-doc/libtasn1.pdf",
@@ -102,7 +103,7 @@ async def document_of(engine, source: Path, tokens: int, params):
 
 async def main_async(args):
     from app.documents.block import message_content
-    from bench.followup import MlxLmChat
+    from bench.figures.followup import MlxLmChat
     from engine import Engine, GenerationParams
     from engine.local import loading
     from engine.models import registry
@@ -221,7 +222,7 @@ async def main_async(args):
             "raw": raw,
             "summary": summary,
         },
-        f"python -m bench.documents --doc-tokens {args.doc_tokens} --questions {args.questions} --reps {args.reps} "
+        f"python -m bench.figures.documents --doc-tokens {args.doc_tokens} --questions {args.questions} --reps {args.reps} "
         f"--reply-tokens {args.reply_tokens}",
         started,
     )
@@ -266,13 +267,11 @@ def main(argv=None):
     common.finish()
 
 
-# --- the report (bench/report.py registers these) --------------------------------------------
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
 
 
-def plot_documents(d, path):
-    from bench.report import _plt
-
-    plt = _plt()
+def plot(d, res, path):
+    plt = pyplot()
     per_q = d["per_question"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     xs = list(range(1, len(per_q["chinwag"]) + 1))
@@ -293,7 +292,7 @@ def plot_documents(d, path):
     plt.close(fig)
 
 
-def section_documents(d) -> list[str]:
+def section(d, res) -> list[str]:
     s, per_q = d["summary"], d["per_question"]
     rows = [
         f"| {i + 1} | {per_q['chinwag'][i]:.2f} | {per_q['reprefill'][i]:.2f} | {per_q['mlx_lm'][i]:.2f} "
@@ -323,6 +322,25 @@ def section_documents(d) -> list[str]:
         f"- Passages path, a {r['doc_tokens']:,}-token document with a {r['context']:,}-token context: "
         f"{r['passages']} passages picked, first token after {r['ttft_s']:.2f} s (indexing included).",
     ]
+
+
+def headline(d, res):
+    s = d["summary"]
+    return [
+        [
+            "document attached: follow-up re-prefill / Chinwag (goal ≥ 20)",
+            f"**{s['followup_reprefill_over_chinwag']:.0f}**",
+            f"{s['doc_tokens']:,}-token PDF",
+        ],
+        [
+            "document attached: first question / empty chat (goal ≤ 2)",
+            f"**{s['q1_over_empty']:.2f}**",
+            "read at attach",
+        ],
+    ]
+
+
+FIGURE = Figure(name="documents", title="Documents in the chat", section=section, plot=plot, headline=headline)
 
 
 if __name__ == "__main__":
