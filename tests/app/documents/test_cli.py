@@ -84,6 +84,13 @@ def test_chat_attach(tmp_path, tiny_model_path, chinwag_home):
     assert proc.returncode == 0, proc.stderr
     assert "attached report.pdf " in proc.stderr and "% of the context" in proc.stderr
     assert proc.stdout.count("tokens,") == 1
+    from app.core.store import Store
+
+    with Store() as store:  # saved like the window's chats: the question, with its document
+        (summary,) = store.list_conversations()
+        first = store.get_conversation(summary.id).messages[0]
+    assert first.content == "What is on page 2?" and [a.name for a in first.attachments] == ["report.pdf"]
+    assert "Page 2:" in first.attachments[0].text and len(first.attachments[0].sha256) == 64
     bad = subprocess.run(
         cmd + ["--attach", str(tmp_path)], input="", capture_output=True, text=True, timeout=120, env=env
     )
