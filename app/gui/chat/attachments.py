@@ -26,6 +26,7 @@ from app.documents import limits
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index
+from app.documents.turn import CHARS_PER_TOKEN
 from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
@@ -248,12 +249,39 @@ class AttachmentTray(QWidget):
             out.append(StoredAttachment(e.name, e.kind, e.size, e.sha256, e.text, passages))
         return out
 
-    def for_sending(self, question: str) -> list[StoredAttachment]:
-        """Keep the originals (0600, content-addressed), then what the message stores; ChinwagError if not."""
+    def for_sending(self, question: str, history=(), context_limit: int = 0) -> list[StoredAttachment]:
+        """Keep the originals (0600, content-addressed), then what the message stores; ChinwagError if not.
+
+        With no new document, a chat's earlier documents that were too big for the context give
+        this question its own passages."""
         for d in self.ready_documents():
             if d.extracted is not None:
                 keep_original(d.extracted.sha256, d.extracted.original)
-        return self.stored(question)
+        return self.stored(question) or followup_passages(history, question, context_limit)
+
+
+_INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run
+
+
+def followup_passages(history, question: str, context_limit: int, max_tokens: int = 512) -> list[StoredAttachment]:
+    """Passages for a follow-up from the documents of `history` that were sent as passages."""
+    big: dict[str, StoredAttachment] = {}
+    for m in history:
+        for a in getattr(m, "attachments", ()):
+            if a.passages and a.sha256 not in big:
+                big[a.sha256] = a
+    if not big or not context_limit:
+        return []
+    free = max(0, context_limit - reply_room(max_tokens, context_limit) - QUESTION_ROOM) // 2 // len(big)
+    out = []
+    for a in big.values():
+        index = _INDEXES.get(a.sha256)
+        if index is None:
+            index = _INDEXES[a.sha256] = Index(a.name, a.text, a.kind)
+        passages = index.passages(question, free * CHARS_PER_TOKEN)[0].text
+        if passages:
+            out.append(StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, passages))
+    return out
 
 
 def _attachment(d: _Doc) -> Attachment:

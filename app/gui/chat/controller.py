@@ -191,7 +191,9 @@ class ChatController(QObject):
             new_chat = self.conv_id is None
             first = new_chat or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
-            documents = self.composer.attachments.for_sending(text)
+            model = self.bridge.current_model
+            earlier = self.store.get_conversation(conv_id).messages  # its documents too big for the context
+            documents = self.composer.attachments.for_sending(text, earlier, model.context_length if model else 0)
             msg = self.store.add_message(conv_id, "user", text, parent_id=parent, attachments=documents)
         except ChinwagError as e:
             self.error.emit(str(e))

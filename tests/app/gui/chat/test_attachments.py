@@ -109,3 +109,7 @@ def test_too_big_for_the_context_sends_passages(qtbot, window, store, engine, tm
     assert 'excerpts="passages related to the question"' in sent and "topic7" in sent and "topic2 " not in sent
     stored = store.get_conversation(window.chat.conv_id).messages[0].attachments[0]
     assert stored.passages and stored.text == doc.extracted.text  # the whole text is kept, the passages sent
+    send(qtbot, window, "And what about topic3?")  # a follow-up picks its own passages
+    follow = engine.calls[-1][1][-1]["content"]
+    assert 'excerpts="passages related to the question"' in follow and "topic3" in follow
+    assert engine.calls[-1][1][0]["content"] == sent  # the earlier message is sent exactly as before
