@@ -17,7 +17,7 @@ from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import FinishReason, ModelStatus, TextDelta, TurnStats
+from engine.types import FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
 
@@ -100,6 +100,7 @@ class ChatService:
         self.waiting = 0
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[RequestRecord], None]] = []
+        self._forget_later: list[str] = []
 
     async def model_ids(self) -> list[str]:
         """The local models a client may name (as `chinwag models --json` ids), the loaded one first."""
@@ -152,23 +153,30 @@ class ChatService:
 
     async def _turn(self, conv_id, model, request: GenerationRequest, client: str, waited: float):
         scanner, reply, stats = StopScanner(request.stop), [], None
+        prompt_tokens = emitted = 0
         try:
             async with aclosing(self.engine.chat(conv_id, request.messages, request.params)) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
+                        emitted += 1
                         text = scanner.feed(event.text)
                         reply.append(text)
                         if text:
                             yield text
                         if scanner.hit:
                             self.engine.stop(conv_id)  # within one token; the cache keeps what was emitted
+                    elif isinstance(event, PrefillProgress):
+                        prompt_tokens = event.prompt_tokens
                     elif isinstance(event, TurnStats):
                         stats = event
         except ChinwagError as e:
             raise ApiError(400, str(e)) from None
         finally:
             if stats is None:  # the client went away or the server is stopping: end the turn now
-                self.engine.stop(conv_id)
+                self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
+                # The cache holds the prompt (and what was emitted): the same request again reuses it.
+                self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
+                self._publish(RequestRecord(client, model, prompt_tokens, 0, emitted, 0.0, "cancelled", waited))
         if stats is None:
             raise RuntimeError("the engine ended a turn without its stats")
         rest = scanner.flush()
@@ -180,8 +188,9 @@ class ChatService:
         complete = scanner.hit or stats.finish_reason in ended
         # A finished reply (or one cut at a stop sequence) is what the client sends back next; a stopped one is not.
         seen = request.messages + ([{"role": "assistant", "content": "".join(reply)}] if complete else [])
-        for gone in self.conversations.record(conv_id, model, seen):
-            await self.engine.forget(gone)
+        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
+        while self._forget_later:  # conversations past the map's limit: their caches go too
+            await self.engine.forget(self._forget_later.pop())
         await asyncio.to_thread(self.conversations.save)
         record = RequestRecord(
             client,
