@@ -124,7 +124,7 @@ class _Shape:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
     async def collect(self, items) -> tuple[str, Outcome]:
-        parts = []
+        parts: list[str] = []
         async for item in items:
             if isinstance(item, Outcome):
                 return "".join(parts), item

@@ -10,7 +10,7 @@ from engine.types import GenerationParams, param_specs
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Fields that would change the answer if ignored: refused unless they hold their neutral value.
-UNSUPPORTED = {
+UNSUPPORTED: dict[str, tuple] = {
     "n": (None, 1),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),

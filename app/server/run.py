@@ -18,7 +18,7 @@ from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
 
 log = logging.getLogger("chinwag.server")
-SHUTDOWN_GRACE_S = 5.0  # open streams get this long to end once their turns are stopped
+SHUTDOWN_GRACE_S = 5  # open streams get this long to end once their turns are stopped
 
 
 def is_loopback(host: str) -> bool:
@@ -61,7 +61,7 @@ class _Uvicorn(uvicorn.Server):
         super().__init__(config)
         self.on_exit = on_exit
 
-    def capture_signals(self):  # type: ignore[override]
+    def capture_signals(self):
         import contextlib
 
         return contextlib.nullcontext()

@@ -7,9 +7,10 @@ each to a conversation (conversations.py), applies stop sequences, and records w
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import cast
 
 from app.server.conversations import ConversationMap
 from app.server.errors import ApiError
@@ -130,7 +131,9 @@ class ChatService:
         except ChinwagError as e:
             raise ApiError(400, f"model {wanted}: {e}", "model") from None
 
-    async def generate(self, request: GenerationRequest, client: str = "") -> AsyncIterator[Started | str | Outcome]:
+    async def generate(
+        self, request: GenerationRequest, client: str = ""
+    ) -> AsyncGenerator[Started | str | Outcome, None]:
         """Yield Started, the reply's text pieces, then one Outcome. Waits its turn; ApiError before any text."""
         if self.waiting >= MAX_WAITING:
             raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
@@ -155,7 +158,9 @@ class ChatService:
         scanner, reply, stats = StopScanner(request.stop), [], None
         prompt_tokens = emitted = 0
         try:
-            async with aclosing(self.engine.chat(conv_id, request.messages, request.params)) as events:
+            async with aclosing(
+                cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
+            ) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
                         emitted += 1
