@@ -26,6 +26,7 @@ from app.gui.models.menu import ModelMenu
 from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
+from app.gui.server_panel import ServerControl, open_api_server_dialog
 from app.gui.settings.preferences import load_app_settings
 from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
@@ -163,6 +164,8 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             prefs if not prefs.isEmpty() else keys.PREFERENCES,
             QAction.MenuRole.PreferencesRole,
         )
+        self.server_control = ServerControl(self.bridge, self)  # File › Server…: the OpenAI-compatible API
+        self.server_action = self._action(file_menu, "Server…", lambda: open_api_server_dialog(self))
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 
@@ -432,4 +435,5 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     async def shutdown(self):
         """Close the engine (after the window closed); run it on the loop."""
         self.chat.abandon()
+        await self.server_control.aclose()  # before the engine closes
         await self.bridge.aclose()

@@ -110,11 +110,8 @@ class ApiServer:
         return self.task
 
     def _stop_turns(self) -> None:
-        for conv_id in list(self.service.conversations.entries):
-            self.engine.stop(conv_id)
-        # A turn that started after the map was read: stop everything the server may be generating.
-        if self.service.lock.locked():
-            self.engine.stop()
+        if self.service.active:  # only the server's own turn: the window's chat goes on
+            self.engine.stop(self.service.active)
 
     async def stop(self) -> None:
         """Stop accepting, end the running turn, let open responses finish; the map is saved."""

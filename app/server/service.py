@@ -102,6 +102,7 @@ class ChatService:
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[RequestRecord], None]] = []
         self._forget_later: list[str] = []
+        self.active = ""  # the conversation generating now ("" while none)
 
     async def model_ids(self) -> list[str]:
         """The local models a client may name (as `chinwag models --json` ids), the loaded one first."""
@@ -148,10 +149,12 @@ class ChatService:
             model = await self._ensure_model(request.model)
             conv_id = self.conversations.route(model, request.messages, request.pin)
             yield Started(model, conv_id)
+            self.active = conv_id
             async with aclosing(self._turn(conv_id, model, request, client, waited)) as items:
                 async for item in items:
                     yield item
         finally:
+            self.active = ""
             self.lock.release()
 
     async def _turn(self, conv_id, model, request: GenerationRequest, client: str, waited: float):
