@@ -28,6 +28,7 @@ BENCHES = {
     "typing_prefill": ["bench.typing_prefill"],
     "speculative": ["bench.speculative"],
     "remote": ["bench.remote"],
+    "server": ["bench.server"],
 }
 ORDER = list(BENCHES)
 
