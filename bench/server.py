@@ -116,7 +116,12 @@ def main(argv=None):
 
     def start_both():
         c_proc, c_url = start_chinwag(folder, home / "chinwag", home / "chinwag.log")
-        m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
+        try:
+            m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
+        except BaseException:
+            c_proc.terminate()  # never leave a server behind
+            c_proc.wait(timeout=60)
+            raise
         return {"chinwag": (c_proc, c_url), "mlx_lm": (m_proc, m_url)}
 
     def run_turn(servers, n: int, restart: bool) -> None:

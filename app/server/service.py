@@ -160,6 +160,7 @@ class ChatService:
     async def _turn(self, conv_id, model, request: GenerationRequest, client: str, waited: float):
         scanner, reply, stats = StopScanner(request.stop), [], None
         prompt_tokens = emitted = 0
+        refused = False
         try:
             async with aclosing(
                 cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
@@ -177,10 +178,11 @@ class ChatService:
                         prompt_tokens = event.prompt_tokens
                     elif isinstance(event, TurnStats):
                         stats = event
-        except ChinwagError as e:
+        except ChinwagError as e:  # refused before it began (a prompt longer than the context...)
+            refused = True
             raise ApiError(400, str(e)) from None
         finally:
-            if stats is None:  # the client went away or the server is stopping: end the turn now
+            if stats is None and not refused:  # the client went away or the server is stopping: end the turn now
                 self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
                 self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
