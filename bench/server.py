@@ -105,10 +105,11 @@ def main(argv=None):
     p.add_argument("--turns", type=int, default=3 if common.QUICK else 13)
     p.add_argument("--grow", type=int, default=100 if common.QUICK else 300, help="about this many tokens a turn")
     p.add_argument("--reply-tokens", type=int, default=16)
+    p.add_argument("--folder", default="", help="serve this MLX folder instead (to check the script, not to quote)")
     args = p.parse_args(argv)
     started = time.perf_counter()
     home = common.temp_home()
-    folder = float32_copy(home / "starter-float32")
+    folder = args.folder or float32_copy(home / "starter-float32")
     models = {"chinwag": str(folder), "mlx_lm": "default_model"}
     words = max(8, int(args.grow * 0.7))  # about 1.4 tokens a filler word
     history = {side: [[] for _ in range(CLIENTS)] for side in SIDES}
