@@ -108,3 +108,16 @@ def test_three_clients_at_once_are_all_served(serve):
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(conversation, range(3)))
     assert all(c[0] == 0 and c[1] > 0 for c in results), results
+
+
+def test_allow_switch_loads_the_model_a_request_names(serve, tmp_path):
+    from engine.models import registry
+    from tests.tiny_model import build_tiny_model
+
+    other = registry.add_model_folder(str(build_tiny_model(tmp_path / "other-tiny", seed=1)))
+    s = serve(allow_switch=True)
+    done = client(s.url).chat.completions.create(
+        model=other.id, messages=[{"role": "user", "content": "Hello"}], max_tokens=2
+    )
+    assert done.model == other.id
+    assert [m.id for m in client(s.url).models.list()][0] == other.id
