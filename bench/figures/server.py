@@ -7,9 +7,9 @@ servers are stopped (Chinwag with SIGINT, which saves its caches) and started ag
 client sends one more turn. Per turn: time to first token (first streamed content, measured by
 the same httpx client for both) and the cached tokens each server reports.
 
-Both sides serve the same float32 copy of the starter (bench/remote.py) with the same BLAS.
+Both sides serve the same float32 copy of the starter (bench/figures/remote.py) with the same BLAS.
 
-    python -m bench.server [--turns 13] [--grow 300] [--reply-tokens 16]
+    python -m bench.figures.server [--turns 13] [--grow 300] [--reply-tokens 16]
 """
 
 import argparse
@@ -22,8 +22,9 @@ import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import ROOT, log
-from bench.remote import float32_copy, free_port
-from bench.remote import start_server as start_mlx_server
+from bench.figures.remote import float32_copy, free_port
+from bench.figures.remote import start_server as start_mlx_server
+from bench.reporting import Figure, f, table
 
 SIDES = ("chinwag", "mlx_lm")
 CLIENTS = 3
@@ -175,8 +176,63 @@ def main(argv=None):
     )
     log(json.dumps(summary, indent=1))
     params = {"turns": args.turns, "grow": args.grow, "reply_tokens": args.reply_tokens, "clients": CLIENTS}
-    command = f"python -m bench.server --turns {args.turns} --grow {args.grow} --reply-tokens {args.reply_tokens}"
+    command = (
+        f"python -m bench.figures.server --turns {args.turns} --grow {args.grow} --reply-tokens {args.reply_tokens}"
+    )
     common.save("server", {"params": params, "rows": rows, "summary": summary}, command, started)
+    common.finish()
+
+
+def section(d, res):
+    s, p = d["summary"], d["params"]
+    before = s["median_ttft_by_turn"]
+    cached = {side: {} for side in SIDES}
+    for side in SIDES:
+        for r in d["rows"][side]:
+            key = f"{r['turn']}R" if r["after_restart"] else str(r["turn"])
+            cached[side].setdefault(key, []).append(f"{r['cached_tokens']} / {r['prompt_tokens']}")
+    rows = [
+        [
+            t,
+            f(before["chinwag"][t]),
+            f(before["mlx_lm"][t]),
+            "; ".join(cached["chinwag"][t]),
+            "; ".join(cached["mlx_lm"][t]),
+        ]
+        for t in before["chinwag"]
+    ]
+    t = next(k for k in cached["chinwag"] if k.endswith("R"))
+    restart = s["restart_median_ttft"]
+    rows.append(
+        [
+            f"{t} (after restart)",
+            f(restart["chinwag"]),
+            f(restart["mlx_lm"]),
+            "; ".join(cached["chinwag"][t]),
+            "; ".join(cached["mlx_lm"][t]),
+        ]
+    )
+    return [
+        f"{p['clients']} clients, each a conversation growing by about {p['grow']} tokens a turn for {p['turns']} "
+        f"turns (greedy replies of {p['reply_tokens']} tokens), interleaved turn by turn on `chinwag serve` and "
+        "`mlx_lm.server` (the same float32 weights, the same BLAS); then both servers restarted and one more turn "
+        "each. TTFT is the median over the clients, measured by the same streaming client for both; cached is "
+        "what each server reported (`usage.prompt_tokens_details.cached_tokens`) per client.",
+        "",
+        table(
+            ["turn", "Chinwag TTFT s", "mlx_lm.server TTFT s", "Chinwag cached / prompt", "mlx_lm cached / prompt"],
+            rows,
+        ),
+        "",
+        f"Worst turn, Chinwag / mlx_lm.server median TTFT: {s['worst_turn_chinwag_over_mlx_lm']:.2f}x. After the "
+        f"restart mlx_lm.server took **{s['restart_mlx_lm_over_chinwag']:.2f}x** Chinwag's time to first token "
+        "(Chinwag restores the caches it saved on SIGINT).",
+    ]
+
+
+FIGURE = Figure(
+    name="server", title="Chinwag as a server: 3 clients, then a restart, against mlx_lm.server", section=section
+)
 
 
 if __name__ == "__main__":
