@@ -39,7 +39,7 @@ CASES = [
     ({"messages": HELLO, "logprobs": True}, 400, "logprobs"),
     ({"messages": HELLO, "presence_penalty": 0.5}, 400, "presence_penalty"),
     ({"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools"),
-    ({"messages": HELLO, "temperature": "hot"}, 400, "temperature must be a number"),
+    ({"messages": HELLO, "temperature": "hot"}, 400, "temperature must be"),
     ({"messages": HELLO, "max_tokens": 0}, 400, "max_tokens must be an integer"),
     ({"messages": HELLO, "max_completion_tokens": 1.5}, 400, "max_completion_tokens must be"),
     ({"messages": HELLO, "stream": "yes"}, 400, "stream"),
