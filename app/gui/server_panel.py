@@ -5,6 +5,7 @@ The server runs as a task on the window's qasync loop (uvicorn's `Server.serve()
 thread. Access from other machines needs a key: one is generated and shown in the dialog.
 """
 
+import asyncio
 import secrets
 
 from PySide6.QtCore import QObject, Signal
@@ -25,8 +26,21 @@ from PySide6.QtWidgets import (
 from engine.errors import ChinwagError
 
 DEFAULT_PORT = 8080  # as `chinwag serve`
+# The window's own key, kept where the saved servers' keys are (a '/' no server name can hold).
+KEY_NAME = "/serve"
 LISTED_REQUESTS = 12  # the dialog's short live list
 COLUMNS = ("Client", "Model", "Prompt", "Cached", "First token", "End")
+
+
+def own_key() -> str:
+    """The window's API key for access from other machines: the stored one, or a new one stored now."""
+    from engine.remote import servers
+
+    key = servers.api_key(KEY_NAME)
+    if not key:
+        key = secrets.token_urlsafe(24)
+        servers.set_api_key(KEY_NAME, key)
+    return key
 
 
 class ServerControl(QObject):
@@ -55,7 +69,7 @@ class ServerControl(QObject):
 
         if self.server is not None:
             return
-        key = secrets.token_urlsafe(24) if others else ""
+        key = await asyncio.to_thread(own_key) if others else ""
         config = ServerConfig(host="0.0.0.0" if others else "127.0.0.1", port=port, api_key=key)
         try:
             server = ApiServer(self.bridge.engine, config)

@@ -23,7 +23,8 @@ def in_thread(fn):
     return box
 
 
-def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path):
+def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path, monkeypatch):
+    import httpx
     import openai
 
     from app.core.store import Store
@@ -31,6 +32,7 @@ def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path):
     from app.gui.window import MainWindow
     from engine.api import Engine
 
+    monkeypatch.setenv("CHINWAG_KEYRING", "0")  # the key goes to the test's data folder, not a real keychain
     store = Store()
     window = MainWindow(store, Engine())
     window.show()
@@ -57,6 +59,24 @@ def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path):
     dialog.toggle_button.click()
     qtbot.waitUntil(lambda: dialog.url_label.text() == "not running", timeout=20_000)
     assert not window.server_control.running
+
+    # Other machines: a key is generated, stored like the servers' keys, shown, and required.
+    dialog.others_box.setChecked(True)
+    dialog.toggle_button.click()
+    qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
+    from app.gui.server_panel import KEY_NAME
+    from engine.remote import servers
+
+    key = servers.api_key(KEY_NAME)
+    assert len(key) >= 24 and dialog.key_label.text() == key
+    local = f"http://127.0.0.1:{window.server_control.server.port}/v1"
+    box = in_thread(
+        lambda: [httpx.get(local + "/models", headers=h).status_code for h in ({}, {"Authorization": f"Bearer {key}"})]
+    )
+    qtbot.waitUntil(lambda: bool(box), timeout=30_000)
+    assert box.get("value") == [401, 200], box
+    dialog.toggle_button.click()
+    qtbot.waitUntil(lambda: dialog.url_label.text() == "not running", timeout=20_000)
     dialog.close()
     dispose(qtbot, window, store)
 
