@@ -54,6 +54,7 @@ class ServerControl(QObject):
         super().__init__(parent)
         self.bridge = bridge
         self.server = None  # app.server.run.ApiServer while running
+        self._stopping = None  # the task stopping the last one: a new start waits for its port
         self.api_key = ""
 
     @property
@@ -67,6 +68,8 @@ class ServerControl(QObject):
         from app.server.api import ServerConfig
         from app.server.run import ApiServer
 
+        if self._stopping is not None:
+            await asyncio.wait([self._stopping])
         if self.server is not None:
             return
         key = await asyncio.to_thread(own_key) if others else ""
@@ -94,7 +97,8 @@ class ServerControl(QObject):
             self.changed.emit()
 
     def stop(self):
-        return self.bridge.run(self.aclose())
+        self._stopping = self.bridge.run(self.aclose())
+        return self._stopping
 
     async def aclose(self) -> None:
         """Stop the server (before the engine closes): open streams end, the conversation map is saved."""

@@ -63,7 +63,8 @@ def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path, monkeypatch
     # Other machines: a key is generated, stored like the servers' keys, shown, and required.
     dialog.others_box.setChecked(True)
     dialog.toggle_button.click()
-    qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
+    qtbot.waitUntil(lambda: window.server_control.running or bool(dialog.status_label.text()), timeout=10_000)
+    assert window.server_control.running, dialog.status_label.text()
     from app.gui.server_panel import KEY_NAME
     from engine.remote import servers
 
