@@ -9,8 +9,9 @@ from pathlib import Path
 from PySide6.QtCore import QStandardPaths, QUrl
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
 from app.gui.models.download_dialog import CatalogueDownloadDialog
-from app.gui.settings.dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
+from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.transcripts import export
 from engine.errors import ChinwagError

@@ -12,9 +12,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
+from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from app.core.store import LAST, MessageStatus
 from app.gui.chat.message_widget import QUEUED
-from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from engine.errors import ChinwagError
 from engine.types import FinishReason
 

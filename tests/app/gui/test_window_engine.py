@@ -39,7 +39,7 @@ def send(qtbot, window, text):
 
 
 def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
 
     store, window = open_window(qtbot, tiny_model_path)
     assert window.bridge.current_model is not None, window.notices.texts()
@@ -108,7 +108,7 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
 
 @pytest.mark.starter
 def test_starter_model_loads_by_default_and_answers(qtbot, qloop):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
 
     store, window = open_window(qtbot)
     info = window.bridge.current_model

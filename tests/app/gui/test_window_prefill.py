@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 
-from app.gui.settings.dialog import DEFAULTS_KEY, PREFILL_KEY, load_defaults
+from app.core.settings import DEFAULTS_KEY, PREFILL_KEY, load_defaults
 from engine.types import PrefillProgress
 from tests.app_helpers import dispose, send
 

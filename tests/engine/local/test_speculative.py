@@ -329,7 +329,7 @@ def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path
 
 @pytest.mark.qt
 def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window, send
 
     store, window = open_window(qtbot, looping_model_path)

@@ -135,7 +135,7 @@ def test_versions_survive_a_restart(qtbot, qloop, store, window, engine):
 def test_switching_versions_reprefills_only_after_the_common_prefix(qtbot, qloop, tiny_model_path):
     """The real engine and the tiny model: after Regenerate and a switch back to version 1,
     the next turn reuses the cached tokens up to where the versions differ."""
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window
 
     store, window = open_window(qtbot, tiny_model_path)
