@@ -47,6 +47,16 @@ class ModelStatus(StrEnum):
     UNUSABLE = "unusable"  # ModelInfo.reason says why
 
 
+class ModelSource(StrEnum):
+    """Where a listed model comes from (ModelInfo.source); the values are what `chinwag models --json` prints."""
+
+    STARTER = "starter"  # the bundled starter model
+    IMPORTED = "imported"  # a GGUF imported into the models folder
+    HF_CACHE = "hf-cache"  # a model in the Hugging Face cache
+    FOLDER = "folder"  # an MLX folder the user added
+    SERVER = "server"  # a model on a saved OpenAI-compatible server
+
+
 class EngineStatus(StrEnum):
     """What the engine is doing (EngineState.state)."""
 
@@ -225,7 +235,7 @@ class ModelInfo:
     context_length: int = 0
     status: ModelStatus = ModelStatus.READY
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    source: str = ""  # a ModelSource ("" when not known)
     server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:

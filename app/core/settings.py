@@ -15,6 +15,7 @@ Chinwag falls back to the default instead of breaking every send.
 import json
 from importlib import resources as importlib_resources
 
+from app.core.store import MessageRole, MessageStatus
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs
 
@@ -125,11 +126,13 @@ def engine_messages(messages, system_prompt: str) -> list[dict]:
     """What the engine gets: the system prompt first, then the turns that have text."""
     out = []
     if system_prompt.strip():
-        out.append({"role": "system", "content": system_prompt})
+        out.append({"role": MessageRole.SYSTEM.value, "content": system_prompt})
     for m in messages:
-        if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
+        if m.role not in (MessageRole.USER, MessageRole.ASSISTANT) or m.status == MessageStatus.FAILED:
             continue
-        out.append({"role": m.role, "content": m.content})
+        if m.role == MessageRole.ASSISTANT and not m.content:
+            continue
+        out.append({"role": str(m.role), "content": m.content})
     return out
 
 

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.store import MessageStatus
 from app.gui import shortcuts as keys
 from app.gui import theme
 from app.gui.chat.controller import ChatController
@@ -23,6 +24,7 @@ from app.gui.chat.view import ChatView
 from app.gui.composer import Composer
 from app.gui.engine_bridge import EngineBridge
 from app.gui.models.menu import ModelMenu
+from app.gui.models.model_list import ModelList
 from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
@@ -31,8 +33,9 @@ from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
 from app.gui.window_status import STATE_LABELS, WindowStatus
 from engine.errors import ChinwagError
+from engine.models.folders import STARTER_ID, STARTER_NAME  # no MLX: the window paints before it loads
+from engine.types import EngineStatus, ModelStatus
 
-STARTER_ID = "smollm2-135m-instruct"  # engine.models.registry.STARTER_ID, without importing it early
 MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
 ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
 
@@ -46,15 +49,6 @@ def load_stylesheet() -> str:
         return ""
 
 
-def starter_id() -> str:
-    try:
-        from engine.models.registry import STARTER_ID as sid
-
-        return sid
-    except ImportError:  # the engine package is incomplete: the built-in name still works
-        return STARTER_ID
-
-
 class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     def __init__(self, store, engine=None, engine_factory=None, parent=None):
         super().__init__(parent)
@@ -66,7 +60,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.store = store
         kwargs = {"engine_factory": engine_factory} if engine_factory else {}
         self.bridge = EngineBridge(engine, parent=self, **kwargs)
-        self._models = []
+        self.models = ModelList(self)  # the one model list: the Model menu and the picker show it
         self._stats = None  # the stats shown in the status bar (TurnStats or dict)
         self._loading_spec = ""
         self._startup = False
@@ -88,7 +82,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         column.setSpacing(0)
         column.addWidget(self.header)
         column.addWidget(self.notices)
-        self.model_picker = ModelPicker()  # the chat header's model picker, at its right end
+        self.model_picker = ModelPicker(self.models)  # the chat header's model picker, at its right end
         self.header.add_widget(self.model_picker)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
@@ -198,21 +192,15 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         chat_menu.addSeparator()
         self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
 
-        self.model_menu = ModelMenu(self)
+        self.model_menu = ModelMenu(self.models, self)
         bar.addMenu(self.model_menu)
-        self.model_menu.modelChosen.connect(self.load_model)
-        self.model_menu.importGgufRequested.connect(self.import_gguf_dialog)
-        self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
-        self.model_menu.downloadRequested.connect(self.download_dialog)
-        self.model_menu.showFolderRequested.connect(self.show_models_folder)
-        picker = self.model_picker  # the same menu, the same handlers
-        picker.modelChosen.connect(self.load_model)
-        picker.downloadRequested.connect(self.download_dialog)
-        picker.importGgufRequested.connect(self.import_gguf_dialog)
-        picker.addFolderRequested.connect(self.add_folder_dialog)
-        picker.showFolderRequested.connect(self.show_models_folder)
-        picker.connectServerRequested.connect(lambda: open_server_dialog(self))
-        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
+        models = self.models  # the Model menu and the picker ask through it: each handler once
+        models.modelChosen.connect(self.load_model)
+        models.importGgufRequested.connect(self.import_gguf_dialog)
+        models.addFolderRequested.connect(self.add_folder_dialog)
+        models.downloadRequested.connect(self.download_dialog)
+        models.showFolderRequested.connect(self.show_models_folder)
+        models.connectServerRequested.connect(lambda: open_server_dialog(self))
 
         help_menu = bar.addMenu("&Help")
         self.shortcuts_action = self._action(
@@ -234,7 +222,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     # --- engine ---------------------------------------------------------
     def start_engine(self, model_spec: str | None = None):
         """Start the engine in the background and load the last used model (or the starter)."""
-        default = starter_id()
+        default = STARTER_ID
         chosen = load_app_settings(self.store)["default_model"]
         spec = model_spec or chosen or self.store.get_state("last_model") or default
         self._loading_spec = spec
@@ -268,7 +256,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
                 chat.open_conversation(chat.conv_id)  # messages re-render in the new colours and size
 
     def load_model(self, spec: str):
-        if self.bridge.state == "loading":
+        if self.bridge.state == EngineStatus.LOADING:
             return None
         self._loading_spec = spec
         return self.bridge.load_model(spec)
@@ -276,31 +264,27 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     def _on_state(self, state):
         self._update_welcome()
         label = STATE_LABELS.get(state, state)
-        if self._loading_spec and (state == "loading" or (state == "idle" and self._startup)):
+        loading = state == EngineStatus.LOADING
+        if self._loading_spec and (loading or (state == EngineStatus.IDLE and self._startup)):
             label = f"Loading {self._model_name(self._loading_spec)}…"
         self.state_label.setText(label)
-        self.model_menu.set_busy(state == "loading")
-        self.model_picker.set_busy(state == "loading")
-        self.progress.setVisible(state == "loading")
-        if state == "loading":
+        self.models.set_busy(loading)
+        self.progress.setVisible(loading)
+        if loading:
             self.progress.setRange(0, 0)
         self._update_composer()
 
     def _on_models(self, models):
-        self._models = models
         current = self.bridge.current_model
-        self.model_menu.set_models(models, current.id if current else None)
-        self.model_picker.set_models(models, current.id if current else None)
+        self.models.set_models(models, current.id if current else None)
         self.chat_view.refresh_model_names()
         self._suggest_conversation_model()
 
     def _model_name(self, spec):
-        for m in self._models:
-            if m.id == spec:
-                return m.name or m.id
-        if spec == starter_id():  # before the model list arrives: never show the raw id
-            from engine.models.registry import STARTER_NAME
-
+        info = self.models.get(spec)
+        if info is not None:
+            return info.name or info.id
+        if spec == STARTER_ID:  # before the model list arrives: never show the raw id
             return STARTER_NAME
         return Path(str(spec)).name or str(spec)
 
@@ -308,8 +292,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.progress.setVisible(False)
         self.model_label.setText(info.name or info.id)
         self.model_label.setToolTip(info.path)
-        self.model_menu.set_current(info.id)
-        self.model_picker.set_current(info.id)
+        self.models.set_current(info.id)
         self.notices.dismiss("load")
         if not self.store.read_only:
             try:
@@ -342,7 +325,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             )
         elif state == "error":
             self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
-        elif self.bridge.current_model is None and (state == "loading" or self._startup):
+        elif self.bridge.current_model is None and (state == EngineStatus.LOADING or self._startup):
             self.composer.set_ready(
                 False,
                 f"Loading {self._model_name(self._loading_spec)}… you can send now: your message waits for the model.",
@@ -351,7 +334,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         elif self.bridge.current_model is None:
             why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
             self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
-        elif state == "loading":
+        elif state == EngineStatus.LOADING:
             self.composer.set_ready(False, f"Switching to {self._model_name(self._loading_spec)}…")
         else:
             self.composer.set_ready(True)
@@ -360,7 +343,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)
         self.regen_action.setEnabled(not on)
-        if not on and self.chat.last_status == "complete":
+        if not on and self.chat.last_status == MessageStatus.COMPLETE:
             self.notices.dismiss("error")  # a reply came through: an old error no longer applies
 
     def _on_conversation_changed(self, conv_id):
@@ -388,8 +371,8 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             wanted = self.store.get_conversation(conv_id).model_id
         except ChinwagError:
             return
-        info = next((m for m in self._models if m.id == wanted), None)
-        if info is None or wanted == current.id or info.status == "unusable":
+        info = self.models.get(wanted)
+        if info is None or wanted == current.id or info.status == ModelStatus.UNUSABLE:
             return
         name = info.name or info.id
         self.notices.show_notice(

@@ -15,6 +15,7 @@ from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.transcripts import export
 from engine.errors import ChinwagError
+from engine.types import EngineStatus
 
 EXPORT_FILTERS = {
     "md": "Markdown (*.md)",
@@ -114,7 +115,7 @@ class WindowDialogs:
 
     def preferences_dialog(self):
         defaults = load_defaults(self.store)
-        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self._models, self)
+        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self.models.models, self)
         dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
         return self._keep(dialog)
 
@@ -164,7 +165,7 @@ class WindowDialogs:
         )
 
     def download_dialog(self):
-        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
+        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self.models.models])
         dialog.searchRequested.connect(self.bridge.search_models)
         self.bridge.searchFinished.connect(dialog.on_search_results)
         self.bridge.searchFailed.connect(dialog.on_search_failed)
@@ -195,7 +196,7 @@ class WindowDialogs:
         dialog = getattr(self, "_download", None)
         if kind == "download" and dialog is not None:
             dialog.on_finished(info)
-        self.progress.setVisible(self.bridge.state == "loading")
+        self.progress.setVisible(self.bridge.state == EngineStatus.LOADING)
         verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
         self.notices.show_notice(
             "model-task", f"{verb} {info.name or info.id}.", "info", ("Load It", lambda: self.load_model(info.id))
@@ -205,6 +206,6 @@ class WindowDialogs:
         dialog = getattr(self, "_download", None)
         if kind == "download" and dialog is not None:
             dialog.on_failed(reason)
-        self.progress.setVisible(self.bridge.state == "loading")
+        self.progress.setVisible(self.bridge.state == EngineStatus.LOADING)
         what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
         self.show_error(f"{what} failed: {reason}")

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.store import MessageRole
 from app.gui.shortcuts import SHEET, key_text
 
 
@@ -73,7 +74,7 @@ class WindowKeys:
             getattr(focused, slot)()
 
     def copy_last_reply(self) -> bool:
-        replies = [w for w in self.chat_view.message_widgets() if w.role == "assistant"]
+        replies = [w for w in self.chat_view.message_widgets() if w.role == MessageRole.ASSISTANT]
         if not replies:
             self.statusBar().showMessage("There is no reply to copy yet", 3000)
             return False

@@ -5,13 +5,14 @@ from PySide6.QtWidgets import QLabel, QProgressBar
 
 from app.gui.chat.controller import reading_text
 from app.gui.chat.message_widget import format_bytes
+from engine.types import EngineStatus
 
 STATE_LABELS = {
-    "starting": "Starting engine…",
-    "idle": "No model",
-    "loading": "Loading model…",
-    "ready": "Ready",
-    "generating": "Generating…",
+    "starting": "Starting engine…",  # the bridge's own states, before and instead of the engine's
+    EngineStatus.IDLE: "No model",
+    EngineStatus.LOADING: "Loading model…",
+    EngineStatus.READY: "Ready",
+    EngineStatus.GENERATING: "Generating…",
     "error": "Engine error",
 }
 
@@ -75,7 +76,7 @@ class WindowStatus:
         model = self.bridge.current_model
         if model is not None:
             self.chat_view.welcome.set_model(model.name or model.id, server_url=model.path if model.server else "")
-        elif self._loading_spec and (self.bridge.state in ("starting", "loading") or self._startup):
+        elif self._loading_spec and (self.bridge.state in ("starting", EngineStatus.LOADING) or self._startup):
             self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
         else:
             self.chat_view.welcome.set_model("")

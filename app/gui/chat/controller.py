@@ -13,7 +13,7 @@ from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
 from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
-from app.core.store import LAST, MessageStatus
+from app.core.store import LAST, MessageRole, MessageStatus
 from app.gui.chat.message_widget import QUEUED
 from engine.errors import ChinwagError
 from engine.types import FinishReason
@@ -156,7 +156,7 @@ class ChatController(QObject):
         self.sidebar.select(conv.id)
         self._remember("last_conversation", conv.id)
         self.conversationChanged.emit(conv.id)
-        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
         self.statsChanged.emit(last)
 
     def ensure_conversation(self) -> str:
@@ -194,7 +194,9 @@ class ChatController(QObject):
             new_chat = self.conv_id is None
             first = new_chat or not self.chat_view.message_widgets()
             conv_id = self.ensure_conversation()
-            msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
+            msg = self.store.add_message(
+                conv_id, MessageRole.USER, text, parent_id=parent
+            )  # saved before the engine sees it
         except ChinwagError as e:
             self.error.emit(str(e))
             self.composer.set_text(text)
@@ -205,7 +207,7 @@ class ChatController(QObject):
         if replaced is not None:
             self.chat_view.remove_from(replaced)
             self.cancel_edit()
-        self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
+        self.chat_view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
         if first:
             self.drafts.put(None, "")  # the blank chat's draft became this message
         self.drafts.put(conv_id, "")
@@ -228,7 +230,7 @@ class ChatController(QObject):
         """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
         conv_id, self.queued = self.queued, None
         widgets = self.chat_view.message_widgets()
-        if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
+        if conv_id == self.conv_id and widgets and widgets[-1].role == MessageRole.USER:
             widgets[-1].set_status(MessageStatus.COMPLETE)
 
     def send_queued(self) -> bool:
@@ -239,7 +241,7 @@ class ChatController(QObject):
         if conv_id != self.conv_id:
             self.open_conversation(conv_id)
         widgets = self.chat_view.message_widgets()
-        if not widgets or widgets[-1].role != "user":
+        if not widgets or widgets[-1].role != MessageRole.USER:
             return False
         widgets[-1].set_status(MessageStatus.COMPLETE)
         return self._start_reply()
@@ -262,7 +264,12 @@ class ChatController(QObject):
             messages = engine_messages(history, str(values.get("system_prompt") or ""))
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
             reply = self.store.add_message(
-                conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id, parent_id=parent_id
+                conv.id,
+                MessageRole.ASSISTANT,
+                "",
+                status=MessageStatus.STREAMING,
+                model_id=model.id,
+                parent_id=parent_id,
             )
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
@@ -270,7 +277,7 @@ class ChatController(QObject):
             return False
         widget = self.chat_view.add_message(
             reply.id,
-            "assistant",
+            MessageRole.ASSISTANT,
             "",
             MessageStatus.STREAMING,
             model.name or model.id,
@@ -302,7 +309,7 @@ class ChatController(QObject):
             return None
         if conv is None:
             messages = engine_messages([], str(values.get("system_prompt") or ""))
-            messages.append({"role": "user", "content": text})
+            messages.append({"role": MessageRole.USER.value, "content": text})
             task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
             self._new_draft_read = self._new_draft_read or task is not None
             return task
@@ -311,7 +318,7 @@ class ChatController(QObject):
             ids = [m.id for m in history]
             history = history[: ids.index(self.editing)] if self.editing in ids else history
         messages = engine_messages(history, str(values.get("system_prompt") or ""))
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": MessageRole.USER.value, "content": text})
         return self.bridge.prefill(conv.id, messages, params_from_settings(values))
 
     def _on_prefill_progress(self, conv_id, progress):
@@ -380,7 +387,7 @@ class ChatController(QObject):
         self.generatingChanged.emit(False)
         if stats is not None:
             self.statsChanged.emit(stats)
-        if status == "failed" and error:
+        if status == MessageStatus.FAILED and error:
             self.error.emit(f"The reply failed: {error}")
         self.refresh_list()
 
@@ -425,9 +432,9 @@ class ChatController(QObject):
         if self.gen is not None or self.conv_id is None or self.bridge.current_model is None:
             return False
         widgets = self.chat_view.message_widgets()
-        if widgets and widgets[-1].role == "user" and msg_id is None:
+        if widgets and widgets[-1].role == MessageRole.USER and msg_id is None:
             return self._start_reply()  # the last message never got its reply
-        if not widgets or widgets[-1].role != "assistant":
+        if not widgets or widgets[-1].role != MessageRole.ASSISTANT:
             return False
         msg_id = widgets[-1].message_id if msg_id is None else msg_id
         if msg_id != widgets[-1].message_id:
@@ -463,7 +470,7 @@ class ChatController(QObject):
             self.open_conversation(self.conv_id)
             return True
         self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]) :])
-        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
         self.statsChanged.emit(last)
         self.refresh_list()
         return True
@@ -483,7 +490,7 @@ class ChatController(QObject):
 
     def edit_message(self, msg_id):
         widget = self.chat_view.widget_for(msg_id)
-        if self.gen is not None or widget is None or widget.role != "user":
+        if self.gen is not None or widget is None or widget.role != MessageRole.USER:
             return
         self.save_draft()
         self.editing = msg_id
