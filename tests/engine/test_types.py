@@ -155,6 +155,6 @@ def test_a_chat_with_a_bad_stored_setting_falls_back_to_the_default_and_sends(qt
     qtbot.waitUntil(lambda: window.chat.gen is None)
     assert [m.role for m in store.get_conversation(bad.id).messages] == ["user", "assistant"]
     assert len(engine.calls) == 1 and engine.calls[0][2] == GenerationParams()
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     assert dialog.values()["temperature"] == 0.7  # opens on the default, to be saved over
     dialog.reject()

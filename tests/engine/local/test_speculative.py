@@ -341,7 +341,7 @@ def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qlo
     tip = window.chat_view.message_widgets()[-1].stats_label.toolTip()
     assert tip == f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
 
-    prefs = window.preferences_dialog()
+    prefs = window.dialogs.preferences_dialog()
     assert prefs.speculative.isChecked()
     prefs.speculative.setChecked(False)
     prefs.accept()
@@ -451,7 +451,7 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
     store, window = open_window(qtbot, looping_model_path)
     send(qtbot, window, "Hello")
     conv_id = window.chat.conv_id
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     assert dialog.draft_model.text() == ""
     dialog.fields["temperature"].setValue(0.0)
     dialog.fields["max_tokens"].setValue(30)
@@ -463,8 +463,8 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
     assert reply.status == "complete" and reply.stats["drafted_tokens"] > 0
     assert "drafted tokens accepted" in window.chat_view.message_widgets()[-1].stats_label.toolTip()
 
-    window.save_chat_settings(
-        conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])}
+    window.dialogs.save_chat_settings(
+        conv_id, {**window.dialogs.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])}
     )
     send(qtbot, window, "Once more")
     reply = store.get_conversation(conv_id).messages[-1]

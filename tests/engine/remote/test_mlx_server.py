@@ -185,7 +185,7 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     # Model › Connect to Server…
     connect = next(a for a in window.model_menu.actions() if a.text() == "Connect to Server…")
     connect.trigger()
-    dialog = window._dialogs[-1]
+    dialog = window.dialogs.open_dialogs[-1]
     dialog.name_edit.setText("loopback")
     dialog.url_edit.setText(mlx_server.url.removesuffix("/v1"))
     dialog.save_button.click()
