@@ -23,6 +23,7 @@ from app.core.store import MessageStatus
 from app.gui import shortcuts, theme
 from app.gui.chat.controller import ChatController
 from app.gui.chat.header import ChatHeader
+from app.gui.chat.panes import ChatPanes
 from app.gui.chat.view import ChatView
 from app.gui.composer import Composer
 from app.gui.engine_bridge import EngineBridge
@@ -96,7 +97,9 @@ class MainWindow(QMainWindow):
         self.splitter = splitter
         self.setCentralWidget(splitter)
 
-        self.chat = ChatController(store, self.bridge, self.chat_view, self.composer, self.sidebar, self)
+        self.chat_panes = ChatPanes(self.chat_view, self.composer, self.sidebar)  # what the controller drives
+        self.chat = ChatController(store, self.bridge, self.chat_panes, self)
+        self.chat_panes.wire(self.chat)
         self.keys = WindowKeys(self, self.composer, self.sidebar, self.chat_view, self.chat, self.status)
         self.dialogs = WindowDialogs(self, store, self.bridge, self.chat, self.models, self.status)
         self.dialogs.error.connect(self.show_error)
