@@ -195,9 +195,10 @@ class Engine:
     async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = ""):
         """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
         from engine.remote import servers
+        from engine.remote.urls import display_url
 
         server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
-        return ServerInfo(server.name, servers.display_url(server.url), bool(server.api_key))
+        return ServerInfo(server.name, display_url(server.url), bool(server.api_key))
 
     async def remove_server(self, name: str) -> None:
         from engine.remote import servers
@@ -209,14 +210,15 @@ class Engine:
 
         A model that fails to load leaves the previous one loaded.
         """
-        from engine.remote import backend as remote
+        from engine.remote.backend import RemoteBackend
+        from engine.remote.spec import resolve
 
         self.stop()
         self._loading = True
         try:
-            target = await asyncio.to_thread(remote.resolve, spec)  # None for a local model
+            target = await asyncio.to_thread(resolve, spec)  # None for a local model
             if target is not None:
-                self._remote, self.current_model = remote.RemoteBackend(target), target.info()
+                self._remote, self.current_model = RemoteBackend(target), target.info()
                 return self.current_model
             info = await self._call(self._session_load, spec, self._on_loop(progress))
             self._remote, self.current_model = None, info
@@ -374,9 +376,10 @@ class Engine:
 
     async def _chat_remote(self, backend, conversation_id, messages, params):
         from engine.remote import backend as remote
+        from engine.remote.network import StopSignal
 
         self.stop(conversation_id)
-        stop = remote.StopSignal()
+        stop = StopSignal()
         self._stops[conversation_id] = stop
         self._generating += 1
         try:
