@@ -7,17 +7,18 @@ never waits. The history is sent byte-identical every turn (each reply exactly a
 sent it), so the server's prefix cache serves every follow-up.
 """
 
+import asyncio
 import concurrent.futures
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from engine.backend import ChatEvent, StopSignal
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError, ContextOverflowError
 from engine.remote import network, sse
 from engine.remote.errors import ServerError, chat_error, describe_http_error, headers_for, is_http_error
-from engine.remote.network import StopSignal
 from engine.remote.spec import RemoteTarget
-from engine.types import FinishReason, GenerationParams, TurnStats
+from engine.types import BackgroundPrefill, FinishReason, GenerationParams, PrefillProgress, TurnStats
 
 
 def request_body(model: str, messages: list, params: GenerationParams) -> dict:
@@ -54,8 +55,14 @@ class RemoteBackend:
     def name(self) -> str:
         return self.target.server.name
 
-    def forget(self, conv_id: str) -> None:
+    async def forget(self, conv_id: str) -> None:
         self._replies.pop(conv_id, None)
+
+    async def prefill(self, conv_id: str, messages: list, params: GenerationParams) -> BackgroundPrefill:
+        return BackgroundPrefill(0, 0, 0, False, "the model is served elsewhere")  # it reads the prompt itself
+
+    def adopt(self, draft_id: str, conv_id: str) -> Awaitable[bool]:
+        return asyncio.sleep(0, False)  # no draft is read ahead, so there is nothing to adopt
 
     def wire_messages(self, conv_id: str, messages: list) -> list:
         """The history as the server sent it: each reply's content as received, without the
@@ -75,9 +82,9 @@ class RemoteBackend:
         messages,
         params: GenerationParams,
         stop: StopSignal,
-        progress: Callable[[int, int], object] | None = None,
-    ) -> AsyncIterator:
-        """Yield TextDelta events (and progress events, if `progress` makes them), then one TurnStats."""
+        progress: Callable[[int, int], object] | None = PrefillProgress,
+    ) -> AsyncIterator[ChatEvent]:
+        """Yield TextDelta events (and `progress` events for keepalive comments if it makes any), then one TurnStats."""
         messages = check_messages(messages)
         params = params or GenerationParams()
         dropped = 0
@@ -171,11 +178,3 @@ class RemoteBackend:
             raise ChinwagError(error)
         turn.finish = finish
         return error
-
-
-def prefill_progress(done: int, total: int):
-    """The engine's prefill progress event for a keepalive comment, when it has that type."""
-    from engine import types
-
-    event_type = getattr(types, "PrefillProgress", None)
-    return None if event_type is None else event_type(done, total)

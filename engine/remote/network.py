@@ -1,8 +1,8 @@
 """The network thread: one asyncio loop of its own for every request, and the way events come back.
 
 httpx runs on plain asyncio there, so no read ever happens on a front end's (Qt) loop; a
-`Relay` hands what a request produces to the caller's loop, and a `StopSignal` cancels the
-request from any thread. No MLX here.
+`Relay` hands what a request produces to the caller's loop, and the turn's `StopSignal`
+(engine/backend.py) cancels the request from any thread. No MLX here.
 """
 
 import asyncio
@@ -11,6 +11,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+from engine.backend import StopSignal
 from engine.remote import errors
 
 _network: asyncio.AbstractEventLoop | None = None
@@ -28,27 +29,6 @@ def network_loop() -> asyncio.AbstractEventLoop:
             threading.Thread(target=loop.run_forever, name="chinwag-network", daemon=True).start()
             _network = loop
     return _network
-
-
-class StopSignal:
-    """Engine.stop() sets it from any thread; it cancels the running request at once."""
-
-    def __init__(self):
-        self._event = threading.Event()
-        self._request: concurrent.futures.Future | None = None
-
-    def watch(self, request: concurrent.futures.Future) -> None:
-        self._request = request
-        if self._event.is_set():
-            request.cancel()
-
-    def set(self) -> None:
-        self._event.set()
-        if self._request is not None:
-            self._request.cancel()  # thread-safe: cancels the request's task on the network loop
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
 
 
 class Relay:

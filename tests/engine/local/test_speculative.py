@@ -391,7 +391,7 @@ def engine_turns(model_path, turns, **params):
                         parts.append(ev.text)
                 messages.append({"role": "assistant", "content": "".join(parts)})
                 out.append(stats)
-            return out, engine._session
+            return out, engine._local.session
         finally:
             await engine.close()
 

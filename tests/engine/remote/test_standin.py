@@ -10,9 +10,9 @@ import pytest
 
 from app.cli.main import main
 from engine import ChinwagError, Engine, GenerationParams, TextDelta, TurnStats
+from engine.backend import StopSignal
 from engine.remote import backend as remote
 from engine.remote import errors, servers, urls
-from engine.remote.network import StopSignal
 from engine.remote.spec import resolve
 from tests.remote_standin import MODELS, StandIn
 
