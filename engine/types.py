@@ -247,6 +247,9 @@ class MemoryReport:
     restores: int
     save_seconds: float
     restore_seconds: float
+    # A draft model's caches (speculative decoding), under the same budget: never saved.
+    draft_bytes: int = 0
+    draft_caches: int = 0
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,8 @@ class Session:
         self.tokenizer: Any = None
         self.info: ModelInfo | None = None
         self.context_length = 0
-        self._draft: tuple | None = None  # (spec, model) of the draft model, checked against the main tokenizer
-        self.draft_caches: dict = {}  # conv id -> the draft model's ConversationCache
+        # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
+        self._draft: tuple | None = None
 
     def warm_up(self) -> None:
         """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
@@ -71,7 +71,6 @@ class Session:
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self._draft = None
-        self.draft_caches.clear()
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path))
         report(LoadProgress("Ready", 1, 1))
@@ -157,7 +156,6 @@ class Session:
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
-        self.draft_caches.pop(conv_id, None)
 
     def draft_model(self, spec: str):
         """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
@@ -172,14 +170,15 @@ class Session:
         if not supports_contiguous_cache(model):
             raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
         self._draft = (spec, model)
-        self.draft_caches.clear()
+        self.caches.drop_drafts()
         return model
 
     def drafter(self, conv_id: str, spec: str) -> ModelDrafter:
         model = self.draft_model(spec)
-        cache = self.draft_caches.get(conv_id)
+        cache = self.caches.draft(conv_id)
         if cache is None:
-            cache = self.draft_caches[conv_id] = ConversationCache.create(model, MIN_INITIAL_CAPACITY)
+            cache = ConversationCache.create(model, MIN_INITIAL_CAPACITY)
+            self.caches.put_draft(conv_id, cache)
         return ModelDrafter(model, cache, prefill)
 
     def kv_bytes(self) -> int:
