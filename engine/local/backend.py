@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from engine.backend import ChatEvent, StopSignal
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import BackgroundPrefill, GenerationParams, MemoryReport, ModelInfo, TextDelta
+from engine.types import BackgroundPrefill, GenerationParams, MemoryReport, ModelInfo
 
 if TYPE_CHECKING:
     from engine.local.session import Session
@@ -157,21 +157,18 @@ class LocalBackend:
         thread, session = self.running()
         future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
-        reply = []
         try:
             while True:
                 event = await events.get()
                 if event is _DONE:
                     break
-                if isinstance(event, TextDelta):
-                    reply.append(event.text)
                 yield event
-            stats = future.result()  # raises what the engine thread raised
+            result = future.result()  # raises what the engine thread raised
             self.kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
-            if self.idle_work and stats.finish_reason in ("stop", "length", "context"):
-                after = list(messages) + [{"role": "assistant", "content": "".join(reply)}]
+            if self.idle_work and result.stats.finish_reason in ("stop", "length", "context"):
+                after = list(messages) + [{"role": "assistant", "content": result.text}]
                 self.start_background(self.session_prepare, conversation_id, after, params)
-            yield stats
+            yield result.stats
         finally:
             if not future.done():
                 stop.set()

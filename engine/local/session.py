@@ -5,6 +5,7 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,14 @@ def context_length_of(model_path: Path) -> int:
         if isinstance(config.get(key), int) and config[key] > 0:
             return config[key]
     return DEFAULT_CONTEXT_LENGTH
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a turn returns from the engine thread: its stats, and the reply's text (collected once, here)."""
+
+    stats: TurnStats
+    text: str
 
 
 class Session:
@@ -116,7 +125,8 @@ class Session:
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
-    ) -> TurnStats:
+    ) -> TurnResult:
+        """Run one turn; `emit` gets its events. The history records the reply's text, which is also returned."""
         params = params or GenerationParams()
         messages = check_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
@@ -148,7 +158,7 @@ class Session:
         else:
             history.truncate(len(messages))
         self.caches.enforce(keep=conv_id)
-        return stats
+        return TurnResult(stats, reply)
 
     def close(self) -> int:
         """Save the most recently used conversations' caches for the next start; how many were saved."""
