@@ -57,6 +57,10 @@ class Engine:
             name = EngineStatus.LOADING
         elif self._generating:
             name = EngineStatus.GENERATING
+        elif self._local.failed:
+            name = EngineStatus.ERROR
+        elif self._local.starting:
+            name = EngineStatus.STARTING
         elif self.current_model is not None:
             name = EngineStatus.READY
         else:

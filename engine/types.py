@@ -50,10 +50,12 @@ class ModelStatus(StrEnum):
 class EngineStatus(StrEnum):
     """What the engine is doing (EngineState.state)."""
 
+    STARTING = "starting"  # the engine thread is starting (importing MLX)
     IDLE = "idle"  # no model loaded
     LOADING = "loading"
     READY = "ready"
     GENERATING = "generating"
+    ERROR = "error"  # the engine could not start
 
 
 def _param(default, help: str, lo: float, hi: float) -> Any:

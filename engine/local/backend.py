@@ -112,6 +112,17 @@ class LocalBackend:
             raise RuntimeError("the engine thread is not running")
         return self.thread, self.session
 
+    @property
+    def starting(self) -> bool:
+        """True from start() until the thread has imported MLX (or failed to)."""
+        return self._started is not None and not self._started.done()
+
+    @property
+    def failed(self) -> bool:
+        """True once starting has failed: every later start() raises the same error."""
+        started = self._started
+        return started is not None and started.done() and not started.cancelled() and started.exception() is not None
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
