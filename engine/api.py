@@ -10,8 +10,10 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from engine.backend import Backend, ChatEvent, StopSignal
+from engine.errors import ChinwagError
 from engine.local.backend import IDLE_WORK, LocalBackend
 from engine.types import (
+    MAX_KV_INITIAL_CAPACITY,
     BackgroundPrefill,
     EngineState,
     EngineStatus,
@@ -31,6 +33,10 @@ class Engine:
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
     ):
+        if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
+            raise ChinwagError(
+                f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
+            )
         # The engine thread: it runs local models, imports GGUFs, and keeps every local cache.
         self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work)
         self._backend: Backend = self._local  # the current model's: local, or a server's
