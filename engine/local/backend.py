@@ -123,6 +123,13 @@ class LocalBackend:
         started = self._started
         return started is not None and started.done() and not started.cancelled() and started.exception() is not None
 
+    def queued_session(self) -> "Session":
+        """The session, for a job already queued on the engine thread: it may run while close() is
+        under way (the thread no longer takes new jobs), where `running` would call it a bug."""
+        if self.session is None:
+            raise RuntimeError("the engine session was never created")
+        return self.session
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
@@ -199,7 +206,7 @@ class LocalBackend:
     def _session_adopt(self, draft_id, conversation_id):
         from engine.local.background import adopt
 
-        return adopt(self.running()[1], draft_id, conversation_id)
+        return adopt(self.queued_session(), draft_id, conversation_id)
 
     async def wait_background(self) -> BackgroundPrefill | None:
         future = self._background
@@ -234,12 +241,12 @@ class LocalBackend:
     def session_prefill(self, conv_id, messages, params, should_stop):
         from engine.local.background import prefill_draft
 
-        return prefill_draft(self.running()[1], conv_id, messages, params, should_stop)
+        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop)
 
     def session_prepare(self, conv_id, messages, params, should_stop):
         from engine.local.background import prepare_next_window
 
-        return prepare_next_window(self.running()[1], conv_id, messages, params, should_stop)
+        return prepare_next_window(self.queued_session(), conv_id, messages, params, should_stop)
 
     # --- caches --------------------------------------------------------------
 
