@@ -61,10 +61,12 @@ class ModelSource(StrEnum):
 class EngineStatus(StrEnum):
     """What the engine is doing (EngineState.state)."""
 
+    STARTING = "starting"  # the engine thread is starting (importing MLX)
     IDLE = "idle"  # no model loaded
     LOADING = "loading"
     READY = "ready"
     GENERATING = "generating"
+    ERROR = "error"  # the engine could not start
 
 
 def _param(default, help: str, lo: float, hi: float, tiny: float = 0.0) -> Any:
@@ -292,6 +294,9 @@ class MemoryReport:
     restores: int
     save_seconds: float
     restore_seconds: float
+    # A draft model's caches (speculative decoding), under the same budget: never saved.
+    draft_bytes: int = 0
+    draft_caches: int = 0
 
 
 @dataclass(frozen=True)

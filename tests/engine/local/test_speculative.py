@@ -391,7 +391,7 @@ def engine_turns(model_path, turns, **params):
                         parts.append(ev.text)
                 messages.append({"role": "assistant", "content": "".join(parts)})
                 out.append(stats)
-            return out, engine._session
+            return out, engine._local.session
         finally:
             await engine.close()
 
@@ -413,8 +413,11 @@ def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(loo
         assert sum(s.accepted_tokens for s in drafted) < sum(s.drafted_tokens for s in drafted)
     # The draft cache holds a prefix of the main one's ids, nothing else (it lags while a
     # failing draft model is paused).
-    main, cache = session.caches.get("c"), session.draft_caches["c"]
+    main, cache = session.caches.get("c"), session.caches.draft("c")
     assert cache.token_ids == main.token_ids[: len(cache.token_ids)]
+    # The draft model's cache is under the memory budget and in the report.
+    report = session.caches.report()
+    assert report.draft_caches == 1 and report.draft_bytes == cache.nbytes > 0
     assert all(c.offset == len(cache.token_ids) for c in cache.layers)
     if draft == "same":
         assert len(cache.token_ids) >= len(main.token_ids) - 1
