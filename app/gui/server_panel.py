@@ -204,4 +204,4 @@ class ServerDialog(QDialog):
 
 def open_api_server_dialog(window) -> ServerDialog:
     """Open File › Server… (non-modal, kept alive while open)."""
-    return window._keep(ServerDialog(window.server_control, window))
+    return window.dialogs.keep(ServerDialog(window.server_control, window))
