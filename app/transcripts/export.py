@@ -20,7 +20,7 @@ from app.core.store import STATUSES, Conversation, Message
 from app.transcripts import highlight
 
 # markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
-from app.transcripts.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html, split_think
 from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
 
@@ -156,16 +156,17 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
     parts = []
     for m in conv.messages:
         details = _message_meta(m)
-        body = _render_content(m, for_print)
-        if for_print:  # Qt's rich text draws table borders from attributes, not CSS
-            body = body.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
         role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
-        parts.append(
-            f'<section class="msg {role_class}">'
+        role = (
             f'<div class="role">{e(_role_name(m.role))}'
             + (f' <span class="meta">{e(details)}</span>' if details else "")
-            + f'</div><div class="body" dir="auto">{body}</div></section>'
+            + "</div>"
         )
+        if for_print:
+            parts.append(_print_message(role_class, role, _render_blocks(m, for_print)))
+            continue
+        body = "".join(_render_blocks(m, for_print))
+        parts.append(f'<section class="msg {role_class}">{role}<div class="body" dir="auto">{body}</div></section>')
     return (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -176,20 +177,50 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
     )
 
 
-def _render_content(m: Message, for_print: bool) -> str:
+def _render_blocks(m: Message, for_print: bool) -> list[str]:
+    """The message's HTML, one string per top-level block (a thinking section is one)."""
     # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
     inline = False if for_print else None
     if m.role != "assistant":
-        return markdown_to_html(m.content, inline)
+        return markdown_blocks(m.content, inline)
     out = []
     for kind, text in split_think(m.content):
         if kind == "text":
-            out.append(markdown_to_html(text, inline))
+            out += markdown_blocks(text, inline)
         elif for_print:
             out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
         else:
             out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
-    return "".join(out)
+    return out
+
+
+_PRE = re.compile(r"<pre><code[^>]*>(.*?)</code></pre>", re.S)
+
+
+def _print_block(block: str) -> str:
+    """A block as Qt's rich text prints it well."""
+    # Qt paints a <pre>'s background line by line, each over the line above's underscores:
+    # one cell's background behind the whole block instead, and long lines wrap inside it.
+    block = _PRE.sub(
+        lambda m: (
+            f'<table class="code" width="100%" cellspacing="0" cellpadding="6" bgcolor="{_PRINT_CODE_BG}">'
+            f"<tr><td><pre>{m.group(1)}</pre></td></tr></table>"
+        ),
+        block,
+    )
+    # Qt's rich text draws table borders from attributes, not CSS.
+    return block.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
+
+
+def _print_message(role_class: str, role: str, blocks: list[str]) -> str:
+    """The role heading as the header row of a table whose body is the first block: when that block
+    cannot start on the page, Qt moves the whole table to the next one, so a heading never ends a page."""
+    blocks = [_print_block(b) for b in blocks] or [""]
+    return (
+        f'<table class="msg {role_class}" width="100%" border="0" cellspacing="0" cellpadding="0">'
+        f'<thead><tr><td>{role}</td></tr></thead><tr><td dir="auto">{blocks[0]}</td></tr></table>\n'
+        + "".join(blocks[1:])
+    )
 
 
 def _code_css(parts: list) -> str:
@@ -455,14 +486,18 @@ details.think summary { cursor: pointer; font-style: italic; }
 """
 
 # Qt's rich text understands a small CSS subset: keep to it for pdf.
+_PRINT_CODE_BG = "#f0f0f2"
 _PRINT_CSS = """
 body { font-family: "Helvetica", "Arial", "DejaVu Sans", sans-serif; font-size: 10.5pt; color: #1d1d1f; }
 h1 { font-size: 18pt; }
 .info { color: #6e6e73; font-size: 9pt; }
-.role { font-weight: bold; font-size: 9pt; color: #0a64d8; margin-top: 14px; }
+table.msg { margin-top: 12px; }
+.role { font-weight: bold; font-size: 9pt; color: #0a64d8; }
 .msg.assistant .role { color: #6a3fb5; }
 .meta { font-weight: normal; color: #6e6e73; }
-pre { background-color: #f0f0f2; font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; }
+pre { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; white-space: pre-wrap;
+  margin-top: 0; margin-bottom: 0; }
+table.code { margin-top: 4px; margin-bottom: 4px; }
 code { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; background-color: #f0f0f2; }
 blockquote { color: #555555; margin-left: 16px; }
 th, td { padding: 3px; }

@@ -19,7 +19,7 @@ def html_to_pdf(page_html: str, title: str) -> bytes:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
         from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF
-        from PySide6.QtGui import QGuiApplication, QPageLayout, QPageSize, QPdfWriter, QTextDocument
+        from PySide6.QtGui import QGuiApplication, QPageLayout, QPageSize, QPdfWriter, QTextDocument, QTextOption
     except ImportError as e:
         raise ChinwagError(f"pdf export needs PySide6, which could not be loaded: {e}") from e
 
@@ -34,6 +34,9 @@ def html_to_pdf(page_html: str, title: str) -> bytes:
     writer.setPageSize(QPageSize(QPageSize.PageSizeId.A4))
     writer.setPageMargins(QMarginsF(16, 16, 16, 16), QPageLayout.Unit.Millimeter)
     doc = QTextDocument()
+    option = doc.defaultTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)  # a long word or code line stays on the page
+    doc.setDefaultTextOption(option)
     doc.setHtml(page_html)
     doc.print_(writer)
     del writer  # finishes the pdf
