@@ -12,6 +12,7 @@ import math
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from app.core.message_tree import active_path
@@ -28,14 +29,18 @@ FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
+SYSTEM_HEADING = "System prompt"
+SYSTEM_NOTE = "read before every reply; this is the chat's current one"
 MAX_IMPORT_BYTES = 512 << 20
 MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
 
-def export_conversation(conv: Conversation, fmt: str, path) -> Path:
-    """Write conv to path in fmt (one of FORMATS); returns the path written."""
+def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable[[str], str] | None = None) -> Path:
+    """Write conv to path in fmt (one of FORMATS); returns the path written.
+
+    model_name shows a model id as people know it (default: the registry's names); json keeps the ids."""
     fmt = str(fmt).lower().lstrip(".")
     if fmt == "markdown":
         fmt = "md"
@@ -44,9 +49,11 @@ def export_conversation(conv: Conversation, fmt: str, path) -> Path:
     path = Path(path).expanduser()
     writable_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
     if fmt == "pdf":
-        data = _pdf_bytes(conv)
+        data = _pdf_bytes(conv, model_names(conv, model_name))
+    elif fmt == "json":
+        data = to_json(conv).encode("utf-8", "replace")
     else:
-        text = {"md": to_markdown, "json": to_json, "html": to_html, "txt": to_text}[fmt](conv)
+        text = {"md": to_markdown, "html": to_html, "txt": to_text}[fmt](conv, names=model_names(conv, model_name))
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
     write_atomic(path, data)
     return path
@@ -97,15 +104,17 @@ def _message_json(m: Message) -> dict:
     }
 
 
-def to_markdown(conv: Conversation) -> str:
+def to_markdown(conv: Conversation, names: dict | None = None) -> str:
+    names = model_names(conv) if names is None else names
     out = [f"# {_one_line(conv.title)}", ""]
-    out += [f"- **{k}:** {v}" for k, v in _metadata(conv)]
-    prompt = (conv.settings or {}).get("system_prompt")
+    out += [f"- **{k}:** {v}" for k, v in _metadata(conv, names)]
+    prompt = _system_prompt(conv)
     if prompt:
-        out += ["", "**System prompt:**", ""] + ["> " + ln if ln else ">" for ln in str(prompt).splitlines()]
+        out += ["", f"## {SYSTEM_HEADING}", "", f"*{SYSTEM_NOTE}*", ""]
+        out += ["> " + ln if ln else ">" for ln in prompt.splitlines()]
     for m in conv.messages:
         out += ["", f"## {_role_name(m.role)}", ""]
-        meta = _message_meta(m)
+        meta = _message_meta(m, names)
         if meta:
             out += [f"*{meta}*", ""]
         out.append(_markdown_body(m))
@@ -124,38 +133,44 @@ def _markdown_body(m: Message) -> str:
     return "\n\n".join(parts)
 
 
-def to_text(conv: Conversation) -> str:
+def to_text(conv: Conversation, names: dict | None = None) -> str:
+    names = model_names(conv) if names is None else names
     out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
-    out += [f"{k}: {v}" for k, v in _metadata(conv)]
-    prompt = (conv.settings or {}).get("system_prompt")
+    out += [f"{k}: {v}" for k, v in _metadata(conv, names)]
+    prompt = _system_prompt(conv)
     if prompt:
-        out += ["", "System prompt:", str(prompt)]
+        out += ["", f"--- {SYSTEM_HEADING} ({SYSTEM_NOTE}) ---", prompt.rstrip("\n")]
     for m in conv.messages:
-        meta = _message_meta(m)
+        meta = _message_meta(m, names)
         out += ["", f"--- {_role_name(m.role)}" + (f" ({meta})" if meta else "") + " ---", m.content.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
-def to_html(conv: Conversation, for_print: bool = False) -> str:
+def to_html(conv: Conversation, for_print: bool = False, names: dict | None = None) -> str:
     """One self-contained page: inline CSS, no scripts, images or fonts from elsewhere.
 
     for_print renders thinking as a plain block (Qt's rich text, used for pdf, has no <details>).
     """
     e = _esc
+    names = model_names(conv) if names is None else names
     title = _one_line(conv.title)
-    prompt = (conv.settings or {}).get("system_prompt")
     if for_print:  # Qt lays out <dl> poorly: one line of facts instead
-        info = '<p class="info">' + e(" · ".join(f"{k}: {v}" for k, v in _metadata(conv))) + "</p>"
-        if prompt:
-            info += f'<p class="info" dir="auto"><b>System prompt:</b> {e(str(prompt))}</p>'
+        info = '<p class="info">' + e(" · ".join(f"{k}: {v}" for k, v in _metadata(conv, names))) + "</p>"
     else:
-        info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv))
-        if prompt:
-            info += f'<dt>System prompt</dt><dd dir="auto">{e(str(prompt))}</dd>'
+        info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv, names))
         info = f'<dl class="info">{info}</dl>'
     parts = []
+    prompt = _system_prompt(conv)
+    if prompt:  # before the first message: where the model reads it
+        role = f'<div class="role">{SYSTEM_HEADING} <span class="meta">{SYSTEM_NOTE}</span></div>'
+        block = f'<p class="prompt" dir="auto">{e(prompt).replace(chr(10), "<br>")}</p>'
+        parts.append(
+            _print_message("system", role, [block])
+            if for_print
+            else f'<section class="msg system">{role}<div class="body">{block}</div></section>'
+        )
     for m in conv.messages:
-        details = _message_meta(m)
+        details = _message_meta(m, names)
         role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
         role = (
             f'<div class="role">{e(_role_name(m.role))}'
@@ -230,10 +245,10 @@ def _code_css(parts: list) -> str:
     return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
-def _pdf_bytes(conv: Conversation) -> bytes:
+def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
     from app.transcripts.export_pdf import html_to_pdf  # lazy: the only path that loads Qt
 
-    return html_to_pdf(to_html(conv, for_print=True), _one_line(conv.title))
+    return html_to_pdf(to_html(conv, for_print=True, names=names), _one_line(conv.title))
 
 
 # -- import --------------------------------------------------------------------
@@ -421,10 +436,27 @@ def _when(ts) -> str:
         return str(ts)
 
 
-def _metadata(conv: Conversation) -> list[tuple[str, str]]:
+def model_names(conv: Conversation, model_name: Callable[[str], str] | None = None) -> dict[str, str]:
+    """{model id: the name people know it by} for every model in conv (the registry's names by default)."""
+    ids = {conv.model_id, *(m.model_id for m in conv.messages)} - {""}
+    if model_name is None and ids:
+        from engine.models.registry import display_name, list_models  # lazy: reads the model folders
+
+        models = list_models()
+        return {i: display_name(i, models) for i in ids}
+    return {i: model_name(i) for i in ids} if model_name else {}
+
+
+def _system_prompt(conv: Conversation) -> str:
+    """The chat's own system prompt: the store keeps only the current one, not what earlier replies had."""
+    prompt = (conv.settings or {}).get("system_prompt")
+    return str(prompt) if prompt and str(prompt).strip() else ""
+
+
+def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     rows = []
     if conv.model_id:
-        rows.append(("Model", conv.model_id))
+        rows.append(("Model", names.get(conv.model_id, conv.model_id)))
     rows += [
         ("Created", _when(conv.created_at)),
         ("Updated", _when(conv.updated_at)),
@@ -433,11 +465,11 @@ def _metadata(conv: Conversation) -> list[tuple[str, str]]:
     return rows
 
 
-def _message_meta(m: Message) -> str:
-    """e.g. "smollm2 · stopped · 120 tokens · 31.2 tok/s"."""
+def _message_meta(m: Message, names: dict) -> str:
+    """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
     bits = []
     if m.role == "assistant" and m.model_id:
-        bits.append(m.model_id)
+        bits.append(names.get(m.model_id, m.model_id))
     if m.status != "complete":
         bits.append(m.status)
     if m.versions > 1:  # the export shows this one; JSON keeps the others
@@ -467,6 +499,7 @@ dl.info dt { font-weight: 600; } dl.info dd { margin: 0; white-space: pre-wrap; 
 main { padding-bottom: 3rem; }
 .msg { border: 1px solid var(--border); border-radius: 12px; padding: .75rem 1rem; margin: 1rem 0; }
 .msg.user { background: var(--user); } .msg.assistant { background: var(--assistant); }
+.msg.system { color: var(--muted); } .msg.system .prompt { white-space: pre-wrap; }
 .role { font-weight: 700; font-size: .85rem; text-transform: uppercase; letter-spacing: .04em; margin-bottom: .35rem; }
 .role .meta { font-weight: 400; text-transform: none; letter-spacing: 0; color: var(--muted); margin-left: .5rem; }
 .body { overflow-wrap: anywhere; }
@@ -494,6 +527,8 @@ h1 { font-size: 18pt; }
 table.msg { margin-top: 12px; }
 .role { font-weight: bold; font-size: 9pt; color: #0a64d8; }
 .msg.assistant .role { color: #6a3fb5; }
+.msg.system .role { color: #6e6e73; }
+.prompt { color: #444444; }
 .meta { font-weight: normal; color: #6e6e73; }
 pre { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; white-space: pre-wrap;
   margin-top: 0; margin-bottom: 0; }
