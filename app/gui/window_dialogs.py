@@ -202,8 +202,9 @@ class WindowDialogs:
 
     def _on_task_failed(self, kind, reason):
         dialog = getattr(self, "_download", None)
+        self.progress.setVisible(self.bridge.state == "loading")
         if kind == "download" and dialog is not None:
             dialog.on_failed(reason)
-        self.progress.setVisible(self.bridge.state == "loading")
+            return  # said once: in the dialog that is open, not in a banner too
         what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
         self.show_error(f"{what} failed: {reason}")

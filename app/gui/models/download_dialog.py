@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
 
 from app.gui.chat.message_widget import format_bytes
-from app.gui.models.menu import DownloadDialog
+from app.gui.models.menu import DownloadDialog, sentence
 from engine.errors import ChinwagError
 from engine.models.catalogue import (
     USABLE_RAM_FRACTION,
@@ -157,4 +157,4 @@ class CatalogueDownloadDialog(DownloadDialog):
         if query != self._query:
             return
         self.search_button.setEnabled(True)
-        self.message.setText(reason[:1].upper() + reason[1:])
+        self.message.setText(sentence(reason))

@@ -17,6 +17,13 @@ from PySide6.QtWidgets import (
 from app.gui.chat.message_widget import format_bytes
 
 
+def sentence(reason: str) -> str:
+    """An engine's one-line error ("could not reach …") as the dialog shows it: a sentence."""
+    reason = " ".join(str(reason).split())
+    reason = reason[:1].upper() + reason[1:]
+    return reason if not reason or reason.endswith((".", "!", "?")) else reason + "."
+
+
 def describe(info) -> str:
     """'SmolLM2 135M Instruct — 270.0 MB · Q8_0'"""
     bits = []
@@ -183,7 +190,7 @@ class DownloadDialog(QDialog):
     def on_failed(self, reason: str):
         self._idle()
         self.progress.setVisible(False)
-        self.message.setText(reason)
+        self.message.setText(sentence(reason))
 
     def _idle(self):
         self.running = False
