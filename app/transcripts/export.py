@@ -210,31 +210,63 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
 
 
 _PRE = re.compile(r"<pre><code[^>]*>(.*?)</code></pre>", re.S)
+_FIRST_CODE_LINES = 3  # of a long first code block, these go with the heading
+_CODE_PAD = 6  # px around code, inside its background
+
+
+def _code_table(code_html: str, tail: bool = False) -> str:
+    """Code in a one-cell table: Qt paints a <pre>'s background line by line, each over the line
+    above's underscores, but a cell's once behind the whole block (a cell's, not the table's: Qt
+    keeps a cell's out of the page margins when it spans pages; export_pdf takes back the colour
+    Qt's import gives each line of it); long lines wrap inside it.
+    tail: the rest of a block whose first lines end the cell above, in one box with them."""
+    table, cell = (' style="margin-top: 0"', ' style="padding-top: 0"') if tail else ("", "")
+    return (
+        f'<table class="code"{table} width="100%" cellspacing="0" cellpadding="{_CODE_PAD}">'
+        f'<tr><td bgcolor="{_PRINT_CODE_BG}"{cell}><pre>{code_html}</pre></td></tr></table>'
+    )
 
 
 def _print_block(block: str) -> str:
     """A block as Qt's rich text prints it well."""
-    # Qt paints a <pre>'s background line by line, each over the line above's underscores:
-    # one cell's background behind the whole block instead, and long lines wrap inside it.
-    block = _PRE.sub(
-        lambda m: (
-            f'<table class="code" width="100%" cellspacing="0" cellpadding="6" bgcolor="{_PRINT_CODE_BG}">'
-            f"<tr><td><pre>{m.group(1)}</pre></td></tr></table>"
-        ),
-        block,
-    )
+    block = _PRE.sub(lambda m: _code_table(m.group(1)), block)
     # Qt's rich text draws table borders from attributes, not CSS.
-    return block.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
+    return block.replace("<table>", '<table border="1" cellspacing="0" cellpadding="3">')
+
+
+def _split_code(block: str) -> tuple[str, str] | None:
+    """A long code block as (its first lines, a code table of the rest), cut outside any colour span."""
+    m = _PRE.fullmatch(block.strip())
+    if m is None:
+        return None
+    depth, pos, code = 0, 0, m.group(1)
+    for n, line in enumerate(code.split("\n")[:-1], 1):
+        depth += line.count("<span") - line.count("</span>")
+        pos += len(line) + 1
+        if n >= _FIRST_CODE_LINES and depth == 0:
+            return f"<pre>{code[: pos - 1]}</pre>", _code_table(code[pos:], tail=True)
+    return None
 
 
 def _print_message(role_class: str, role: str, blocks: list[str]) -> str:
     """The role heading as the header row of a table whose body is the first block: when that block
-    cannot start on the page, Qt moves the whole table to the next one, so a heading never ends a page."""
-    blocks = [_print_block(b) for b in blocks] or [""]
+    cannot start on the page, Qt moves the whole table to the next one, so a heading never ends a page.
+    Qt repeats a header row on every page its table spans: of a long first code block, only the
+    first lines go in the table (the cell paints their background), the rest follows in one box."""
+    split = _split_code(blocks[0]) if blocks else None
+    first, cell = (
+        (split[0], f' bgcolor="{_PRINT_CODE_BG}" style="padding: {_CODE_PAD}px; padding-bottom: 0"')
+        if split
+        else ("", "")
+    )
+    rest = [split[1]] if split else []
+    if not split:
+        first = _print_block(blocks[0]) if blocks else ""
+    rest += [_print_block(b) for b in blocks[1:]]
     return (
         f'<table class="msg {role_class}" width="100%" border="0" cellspacing="0" cellpadding="0">'
-        f'<thead><tr><td>{role}</td></tr></thead><tr><td dir="auto">{blocks[0]}</td></tr></table>\n'
-        + "".join(blocks[1:])
+        f'<thead><tr><td style="padding-bottom: 4px">{role}</td></tr></thead><tr><td dir="auto"{cell}>{first}</td></tr></table>\n'
+        + "".join(rest)
     )
 
 
@@ -535,7 +567,6 @@ pre { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-s
 table.code { margin-top: 4px; margin-bottom: 4px; }
 code { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; background-color: #f0f0f2; }
 blockquote { color: #555555; margin-left: 16px; }
-th, td { padding: 3px; }
 .think { color: #6e6e73; margin-left: 12px; }
 .think-label { font-style: italic; }
 """

@@ -23,23 +23,32 @@ def _pages(conv, tmp_path) -> list:
     return list(pdfium.PdfDocument(str(path)))
 
 
+def _paints(brush) -> bool:
+    return brush.style().name != "NoBrush" and brush.color().alpha() > 0
+
+
 def test_code_lines_share_one_background(qapp):
     """Qt paints a <pre>'s background line by line, each over the underscores of the line above."""
-    from PySide6.QtGui import QTextCursor, QTextDocument
+    from PySide6.QtGui import QTextCursor
 
-    doc = QTextDocument()
-    doc.setHtml(to_html(_conv("a function?", f"Here:\n\n```python\n{CODE}\n```"), for_print=True))
+    from app.transcripts.export_pdf import print_document
+
+    long_first = "\n".join([CODE] * 3)  # its first lines go with the heading, in the heading's table
+    doc = print_document(
+        to_html(_conv("a function?", f"Here:\n\n```python\n{CODE}\n```", f"```\n{long_first}\n```"), for_print=True)
+    )
     block, seen = doc.begin(), 0
     while block.isValid():
         if "is_prime_" in block.text():
             seen += 1
-            assert block.blockFormat().background().style().name == "NoBrush", block.text()
+            assert not _paints(block.blockFormat().background()), block.text()
             for fragment in block.textFormats():
-                assert fragment.format.background().style().name == "NoBrush", block.text()
-            table = QTextCursor(block).currentTable()
-            assert table is not None and table.format().background().style().name != "NoBrush"
+                assert not _paints(fragment.format.background()), block.text()
+            cursor = QTextCursor(block)
+            table = cursor.currentTable()
+            assert table is not None and _paints(table.cellAt(cursor).format().background())
         block = block.next()
-    assert seen == 6
+    assert seen == 6 * 4
 
 
 def test_code_is_intact_and_long_lines_wrap_inside_the_page(qapp, tmp_path):
@@ -89,3 +98,14 @@ def test_a_role_heading_is_never_alone_at_the_foot_of_a_page(qapp, tmp_path):
         assert heading == question, (
             f"with {k} lines the heading is on page {heading + 1}, its message on {question + 1}"
         )
+
+
+def test_a_long_first_code_block_keeps_one_heading_and_one_box(qapp, tmp_path):
+    """Qt repeats a table's header row on every page it spans: the heading's table holds only the
+    first lines of a long code block, so "Assistant" is printed once and every line once."""
+    code = "\n".join(f"value_{i} = compute_{i}(x)" for i in range(150))
+    pages = _pages(_conv("short", f"```python\n{code}\n```\n\nDone."), tmp_path)
+    assert len(pages) >= 3
+    text = "".join(page.get_textpage().get_text_range() for page in pages)
+    assert text.count("Assistant") == 1
+    assert all(text.count(f"value_{i} = compute_{i}(x)") == 1 for i in range(150))
