@@ -29,3 +29,17 @@ def test_model_ids_with_escape_sequences_are_printed_harmless(capsys):
     assert "evil ]0;pwned model" in listed and "two lines" in listed
     assert len(listed.splitlines()) == 1  # one server, one line: no id breaks the table
     assert json.loads(as_json)[0]["models"] == HOSTILE_IDS  # JSON keeps them exactly, escaped
+
+
+def test_a_server_without_models_is_named_not_listed_as_an_empty_model_id(capsys):
+    import socket
+
+    from engine.remote import servers
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    servers.add_server("gone", f"http://127.0.0.1:{port}/v1")
+    assert main(["models"]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "gone" in line]
+    assert row.startswith("gone (server)") and "unreachable" in row and "gone/" not in row
