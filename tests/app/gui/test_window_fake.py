@@ -315,6 +315,14 @@ def test_model_menu_lists_checks_and_switches(qtbot, window, store, engine):
     assert window.composer.is_ready()
 
 
+def test_export_names_the_model_as_the_window_does(qtbot, window, tmp_path):
+    send(qtbot, window, "hello")
+    assert window.dialogs.export_to(str(tmp_path / "chat.md"), "md"), window.notices.texts()
+    text = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    model = window.bridge.current_model
+    assert model.name != model.id and f"*{model.name}" in text and model.id not in text
+
+
 def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
     dialog = window.dialogs.download_dialog()
     dialog.repo.setText("mlx-community/Some-Model")
