@@ -379,9 +379,10 @@ class MainWindow(QMainWindow):
 
     def _on_task_failed(self, kind, reason):
         dialog = self.dialogs.download
+        self.status.hide_progress_unless_loading()
         if kind == "download" and dialog is not None:
             dialog.on_failed(reason)
-        self.status.hide_progress_unless_loading()
+            return  # said once: in the dialog that is open, not in a banner too
         what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
         self.show_error(f"{what} failed: {reason}")
 
