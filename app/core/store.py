@@ -48,6 +48,14 @@ class MessageStatus(StrEnum):
     FAILED = "failed"  # a reply that ended in an error
 
 
+class MessageRole(StrEnum):
+    """Who wrote a message; the values are what the database, the engine and JSON exports hold."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
@@ -662,7 +670,7 @@ class Store:
             attached.insert(db, cur.lastrowid, attachments)
             title = row[0]
             if (
-                role == "user"
+                role == MessageRole.USER
                 and title == DEFAULT_TITLE
                 and not db.execute(
                     "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)

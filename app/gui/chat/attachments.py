@@ -109,7 +109,8 @@ class AttachmentTray(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("attachmentTray")
-        self.engine = lambda: None  # set by the chat controller: counts come from the engine
+        self.engine = lambda: None  # set by ChatPanes.wire: counts come from the engine
+        self.show_sent = lambda msg_id, items: None  # set by ChatPanes.wire: documents under a sent message
         self.params = None  # a callable returning the chat's GenerationParams
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
@@ -250,6 +251,11 @@ class AttachmentTray(QWidget):
                     raise ChinwagError(f"{e.name} is too big for the context and no passage of it fits: remove it")
             out.append(StoredAttachment(e.name, e.kind, e.size, e.sha256, e.text, passages))
         return out
+
+    def sent(self, msg_id, items) -> None:
+        """The message is saved: its documents show under it and the chips go."""
+        self.show_sent(msg_id, items)
+        self.clear()
 
     def for_sending(self, question: str, history=(), context_limit: int = 0) -> list[StoredAttachment]:
         """Keep the originals (0600, content-addressed), then what the message stores; ChinwagError if not.

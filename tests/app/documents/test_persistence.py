@@ -9,10 +9,10 @@ import pytest
 
 from app.core import attachments as attached
 from app.core.attachments import StoredAttachment, keep_original, message_text, original_path
+from app.core.settings import engine_messages
 from app.core.store import Store
 from app.documents.block import message_content
 from app.documents.extract import extract
-from app.gui.settings.dialog import engine_messages
 from app.transcripts.export import export_conversation, import_conversation, to_html, to_markdown, to_text
 from engine.errors import ChinwagError
 from tests.app.documents.files import write_pdf

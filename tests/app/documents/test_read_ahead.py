@@ -37,10 +37,7 @@ def test_attach_time_prefill_is_reused(engine_with, tmp_path):
         # Follow-up: the prompt begins with exactly the ids the cache holds.
         sent2 = sent + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "And page 3?"}]
         follow = await _turn(engine, "chat", sent2)
-        return size, after, fresh, follow, len(engine_tokens(engine, question))
-
-    def engine_tokens(engine, text):
-        return engine._running()[1].tokenizer.encode(text, add_special_tokens=False)
+        return size, after, fresh, follow, (await engine.count_tokens(question)).tokens
 
     size, after, fresh, follow, question_tokens = engine_with(body, idle_work=False)
     assert fresh.reused_tokens == 0
