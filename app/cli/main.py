@@ -310,11 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
+    from app.cli.mcp import add_commands as add_mcp_commands
     from app.cli.servers import add_commands as add_server_commands
     from app.cli.transcripts import add_commands
 
     add_commands(sub)
     add_server_commands(sub)
+    add_mcp_commands(sub)
     return parser
 
 
