@@ -25,7 +25,6 @@ blas.preload_openblas()
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
-PLOTS = DOCS / "bench"
 QUICK = os.environ.get("CHINWAG_BENCH_QUICK", "") not in ("", "0")  # smoke-test sizes
 
 
@@ -203,7 +202,7 @@ def finish(write_report: bool = True) -> None:
     if write_report and not os.environ.get("CHINWAG_BENCH_NO_REPORT"):
         from bench import report
 
-        report.main()
+        report.write()
 
 
 at_start()

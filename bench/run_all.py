@@ -8,37 +8,38 @@ whether all of them succeeded.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 
-# name -> the module and its arguments; cheapest first, so a broken environment shows up early.
-BENCHES = {
-    "linux_blas": ["bench.linux_blas"],
-    "ui": ["bench.ui"],
-    "memory": ["bench.memory"],
-    "growth": ["bench.growth"],
-    "decode": ["bench.decode"],
-    "decode_quantized": ["bench.decode", "--quantized"],
-    "followup": ["bench.followup"],
-    "highlight": ["bench.highlight"],
-    "longchat": ["bench.longchat"],
-    "longchat_pause": ["bench.longchat_pause"],
-    "typing_prefill": ["bench.typing_prefill"],
-    "speculative": ["bench.speculative"],
-    "remote": ["bench.remote"],
-}
-ORDER = list(BENCHES)
+from bench.common import RESULTS
+from bench.figures import figures
+
+
+def benches(results=RESULTS) -> dict:
+    """Each results file's command, `python -m <module> *args`, cheapest first by its last run's seconds
+    (never-run ones first), so a broken environment shows up early."""
+    runs = {run.results: [f"bench.figures.{fig.name}", *run.args] for fig in figures() for run in fig.runs}
+
+    def cost(name):
+        try:
+            return json.loads((results / f"{name}.json").read_text())["seconds"]
+        except (OSError, ValueError, KeyError):
+            return 0.0
+
+    return {name: runs[name] for name in sorted(runs, key=cost)}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="", help="comma-separated names among: " + ", ".join(ORDER))
+    order = benches()
+    p.add_argument("--only", default="", help="comma-separated names among: " + ", ".join(order))
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
-    names = [n for n in args.only.split(",") if n] or ORDER
-    unknown = [n for n in names if n not in ORDER]
+    names = [n for n in args.only.split(",") if n] or list(order)
+    unknown = [n for n in names if n not in order]
     if unknown:
         p.error(f"unknown benchmark(s): {', '.join(unknown)}")
     env = dict(os.environ, CHINWAG_BENCH_NO_REPORT="1")
@@ -66,8 +67,8 @@ def main(argv=None):
     started = time.perf_counter()
     for name in names:
         t = time.perf_counter()
-        print(f"== {' '.join(BENCHES[name])}", file=sys.stderr, flush=True)
-        code = subprocess.call([sys.executable, "-m", *BENCHES[name]], env=env, cwd=root)
+        print(f"== {' '.join(order[name])}", file=sys.stderr, flush=True)
+        code = subprocess.call([sys.executable, "-m", *order[name]], env=env, cwd=root)
         print(
             f"== {name}: {'ok' if code == 0 else f'FAILED ({code})'} in {time.perf_counter() - t:.0f} s",
             file=sys.stderr,
@@ -77,7 +78,7 @@ def main(argv=None):
             failed.append(name)
     from bench import report
 
-    report.main()
+    report.write()
     print(
         f"== all benchmarks: {time.perf_counter() - started:.0f} s"
         + (f"; failed: {', '.join(failed)}" if failed else ""),

@@ -1,4 +1,4 @@
-"""The cold-start child of bench/ui.py: `chinwag` as app.gui.main.run_app runs it, until the main
+"""The cold-start child of bench/figures/ui.py: `chinwag` as app.gui.main.run_app runs it, until the main
 window's first Paint event, then it prints the time and exits. Imports nothing else first."""
 
 import json

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from engine.errors import ChinwagError
 from engine.log import report_bug
 from engine.types import (
+    MAX_KV_INITIAL_CAPACITY,
     BackgroundPrefill,
     EngineState,
     EngineStatus,
@@ -86,6 +87,10 @@ class Engine:
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
     ):
+        if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
+            raise ChinwagError(
+                f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
+            )
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self.idle_work = idle_work
         # The background job (a draft's prefill, the next window) and the event that cancels it.

@@ -5,9 +5,11 @@ Chinwag: `report_bug` writes its traceback here and returns the one line to show
 which says a bug happened and where the log is. No Qt here; the window and the CLI both use it.
 """
 
+import errno
 import logging
 import logging.handlers
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -26,13 +28,45 @@ log = logging.getLogger("chinwag")
 
 
 class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
-    """A RotatingFileHandler whose files are created 0600."""
+    """A RotatingFileHandler whose files are created 0600, that opens only regular files and
+    lets several processes rotate the same log."""
+
+    _complained = False
 
     def _open(self):
         # O_NOFOLLOW: a symlink planted as the log is not followed to some other file.
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
-        os.fchmod(fd, FILE_MODE)  # an older log made before this rule
-        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        # O_NONBLOCK: a FIFO planted as the log would block the open until someone read it.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(self.baseFilename, flags, FILE_MODE)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # a FIFO with no reader
+                raise OSError(errno.ENXIO, f"{self.baseFilename} is a named pipe, not a file") from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, f"{self.baseFilename} is not a regular file")
+            os.set_blocking(fd, True)
+            os.fchmod(fd, FILE_MODE)  # an older log made before this rule
+            return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def doRollover(self):
+        # Another process may have rotated the log a moment ago: its files are gone or moved.
+        try:
+            super().doRollover()
+        except OSError:
+            if self.stream is None:
+                self.stream = self._open()
+
+    def handleError(self, record):
+        # Not the stdlib's traceback on stderr for every record: one line, once per process.
+        if not _PrivateRotatingHandler._complained:
+            _PrivateRotatingHandler._complained = True
+            error = sys.exc_info()[1]
+            print(f"chinwag: cannot write {self.baseFilename} ({error}); log lines are lost", file=sys.stderr)
 
 
 _handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger

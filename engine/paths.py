@@ -23,20 +23,24 @@ def data_dir_path() -> Path:
     """The data folder's path, without creating it."""
     home = os.environ.get("CHINWAG_HOME")
     if home:
-        return Path(home).expanduser()
+        try:
+            return Path(home).expanduser()
+        except RuntimeError:  # ~someone with no such user, or no HOME for a bare ~
+            raise ChinwagError(f"CHINWAG_HOME={home!r}: no such user's home folder") from None
     import platformdirs
 
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
-def private_dir(path: Path, what: str = "data folder") -> Path:
-    """Create path (0700) if needed and take group/other access away; ChinwagError if it cannot be."""
+def private_dir(path: Path, what: str = "data folder", tighten: bool = True) -> Path:
+    """Create path (0700) if needed and take group/other access away; ChinwagError if it cannot be.
+    tighten=False leaves an existing folder's mode alone (a folder Chinwag did not create)."""
     try:
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         st = path.stat()
         if not stat.S_ISDIR(st.st_mode):
             raise NotADirectoryError(20, "not a folder")
-        if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        if tighten and st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
     except FileExistsError as e:
         raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from e
@@ -49,7 +53,10 @@ _secured: set = set()  # data folders whose older files were made private in thi
 
 
 def data_dir() -> Path:
-    path = private_dir(data_dir_path())
+    path = data_dir_path()
+    # CHINWAG_HOME may name a folder someone shares: never change a folder we did not create
+    # (one we create is made 0700; our files in it are 0600 and our subfolders 0700 all the same).
+    path = private_dir(path, tighten=not os.environ.get("CHINWAG_HOME"))
     if path not in _secured:
         _secured.add(path)
         _secure_older_files(path)

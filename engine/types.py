@@ -3,6 +3,7 @@
 Only ints, floats, strings and tuples live here: never an MLX array.
 """
 
+import functools
 import platform
 import sys
 import typing
@@ -56,16 +57,26 @@ class EngineStatus(StrEnum):
     GENERATING = "generating"
 
 
-def _param(default, help: str, lo: float, hi: float) -> Any:
-    """A sampling setting: its CLI flag, settings key and dialog field are all made from this."""
-    return field(default=default, metadata={"help": help, "range": (lo, hi)})
+def _param(default, help: str, lo: float, hi: float, tiny: float = 0.0) -> Any:
+    """A sampling setting: its CLI flag, settings key and dialog field are all made from this.
+    tiny: the smallest value above lo that is allowed (lo itself stays allowed)."""
+    return field(default=default, metadata={"help": help, "range": (lo, hi), "tiny": tiny})
+
+
+# More KV positions than this up front would reserve gigabytes before a word is read.
+MAX_KV_INITIAL_CAPACITY = 1 << 20
+
+# Below this, 1/temperature overflows float32 and sampling reads NaN: 0 (greedy) or at least this.
+MIN_TEMPERATURE = 0.01
 
 
 @dataclass(frozen=True)
 class GenerationParams:
     """The sampling settings: the one place their defaults and valid ranges are written."""
 
-    temperature: float = _param(0.7, "sampling temperature; 0 always picks the likeliest token", 0.0, 2.0)
+    temperature: float = _param(
+        0.7, "sampling temperature; 0 always picks the likeliest token", 0.0, 2.0, tiny=MIN_TEMPERATURE
+    )
     top_p: float = _param(1.0, "keep the likeliest tokens up to this probability mass (1 = off)", 0.0, 1.0)
     top_k: int = _param(0, "keep only the k likeliest tokens (0 = off)", 0, 1000)
     min_p: float = _param(0.0, "drop tokens less likely than this fraction of the likeliest (0 = off)", 0.0, 1.0)
@@ -87,6 +98,13 @@ class GenerationParams:
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
 
+    def __post_init__(self):
+        # Every front end (CLI flags, settings, the window, servers) builds these: one check for all.
+        for spec in param_specs():
+            value = getattr(self, spec.name)
+            if value is not None or not spec.optional:
+                spec.convert(value)
+
 
 def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
@@ -103,13 +121,20 @@ class ParamSpec:
     lo: float
     hi: float
     help: str = ""
+    tiny: float = 0.0  # values strictly between lo and lo + tiny are refused
+
+    def describe(self) -> str:
+        """The valid values, as a user reads them: "a number from 0 to 2"."""
+        what = "an integer" if self.kind is int else "a number"
+        if self.tiny:
+            return f"{_number(self.lo)} or {what} from {_number(self.lo + self.tiny)} to {_number(self.hi)}"
+        return f"{what} from {_number(self.lo)} to {_number(self.hi)}"
 
     def convert(self, value: Any) -> Any:
         """`value` (a number or its text) as this field's type; ChinwagError if it is not valid."""
         if value is None and self.optional:
             return None
-        what = f"{'an integer' if self.kind is int else 'a number'} from {_number(self.lo)} to {_number(self.hi)}"
-        problem = ChinwagError(f"{self.name} must be {what}, got {value!r}"[:200])
+        problem = ChinwagError(f"{self.name} must be {self.describe()}, got {value!r}"[:200])
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise problem
         try:
@@ -118,9 +143,12 @@ class ParamSpec:
             raise problem from None
         if not self.lo <= number <= self.hi or (self.kind is int and not number.is_integer()):
             raise problem
+        if self.lo < number < self.lo + self.tiny:
+            raise problem
         return int(number) if self.kind is int else number
 
 
+@functools.cache
 def param_specs() -> tuple[ParamSpec, ...]:
     """Every GenerationParams field, in order: what the CLI, the settings and the dialog offer."""
     hints = typing.get_type_hints(GenerationParams)
@@ -132,7 +160,14 @@ def param_specs() -> tuple[ParamSpec, ...]:
         lo, hi = f.metadata.get("range", (0, 1e9))
         specs.append(
             ParamSpec(
-                f.name, args[0] if args else hints[f.name], f.default, bool(args), lo, hi, f.metadata.get("help", "")
+                f.name,
+                args[0] if args else hints[f.name],
+                f.default,
+                bool(args),
+                lo,
+                hi,
+                f.metadata.get("help", ""),
+                f.metadata.get("tiny", 0.0),
             )
         )
     return tuple(specs)

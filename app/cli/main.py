@@ -9,9 +9,10 @@ import stat
 import sys
 from pathlib import Path
 
+from app.cli.progress import TerminalProgress
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
 from engine.atomic import describe_kind
-from engine.types import ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
 
 PROG = "chinwag"
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
@@ -22,20 +23,26 @@ def fail(message: str) -> int:
     return 2
 
 
+MAX_PAUSE_SECONDS = 3600  # a reader's pause; longer is a typo that would hang the replay
+
+
 def _seconds(value: str) -> float:
     try:
         n = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
-    if not n >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    if not 0 <= n <= MAX_PAUSE_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_PAUSE_SECONDS} seconds, got {value}")
     return n
 
 
-def _positive(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+def _capacity(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of positions, got {value!r}") from None
+    if not 1 <= n <= MAX_KV_INITIAL_CAPACITY:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {n}")
     return n
 
 
@@ -62,7 +69,7 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
         )
     p.add_argument(
         "--kv-initial-capacity",
-        type=_positive,
+        type=_capacity,
         default=None,
         help="KV cache positions reserved per conversation at first (default: sized to the chat)",
     )
@@ -87,10 +94,6 @@ def _params(args) -> GenerationParams:
     )
 
 
-def _progress(p) -> None:
-    print(f"[{p.stage}]", file=sys.stderr)
-
-
 # --- chinwag models / import -------------------------------------------------
 
 
@@ -107,16 +110,20 @@ def cmd_models(args) -> int:
     for m in models:
         size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
         detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
+        # A server that lists no model has no model id to show: name the server instead.
+        name = f"{m.server} (server)" if m.server and m.id == f"{m.server}/" else m.id
         # Folder names come from disk: no escape sequence of theirs reaches the terminal.
-        print(f"{printable(m.id, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
+        print(f"{printable(name, 400):40} {m.status:12} {size:>9}  {printable(detail, 400)}")
     return 0
 
 
 async def _import(args) -> int:
     engine = Engine()
+    progress = TerminalProgress()
     try:
-        info = await engine.import_gguf(args.path, progress=_progress)
+        info = await engine.import_gguf(args.path, progress=progress)
     finally:
+        progress.finish()
         await engine.close()
     print(f"imported {info.name} as {info.id} in {info.path}")
     return 0
@@ -127,11 +134,18 @@ async def _import(args) -> int:
 
 async def _chat(args) -> int:
     engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    # Saved like the window's chats (and its cache kept, so the window resumes it), unless --no-save.
+    saved = None if args.no_save else TerminalChat(args.system)
+    conv = "cli"
     try:
-        info = await engine.load_model(args.model, progress=_progress)
+        progress = TerminalProgress()
+        try:
+            info = await engine.load_model(args.model, progress=progress)
+        finally:
+            progress.finish()
         print(f"Chatting with {info.name}. /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply.")
         messages = [{"role": "system", "content": args.system}] if args.system else []
-        conv, turn = "cli", 0
+        turn = 0
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -144,21 +158,64 @@ async def _chat(args) -> int:
             if line.strip() == "/exit":
                 return 0
             if line.strip() == "/new":
-                await engine.forget(conv)
+                if saved is None:
+                    await engine.forget(conv)
+                else:
+                    saved.new()
                 turn += 1
                 conv = f"cli-{turn}"
                 messages = messages[:1] if args.system else []
                 continue
             messages.append({"role": "user", "content": line})
+            if saved is not None:
+                conv = saved.add_user(line, info.id)  # committed before the engine sees it, as in the window
             reply, stats = await _stream(engine, conv, messages, _params(args))
             messages.append({"role": "assistant", "content": reply})
-            print(
-                f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
-                f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
-            )
+            if saved is not None:
+                saved.add_reply(reply, stats, info.id)
+            if stats is not None:
+                print(
+                    f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+                    f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
+                    + (f" [{stats.note}]" if stats.note else "")
+                )
     finally:
-        await engine.forget(conv)  # a terminal chat cannot be resumed: keep no saved cache for it
+        if saved is None:
+            await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
+        else:
+            saved.close()
         await engine.close()
+
+
+class TerminalChat:
+    """A terminal chat kept in the store, one conversation per /new."""
+
+    def __init__(self, system: str):
+        from app.core.store import Store
+
+        self.store = Store()
+        self.settings = {"system_prompt": system} if system else None
+        self.conv_id = ""
+
+    def new(self) -> None:
+        self.conv_id = ""
+
+    def add_user(self, text: str, model_id: str) -> str:
+        if not self.conv_id:
+            self.conv_id = self.store.create_conversation(model_id=model_id, settings=self.settings).id
+        self.store.add_message(self.conv_id, "user", text)
+        return self.conv_id
+
+    def add_reply(self, text: str, stats, model_id: str) -> None:
+        from app.core.store import MessageStatus
+        from app.core.turns import stats_dict, status_of
+
+        status = status_of(stats) if stats is not None else MessageStatus.STOPPED
+        stats_row = stats_dict(stats) if stats is not None else None
+        self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
+
+    def close(self) -> None:
+        self.store.close()
 
 
 async def _stream(engine, conv, messages, params):
@@ -273,10 +330,24 @@ async def _replay(args) -> int:
 # --- wiring ------------------------------------------------------------------
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chinwag")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from engine.models.registry import STARTER_ID
 
-    parser = argparse.ArgumentParser(prog=PROG, description="Chat with local language models on MLX.")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Chat with local language models on MLX. "
+        "With no command, `chinwag` opens the window; the commands below work in a terminal.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also print the log (warnings and bug tracebacks) to stderr"
     )
@@ -285,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="chat in the terminal")
     p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
     p.add_argument("--system", default="", help="a system prompt")
+    p.add_argument(
+        "--no-save", action="store_true", help="keep this chat out of the saved conversations (and keep no cache)"
+    )
     _add_sampling(p, GenerationParams())
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 

@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
+
 
 def cmd_add(args) -> int:
     from engine.errors import ChinwagError
@@ -24,11 +26,12 @@ def cmd_add(args) -> int:
     infos = servers.models_of(server)
     if infos and infos[0].status == "unusable":
         print(
-            f"warning: {server.name} is not reachable now ({infos[0].reason.removeprefix('unreachable: ')})",
+            f"warning: {printable(server.name)} is not reachable now "
+            f"({printable(infos[0].reason.removeprefix('unreachable: '), 500)})",
             file=sys.stderr,
         )
     else:
-        print("models: " + ", ".join(info.id for info in infos))
+        print("models: " + ", ".join(printable(info.id) for info in infos))
     return 0
 
 
@@ -65,8 +68,8 @@ def cmd_list(args) -> int:
         print("no servers saved (add one: chinwag servers add NAME URL)")
     for r in rows:
         key = "key" if r["has_api_key"] else "no key"
-        detail = r["reason"] if r["reason"] else ", ".join(r["models"])
-        print(f"{r['name']:20} {r['url']:36} {key:7} {r['status']:12} {detail}")
+        detail = printable(r["reason"], 500) if r["reason"] else ", ".join(printable(m) for m in r["models"])
+        print(f"{printable(r['name']):20} {printable(r['url']):36} {key:7} {r['status']:12} {detail}")
     return 0
 
 
@@ -74,7 +77,7 @@ def cmd_remove(args) -> int:
     from engine.remote import servers
 
     servers.remove_server(args.name)
-    print(f"removed server {args.name}")
+    print(f"removed server {printable(args.name)}")
     return 0
 
 

@@ -9,7 +9,7 @@ import asyncio
 import gc
 import sys
 
-from app.gui.single_instance import WindowLock, ask_window_to_raise, serve_raise_requests
+from app.gui.single_instance import WINDOW_LOCK, WindowLock, ask_window_to_raise, serve_raise_requests
 from engine.errors import ChinwagError
 from engine.log import report_bug
 
@@ -50,11 +50,18 @@ def run_app(argv=None, model: str | None = None) -> int:
         folder = paths.data_dir()
         lock = WindowLock(folder)
     except ChinwagError as e:
-        if "already open" in str(e) and ask_window_to_raise(paths.data_dir_path()):
-            print(
-                f"chinwag: {paths.data_dir_path()} is open in another window: brought it to the front", file=sys.stderr
+        if "already open" in str(e):
+            if ask_window_to_raise(paths.data_dir_path()):
+                print(
+                    f"chinwag: {paths.data_dir_path()} is open in another window: brought it to the front",
+                    file=sys.stderr,
+                )
+                return 0
+            # The lock is held, but no Chinwag window answered: another program holds it.
+            e = ChinwagError(
+                f"{paths.data_dir_path() / WINDOW_LOCK} is locked, but no Chinwag window answered: "
+                "another program holds it (close it, or set CHINWAG_HOME to another folder)"
             )
-            return 0
         print(f"chinwag: error: {e}", file=sys.stderr)
         QMessageBox.information(None, "Chinwag", str(e))  # the loop has not started: modal is fine
         return 2

@@ -13,7 +13,9 @@ from engine.errors import ChinwagError
 
 WINDOW_LOCK = "window.lock"
 RAISE_REQUEST = b"raise\n"
+RAISED = b"raised\n"  # the window's answer: whatever else holds the lock or the name is not Chinwag
 CONNECT_TIMEOUT_MS = 1000
+ANSWER_TIMEOUT_MS = 3000  # a window busy for a moment (weights loading) still answers in time
 
 
 class WindowLock:
@@ -62,8 +64,10 @@ def serve_raise_requests(window, folder: Path):
     def on_connection():
         while server.hasPendingConnections():
             connection = server.nextPendingConnection()
-            connection.disconnectFromServer()
-            connection.deleteLater()
+            # The asker closes once it has the answer: closing first could lose the answer.
+            connection.disconnected.connect(connection.deleteLater)
+            connection.write(RAISED)
+            connection.flush()
             window.showNormal()
             window.raise_()
             window.activateWindow()
@@ -74,7 +78,8 @@ def serve_raise_requests(window, folder: Path):
 
 
 def ask_window_to_raise(folder: Path) -> bool:
-    """Ask the window open on this data folder to come to the front; False if none answered."""
+    """Ask the window open on this data folder to come to the front; False unless a Chinwag
+    window answered that it did (another program may hold the lock, or listen on the name)."""
     from PySide6.QtNetwork import QLocalSocket
 
     socket = QLocalSocket()
@@ -83,5 +88,11 @@ def ask_window_to_raise(folder: Path) -> bool:
         return False
     socket.write(RAISE_REQUEST)
     socket.waitForBytesWritten(CONNECT_TIMEOUT_MS)
+    answer = b""
+    while len(answer) < len(RAISED):
+        # The answer may be in the buffer already (waitForReadyRead waits for more).
+        if not socket.bytesAvailable() and not socket.waitForReadyRead(ANSWER_TIMEOUT_MS):
+            break
+        answer += bytes(socket.read(len(RAISED) - len(answer)).data())
     socket.disconnectFromServer()
-    return True
+    return answer == RAISED

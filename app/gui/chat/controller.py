@@ -6,13 +6,14 @@ complete/stopped/failed when it ends.
 """
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
 from app.core.store import LAST, MessageStatus
+from app.core.turns import stats_dict, status_of
 from app.gui.chat.message_widget import QUEUED
 from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from engine.errors import ChinwagError
@@ -23,20 +24,11 @@ SAVE_INTERVAL_MS = 1000
 NEW_CHAT_DRAFT = "new-chat-draft"
 UNDO_DELETE_MS = 8000
 DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
-FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
 
 
 def reading_text(progress) -> str:
     """'Reading your message… 43%' from a PrefillProgress."""
     return f"Reading your message… {int(100 * progress.fraction)}%"
-
-
-def stats_dict(stats) -> dict:
-    """TurnStats for the store, without the (long) token id lists."""
-    d = asdict(stats) if not isinstance(stats, dict) else dict(stats)
-    d.pop("prompt_ids", None)
-    d.pop("reply_ids", None)
-    return d
 
 
 @dataclass
@@ -353,8 +345,7 @@ class ChatController(QObject):
             self.error.emit(str(e))
 
     def _on_finished(self, conv_id, stats):
-        status = FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
-        self._end(conv_id, status, stats, stats.error)
+        self._end(conv_id, status_of(stats), stats, stats.error)
 
     def _on_failed(self, conv_id, reason):
         status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED

@@ -199,10 +199,54 @@ def test_a_second_chinwag_brings_the_first_window_forward(qtbot, chinwag_home):
     window = Window()
     qtbot.addWidget(window)
     server = serve_raise_requests(window, chinwag_home)
-    assert ask_window_to_raise(chinwag_home)
+    assert ask_from_another_process(qtbot, chinwag_home)  # another process in real life: it waits for the answer
     qtbot.waitUntil(lambda: window.raised == 1)
     server.close()
     assert not ask_window_to_raise(chinwag_home)  # no window: the caller says so instead
+
+
+ASKER = """
+import sys
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from PySide6.QtCore import QCoreApplication
+app = QCoreApplication([])
+from app.gui.single_instance import ask_window_to_raise
+print(ask_window_to_raise(Path(sys.argv[1])))
+"""
+
+
+def ask_from_another_process(qtbot, folder) -> bool:
+    """ask_window_to_raise from a second process, as a second `chinwag` runs it, while this
+    process's event loop (the first window's) keeps running."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    asker = subprocess.Popen(
+        [sys.executable, "-c", ASKER.format(root=str(ROOT)), str(folder)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    qtbot.waitUntil(lambda: asker.poll() is not None, timeout=30000)
+    return asker.stdout.read().strip() == "True"
+
+
+def test_a_lock_held_by_another_program_is_not_a_window_brought_forward(qtbot, chinwag_home):
+    """Another program holds window.lock and listens on the window's name without answering:
+    no Chinwag window answered, so a second `chinwag` says the lock is held by another program
+    and exits 2 (app/gui/main.py), instead of claiming it raised a window."""
+    import fcntl
+
+    from PySide6.QtNetwork import QLocalServer
+
+    from app.gui.single_instance import server_name
+
+    fd = os.open(chinwag_home / "window.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    rogue = QLocalServer()
+    QLocalServer.removeServer(server_name(chinwag_home))
+    assert rogue.listen(server_name(chinwag_home))
+    try:
+        assert ask_from_another_process(qtbot, chinwag_home) is False
+    finally:
+        rogue.close()
+        os.close(fd)
 
 
 def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):

@@ -178,7 +178,7 @@ def _mode(path: Path) -> int:
 
 
 def test_data_folder_and_database_files_are_private(chinwag_home):
-    chinwag_home.chmod(0o755)
+    chinwag_home.rmdir()  # Chinwag makes it: then it is Chinwag's to keep private
     with Store() as store:
         store.create_conversation(title="private")
         assert _mode(chinwag_home) == 0o700
@@ -189,6 +189,24 @@ def test_data_folder_and_database_files_are_private(chinwag_home):
     (chinwag_home / "chinwag.db").chmod(0o644)
     with Store():
         assert _mode(chinwag_home / "chinwag.db") == 0o600
+
+
+def test_a_shared_folder_named_by_chinwag_home_keeps_its_mode(chinwag_home):
+    """CHINWAG_HOME at a folder Chinwag did not make: its mode is not ours to change, even
+    for a read-only command; Chinwag's own files and folders in it are private all the same."""
+    from app.cli.main import main
+
+    chinwag_home.chmod(0o755)
+    (chinwag_home / "shared.txt").write_text("someone else's")
+    assert main(["conversations"]) == 0
+    assert _mode(chinwag_home) == 0o755
+    with Store() as store:
+        store.create_conversation(title="private")
+    assert _mode(chinwag_home) == 0o755
+    assert _mode(chinwag_home / "chinwag.db") == 0o600
+    from engine import paths
+
+    assert _mode(paths.kv_dir()) == 0o700
 
 
 # -- several processes ---------------------------------------------------------
@@ -347,7 +365,8 @@ def test_files_an_older_chinwag_left_readable_are_made_private(tmp_path, monkeyp
     (home / "kv" / "model").chmod(0o755)
     monkeypatch.setenv("CHINWAG_HOME", str(home))
     assert paths.data_dir() == home
-    assert _mode(home) == 0o700 and _mode(home / "kv" / "model") == 0o700
+    # The folder CHINWAG_HOME names is left as it is (it may be shared); what Chinwag keeps in it is private.
+    assert _mode(home) == 0o755 and _mode(home / "kv" / "model") == 0o700
     for f in old:
         assert _mode(f) == 0o600, f
     assert _mode(other) == 0o644  # not Chinwag's: left alone

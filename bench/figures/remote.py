@@ -1,4 +1,4 @@
-"""Figure 7: a 12-turn chat through mlx_lm.server on loopback, time to first token per turn.
+"""A 12-turn chat through mlx_lm.server on loopback, time to first token per turn.
 
 Three sides, interleaved turn by turn (the order rotates every turn), greedy, each with its
 own history:
@@ -16,7 +16,7 @@ own history:
 The server serves a float32 copy of the starter (dequantized, as Chinwag runs it on the CPU)
 with the same BLAS as this process, so the three sides run the same weights the same way.
 
-    python -m bench.remote [--turns 12] [--reply-tokens 16]
+    python -m bench.figures.remote [--turns 12] [--reply-tokens 16]
 """
 
 import argparse
@@ -32,7 +32,8 @@ import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import ROOT, log
-from bench.followup import QUESTIONS
+from bench.figures.followup import QUESTIONS
+from bench.reporting import COLORS, Figure, f, pyplot, table
 
 SIDES = ("identical", "careless", "local")
 SERVE = (
@@ -160,7 +161,7 @@ async def main_async(args, url, folder):
     common.save(
         "remote",
         {"params": {"turns": args.turns, "reply_tokens": args.reply_tokens}, "rows": rows, "summary": summary},
-        f"python -m bench.remote --turns {args.turns} --reply-tokens {args.reply_tokens}",
+        f"python -m bench.figures.remote --turns {args.turns} --reply-tokens {args.reply_tokens}",
         started,
     )
 
@@ -180,6 +181,79 @@ def main(argv=None):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    rows = d["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for k, label, style, color in (
+        ("careless", "server, history re-rendered each turn (careless client)", "s--", COLORS["reprefill"]),
+        ("identical", "server, history byte-identical (Chinwag)", "o-", COLORS["chinwag"]),
+        ("local", "Chinwag's local engine", "^-", COLORS["proposed"]),
+    ):
+        rs = rows[k]
+        ax.plot([r["turn"] for r in rs], [r["ttft_s"] for r in rs], style, color=color, label=label)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title(f"{len(rows['identical'])}-turn chat through mlx_lm.server on loopback")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    table_rows = []
+    for i, r in enumerate(rows["identical"]):
+        c, loc = rows["careless"][i], rows["local"][i]
+        table_rows.append(
+            [
+                r["turn"],
+                f"{r['reused_tokens']} / {r['prompt_tokens']}",
+                f(r["ttft_s"]),
+                f"{c['reused_tokens']} / {c['prompt_tokens']}",
+                f(c["ttft_s"]),
+                f(loc["ttft_s"]),
+            ]
+        )
+    last = s["last_turn"]
+    return [
+        f"A {p['turns']}-turn chat (greedy replies of up to {p['reply_tokens']} tokens) through `mlx_lm.server` on "
+        "127.0.0.1 serving a float32 copy of the starter (the weights Chinwag runs on the CPU, the same BLAS), "
+        "three sides interleaved turn by turn: **identical** (Chinwag's remote backend: the full history sent "
+        "byte-identical, each reply exactly as received), **careless** (the same client, but the history "
+        "re-rendered each request: the time of the request in the system prompt, replies stored normalized; the "
+        "server's prompt cache misses from the first changed byte), and **local** (Chinwag's own engine on the "
+        "same weights). Reused tokens are what the server reported (`usage.prompt_tokens_details.cached_tokens`).",
+        "",
+        table(
+            [
+                "turn",
+                "identical reused / prompt",
+                "identical TTFT s",
+                "careless reused / prompt",
+                "careless TTFT s",
+                "local TTFT s",
+            ],
+            table_rows,
+        ),
+        "",
+        f"At the last turn the byte-identical history had {last['identical']['reused_tokens']} of "
+        f"{last['identical']['prompt_tokens']} prompt tokens served from the server's cache "
+        f"({s['identical_reused_share_last']:.0%}), the careless client {s['careless_reused_share_last']:.0%}; its "
+        f"TTFT was **{s['last_turn_careless_over_identical']:.2f}x** the byte-identical one "
+        f"(median over the follow-up turns {s['median_followup_careless_over_identical']:.2f}x). Through the server "
+        f"the last turn's TTFT was {s['last_turn_identical_over_local']:.2f}x the local engine's (HTTP, JSON and "
+        "the server's own scheduling on top of the same prefill).",
+    ]
+
+
+FIGURE = Figure(name="remote", title="Models served elsewhere: mlx_lm.server on loopback", section=section, plot=plot)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Figure 2: time to first token of each turn of a 12-turn chat, against the history's length.
+"""Time to first token of each turn of a 12-turn chat, against the history's length.
 
 Three ways to answer the same chat on the starter model, greedy, interleaved turn by turn
 (the order rotates every turn):
@@ -15,7 +15,7 @@ Each side chats with its own replies; re-prefill is given chinwag's history. The
 --passes times (fresh conversations each time, the order of the sides rotated); a turn's
 TTFT is the median over the passes.
 
-    python -m bench.followup [--turns 12] [--reply-tokens 16] [--passes 3]
+    python -m bench.figures.followup [--turns 12] [--reply-tokens 16] [--passes 3]
 """
 
 import argparse
@@ -25,6 +25,7 @@ import uuid
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
+from bench.reporting import COLORS, Figure, f, model_label, pyplot, table
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -111,7 +112,7 @@ async def main_async(args):
     engine = Engine()
     await engine.load_model(registry.STARTER_ID)
     model, tokenizer = loading.load(path)
-    from bench.decode import describe
+    from bench.figures.decode import describe
 
     info = describe(model)
     # A quantized model prefills ~10 tok/s here: re-prefilling every turn would take minutes.
@@ -206,7 +207,7 @@ async def main_async(args):
             "raw": raw,
             "summary": summary,
         },
-        f"python -m bench.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
+        f"python -m bench.figures.followup --turns {args.turns} --reply-tokens {args.reply_tokens} "
         f"--passes {args.passes}" + (f" --reprefill-every {args.reprefill_every}" if args.reprefill_every else ""),
         started,
     )
@@ -227,6 +228,141 @@ def main(argv=None):
     args = p.parse_args(argv)
     asyncio.run(main_async(args))
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    rows = d["rows"]
+    fig, (ax, az) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    for k, label, style in (
+        ("reprefill", "full re-prefill every turn", "s--"),
+        ("mlx_lm", "mlx-lm LRUPromptCache (server pattern)", "^-"),
+        ("chinwag", "Chinwag per-conversation cache", "o-"),
+    ):
+        rs = rows[k]
+        ax.plot([r["prompt_tokens"] for r in rs], [r["ttft_s"] for r in rs], style, color=COLORS[k], label=label)
+        if k != "reprefill":
+            az.plot([r["prompt_tokens"] for r in rs], [r["ttft_s"] for r in rs], style, color=COLORS[k], label=label)
+            for r in rs:
+                each = r.get("ttft_each_s", [])
+                az.scatter([r["prompt_tokens"]] * len(each), each, color=COLORS[k], s=6, alpha=0.5)
+    ax.set_xlabel("history (prompt tokens of the turn)")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title(f"{len(rows['chinwag'])}-turn chat on the starter model")
+    ax.legend(fontsize=8)
+    az.set_ylim(0, max(r["ttft_s"] for k in ("chinwag", "mlx_lm") for r in rows[k]) * 1.15)
+    az.set_xlabel("history (prompt tokens of the turn)")
+    az.set_title("the two caches, zoomed (dots: each pass)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    by_turn = {k: {r["turn"]: r for r in v} for k, v in rows.items()}
+    table_rows = []
+    for r in rows["chinwag"]:
+        t = r["turn"]
+        m = by_turn["mlx_lm"].get(t, {})
+        rp = by_turn["reprefill"].get(t)
+        table_rows.append(
+            [
+                t,
+                r["prompt_tokens"],
+                r["prefilled_tokens"],
+                f(r["ttft_s"]),
+                f"{m.get('prefilled_tokens', '–')}",
+                f(m.get("ttft_s")),
+                f(rp["ttft_s"]) if rp else "(not run)",
+            ]
+        )
+    ok = s["chinwag_last_over_first"] <= 1.5
+    last = s["last_turn"]
+    mlx_vs = s["last_turn_mlx_lm_over_chinwag"]
+    out = [
+        f"A {p['turns']}-turn chat on the starter model ({model_label(d)}; short questions, greedy replies of "
+        f"up to {p['reply_tokens']} tokens), three ways, interleaved turn by turn: **Chinwag** (one Engine "
+        f"conversation: its cache holds the history and the previous reply's own token ids are spliced "
+        f"back in), **re-prefill** (the Engine with a new conversation id each turn: the whole history "
+        f"is prefilled, as `chinwag replay --no-cache` does; "
+        + (
+            "on every turn"
+            if len(p["reprefill_turns"]) == p["turns"]
+            else f"on turns {', '.join(map(str, p['reprefill_turns']))} only, since each costs the whole history"
+        )
+        + "), and **mlx-lm** "
+        f"(`mlx_lm.server`'s pattern: `LRUPromptCache.fetch_nearest_cache`, `stream_generate` on the rest, "
+        f"`insert_cache` with prompt + reply tokens; it re-tokenizes the reply text it is sent back). "
+        f"The chat ran {p.get('passes', 1)} times with fresh conversations"
+        + ("" if p.get("reprefill_all_passes", False) else " (re-prefill in the first only)")
+        + "; a turn's TTFT is the median over the passes.",
+        "",
+        table(
+            [
+                "turn",
+                "history tokens",
+                "Chinwag prefilled",
+                "Chinwag TTFT s",
+                "mlx-lm prefilled",
+                "mlx-lm TTFT s",
+                "re-prefill TTFT s",
+            ],
+            table_rows,
+        ),
+        "",
+        f"Goal: Chinwag's last-turn TTFT within 1.5x of its first. Measured: first {f(s['chinwag_first_ttft_s'])} s, "
+        f"last {f(s['chinwag_last_ttft_s'])} s, **{s['chinwag_last_over_first']:.2f}x** — "
+        + ("met." if ok else "**not met**.")
+        + f" At the last turn ({last['chinwag']['prompt_tokens']} history tokens) a full re-prefill takes "
+        f"{f(last['reprefill']['ttft_s'])} s, {s['last_turn_reprefill_over_chinwag']:.1f}x Chinwag's. "
+        + (
+            f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so), and "
+            f"**its TTFT is faster at the last turn**: {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)"
+            if mlx_vs < 0.97
+            else f"mlx-lm's prompt cache reuses as much (it re-tokenizes the reply, which can cost a token or so); its "
+            f"last-turn TTFT is {f(last['mlx_lm']['ttft_s'])} s ({mlx_vs:.2f}x Chinwag's)"
+        )
+        + (
+            f", and over turns 2–{len(rows['chinwag'])} its TTFT is {s['median_followup_ttft_ratio_mlx_lm_over_chinwag']:.2f}x "
+            "Chinwag's (median)."
+            if "median_followup_ttft_ratio_mlx_lm_over_chinwag" in s
+            else "."
+        )
+        + (
+            " Both sides gave the same replies."
+            if s.get("same_replies")
+            else " The two sides' replies diverged at some turn (re-tokenized reply text), so their histories differ slightly."
+        ),
+    ]
+    return out
+
+
+def headline(d, res):
+    s = d["summary"]
+    return [
+        [
+            "Chinwag last-turn TTFT / first-turn (goal ≤ 1.5)",
+            f"**{s['chinwag_last_over_first']:.2f}**",
+            f"{f(s['chinwag_first_ttft_s'])} → {f(s['chinwag_last_ttft_s'])} s",
+        ],
+        [
+            "last turn: re-prefill / Chinwag",
+            f"{s['last_turn_reprefill_over_chinwag']:.1f}",
+            f"{s['last_turn']['chinwag']['prompt_tokens']} history tokens",
+        ],
+        [
+            "last turn: mlx-lm prompt cache / Chinwag",
+            f"{s['last_turn_mlx_lm_over_chinwag']:.2f}",
+            "below 1: mlx-lm faster",
+        ],
+    ]
+
+
+FIGURE = Figure(name="followup", title="Follow-up turns", section=section, plot=plot, headline=headline)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ conversations each repetition:
 Timed from the caller: from Enter (the `chat` call) to the first generated token. Greedy
 replies must be identical both ways.
 
-    python -m bench.typing_prefill [--sizes 50,400,2000] [--reps 3] [--reply-tokens 8]
+    python -m bench.figures.typing_prefill [--sizes 50,400,2000] [--reps 3] [--reply-tokens 8]
 """
 
 import argparse
@@ -23,6 +23,7 @@ import uuid
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
+from bench.reporting import COLORS, Figure, f, model_label, pyplot, table
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 HISTORY = [
@@ -104,7 +105,7 @@ async def main_async(args):
     engine = Engine()
     await engine.load_model(registry.STARTER_ID)
     model, _ = loading.load(path)
-    from bench.decode import describe
+    from bench.figures.decode import describe
 
     info = describe(model)
     del model
@@ -170,7 +171,7 @@ async def main_async(args):
             "raw": raw,
             "summary": summary,
         },
-        f"python -m bench.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
+        f"python -m bench.figures.typing_prefill --sizes {','.join(map(str, args.sizes))} --reps {args.reps} "
         f"--reply-tokens {args.reply_tokens}",
         started,
     )
@@ -188,6 +189,98 @@ def main(argv=None):
     args = p.parse_args(argv)
     asyncio.run(main_async(args))
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    rows = d["rows"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = list(range(len(rows)))
+    width = 0.38
+    ax.bar(
+        [x - width / 2 for x in xs],
+        [r["cold_ttft_s"] for r in rows],
+        width,
+        color=COLORS["reprefill"],
+        label="Enter with nothing read ahead",
+    )
+    ax.bar(
+        [x + width / 2 for x in xs],
+        [r["ahead_ttft_s"] for r in rows],
+        width,
+        color=COLORS["chinwag"],
+        label="read while typing (engine.prefill)",
+    )
+    for x, r in zip(xs, rows):
+        ax.annotate(f"{r['speedup']:.0f}x", (x + width / 2, r["ahead_ttft_s"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, [f"{r['message_tokens']:,}-token message" for r in rows])
+    ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("Enter to first token, s (log)")
+    ax.set_title(f"Prefill while typing, starter model ({model_label(d)})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    rows, s, p = d["rows"], d["summary"], d["params"]
+    table_rows = [
+        [
+            f"{r['message_tokens']:,}",
+            f"{r['prompt_tokens']:,}",
+            f(r["cold_ttft_s"], 3),
+            f(r["ahead_ttft_s"], 3),
+            f"**{r['speedup']:.1f}x**",
+            f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
+            f(r["read_ahead_s"]),
+            "yes" if r["identical_replies"] else "**no**",
+        ]
+        for r in rows
+    ]
+    goal = s.get("goal_speedup")
+    return [
+        f"A chat on the starter model ({model_label(d)}): a system prompt and one earlier exchange, cached; then a "
+        f"new user message (a paste of plain notes and a question). **Read ahead**: the window's typing pause "
+        f"calls `engine.prefill(conv, messages + [draft])`, which reads the draft in the background (not timed: "
+        f"the user is still typing), then Enter sends it. **Cold**: Enter with nothing read ahead, the previous "
+        f"behaviour. Timed from the `chat` call to the first token; greedy replies of {p['reply_tokens']} tokens; "
+        f"{p['reps']} repetitions in fresh conversations, the two sides interleaved; medians.",
+        "",
+        table(
+            [
+                "message tokens",
+                "prompt tokens",
+                "cold s",
+                "read ahead s",
+                "speed-up",
+                "prefilled on Enter (cold / ahead)",
+                "read-ahead time s",
+                "identical replies",
+            ],
+            table_rows,
+        ),
+        "",
+        f"Goal: at least {s['goal_ratio']:.0f}x at {s['goal_size']} tokens. Measured: "
+        + (f"**{goal:.1f}x** — " + ("met." if s["goal_met"] else "**not met**.") if goal else "not run at that size.")
+        + (
+            " Replies were identical with and without reading ahead."
+            if s["identical_replies"]
+            else " **Some replies differed.**"
+        )
+        + " With the draft read ahead, Enter computes one token (the prompt's last, whose logits start the reply) "
+        "and then decodes: the time left is one forward pass and the sampling of the first token.",
+    ]
+
+
+FIGURE = Figure(name="typing_prefill", title="Prefill while typing", section=section, plot=plot)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Figure 5: the window. Cold start to the first paint of the main window (empty, and with a
+"""The window. Cold start to the first paint of the main window (empty, and with a
 50-message conversation open), and the Qt event loop's longest stall while a reply streams
 at full speed.
 
@@ -18,7 +18,7 @@ here) and a throwaway CHINWAG_HOME:
                the streaming message (ChatView.render_count) per second. Two replies per window,
                each in a new conversation: the first after start, then a second one.
 
-    python -m bench.ui [--reps 3] [--tokens 1500]
+    python -m bench.figures.ui [--reps 3] [--tokens 1500]
 """
 
 import argparse
@@ -30,6 +30,7 @@ import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, percentile
+from bench.reporting import COLORS, Figure, f, pyplot, table
 
 PROBE_MS = 5
 MESSAGES = 50
@@ -205,7 +206,7 @@ def _child(args, env, timeout=300):
     if args[0] == "child-start":
         cmd = [sys.executable, "-m", "bench.ui_start"]
     else:
-        cmd = [sys.executable, "-m", "bench.ui", *args]
+        cmd = [sys.executable, "-m", "bench.figures.ui", *args]
     t0 = time.time()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=common.ROOT)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
@@ -292,10 +293,147 @@ def main(argv=None):
             "streams": streams,
             "summary": summary,
         },
-        f"python -m bench.ui --reps {args.reps} --tokens {args.tokens}",
+        f"python -m bench.figures.ui --reps {args.reps} --tokens {args.tokens}",
         started,
     )
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    s = d["summary"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    cases = list(s["start"])
+    for i, c in enumerate(cases):
+        a1.bar(i, s["start"][c]["to_first_paint_s"], color=COLORS["chinwag"], alpha=0.8)
+        a1.scatter(
+            [i] * len(d["starts"][c]), [r["to_first_paint_s"] for r in d["starts"][c]], color="k", s=10, zorder=3
+        )
+    a1.set_xticks(range(len(cases)), [f"{c}" for c in cases])
+    a1.set_ylabel("process start to first paint, s")
+    a1.set_title("Cold start")
+    labels = ["p50", "p99", "max"]
+    keys = ["p50_gap_ms", "p99_gap_ms", "max_gap_ms"]
+    modes = [("idle", "#7f7f7f", "idle")]
+    if "streaming_first" in s:
+        modes.append(("streaming_first", COLORS["mlx_lm"], "first reply after start"))
+    modes.append(("streaming", COLORS["chinwag"], "a later reply"))
+    width = 0.8 / len(modes)
+    for j, (mode, color, label) in enumerate(modes):
+        a2.bar(
+            [i + (j - (len(modes) - 1) / 2) * width for i in range(3)],
+            [s[mode][k] for k in keys],
+            width,
+            color=color,
+            label=label,
+        )
+    a2.axhline(d["params"]["probe_ms"], color="k", lw=0.8, ls=":", label="timer interval")
+    a2.set_xticks(range(3), labels)
+    a2.set_ylabel("gap between 5 ms timer ticks, ms")
+    a2.set_title(f"Event loop while streaming {int(s['streaming']['tokens'])} tokens")
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    s, p = d["summary"], d["params"]
+    st, idle, first = s["streaming"], s["idle"], s.get("streaming_first")
+    starts = s["start"]
+
+    def row(label, x):
+        return [
+            label,
+            f(x["p50_gap_ms"]),
+            f(x["p99_gap_ms"]),
+            f(x["max_gap_ms"]),
+            int(x["stalls_over_50ms"]),
+            x.get("max_gap_at", ""),
+            f(x["ttft_in_window_s"] * 1e3, 0) if "ttft_in_window_s" in x else "",
+        ]
+
+    rows = [row("idle", idle)]
+    if first:
+        rows.append(row("streaming, first reply after start", first))
+    rows.append(row("streaming, a later reply", st))
+    out = [
+        f"Offscreen Qt (QT_QPA_PLATFORM=offscreen: no display on this machine), a fresh process and a throwaway "
+        f"CHINWAG_HOME for every measurement. Cold start: from the parent's clock before it spawns "
+        f"`python -m bench.ui_start` (which calls `app.gui.main.run_app` as `chinwag` does) to the main window's first "
+        f"Paint event; {p['reps']} repetitions of each case, alternating. Streaming: `MainWindow(store, Engine())` "
+        f"on the tiny model, replies of {p['tokens']} tokens sent through the composer (`Composer.submit`), with a "
+        f"{p['probe_ms']} ms QTimer (precise) probing the GUI thread; two replies per window, each in a new "
+        f"conversation (the first after start, then a later one), {len(d['streams'])} windows; the same probe over "
+        f"3 s with the window idle for comparison.",
+        "",
+        table(
+            ["cold start", "to first paint, s (median)", "message widgets built"],
+            [[c, f(v["to_first_paint_s"]), v["messages_shown"]] for c, v in starts.items()],
+        ),
+        "",
+        table(
+            [
+                "event loop",
+                "p50 gap ms",
+                "p99 gap ms",
+                "longest stall (max gap) ms",
+                "gaps > 50 ms",
+                "longest stall was",
+                "send to first token ms",
+            ],
+            rows,
+        ),
+        "",
+        f"While streaming at {f(st['engine_decode_tps'], 0)} tok/s (engine), {f(st['deltas_per_s'], 0)} text deltas a "
+        f"second reached the GUI thread and the streaming message re-rendered {f(st['renders_per_s'], 1)} times a "
+        f"second (`ChatView` caps it at 30); the reply was {int(st['reply_chars']):,} characters. The longest stall "
+        f"of the event loop during a reply was {f(st['max_gap_ms'], 1)} ms ({f(idle['max_gap_ms'], 1)} ms idle).",
+    ]
+    if first:
+        out[-1] += (
+            f" The first reply after start is different: one stall of {f(first['max_gap_ms'], 0)} ms, "
+            f"{first.get('max_gap_at', '')}. The send itself (`Composer.submit`: store writes, widgets, the engine "
+            f"call) took {f(first.get('submit_call_ms'), 0)} ms on the GUI thread, against "
+            f"{f(st.get('submit_call_ms'), 0)} ms for a later reply; the rest was not isolated here (likely "
+            "candidates: first-use work of the engine thread's first turn, such as the chat template's first "
+            "rendering and lazy imports, which holds the GIL)."
+        )
+    out[-1] += (
+        f" A 50-message conversation opens on its latest {starts.get('50 messages', {}).get('messages_shown', '?')} "
+        f"messages and adds "
+        f"{f((starts.get('50 messages', {}).get('to_first_paint_s', float('nan')) - starts.get('empty', {}).get('to_first_paint_s', float('nan'))) * 1e3, 0)} ms "
+        "to the first paint."
+    )
+    return out
+
+
+def headline(d, res):
+    s = d["summary"]
+    first = s.get("streaming_first")
+    return [
+        [
+            "longest event-loop stall while streaming, ms",
+            f(s["streaming"]["max_gap_ms"], 1),
+            f"{f(s['streaming']['renders_per_s'], 0)} renders/s at {f(s['streaming']['engine_decode_tps'], 0)} tok/s"
+            + (
+                f"; first reply after start: one {f(first['max_gap_ms'], 0)} ms stall before its first token"
+                if first
+                else ""
+            ),
+        ],
+        [
+            "cold start to first paint, s (empty / 50 messages)",
+            " / ".join(f(v["to_first_paint_s"]) for v in s["start"].values()),
+            "",
+        ],
+    ]
+
+
+FIGURE = Figure(name="ui", title="The window", section=section, plot=plot, headline=headline)
 
 
 if __name__ == "__main__":

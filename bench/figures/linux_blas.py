@@ -1,4 +1,4 @@
-"""Figure 6: Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
+"""Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
 preloaded by engine/local/blas.py, with the starter model kept quantized (float32 parameters) or
 dequantized to float32: the engine's own switches, CHINWAG_NO_OPENBLAS=1 and
 CHINWAG_CPU_DEQUANTIZE=0/1. Since 6eafe4a the engine dequantizes small models by itself
@@ -10,7 +10,7 @@ imported); the configurations alternate within every repetition. A child measure
 turn (a ~100-token prompt, greedy, N new tokens): TTFT, prefill and decode tok/s as the
 engine's TurnStats report them, and peak RSS.
 
-    python -m bench.linux_blas [--reps 3] [--tokens 24]
+    python -m bench.figures.linux_blas [--reps 3] [--tokens 24]
 """
 
 import argparse
@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+
+from bench.reporting import COLORS, Figure, f, mb, pyplot, table
 
 CONFIGS = {
     "reference BLAS, quantized": {"openblas": False, "dequantize": False},
@@ -115,7 +117,7 @@ def main(argv=None):
             if not cfg["openblas"]:
                 env["CHINWAG_NO_OPENBLAS"] = "1"
             env["CHINWAG_CPU_DEQUANTIZE"] = "1" if cfg["dequantize"] else "0"
-            cmd = [sys.executable, "-m", "bench.linux_blas", "--child", "--tokens", str(args.tokens)]
+            cmd = [sys.executable, "-m", "bench.figures.linux_blas", "--child", "--tokens", str(args.tokens)]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=common.ROOT)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
             if proc.returncode != 0 or not lines:
@@ -160,10 +162,152 @@ def main(argv=None):
             "summary": summary,
             "openblas_installed": any(r["blas"]["loaded"] for rs in runs.values() for r in rs),
         },
-        f"python -m bench.linux_blas --reps {args.reps} --tokens {args.tokens}",
+        f"python -m bench.figures.linux_blas --reps {args.reps} --tokens {args.tokens}",
         started,
     )
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+BEST = "OpenBLAS, dequantized f32"
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    s = d["summary"]
+    names = list(s)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 4))
+    short = [n.replace(", ", "\n").replace(" f32", "\nfloat32") for n in names]
+    colors = ["#7f7f7f", "#aec7e8", "#ffbb78", COLORS["proposed"]]
+    for ax, key, title in (
+        (axes[0], "prefill_tps", "prefill tokens/s (log)"),
+        (axes[1], "decode_tps", "decode tokens/s"),
+        (axes[2], "ttft_s", "time to first token, s (log)"),
+    ):
+        ax.bar(range(len(names)), [s[n][key] for n in names], color=colors[: len(names)])
+        for i, n in enumerate(names):
+            ax.scatter([i] * len(d["runs"][n]), [r[key] for r in d["runs"][n]], color="k", s=8, zorder=3)
+        ax.set_xticks(range(len(names)), short, fontsize=7)
+        ax.set_title(title)
+        if "log" in title:
+            ax.set_yscale("log")
+    fig.suptitle(f"Starter model through the Engine, {s[names[0]]['prompt_tokens']}-token prompt")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    s = d["summary"]
+    names = list(s)
+    base = s[names[0]]
+    m = d["machine"]
+    rows = [
+        [
+            n,
+            s[n]["blas_core"],
+            f(s[n]["matmul_1024_ms"], 1),
+            f(s[n]["prefill_tps"], 1),
+            f(s[n]["decode_tps"], 2),
+            f(s[n]["ttft_s"]),
+            f(s[n]["load_s"], 1),
+            mb(s[n]["peak_rss_bytes"]),
+            "yes" if s[n]["same_tokens_as_reference"] else "no",
+        ]
+        for n in names
+    ]
+    core = m["blas"].get("OPENBLAS_CORETYPE") or "not set"
+    out = [
+        f"The mlx[cpu] wheel links the reference (netlib) BLAS it bundles (`mlx_cpu.libs/libblas-*.so.3.10.0`); "
+        f"MLX calls `cblas_sgemm` through the dynamic linker, so an OpenBLAS loaded with RTLD_GLOBAL before mlx "
+        f"is imported takes over (`engine/local/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
+        f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS (`CHINWAG_NO_OPENBLAS=1` or "
+        f"not), and the starter model kept quantized (float32 parameters) or dequantized to float32 "
+        f"(`CHINWAG_CPU_DEQUANTIZE=0`/`1`): the engine's own switches. Since 6eafe4a the engine picks the last "
+        f"row by itself when OpenBLAS is loaded, and the first without it. The Engine end to end: load, a warm-up turn, then one "
+        f"turn with a {base['prompt_tokens']}-token prompt and {d['params']['tokens']} greedy tokens; the "
+        f"engine's own prefill and decode rates (TurnStats).",
+        "",
+        table(
+            [
+                "configuration",
+                "BLAS core",
+                "1024² f32 matmul ms",
+                "prefill tok/s",
+                "decode tok/s",
+                "TTFT s",
+                "load s",
+                "peak RSS",
+                "same tokens",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    deq = s.get("reference BLAS, dequantized f32")
+    if BEST not in s:
+        out.append(
+            "**No system OpenBLAS was found on this machine**, so only the reference BLAS was measured. "
+            "Install it (Debian/Ubuntu: `apt-get install libopenblas0-pthread`) and rerun "
+            "`python -m bench.figures.linux_blas`."
+        )
+    else:
+        best, ob = s[BEST], s.get("OpenBLAS, quantized")
+        out.append(
+            (
+                f"OpenBLAS alone changes little for the quantized model: quantized matmuls do not go through BLAS "
+                f"(prefill {ob['prefill_speedup']:.2f}x, decode {ob['decode_speedup']:.2f}x). "
+                if ob
+                else ""
+            )
+            + (
+                f"Dequantized without OpenBLAS changes little too (prefill {deq['prefill_speedup']:.2f}x, decode "
+                f"{deq['decode_speedup']:.2f}x): the reference BLAS is as slow as the quantized kernels. "
+                if deq
+                else ""
+            )
+            + f"**OpenBLAS with the model dequantized to float32: prefill {best['prefill_speedup']:.1f}x, decode "
+            f"{best['decode_speedup']:.2f}x, time to first token {best['ttft_speedup']:.1f}x faster** "
+            f"({f(base['ttft_s'])} s → {f(best['ttft_s'])} s), at {mb(best['peak_rss_bytes'] - base['peak_rss_bytes'])} "
+            f"more memory (the 135M parameters in float32). The 1024² matmul: {base['matmul_1024_ms']:.0f} ms → "
+            f"{best['matmul_1024_ms']:.0f} ms ({best['matmul_speedup']:.0f}x). "
+            + (
+                "The generated tokens were the same in all configurations."
+                if all(s[n]["same_tokens_as_reference"] for n in names)
+                else "The generated tokens differed between configurations: see the table."
+            )
+        )
+    out += [
+        "",
+        f"OpenBLAS here: {m['blas'].get('config', 'not loaded')}; OPENBLAS_CORETYPE: {core}; "
+        f"OPENBLAS_L2_SIZE: {m['blas'].get('OPENBLAS_L2_SIZE') or 'not set'} (recorded from the environment, never "
+        f"changed). OpenBLAS is not a Python dependency: on Debian/Ubuntu `apt-get install libopenblas0-pthread` "
+        f"(Fedora: `openblas-threads`). A machine without it (CI, a fresh clone) keeps the bundled BLAS and this "
+        f"figure's first row; the machine table at the top says which BLAS a run had.",
+    ]
+    return out
+
+
+def headline(d, res):
+    s = d["summary"]
+    names = list(s)
+    if BEST not in s:
+        return [["OpenBLAS + dequantized f32", "not measured", "no system OpenBLAS on this machine"]]
+    b = s[BEST]
+    return [
+        [
+            "OpenBLAS + dequantized f32 vs reference BLAS + quantized: prefill / decode / TTFT",
+            f"**{b['prefill_speedup']:.1f}x / {b['decode_speedup']:.2f}x / {b['ttft_speedup']:.1f}x**",
+            f"{f(s[names[0]]['prefill_tps'], 1)} → {f(b['prefill_tps'], 1)} prefill tok/s",
+        ]
+    ]
+
+
+FIGURE = Figure(
+    name="linux_blas", title="Linux CPU: BLAS and dequantizing", section=section, plot=plot, headline=headline
+)
 
 
 if __name__ == "__main__":

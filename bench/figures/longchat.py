@@ -1,4 +1,4 @@
-"""Figure 7: long chats past the context window, fit() at 1,000 turns, and a restart.
+"""Long chats past the context window, fit() at 1,000 turns, and a restart.
 
 Four parts, one result file (bench/results/longchat.json):
 
@@ -17,7 +17,7 @@ Four parts, one result file (bench/results/longchat.json):
   restart  the first follow-up's TTFT after Engine.close() and a new Engine, with the saved
            cache and without it (kv/ deleted), for a chat of about --restart-tokens tokens.
 
-    python -m bench.longchat [--turns 300] [--cap 1024] [--reply-tokens 16] [--restart-tokens 2000]
+    python -m bench.figures.longchat [--turns 300] [--cap 1024] [--reply-tokens 16] [--restart-tokens 2000]
 """
 
 import argparse
@@ -27,6 +27,7 @@ import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median
+from bench.reporting import COLORS, Figure, f, pyplot, table
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 TOPICS = [
@@ -329,11 +330,152 @@ def main(argv=None):
     common.save(
         "longchat",
         result,
-        f"python -m bench.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
+        f"python -m bench.figures.longchat --turns {args.turns} --cap {args.cap} --reply-tokens {args.reply_tokens} "
         f"--restart-tokens {args.restart_tokens}" + (" --skip-chat" if args.skip_chat else ""),
         started,
     )
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    chat = d.get("chat")
+    fig, axes = plt.subplots(1, 3 if chat else 2, figsize=(14 if chat else 10, 4))
+    ax = axes[0]
+    for lw, pol in d["policy"].items():
+        rows, total, cumulative = pol["rows"], 0, []
+        for r in rows:
+            total += r["prefilled"]
+            cumulative.append(total)
+        ax.plot(
+            [r["turn"] for r in rows],
+            cumulative,
+            lw=1.2,
+            label=f"low-water {float(lw):.2f}" + (" (exact fit, before)" if float(lw) == 1.0 else ""),
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("tokens prefilled so far (log)")
+    ax.set_title(f"policy alone: {d['params']['policy_turns']} turns, cap {d['params']['policy_cap']}")
+    ax.legend(fontsize=7)
+    if chat:
+        names = {
+            "chinwag": "Chinwag (default low-water)",
+            "exact_fit": "exact fit (before)",
+            "mlx_lm": "mlx-lm RotatingKVCache",
+        }
+        colors = {"chinwag": COLORS["chinwag"], "exact_fit": COLORS["reprefill"], "mlx_lm": COLORS["mlx_lm"]}
+        ax = axes[1]
+        for side, rows in chat.items():
+            ax.plot([r["turn"] for r in rows], [r["ttft_s"] for r in rows], lw=1, color=colors[side], label=names[side])
+        ax.set_xlabel("turn")
+        ax.set_ylabel("time to first token, s")
+        ax.set_title(f"starter model: {d['params']['turns']} turns, cap {d['params']['cap']}")
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    r = d["restart"]
+    ax.bar([0, 1], [r["saved_ttft_s"], r["none_ttft_s"]], color=[COLORS["chinwag"], COLORS["reprefill"]])
+    ax.set_xticks([0, 1], ["saved cache", "no saved cache"])
+    ax.set_ylabel("first follow-up TTFT after a restart, s")
+    ax.set_title(f"restart, a {r['chat_tokens']}-token chat")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    p = d["params"]
+    out = [
+        f"The window policy alone first (the starter's tokenizer, fixed {p['reply_tokens']}-token replies, "
+        f"{p['policy_turns']} short turns, context cap {p['policy_cap']}): prefilled tokens per turn averaged "
+        "from the first slide on, over a turn's own new tokens (the median prefill before the limit). "
+        "Low-water 1.0 is the previous exact-fit policy.",
+        "",
+    ]
+    out += [
+        table(
+            [
+                "low-water",
+                "first slide at turn",
+                "prefilled / turn past the limit",
+                "× new tokens",
+                "mean prompt past the limit",
+            ],
+            [
+                [
+                    f"{float(lw):.2f}",
+                    str(x["first_slide"]),
+                    f(x["mean_prefilled_past_limit"], 1),
+                    f(x["ratio"]),
+                    f(x["mean_prompt_past_limit"], 0),
+                ]
+                for lw, x in d["policy"].items()
+            ],
+        )
+    ]
+    out += ["", f"Default: `DEFAULT_LOW_WATER` = {p['default_low_water']:.2f} (engine/types.py).", ""]
+    if d.get("chat_summary"):
+        out += [
+            f"The starter model, greedy, {p['turns']} turns, context cap {p['cap']}, replies of up to "
+            f"{p['reply_tokens']} tokens, the three sides interleaved turn by turn, no pause between turns "
+            "(the worst case: no idle-time work). Late = turns "
+            f"{'–'.join(map(str, next(iter(d['chat_summary'].values()))['late_turns']))}.",
+            "",
+        ]
+        names = {"chinwag": "Chinwag", "exact_fit": "exact fit (before)", "mlx_lm": "mlx-lm RotatingKVCache"}
+        out += [
+            table(
+                ["side", "median TTFT turns 2–10, s", "median TTFT late, s", "late / early", "mean prefilled late"],
+                [
+                    [
+                        names[k],
+                        f(v["early_ttft_s"]),
+                        f(v["late_ttft_s"]),
+                        f(v["late_over_early"]),
+                        f(v["mean_prefilled_late"], 1),
+                    ]
+                    for k, v in d["chat_summary"].items()
+                ],
+            )
+        ]
+        out += [
+            "",
+            "mlx-lm's rotating cache never re-prefills, but past the limit it overwrites the oldest "
+            "positions: its replies no longer equal a fresh computation of any prompt. Chinwag's stay exact.",
+            "",
+        ]
+    if not d.get("chat_summary"):
+        out += [
+            "The starter-model chat (Chinwag, exact fit and mlx-lm's RotatingKVCache, TTFT per turn) was not "
+            "run at this size (`--skip-chat`): 300 turns with the exact-fit side re-prefilling ~1,000 tokens a "
+            "turn take hours on this shared CPU. Run `python -m bench.figures.longchat` for it.",
+            "",
+        ]
+    out += [
+        "`plan_window` (the fit) on the starter's tokenizer: the first call for a chat (nothing remembered) "
+        "and a steady-state turn.",
+        "",
+    ]
+    out += [
+        table(
+            ["turns", "first call, ms", "a turn, ms"],
+            [[str(r["turns"]), f(r["cold_ms"], 1), f(r["turn_ms"], 2)] for r in d["fit"]],
+        )
+    ]
+    r = d["restart"]
+    out += [
+        "",
+        f"Restart: a {r['chat_tokens']}-token chat, `Engine.close()`, a new `Engine`, its first follow-up: "
+        f"{f(r['saved_ttft_s'])} s with the saved cache, {f(r['none_ttft_s'])} s without "
+        f"({f(r['speedup'], 1)}× faster).",
+    ]
+    return out
+
+
+FIGURE = Figure(name="longchat", title="Long chats past the window", section=section, plot=plot)
 
 
 if __name__ == "__main__":

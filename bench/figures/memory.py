@@ -1,4 +1,4 @@
-"""Figure 4: KV memory held against tokens held, across 10 conversations of mixed lengths
+"""KV memory held against tokens held, across 10 conversations of mixed lengths
 under a memory budget that cannot hold them all; evictions, restores and their cost.
 
 Part A drives the Engine on the tiny model (a throwaway CHINWAG_HOME): ten conversations
@@ -11,15 +11,18 @@ Part B times the save (eviction) and restore of caches shaped like the starter m
 (30 layers, 3 KV heads of 64, float32) through engine.context.memory.ConversationCaches, with
 random contents, against the prefill they spare (prefill speed from figure 2).
 
-    python -m bench.memory [--budget-mb 6]
+    python -m bench.figures.memory [--budget-mb 6]
 """
 
 import argparse
 import asyncio
+import math
 import time
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
+from bench.figures.linux_blas import BEST
+from bench.reporting import COLORS, Figure, f, mb, pyplot, table
 
 # Prompt lengths in tiny-model tokens: short and long chats mixed.
 LENGTHS = [150, 400, 900, 1800, 3500, 250, 700, 2500, 5000, 1200]
@@ -197,10 +200,180 @@ def main(argv=None):
             "starter_save_restore": b,
             "summary": summary,
         },
-        f"python -m bench.memory --budget-mb {args.budget_mb} --reps {args.reps}",
+        f"python -m bench.figures.memory --budget-mb {args.budget_mb} --reps {args.reps}",
         started,
     )
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    tl, per = d["timeline"], d["kv_bytes_per_token"]
+    budget = d["params"]["budget_bytes"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.4))
+    xs = [r["tokens_held"] for r in tl]
+    a1.scatter(xs, [r["kv_bytes"] / 2**20 for r in tl], color=COLORS["chinwag"], s=14, label="KV bytes held (reserved)")
+    top = max(xs) * 1.05
+    a1.plot([0, top], [0, top * per / 2**20], color="k", lw=1, label="exactly the tokens held")
+    a1.plot([0, top], [0, 2 * top * per / 2**20], color="k", lw=1, ls=":", label="twice that")
+    a1.axhline(budget / 2**20, color="r", lw=1, ls="--", label="budget")
+    a1.set_xlabel("tokens held in memory (all conversations)")
+    a1.set_ylabel("MiB")
+    a1.set_title("KV memory against tokens held (tiny model)")
+    a1.legend(fontsize=7)
+    steps = [r["step"] for r in tl]
+    a2.plot(steps, [r["kv_bytes"] / 2**20 for r in tl], "o-", color=COLORS["chinwag"], label="KV bytes held")
+    a2.axhline(budget / 2**20, color="r", lw=1, ls="--", label="budget")
+    a2b = a2.twinx()
+    a2b.plot(steps, [r["evictions"] for r in tl], "-", color="#9467bd", label="evictions (cumulative)")
+    a2b.plot(steps, [r["restores"] for r in tl], "-", color="#8c564b", label="restores (cumulative)")
+    a2b.set_ylabel("count")
+    a2b.grid(False)
+    a2.axvline(len(tl) / 2 + 0.5, color="k", lw=0.5)
+    a2.set_xlabel("turn (1-10: new chats; then a follow-up in each, the last one twice)", labelpad=1)
+    a2.set_ylabel("MiB")
+    a2.set_title("Over the session")
+    lines = a2.get_legend_handles_labels()
+    lines2 = a2b.get_legend_handles_labels()
+    a2.legend(
+        lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    s, p, tl = d["summary"], d["params"], d["timeline"]
+    per = d["kv_bytes_per_token"]
+    rows = [
+        [
+            r["step"],
+            r["conv"],
+            r["kind"],
+            r["prompt_tokens"],
+            r["reused_tokens"],
+            r["kv_capacity"],
+            r["tokens_held"],
+            mb(r["kv_bytes"]),
+            r["in_memory"],
+            r["evictions"],
+            r["restores"],
+            f(r["ttft_s"] * 1e3, 0),
+        ]
+        for r in tl
+    ]
+    sr = d["starter_save_restore"]
+    out = [
+        f"The Engine on the tiny model with `memory_budget_bytes` = {mb(p['budget_bytes'])}: ten new conversations "
+        f"of {', '.join(map(str, p['lengths']))}-ish tokens (greedy replies of {p['reply_tokens']}), then one "
+        f"follow-up in each, oldest first, so evicted caches come back from disk, and a second follow-up in the "
+        f"last one, from memory. After each turn: the tokens "
+        f"held and the bytes reserved by the caches in memory (read from the engine's `ConversationCaches`; the "
+        f"Engine has no public hook for it yet, see below).",
+        "",
+        table(
+            [
+                "turn",
+                "conversation",
+                "kind",
+                "prompt",
+                "reused",
+                "its capacity",
+                "tokens held (all)",
+                "KV held (all)",
+                "in memory",
+                "evictions",
+                "restores",
+                "TTFT ms",
+            ],
+            rows,
+        ),
+        "",
+        f"Bytes reserved per byte needed (median over the turns): **{s['bytes_over_exact']:.2f}x** — each cache "
+        f"reserves a power of two of positions, so up to 2x just after a doubling. Peak held: "
+        f"{mb(s['peak_kv_bytes'])} for {s['peak_tokens_held']:,} tokens (exact: {mb(s['peak_tokens_held'] * per)}). "
+        f"{s['evictions']} evictions at {f(s['save_ms_per_eviction'], 1)} ms each and {s['restores']} restores at "
+        f"{f(s['restore_ms_per_restore'], 1)} ms each (engine's `MemoryStats`; tiny caches). A follow-up whose cache "
+        f"was restored had a median TTFT of {f(s['followup_ttft_restored_s'] * 1e3, 0)} ms; "
+        + (
+            f"one still in memory {f(s['followup_ttft_in_memory_s'] * 1e3, 0)} ms. "
+            if not math.isnan(s["followup_ttft_in_memory_s"])
+            else "none was still in memory. "
+        )
+        + f"Peak process memory (RSS) of the benchmark process, Engine and tiny model included: "
+        f"{mb(s['peak_rss_bytes'])}." + _restored_capacity_note(tl),
+        "",
+        "Save and restore of caches shaped like the starter's (30 layers, 3 KV heads of 64, float32; random "
+        "contents) through `engine.context.memory.ConversationCaches`, against the prefill they spare (prefill speeds from "
+        "figure 6):",
+        "",
+    ]
+    lb = res.get("linux_blas", {}).get("summary", {})
+    rates = [(name, lb[name]["prefill_tps"]) for name in ("reference BLAS, quantized", BEST) if name in lb]
+    out.append(
+        table(
+            [
+                "tokens",
+                "cache size",
+                "save (evict) ms",
+                "restore ms (read included)",
+                "restore ms as the engine counts it",
+            ]
+            + [f"re-prefill instead, s ({n}: {r:.0f} tok/s)" for n, r in rates],
+            [
+                [
+                    f"{r['tokens']:,}",
+                    mb(r["bytes"]),
+                    f(r["save_s"] * 1e3, 0),
+                    f(r["restore_s"] * 1e3, 0),
+                    f(r["engine_counted_restore_s"] * 1e3, 1),
+                ]
+                + [f(r["tokens"] / rate, 1) for _, rate in rates]
+                for r in sr
+            ],
+        )
+    )
+    out += [
+        "",
+        "`mx.load` is lazy: the engine's `restore_seconds` stops before the file is read; the read happens "
+        "at the restored turn's first evaluation. The column with the read included is the real cost.",
+    ]
+    return out
+
+
+def _restored_capacity_note(tl) -> str:
+    saved = {}
+    for r in tl:
+        if r["kind"] == "new":
+            saved[r["conv"]] = (r["kv_capacity"], r["kv_offset"])
+        elif r.get("restored") and r["conv"] in saved:
+            cap, held = saved[r["conv"]]
+            if r["kv_capacity"] > cap and r["kv_offset"] <= cap:
+                return (
+                    f" Restored caches come back larger than they were saved: `ContiguousAttentionKVCache.from_state` "
+                    f"doubles from the positions held until the saved capacity fits, instead of allocating that "
+                    f"capacity (e.g. {r['conv']}: {held:,} positions saved at capacity {cap:,}, back at "
+                    f"{r['kv_capacity']:,}), hence the capacities that are not powers of two."
+                )
+    return ""
+
+
+def headline(d, res):
+    s = d["summary"]
+    return [
+        [
+            "KV bytes reserved / bytes needed",
+            f"{s['bytes_over_exact']:.2f}",
+            f"{s['evictions']} evictions, {s['restores']} restores under the budget",
+        ]
+    ]
+
+
+FIGURE = Figure(name="memory", title="Memory across conversations", section=section, plot=plot, headline=headline)
 
 
 if __name__ == "__main__":

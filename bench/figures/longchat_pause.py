@@ -1,4 +1,4 @@
-"""Figure 12: a long chat past the window with a reader's pause between turns, and without one.
+"""A long chat past the window with a reader's pause between turns, and without one.
 
 The same scripted chat as figure 9 (starter model, greedy, short turns, a context cap) through
 the Engine, twice: once with no pause (every slide of the window is paid on the user's clock)
@@ -6,7 +6,7 @@ and once with `--pause` seconds between turns, as a reader would take, during wh
 prepares the next window in the background (issue 9, point 4). Not interleaved: the two runs
 would preempt each other's background work, so they run one after the other.
 
-    python -m bench.longchat_pause [--turns 120] [--cap 512] [--reply-tokens 16] [--pause 1.0]
+    python -m bench.figures.longchat_pause [--turns 120] [--cap 512] [--reply-tokens 16] [--pause 1.0]
 """
 
 import argparse
@@ -15,7 +15,8 @@ import time
 
 from bench import common
 from bench.common import log, median
-from bench.longchat import SYSTEM, question
+from bench.figures.longchat import SYSTEM, question
+from bench.reporting import COLORS, Figure, f, pyplot, table
 
 
 async def run(turns, cap, reply_tokens, pause):
@@ -91,11 +92,74 @@ def main(argv=None):
     common.save(
         "longchat_pause",
         result,
-        f"python -m bench.longchat_pause --turns {args.turns} --cap {args.cap} "
+        f"python -m bench.figures.longchat_pause --turns {args.turns} --cap {args.cap} "
         f"--reply-tokens {args.reply_tokens} --pause {args.pause}",
         started,
     )
     common.finish()
+
+
+# --- the report: docs/BENCHMARKS.md's section and plot ---------------------------------------------
+
+
+def plot(d, res, path):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, label, color in (
+        ("no_pause", "no pause: every slide on the user's clock", COLORS["reprefill"]),
+        ("pause", f"{d['params']['pause']:g} s reader's pause: slides prepared while idle", COLORS["chinwag"]),
+    ):
+        rows = d["runs"][name]
+        ax.plot([r["turn"] for r in rows], [r["ttft_s"] for r in rows], color=color, label=label)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("time to first token, s")
+    ax.set_title(f"starter model, {d['params']['turns']} turns, context cap {d['params']['cap']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def section(d, res):
+    p, s = d["params"], d["summary"]
+    names = {"no_pause": "no pause", "pause": f"{p['pause']:g} s pause"}
+    rows = [
+        [
+            names[k],
+            f(v["early_ttft_s"]),
+            f(v["late_ttft_s"]),
+            f(v["late_over_early"]),
+            f(v["max_late_ttft_s"]),
+            v["slides_on_users_clock"],
+            v["prepared_turns"],
+        ]
+        for k, v in s.items()
+    ]
+    late = "–".join(map(str, s["no_pause"]["late_turns"]))
+    return [
+        f"Figure 9's scripted chat through the Engine ({p['turns']} turns, context cap {p['cap']}, greedy replies of up "
+        f"to {p['reply_tokens']} tokens), once with no pause and once with {p['pause']:g} s between turns, as a reader "
+        "takes: then, after a turn that leaves the chat near its limit, the engine slides the window and re-reads it in "
+        "the background. The two runs follow each other: interleaved turn by turn, each would preempt the other's "
+        "background work. "
+        f"Late = turns {late}; a slide on the user's clock is a turn that prefilled over 100 tokens.",
+        "",
+        table(
+            [
+                "run",
+                "median TTFT turns 2–10, s",
+                "median TTFT late, s",
+                "late / early",
+                "longest late TTFT, s",
+                "slides on the user's clock",
+                "turns with work prepared",
+            ],
+            rows,
+        ),
+    ]
+
+
+FIGURE = Figure(name="longchat_pause", title="Long chats with a reader's pause", section=section, plot=plot)
 
 
 if __name__ == "__main__":
