@@ -137,6 +137,7 @@ async def _chat(args) -> int:
     # Saved like the window's chats (and its cache kept, so the window resumes it), unless --no-save.
     saved = None if args.no_save else TerminalChat(args.system)
     conv = "cli"
+    tools = None
     try:
         progress = TerminalProgress()
         try:
@@ -144,6 +145,10 @@ async def _chat(args) -> int:
         finally:
             progress.finish()
         print(f"Chatting with {info.name}. /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply.")
+        if not args.no_tools:
+            from app.cli.chat_tools import TerminalTools
+
+            tools = await TerminalTools.start(args, _stream)
         messages = [{"role": "system", "content": args.system}] if args.system else []
         turn = 0
         loop = asyncio.get_running_loop()
@@ -169,8 +174,13 @@ async def _chat(args) -> int:
             messages.append({"role": "user", "content": line})
             if saved is not None:
                 conv = saved.add_user(line, info.id)  # committed before the engine sees it, as in the window
-            reply, stats = await _stream(engine, conv, messages, _params(args))
-            messages.append({"role": "assistant", "content": reply})
+            if tools is None:
+                reply, stats = await _stream(engine, conv, messages, _params(args))
+                messages.append({"role": "assistant", "content": reply})
+            else:
+                added, stats = await tools.reply(engine, conv, messages, _params(args))
+                messages += added
+                reply = added[-1]["content"] if added[-1]["role"] == "assistant" else ""
             if saved is not None:
                 saved.add_reply(reply, stats, info.id)
             if stats is not None:
@@ -184,6 +194,8 @@ async def _chat(args) -> int:
             await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
         else:
             saved.close()
+        if tools is not None:
+            await tools.close()  # stdio MCP servers stop with the chat
         await engine.close()
 
 
@@ -360,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-save", action="store_true", help="keep this chat out of the saved conversations (and keep no cache)"
     )
     _add_sampling(p, GenerationParams())
+    from app.cli.chat_tools import add_flags
+
+    add_flags(p)
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 
     p = sub.add_parser("models", help="list the models you can pick")

@@ -27,3 +27,16 @@ def tool_call_ids(tokenizer, name: str, arguments: str) -> list:
     """The ids of a Hermes-style tool call and the end of the turn."""
     text = f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
     return list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
+
+
+class Repeat(Script):
+    """Forces `ids` (ending with end-of-turn) in every turn: a model that calls the same tool each time."""
+
+    def __init__(self, ids):
+        # The engine samples one token past the end of a turn (decoding is pipelined) and drops it.
+        super().__init__([*ids, ids[-1]])
+
+    def __call__(self, tokens, logits):
+        if self.step >= len(self.ids):
+            self.step = 0
+        return super().__call__(tokens, logits)
