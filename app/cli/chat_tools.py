@@ -32,6 +32,7 @@ class TerminalTools:
     def __init__(self, host: ToolHost, approvals: Approvals, rounds: int, stream):
         self.host, self.approvals, self.rounds, self.stream = host, approvals, rounds, stream
         self.said_off = False
+        self.runs: dict = {}  # call id -> ToolRun, for the store
 
     @classmethod
     async def start(cls, args, stream) -> "TerminalTools | None":
@@ -78,6 +79,7 @@ class TerminalTools:
         if isinstance(event, RoundLimit):
             print(f"\n[{event.text}]")
         elif isinstance(event, ToolRun):
+            self.runs[event.call.id] = event
             result = event.result
             head = f"{event.call.name}" + (f" on {event.server}" if event.server else "")
             status = "error" if result.is_error else f"{result.seconds:.1f} s"

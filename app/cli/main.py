@@ -176,13 +176,17 @@ async def _chat(args) -> int:
                 conv = saved.add_user(line, info.id)  # committed before the engine sees it, as in the window
             if tools is None:
                 reply, stats = await _stream(engine, conv, messages, _params(args))
-                messages.append({"role": "assistant", "content": reply})
+                added = [{"role": "assistant", "content": reply}]
             else:
                 added, stats = await tools.reply(engine, conv, messages, _params(args))
-                messages += added
-                reply = added[-1]["content"] if added[-1]["role"] == "assistant" else ""
+            messages += added
             if saved is not None:
-                saved.add_reply(reply, stats, info.id)
+                # The final answer, unless the round limit ended the reply on a tool round.
+                final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
+                for m in added[:-1] if final else added:
+                    saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, info.id)
+                if final is not None:
+                    saved.add_reply(final["content"], stats, info.id)
             if stats is not None:
                 print(
                     f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
@@ -225,6 +229,15 @@ class TerminalChat:
         status = status_of(stats) if stats is not None else MessageStatus.STOPPED
         stats_row = stats_dict(stats) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
+
+    def add_tool_message(self, message: dict, run, model_id: str) -> None:
+        """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""
+        from app.tools.loop import stored_stats
+
+        model = model_id if message["role"] == "assistant" else ""
+        self.store.add_message(
+            self.conv_id, message["role"], message["content"], model_id=model, stats=stored_stats(message, run)
+        )
 
     def close(self) -> None:
         self.store.close()

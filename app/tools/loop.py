@@ -76,6 +76,19 @@ def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
     return out
 
 
+def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
+    """What the store keeps beside a tool round's message (in its stats): the calls, or which call and how it went."""
+    if message["role"] == "assistant" and message.get("tool_calls"):
+        return {"tool_calls": message["tool_calls"]}
+    if message["role"] == "tool":
+        out = {"tool_call_id": message.get("tool_call_id", ""), "name": message.get("name", "")}
+        if run is not None:
+            out.update(server=run.server, is_error=run.result.is_error, seconds=round(run.result.seconds, 3))
+            out.update(arguments=run.call.arguments, allowed=run.allowed)
+        return out
+    return None
+
+
 async def reply(
     turn: Callable[[list, GenerationParams], Awaitable[tuple]],
     messages: list,
