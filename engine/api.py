@@ -131,6 +131,13 @@ class Engine:
             raise RuntimeError("the engine thread is not running")
         return self._thread, self._session
 
+    def _queued_session(self) -> "Session":
+        """The session, for a job already queued on the engine thread: it may run while close() is
+        under way (the thread no longer takes new jobs), where `_running` would call it a bug."""
+        if self._session is None:
+            raise RuntimeError("the engine session was never created")
+        return self._session
+
     async def start(self) -> None:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
@@ -340,7 +347,7 @@ class Engine:
     def _session_adopt(self, draft_id, conversation_id):
         from engine.local.background import adopt
 
-        return adopt(self._running()[1], draft_id, conversation_id)
+        return adopt(self._queued_session(), draft_id, conversation_id)
 
     async def wait_background(self) -> BackgroundPrefill | None:
         """The current background job's result once it ends (None if there is none)."""
@@ -370,12 +377,12 @@ class Engine:
     def _session_prefill(self, conv_id, messages, params, should_stop):
         from engine.local.background import prefill_draft
 
-        return prefill_draft(self._running()[1], conv_id, messages, params, should_stop)
+        return prefill_draft(self._queued_session(), conv_id, messages, params, should_stop)
 
     def _session_prepare(self, conv_id, messages, params, should_stop):
         from engine.local.background import prepare_next_window
 
-        return prepare_next_window(self._running()[1], conv_id, messages, params, should_stop)
+        return prepare_next_window(self._queued_session(), conv_id, messages, params, should_stop)
 
     async def _chat_remote(self, backend, conversation_id, messages, params):
         from engine.remote import backend as remote

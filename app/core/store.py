@@ -481,8 +481,11 @@ class Store:
     def delete_conversation(self, conv_id):
         """Delete it and its messages; the text is zeroed on disk, not just unlinked."""
         with self._write() as db:
-            if not db.execute("DELETE FROM conversations WHERE id=?", (conv_id,)).rowcount:
+            if not db.execute("SELECT 1 FROM conversations WHERE id=?", (conv_id,)).fetchone():
                 raise NotFoundError(f"no conversation with id {conv_id}")
+            ids = [r[0] for r in db.execute("SELECT id FROM messages WHERE conversation_id=?", (conv_id,))]
+            _delete_messages(db, ids)
+            db.execute("DELETE FROM conversations WHERE id=?", (conv_id,))
         self._scrub()
 
     def _scrub(self):
@@ -724,7 +727,8 @@ class Store:
             ).fetchone()
             if row is None:
                 raise NotFoundError(f"no message with id {msg_id} in conversation {conv_id}")
-            db.execute("DELETE FROM messages WHERE id=?", (msg_id,))  # ON DELETE CASCADE: its branch too
+            branch = db.execute(_BRANCH, (msg_id, conv_id)).fetchall()
+            _delete_messages(db, [r[0] for r in branch])
             if row[1]:
                 db.execute(
                     "UPDATE messages SET active=1 WHERE id=(SELECT max(id) FROM messages"
@@ -769,6 +773,33 @@ class _Transaction:
         elif self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
         return False
+
+
+# A message and every message after it in its own conversation (UNION, not UNION ALL: a hand-edited
+# cycle ends). Computed here rather than by ON DELETE CASCADE, which SQLite runs as nested triggers
+# (at most 1,000 deep: a longer chat could not be deleted) and which crosses into other chats.
+_BRANCH = (
+    "WITH RECURSIVE branch(id) AS (SELECT ?1 UNION"
+    " SELECT m.id FROM messages m JOIN branch b ON m.parent_id = b.id WHERE m.conversation_id = ?2)"
+    " SELECT id FROM branch"
+)
+
+
+def _delete_messages(db, ids: list) -> None:
+    """Delete exactly these messages, with no cascade: parent links into them are cut first.
+
+    A message elsewhere that followed one of them (only a hand-edited database has one) stays,
+    as a first message not shown in place of its chat's own.
+    """
+    if not ids:
+        return
+    doomed = "(SELECT value FROM json_each(?1))"
+    ids_json = (json.dumps(ids),)
+    db.execute(
+        f"UPDATE messages SET parent_id=NULL, active=0 WHERE parent_id IN {doomed} AND id NOT IN {doomed}", ids_json
+    )
+    db.execute(f"UPDATE messages SET parent_id=NULL WHERE id IN {doomed} AND parent_id NOT NULL", ids_json)
+    db.execute(f"DELETE FROM messages WHERE id IN {doomed}", ids_json)
 
 
 def _like_escape(text: str) -> str:

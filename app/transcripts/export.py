@@ -79,12 +79,48 @@ def to_json(conv: Conversation) -> str:
         },
         "messages": [_message_json(m) for m in conv.messages],  # the shown path
     }
-    if any(m.versions > 1 for m in conv.tree):
+    if any(m.versions > 1 for m in conv.tree) or len(conv.tree) > len(conv.messages):
         # Every version: "parent" is an index into this list (null for a first message).
         # Readers that know only "messages" still import the shown path.
-        index = {m.id: i for i, m in enumerate(conv.tree)}
-        data["tree"] = [{**_message_json(m), "parent": index.get(m.parent_id), "active": m.active} for m in conv.tree]
+        data["tree"] = _tree_json(conv.tree)
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _tree_json(tree: list) -> list:
+    """Each message with its parent's index, which import requires to be an earlier one: parents
+    are moved before their children, creation order kept otherwise. A parent that cannot come
+    first (itself, a cycle, one in another chat: a hand-edited database) is dropped, and its message
+    kept as a first message that is not shown, so the shown path stays what it was."""
+    ids = {m.id: i for i, m in enumerate(tree)}
+    waiting: dict = {}  # parent id -> its children not placed yet, oldest first
+    order: list = []  # (message, whether its parent was dropped)
+    placed: set = set()
+
+    def place(m, detached=False):
+        stack = [(m, detached)]
+        while stack:
+            node, cut = stack.pop()
+            order.append((node, cut))
+            placed.add(node.id)
+            stack.extend((child, False) for child in reversed(waiting.pop(node.id, [])))
+
+    for m in tree:
+        if m.parent_id is None or m.parent_id in placed:
+            place(m)
+        elif m.parent_id in ids and m.parent_id != m.id:
+            waiting.setdefault(m.parent_id, []).append(m)
+        else:
+            place(m, detached=True)
+    while waiting:  # only cycles are left: cut each at its oldest message
+        oldest = min((c for children in waiting.values() for c in children), key=lambda c: ids[c.id])
+        waiting[oldest.parent_id].remove(oldest)
+        waiting = {k: v for k, v in waiting.items() if v}
+        place(oldest, detached=True)
+    index = {m.id: i for i, (m, _) in enumerate(order)}
+    return [
+        {**_message_json(m), "parent": None if cut else index.get(m.parent_id), "active": m.active and not cut}
+        for m, cut in order
+    ]
 
 
 def _message_json(m: Message) -> dict:

@@ -29,6 +29,7 @@ LENGTHS = [150, 400, 900, 1800, 3500, 250, 700, 2500, 5000, 1200]
 REPLY_TOKENS = 32
 STARTER_SHAPE = (30, 3, 64)  # layers, KV heads, head dim
 STARTER_SIZES = [512, 2048, 8192]
+STARTER_VOCAB = 49152
 
 
 def message_of(tokenizer, n_tokens: int) -> str:
@@ -112,6 +113,7 @@ def part_b(reps: int) -> list:
 
     import mlx.core as mx
 
+    from engine.context.cache_file import CacheLayout
     from engine.context.conversation import ConversationCache
     from engine.context.kv_cache import ContiguousAttentionKVCache
     from engine.context.memory import ConversationCaches
@@ -123,7 +125,9 @@ def part_b(reps: int) -> list:
         saves, restores, engine_restores = [], [], []
         for _rep in range(reps):
             caches = ConversationCaches(budget_bytes=0, save_dir=folder)
-            caches.set_model("bench-starter-shape")
+            # What a saved cache must hold to be restored (engine/context/cache_file.py): the starter's shape.
+            layout = CacheLayout([(heads, dim)] * layers_n, STARTER_VOCAB, max(STARTER_SIZES), lambda: mx.float32)
+            caches.set_model("bench-starter-shape", layout)
             layers = []
             for _ in range(layers_n):
                 k = mx.random.normal((1, heads, n, dim))

@@ -5,24 +5,26 @@ conversation returns, so a follow-up turn still prefills only its new tokens. On
 the most recently used caches are saved too, within a disk budget for `kv/` (least
 recently used files deleted first), so they survive a restart. Files live under a key of
 the model's weights (sizes, times and the first megabyte), so other weights never
-restore them. Runs on the engine thread only.
+restore them. A saved file is untrusted input: engine/context/cache_file.py checks it against
+the loaded model before use, and one that fails is dropped (a re-prefill). Runs on the engine
+thread only.
 """
 
 import hashlib
-import json
 import logging
 import os
+import stat
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlx.core as mx
-
+from engine import log as chinwag_log
 from engine.atomic import TEMP_SUFFIX, replacing
+from engine.context import cache_file
+from engine.context.cache_file import CacheLayout, UnusableCache
 from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
-from engine.context.prompt import History
 from engine.errors import ChinwagError
 from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
 from engine.types import MemoryReport
@@ -81,14 +83,20 @@ class ConversationCaches:
         self.disk_budget_bytes = disk_budget_bytes
         self.save_dir = Path(save_dir)
         self.model_key = ""
+        self.layout: CacheLayout | None = None  # what a saved cache must hold for the loaded model
         self._caches: OrderedDict[str, ConversationCache] = OrderedDict()
         self.stats = MemoryStats()
 
-    def set_model(self, model_path: str) -> None:
-        """A new model: the old one's caches are saved for later and dropped from memory."""
-        self.save_all()
-        self._caches.clear()
-        self.model_key = weights_identity(model_path)
+    def set_model(self, model_path: str, layout: CacheLayout | None = None) -> None:
+        """A new model: the old one's caches are saved for later and dropped from memory
+        (dropped even if saving fails: the new weights never run on the old model's caches)."""
+        try:
+            self.save_all()
+        finally:
+            self._caches.clear()
+            self.model_key, self.layout = "", None  # nothing saved or restored if the key cannot be made
+            self.model_key = weights_identity(model_path)
+            self.layout = layout
 
     @property
     def total_bytes(self) -> int:
@@ -164,15 +172,31 @@ class ConversationCaches:
         return saved
 
     def prune_disk(self) -> None:
-        """Delete saved caches, least recently written first, until kv/ is within its budget."""
-        for partial in self.save_dir.rglob(f"*{TEMP_SUFFIX}.safetensors"):  # left by a save that was cut off
-            partial.unlink(missing_ok=True)
-        files = sorted(self.save_dir.rglob("*.safetensors"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        """Delete saved caches, least recently written first, until kv/ is within its budget.
+
+        Never raises: a file deleted meanwhile is skipped, and anything but a regular file (a
+        dangling symlink, a named pipe) is removed, as no save of ours made it."""
+        files = []
+        try:
+            for f in self.save_dir.rglob("*.safetensors"):
+                try:
+                    st = f.lstat()
+                    if stat.S_ISDIR(st.st_mode):
+                        continue
+                    if not stat.S_ISREG(st.st_mode) or f.name.endswith(f"{TEMP_SUFFIX}.safetensors"):
+                        f.unlink()  # not ours, or left by a save that was cut off
+                        continue
+                except OSError:
+                    continue
+                files.append((st.st_mtime_ns, st.st_size, f))
+        except OSError as e:
+            log.warning("saved KV caches not pruned: %s", e)
+            return
         used = 0
-        for f in files:
-            used += f.stat().st_size
+        for _, size, f in sorted(files, key=lambda t: t[0], reverse=True):
+            used += size
             if used > self.disk_budget_bytes:
-                f.unlink(missing_ok=True)
+                _unlink(f)
 
     def forget(self, conv_id: str) -> None:
         """Drop a conversation's cache, and its saved file under every model (a deleted chat's
@@ -193,51 +217,50 @@ class ConversationCaches:
         ):
             return False  # other cache kinds are dropped and re-prefilled
         started = time.perf_counter()
-        arrays = {"token_ids": mx.array(cache.token_ids, dtype=mx.int32)}
-        for i, layer in enumerate(cache.layers):
-            arrays[f"{i}.keys"], arrays[f"{i}.values"] = layer.state
-        meta = {
-            "conversation": conv_id,
-            "history": json.dumps(cache.history.to_json()),
-            "capacity": str(cache.capacity),
-            "layers": str(len(cache.layers)),
-        }
         path = self._path(conv_id)
         try:
             private_dir(path.parent, "KV cache folder")
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                path.unlink()  # a link would have the save written wherever it points
             with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
-                mx.save_safetensors(str(tmp), arrays, meta)
-        except ChinwagError as e:  # a full disk costs a re-prefill later, never this turn
+                cache_file.write(tmp, conv_id, cache)
+        except (ChinwagError, OSError, RuntimeError) as e:  # a full disk costs a re-prefill later, never this turn
             log.warning("KV cache of %s not saved: %s", conv_id, e)
             return False
         self.stats.save_seconds += time.perf_counter() - started
         return True
 
     def _restore(self, conv_id: str):
+        """The saved cache, if there is one and every check passes (engine/context/cache_file.py).
+        The file is removed either way: a restored cache is saved again from memory, a bad one never."""
         path = self._path(conv_id)
-        if not self.model_key or not path.exists():
+        if not self.model_key or not os.path.lexists(path):
             return None
         started = time.perf_counter()
+        cache = None
         try:
-            arrays, meta = mx.load(str(path), return_metadata=True)
-            n_layers, capacity = int(meta["layers"]), int(meta["capacity"])
-            layers = [
-                ContiguousAttentionKVCache.from_state((arrays[f"{i}.keys"], arrays[f"{i}.values"]), capacity)
-                for i in range(n_layers)
-            ]
-            cache = ConversationCache(layers=layers, token_ids=arrays["token_ids"].tolist())
-            cache.eval()  # mx.load is lazy: read the file now, inside the timing
-            cache.history = History.from_json(json.loads(meta["history"]))
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-            # A damaged save (MLX's RuntimeError/ValueError, missing keys) costs a re-prefill,
-            # never a failed turn; a bug elsewhere still propagates.
-            log.warning("dropping unreadable KV cache %s: %s", path, e)
-            path.unlink(missing_ok=True)
+            if self.layout is None:
+                raise UnusableCache("this model's caches are not saved")
+            cache = cache_file.read(path, self.layout, conv_id)
+        except UnusableCache as e:  # costs a re-prefill, never a failed turn
+            log.warning("saved KV cache %s dropped, its chat is read again: %s", path.name, e)
+        except Exception as e:  # a bug, logged with its traceback; the chat is still read again
+            chinwag_log.report_bug(e, "restoring a saved KV cache")
+            cache = None
+        finally:
+            _unlink(path)
+        if cache is None:
             return None
-        path.unlink(missing_ok=True)
         self.stats.restores += 1
         self.stats.restore_seconds += time.perf_counter() - started
         return cache
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:  # a folder in its place: left for the user, never a failed turn
+        log.warning("cannot remove %s: %s", path, e)
 
 
 def _file_bytes(cache: ConversationCache) -> int:

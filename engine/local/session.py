@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.context.cache_file import layout_of
 from engine.context.conversation import (
     MIN_INITIAL_CAPACITY,
     ConversationCache,
@@ -75,7 +76,7 @@ class Session:
         self._draft = None
         self.draft_caches.clear()
         self.context_length = info.context_length or context_length_of(path)
-        self.caches.set_model(str(path))
+        self.caches.set_model(str(path), layout_of(model, self.context_length))
         report(LoadProgress("Ready", 1, 1))
         return info
 

@@ -12,11 +12,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
-from app.core.store import LAST, MessageStatus
+from app.core.store import LAST, MessageStatus, NotFoundError
 from app.core.turns import stats_dict, status_of
 from app.gui.chat.message_widget import QUEUED
 from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.types import FinishReason
 
 SAVE_INTERVAL_MS = 1000
@@ -555,8 +556,12 @@ class ChatController(QObject):
             self._end(conv_id, MessageStatus.STOPPED, None)
         try:
             self.store.delete_conversation(conv_id)
-        except ChinwagError as e:
-            self.error.emit(str(e))
+        except NotFoundError:
+            pass  # deleted meanwhile (another window): its cache and draft go all the same
+        except Exception as e:  # nothing was deleted (one transaction): the chat stays whole, listed again
+            self.error.emit(str(e) if isinstance(e, ChinwagError) else report_bug(e, "deleting a chat"))
+            self.refresh_list()
+            return
         self.bridge.forget(conv_id)
         self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
         if self.store.get_state("last_conversation") == conv_id:

@@ -333,7 +333,8 @@ def test_only_pdf_imports_qt(tmp_path):
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from app.core.store import Conversation, Message\n"
-        "from app import export, transcripts_cli\n"
+        "from app.transcripts import export\n"
+        "from app.cli import transcripts as transcripts_cli\n"
         "c = Conversation('i', 't', 0, 0, messages=[Message(1, 'i', 0, 'user', '**hi**')])\n"
         "for f in ('md', 'json', 'html', 'txt'): export.export_conversation(c, f, sys.argv[2] + '/x.' + f)\n"
         "assert not [m for m in sys.modules if m.startswith('PySide6')], 'Qt was imported'\n"

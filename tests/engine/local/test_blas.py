@@ -21,7 +21,7 @@ def _probe(code: str, **env) -> str:
 
 
 PROBE = (
-    "from engine import blas; ok = blas.preload_openblas(); import mlx.core as mx; "
+    "from engine.local import blas; ok = blas.preload_openblas(); import mlx.core as mx; "
     "a = mx.random.normal((64, 64)); err = mx.abs(a @ mx.eye(64) - a).max().item(); "
     "print(ok, blas.openblas_info()['reason'], err < 1e-5)"
 )
@@ -30,7 +30,7 @@ PROBE = (
 def test_preload_is_refused_after_mlx_and_when_disabled():
     assert (
         _probe(
-            "import mlx.core; from engine import blas; print(blas.preload_openblas(), blas.openblas_info()['reason'])"
+            "import mlx.core; from engine.local import blas; print(blas.preload_openblas(), blas.openblas_info()['reason'])"
         )
         == "False mlx was imported before preload_openblas()"
     )

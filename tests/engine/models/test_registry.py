@@ -187,7 +187,7 @@ def test_resolve_unknown_spec_says_what_it_tried(tmp_path):
 def test_listing_does_not_import_mlx(tiny_model_path, tmp_path):
     add_to_hf_cache(tiny_model_path, "someone/tiny-mlx")
     code = (
-        "import sys; from engine import registry; "
+        "import sys; from engine.models import registry; "
         "ms = registry.list_models(); "
         "bad = [m for m in sys.modules if m.startswith(('mlx', 'huggingface_hub', 'tokenizers'))]; "
         "assert not bad, bad; print(len(ms))"
