@@ -197,6 +197,9 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         )
         chat_menu.addSeparator()
         self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
+        from app.gui.tools.dialog import open_tools_dialog
+
+        self.tools_action = self._action(chat_menu, "MCP Servers…", lambda: open_tools_dialog(self))
 
         self.model_menu = ModelMenu(self)
         bar.addMenu(self.model_menu)
