@@ -33,7 +33,7 @@ _OVERFLOW = re.compile(
     re.I,
 )
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
-FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,21 @@ def request_body(model: str, messages: list, params: GenerationParams) -> dict:
         body["repetition_penalty"] = params.repetition_penalty
     if params.seed is not None:
         body["seed"] = params.seed
+    if params.tools:
+        body["tools"] = [dict(t) for t in params.tools]
     return body
+
+
+def tool_fields(m: dict) -> dict:
+    """A message's tool-round fields as the OpenAI API has them (check_messages keeps role and content only)."""
+    out = {}
+    if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+        out["tool_calls"] = m["tool_calls"]
+    if m.get("role") == "tool":
+        for key in ("tool_call_id", "name"):
+            if isinstance(m.get(key), str):
+                out[key] = m[key]
+    return out
 
 
 @dataclass
@@ -232,6 +246,7 @@ class _Turn:
     first: float = 0.0
     last: float = 0.0
     deltas: int = 0
+    tool_calls: dict = field(default_factory=dict)  # index -> {"id", "name", "arguments" (JSON text so far)}
 
 
 class RemoteBackend:
@@ -255,7 +270,11 @@ class RemoteBackend:
         leading <think> block, which is where a server's separate reasoning was shown."""
         known = self._replies.get(conv_id, {})
         return [
-            {"role": "assistant", "content": known.get(m["content"]) or _without_reasoning(m["content"])}
+            {
+                "role": "assistant",
+                "content": known.get(m["content"]) or _without_reasoning(m["content"]),
+                **tool_fields(m),
+            }
             if m["role"] == "assistant"
             else m
             for m in messages
@@ -270,7 +289,8 @@ class RemoteBackend:
         progress: Callable[[int, int], object] | None = None,
     ) -> AsyncIterator:
         """Yield TextDelta events (and progress events, if `progress` makes them), then one TurnStats."""
-        messages = check_messages(messages)
+        extras = [tool_fields(m) if isinstance(m, dict) else {} for m in messages]
+        messages = [dict(m, **x) for m, x in zip(check_messages(messages), extras)]
         params = params or GenerationParams()
         dropped = 0
         while True:
@@ -418,9 +438,29 @@ class RemoteBackend:
                     turn.in_reasoning = False
                     shown = THINK_CLOSE + content
                 put(self._show(turn, shown))
+            for call in delta.get("tool_calls") or []:
+                self._tool_delta(turn, call)
             if choice.get("finish_reason"):
                 turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
         return False
+
+    def _tool_delta(self, turn: _Turn, call) -> None:
+        """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
+        if not isinstance(call, dict):
+            return
+        self._arrive(turn)
+        index = call.get("index", len(turn.tool_calls))
+        known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        function = call.get("function") or {}
+        if isinstance(call.get("id"), str) and call["id"]:
+            known["id"] = call["id"]
+        if isinstance(function.get("name"), str) and function["name"]:
+            known["name"] = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            known["arguments"] += arguments
+        elif isinstance(arguments, dict):
+            known["arguments"] = json.dumps(arguments)
 
     @staticmethod
     def _arrive(turn: _Turn):
@@ -442,6 +482,7 @@ class RemoteBackend:
         cached = _int(details.get("cached_tokens") if isinstance(details, dict) else 0)
         ttft = (turn.first - started) if turn.first else 0.0
         span = turn.last - turn.first
+        calls = _tool_calls(turn) if turn.finish not in (FinishReason.CANCELLED, FinishReason.ERROR) else ()
         return TurnStats(
             prompt_tokens=prompt,
             reused_tokens=cached,
@@ -454,10 +495,27 @@ class RemoteBackend:
             kv_offset=prompt + generated,
             kv_bytes=0,
             context_limit=0,
-            finish_reason=FinishReason(turn.finish or FinishReason.STOP),
+            finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason(turn.finish or FinishReason.STOP),
             dropped_messages=dropped,
             error=error,
+            tool_calls=calls,
         )
+
+
+def _tool_calls(turn: _Turn) -> tuple:
+    """The streamed tool calls, complete ones only (arguments that are a JSON object)."""
+    from engine.types import ToolCall
+
+    out = []
+    for index in sorted(turn.tool_calls, key=str):
+        c = turn.tool_calls[index]
+        try:
+            arguments = json.loads(c["arguments"] or "{}")
+        except ValueError:
+            continue
+        if c["name"] and isinstance(arguments, dict):
+            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))
+    return tuple(out)
 
 
 def _without_reasoning(text: str) -> str:
