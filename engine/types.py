@@ -49,13 +49,25 @@ class ModelStatus(StrEnum):
     UNUSABLE = "unusable"  # ModelInfo.reason says why
 
 
+class ModelSource(StrEnum):
+    """Where a listed model comes from (ModelInfo.source); the values are what `chinwag models --json` prints."""
+
+    STARTER = "starter"  # the bundled starter model
+    IMPORTED = "imported"  # a GGUF imported into the models folder
+    HF_CACHE = "hf-cache"  # a model in the Hugging Face cache
+    FOLDER = "folder"  # an MLX folder the user added
+    SERVER = "server"  # a model on a saved OpenAI-compatible server
+
+
 class EngineStatus(StrEnum):
     """What the engine is doing (EngineState.state)."""
 
+    STARTING = "starting"  # the engine thread is starting (importing MLX)
     IDLE = "idle"  # no model loaded
     LOADING = "loading"
     READY = "ready"
     GENERATING = "generating"
+    ERROR = "error"  # the engine could not start
 
 
 def _param(default, help: str, lo: float, hi: float, tiny: float = 0.0) -> Any:
@@ -281,7 +293,7 @@ class ModelInfo:
     context_length: int = 0
     status: ModelStatus = ModelStatus.READY
     reason: str = ""
-    source: str = ""  # "starter", "imported", "hf-cache", "folder", "server"
+    source: str = ""  # a ModelSource ("" when not known)
     server: str = ""  # the saved server's name, for a model served elsewhere
 
     def to_json(self) -> dict:
@@ -303,6 +315,9 @@ class MemoryReport:
     restores: int
     save_seconds: float
     restore_seconds: float
+    # A draft model's caches (speculative decoding), under the same budget: never saved.
+    draft_bytes: int = 0
+    draft_caches: int = 0
 
 
 @dataclass(frozen=True)

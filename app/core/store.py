@@ -47,6 +47,14 @@ class MessageStatus(StrEnum):
     FAILED = "failed"  # a reply that ended in an error
 
 
+class MessageRole(StrEnum):
+    """Who wrote a message; the values are what the database, the engine and JSON exports hold."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
@@ -641,7 +649,7 @@ class Store:
             ).fetchone()[0]
             title = row[0]
             if (
-                role == "user"
+                role == MessageRole.USER
                 and title == DEFAULT_TITLE
                 and not db.execute(
                     "SELECT 1 FROM messages WHERE conversation_id=? AND role='user' AND id<>?", (conv_id, cur.lastrowid)

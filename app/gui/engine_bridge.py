@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import FinishReason, PrefillProgress, TextDelta, TurnStats
+from engine.types import EngineStatus, FinishReason, PrefillProgress, TextDelta, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def default_engine():
 
 
 class EngineBridge(QObject):
-    stateChanged = Signal(str)  # "starting", "idle", "loading", "ready", "generating", "error"
+    stateChanged = Signal(str)  # an EngineStatus value
     started = Signal()
     startFailed = Signal(str)
     modelsListed = Signal(list)  # list[ModelInfo]
@@ -54,8 +54,9 @@ class EngineBridge(QObject):
         self._stop_wanted: set = set()  # conv ids whose Stop may have come before their turn began
         self._loading = False
         self._started = False
+        self._start_failed = False
         self._cancel_download: threading.Event | None = None
-        self.state = "starting"
+        self.state = EngineStatus.STARTING
         self.last_error = ""
 
     # --- plumbing -------------------------------------------------------
@@ -87,17 +88,21 @@ class EngineBridge(QObject):
     def is_generating(self, conv_id=None) -> bool:
         return bool(self._generating) if conv_id is None else conv_id in self._generating
 
-    def _set_state(self):
+    def _status(self) -> EngineStatus:
+        """The engine's state, but for what the bridge knows first: the start it awaits, and a
+        load or a reply it has asked for before the engine's task has begun it."""
+        if self._start_failed:
+            return EngineStatus.ERROR
         if not self._started:
-            state = "starting"
-        elif self._loading:
-            state = "loading"
-        elif self._generating:
-            state = "generating"
-        elif self.current_model is not None:
-            state = "ready"
-        else:
-            state = "idle"
+            return EngineStatus.STARTING
+        if self._loading:
+            return EngineStatus.LOADING
+        if self._generating:
+            return EngineStatus.GENERATING
+        return self.engine.state.state
+
+    def _set_state(self):
+        state = self._status()
         if state != self.state:
             self.state = state
             self.stateChanged.emit(state)
@@ -114,9 +119,9 @@ class EngineBridge(QObject):
             await self.engine.start()
         except Exception as e:  # the engine could not start at all: say why (a bug is logged)
             self.last_error = _reason(e, "starting the engine")
+            self._start_failed = True
             self.startFailed.emit(self.last_error)
-            self.state = "error"
-            self.stateChanged.emit("error")
+            self._set_state()
             return
         self._started = True
         self._set_state()
@@ -239,7 +244,7 @@ class EngineBridge(QObject):
 
     def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
         """Read an unsent draft ahead in the background; only when idle with a model loaded."""
-        if self.state != "ready" or self._generating or self.current_model is None:
+        if self.state != EngineStatus.READY or self._generating or self.current_model is None:
             return None
         return self.run(self._prefill(conv_id, messages, params))
 

@@ -43,7 +43,7 @@ async def shoot_features(window, store, out_dir: Path, suffix: str = "") -> list
     written.append(path)
 
     # The download dialog's catalogue.
-    dialog = window.download_dialog()
+    dialog = window.dialogs.download_dialog()
     dialog.resize(760, 620)
     await asyncio.sleep(0.3)
     path = out_dir / f"catalogue{suffix}.png"

@@ -1,8 +1,12 @@
 """The main window: sidebar | notices + chat + composer, menus, status bar.
 
 The window gets its Store and Engine from outside (`MainWindow(store, engine)`), so tests
-can give it the real engine on the tiny model or a fake. Nothing here blocks: dialogs are
-opened with open(), engine work runs as tasks kept by the EngineBridge.
+can give it the real engine on the tiny model or a fake. It is composed of parts that own
+their state: the status bar (`self.status`, window_status.py), the dialogs (`self.dialogs`,
+window_dialogs.py), the keyboard side (`self.keys`, window_keys.py), the model list
+(`self.models`) and the chat controller (`self.chat`); the window wires them together and
+follows the engine. Nothing here blocks: dialogs are opened with open(), engine work runs as
+tasks kept by the EngineBridge.
 """
 
 from pathlib import Path
@@ -15,24 +19,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui import shortcuts as keys
-from app.gui import theme
+from app.core.store import MessageStatus
+from app.gui import shortcuts, theme
 from app.gui.chat.controller import ChatController
 from app.gui.chat.header import ChatHeader
+from app.gui.chat.panes import ChatPanes
 from app.gui.chat.view import ChatView
 from app.gui.composer import Composer
 from app.gui.engine_bridge import EngineBridge
 from app.gui.models.menu import ModelMenu
+from app.gui.models.model_list import ModelList
 from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
 from app.gui.settings.preferences import load_app_settings
 from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
-from app.gui.window_status import STATE_LABELS, WindowStatus
+from app.gui.window_status import STATE_LABELS, StatusBar
 from engine.errors import ChinwagError
+from engine.models.folders import STARTER_ID, STARTER_NAME  # no MLX: the window paints before it loads
+from engine.types import EngineStatus, ModelStatus
 
-STARTER_ID = "smollm2-135m-instruct"  # engine.models.registry.STARTER_ID, without importing it early
 MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
 ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
 
@@ -46,16 +53,7 @@ def load_stylesheet() -> str:
         return ""
 
 
-def starter_id() -> str:
-    try:
-        from engine.models.registry import STARTER_ID as sid
-
-        return sid
-    except ImportError:  # the engine package is incomplete: the built-in name still works
-        return STARTER_ID
-
-
-class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
+class MainWindow(QMainWindow):
     def __init__(self, store, engine=None, engine_factory=None, parent=None):
         super().__init__(parent)
         self.setObjectName("mainWindow")
@@ -66,11 +64,11 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.store = store
         kwargs = {"engine_factory": engine_factory} if engine_factory else {}
         self.bridge = EngineBridge(engine, parent=self, **kwargs)
-        self._models = []
-        self._stats = None  # the stats shown in the status bar (TurnStats or dict)
-        self._loading_spec = ""
-        self._startup = False
-        self._dialogs = []  # non-modal dialogs kept alive while open
+        self.models = ModelList(self)  # the one model list: the Model menu and the picker show it
+        self._loading_spec = ""  # the model being loaded (or last asked for)
+        self._startup = False  # until the start-up load ends, "no model yet" means "loading"
+        self.status = StatusBar(self.bridge, self)
+        self.setStatusBar(self.status)
 
         from app.gui.sidebar import Sidebar
 
@@ -80,15 +78,13 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.composer = Composer()
         self.notices = NoticeArea()
         self.header = ChatHeader()
-        self.header.toggleSidebarRequested.connect(self.toggle_sidebar)
-        self.header.settingsRequested.connect(self.chat_settings_dialog)
         right = QWidget()
         column = QVBoxLayout(right)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
         column.addWidget(self.header)
         column.addWidget(self.notices)
-        self.model_picker = ModelPicker()  # the chat header's model picker, at its right end
+        self.model_picker = ModelPicker(self.models)  # the chat header's model picker, at its right end
         self.header.add_widget(self.model_picker)
         column.addWidget(self.chat_view, 1)
         column.addWidget(self.composer)
@@ -101,21 +97,30 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.splitter = splitter
         self.setCentralWidget(splitter)
 
-        self.chat = ChatController(store, self.bridge, self.chat_view, self.composer, self.sidebar, self)
+        self.chat_panes = ChatPanes(self.chat_view, self.composer, self.sidebar)  # what the controller drives
+        self.chat = ChatController(store, self.bridge, self.chat_panes, self)
+        self.chat_panes.wire(self.chat)
+        self.keys = WindowKeys(self, self.composer, self.sidebar, self.chat_view, self.chat, self.status)
+        self.dialogs = WindowDialogs(self, store, self.bridge, self.chat, self.models, self.status)
+        self.dialogs.error.connect(self.show_error)
+        self.dialogs.closed.connect(self.keys.focus_composer)
+        self.dialogs.appSettingsSaved.connect(self.apply_app_settings)
+        self.dialogs.chatSettingsSaved.connect(self._on_chat_settings_saved)
+        self.header.toggleSidebarRequested.connect(self.keys.toggle_sidebar)
+        self.header.settingsRequested.connect(self.dialogs.chat_settings_dialog)
         self.chat.error.connect(self.show_error)
         self.chat.conversationChanged.connect(self._on_conversation_changed)
-        self.chat.statsChanged.connect(self._show_stats)
+        self.chat.statsChanged.connect(self.status.show_stats)
         self.chat.generatingChanged.connect(self._on_generating)
         self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
-        self.chat.conversationChanged.connect(lambda _c: self._focus_after_switch())
-        self.sidebar.list.itemClicked.connect(lambda _item: self.focus_composer())
-        self.sidebar.list.itemActivated.connect(lambda _item: self.focus_composer())
-        self.chat.readingProgress.connect(self._show_reading)
+        self.chat.conversationChanged.connect(lambda _c: self.keys.focus_after_switch())
+        self.sidebar.list.itemClicked.connect(lambda _item: self.keys.focus_composer())
+        self.sidebar.list.itemActivated.connect(lambda _item: self.keys.focus_composer())
+        self.chat.readingProgress.connect(self.status.show_reading)
 
         self._applied_look = ("system", 0)
         self.apply_app_settings()
-        self._build_status_bar()
         self._build_menus()
         self._connect_bridge()
         self._update_composer()
@@ -132,14 +137,14 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         last = store.get_state("last_conversation")
         if last and last in self.sidebar.ids():
             self.chat.open_conversation(last)
-        self.focus_composer()  # a newcomer types straight away
+        self.keys.focus_composer()  # a newcomer types straight away
 
     # --- building -------------------------------------------------------
     def _action(self, menu, text, slot, shortcut=None, role=None, name=None):
         action = QAction(text, self)
         if shortcut is not None:
-            keys = shortcut if isinstance(shortcut, list) else [shortcut]
-            action.setShortcuts([QKeySequence(k) for k in keys if not QKeySequence(k).isEmpty()])
+            sequences = shortcut if isinstance(shortcut, list) else [shortcut]
+            action.setShortcuts([QKeySequence(k) for k in sequences if not QKeySequence(k).isEmpty()])
         if role is not None:
             action.setMenuRole(role)
         action.triggered.connect(lambda _checked=False: slot())
@@ -149,18 +154,19 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
 
     def _build_menus(self):
         bar = self.menuBar()
+        dialogs, keys = self.dialogs, self.keys
         file_menu = bar.addMenu("&File")
-        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, keys.NEW_CHAT)
+        self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, shortcuts.NEW_CHAT)
         file_menu.addSeparator()
-        self.import_action = self._action(file_menu, "Import Conversation…", self.import_dialog)
-        self.export_action = self._action(file_menu, "Export Conversation…", self.export_dialog, keys.EXPORT)
+        self.import_action = self._action(file_menu, "Import Conversation…", dialogs.import_dialog)
+        self.export_action = self._action(file_menu, "Export Conversation…", dialogs.export_dialog, shortcuts.EXPORT)
         file_menu.addSeparator()
         prefs = QKeySequence(QKeySequence.StandardKey.Preferences)
         self.prefs_action = self._action(
             file_menu,
             "Preferences…",
-            self.preferences_dialog,
-            prefs if not prefs.isEmpty() else keys.PREFERENCES,
+            dialogs.preferences_dialog,
+            prefs if not prefs.isEmpty() else shortcuts.PREFERENCES,
             QAction.MenuRole.PreferencesRole,
         )
         file_menu.addSeparator()
@@ -168,7 +174,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
 
         edit_menu = bar.addMenu("&Edit")
         # Text fields keep their own Ctrl+Z (Qt gives them the key first); elsewhere it undoes a delete.
-        self.undo_action = self._action(edit_menu, "Undo", self.undo, keys.UNDO)
+        self.undo_action = self._action(edit_menu, "Undo", keys.undo, shortcuts.UNDO)
         edit_menu.addSeparator()
         for name, key in (
             ("Cut", QKeySequence.StandardKey.Cut),
@@ -176,50 +182,44 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             ("Paste", QKeySequence.StandardKey.Paste),
             ("Select All", QKeySequence.StandardKey.SelectAll),
         ):
-            self._action(edit_menu, name, lambda n=name: self.edit_focused(n), key, name=f"edit{name.replace(' ', '')}")
+            self._action(edit_menu, name, lambda n=name: keys.edit_focused(n), key, name=f"edit{name.replace(' ', '')}")
         edit_menu.addSeparator()
-        self.copy_reply_action = self._action(edit_menu, "Copy Last Reply", self.copy_last_reply, keys.COPY_LAST_REPLY)
-        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, keys.FIND)
+        self.copy_reply_action = self._action(
+            edit_menu, "Copy Last Reply", keys.copy_last_reply, shortcuts.COPY_LAST_REPLY
+        )
+        self.find_action = self._action(edit_menu, "Find…", self.sidebar.focus_search, shortcuts.FIND)
 
         view_menu = bar.addMenu("&View")
-        self.sidebar_action = self._action(view_menu, "Show Chat List", self.toggle_sidebar, keys.TOGGLE_SIDEBAR)
-        self.sidebar_action.setCheckable(True)
-        self.sidebar_action.setChecked(True)
+        view_menu.addAction(keys.sidebar_action)
 
         chat_menu = bar.addMenu("&Chat")
-        self.stop_action = self._action(chat_menu, "Stop", self.escape, keys.STOP)
+        self.stop_action = self._action(chat_menu, "Stop", self.escape, shortcuts.STOP)
         self.stop_action.setEnabled(False)
-        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, keys.REGENERATE)
+        self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, shortcuts.REGENERATE)
         chat_menu.addSeparator()
-        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), keys.RENAME)
+        self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), shortcuts.RENAME)
         self._action(
             chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id) if self.chat.conv_id else None
         )
         chat_menu.addSeparator()
-        self.chat_settings_action = self._action(chat_menu, "Chat Settings…", self.chat_settings_dialog)
+        self.chat_settings_action = self._action(chat_menu, "Chat Settings…", dialogs.chat_settings_dialog)
         from app.gui.tools.dialog import open_tools_dialog
 
         self.tools_action = self._action(chat_menu, "MCP Servers…", lambda: open_tools_dialog(self))
 
-        self.model_menu = ModelMenu(self)
+        self.model_menu = ModelMenu(self.models, self)
         bar.addMenu(self.model_menu)
-        self.model_menu.modelChosen.connect(self.load_model)
-        self.model_menu.importGgufRequested.connect(self.import_gguf_dialog)
-        self.model_menu.addFolderRequested.connect(self.add_folder_dialog)
-        self.model_menu.downloadRequested.connect(self.download_dialog)
-        self.model_menu.showFolderRequested.connect(self.show_models_folder)
-        picker = self.model_picker  # the same menu, the same handlers
-        picker.modelChosen.connect(self.load_model)
-        picker.downloadRequested.connect(self.download_dialog)
-        picker.importGgufRequested.connect(self.import_gguf_dialog)
-        picker.addFolderRequested.connect(self.add_folder_dialog)
-        picker.showFolderRequested.connect(self.show_models_folder)
-        picker.connectServerRequested.connect(lambda: open_server_dialog(self))
-        self.model_menu.connectServerRequested.connect(lambda: open_server_dialog(self))
+        models = self.models  # the Model menu and the picker ask through it: each handler once
+        models.modelChosen.connect(self.load_model)
+        models.importGgufRequested.connect(dialogs.import_gguf_dialog)
+        models.addFolderRequested.connect(dialogs.add_folder_dialog)
+        models.downloadRequested.connect(dialogs.download_dialog)
+        models.showFolderRequested.connect(dialogs.show_models_folder)
+        models.connectServerRequested.connect(lambda: open_server_dialog(self))
 
         help_menu = bar.addMenu("&Help")
         self.shortcuts_action = self._action(
-            help_menu, "Keyboard Shortcuts", self.shortcuts_dialog, keys.SHORTCUTS_SHEET
+            help_menu, "Keyboard Shortcuts", dialogs.shortcuts_dialog, shortcuts.SHORTCUTS_SHEET
         )
 
     def _connect_bridge(self):
@@ -227,7 +227,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         b.stateChanged.connect(self._on_state)
         b.startFailed.connect(lambda reason: self.show_error(f"The engine could not start: {reason}"))
         b.modelsListed.connect(self._on_models)
-        b.loadProgress.connect(self._on_load_progress)
+        b.loadProgress.connect(self.status.show_load_progress)
         b.modelLoaded.connect(self._on_model_loaded)
         b.loadFailed.connect(self._on_load_failed)
         b.taskProgress.connect(self._on_task_progress)
@@ -237,7 +237,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     # --- engine ---------------------------------------------------------
     def start_engine(self, model_spec: str | None = None):
         """Start the engine in the background and load the last used model (or the starter)."""
-        default = starter_id()
+        default = STARTER_ID
         chosen = load_app_settings(self.store)["default_model"]
         spec = model_spec or chosen or self.store.get_state("last_model") or default
         self._loading_spec = spec
@@ -271,7 +271,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
                 chat.open_conversation(chat.conv_id)  # messages re-render in the new colours and size
 
     def load_model(self, spec: str):
-        if self.bridge.state == "loading":
+        if self.bridge.state == EngineStatus.LOADING:
             return None
         self._loading_spec = spec
         return self.bridge.load_model(spec)
@@ -279,47 +279,38 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
     def _on_state(self, state):
         self._update_welcome()
         label = STATE_LABELS.get(state, state)
-        if self._loading_spec and (state == "loading" or (state == "idle" and self._startup)):
+        loading = state == EngineStatus.LOADING
+        if self._loading_spec and (loading or (state == EngineStatus.IDLE and self._startup)):
             label = f"Loading {self._model_name(self._loading_spec)}…"
-        self.state_label.setText(label)
-        self.model_menu.set_busy(state == "loading")
-        self.model_picker.set_busy(state == "loading")
-        self.progress.setVisible(state == "loading")
-        if state == "loading":
-            self.progress.setRange(0, 0)
+        self.status.show_state(label)
+        self.models.set_busy(loading)
+        self.status.show_loading(loading)
         self._update_composer()
 
     def _on_models(self, models):
-        self._models = models
         current = self.bridge.current_model
-        self.model_menu.set_models(models, current.id if current else None)
-        self.model_picker.set_models(models, current.id if current else None)
+        self.models.set_models(models, current.id if current else None)
         self.chat_view.refresh_model_names()
         self._suggest_conversation_model()
 
     def _model_name(self, spec):
-        for m in self._models:
-            if m.id == spec:
-                return m.name or m.id
-        if spec == starter_id():  # before the model list arrives: never show the raw id
-            from engine.models.registry import STARTER_NAME
-
+        info = self.models.get(spec)
+        if info is not None:
+            return info.name or info.id
+        if spec == STARTER_ID:  # before the model list arrives: never show the raw id
             return STARTER_NAME
         return Path(str(spec)).name or str(spec)
 
     def _on_model_loaded(self, info):
-        self.progress.setVisible(False)
-        self.model_label.setText(info.name or info.id)
-        self.model_label.setToolTip(info.path)
-        self.model_menu.set_current(info.id)
-        self.model_picker.set_current(info.id)
+        self.status.show_model(info)
+        self.models.set_current(info.id)
         self.notices.dismiss("load")
         if not self.store.read_only:
             try:
                 self.store.set_state("last_model", info.id)
             except ChinwagError:
                 pass
-        self._show_stats(self._stats)
+        self.status.refresh_stats()
         self._update_composer()
         self._suggest_conversation_model()
         self.notices.dismiss("error")  # something worked: an old error no longer applies
@@ -328,11 +319,11 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             self.chat.send_queued()
 
     def _on_load_failed(self, spec, reason):
-        self.progress.setVisible(False)
+        self.status.progress.setVisible(False)
         current = self.bridge.current_model
         keep = f" {current.name or current.id} is still loaded." if current else ""
         self.notices.show_notice("load", f"Could not load {self._model_name(spec)}: {reason}.{keep}", "error")
-        self.statusBar().showMessage(f"Could not load {self._model_name(spec)}", 8000)
+        self.status.showMessage(f"Could not load {self._model_name(spec)}", 8000)
         self._update_composer()
 
     def _update_composer(self):
@@ -345,7 +336,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             )
         elif state == "error":
             self.composer.set_ready(False, f"The engine could not start: {self.bridge.last_error}")
-        elif self.bridge.current_model is None and (state == "loading" or self._startup):
+        elif self.bridge.current_model is None and (state == EngineStatus.LOADING or self._startup):
             self.composer.set_ready(
                 False,
                 f"Loading {self._model_name(self._loading_spec)}… you can send now: your message waits for the model.",
@@ -354,16 +345,51 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         elif self.bridge.current_model is None:
             why = f" ({self.bridge.last_error})" if self.bridge.last_error else ""
             self.composer.set_ready(False, f"No model is loaded{why}. Choose one in the Model menu.")
-        elif state == "loading":
+        elif state == EngineStatus.LOADING:
             self.composer.set_ready(False, f"Switching to {self._model_name(self._loading_spec)}…")
         else:
             self.composer.set_ready(True)
+
+    def _update_welcome(self):
+        model = self.bridge.current_model
+        if model is not None:
+            self.chat_view.welcome.set_model(model.name or model.id, server_url=model.path if model.server else "")
+        elif self._loading_spec and (self.bridge.state in ("starting", EngineStatus.LOADING) or self._startup):
+            self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
+        else:
+            self.chat_view.welcome.set_model("")
+
+    # --- model tasks: import, add folder, download ----------------------
+    def _on_task_progress(self, kind, p):
+        dialog = self.dialogs.download
+        if kind == "download" and dialog is not None:
+            dialog.on_progress(p)
+            return
+        self.status.show_task_progress(p)
+
+    def _on_task_finished(self, kind, info):
+        dialog = self.dialogs.download
+        if kind == "download" and dialog is not None:
+            dialog.on_finished(info)
+        self.status.hide_progress_unless_loading()
+        verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
+        self.notices.show_notice(
+            "model-task", f"{verb} {info.name or info.id}.", "info", ("Load It", lambda: self.load_model(info.id))
+        )
+
+    def _on_task_failed(self, kind, reason):
+        dialog = self.dialogs.download
+        if kind == "download" and dialog is not None:
+            dialog.on_failed(reason)
+        self.status.hide_progress_unless_loading()
+        what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
+        self.show_error(f"{what} failed: {reason}")
 
     # --- status ---------------------------------------------------------
     def _on_generating(self, on):
         self.stop_action.setEnabled(on or self.chat.editing is not None)
         self.regen_action.setEnabled(not on)
-        if not on and self.chat.last_status == "complete":
+        if not on and self.chat.last_status == MessageStatus.COMPLETE:
             self.notices.dismiss("error")  # a reply came through: an old error no longer applies
 
     def _on_conversation_changed(self, conv_id):
@@ -378,8 +404,12 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
         self.header.set_title(title)
         self.header.set_custom_prompt(prompt)
         if not conv_id:
-            self._show_stats(None)
+            self.status.show_stats(None)
         self._suggest_conversation_model()
+
+    def _on_chat_settings_saved(self, conv_id):
+        if conv_id == self.chat.conv_id:
+            self._on_conversation_changed(conv_id)  # the header's system prompt marker
 
     def _suggest_conversation_model(self):
         """A chat that last used another model offers to switch back to it (never automatic)."""
@@ -391,8 +421,8 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
             wanted = self.store.get_conversation(conv_id).model_id
         except ChinwagError:
             return
-        info = next((m for m in self._models if m.id == wanted), None)
-        if info is None or wanted == current.id or info.status == "unusable":
+        info = self.models.get(wanted)
+        if info is None or wanted == current.id or info.status == ModelStatus.UNUSABLE:
             return
         name = info.name or info.id
         self.notices.show_notice(
@@ -410,7 +440,7 @@ class MainWindow(WindowDialogs, WindowKeys, WindowStatus, QMainWindow):
 
     def show_error(self, text):
         self.notices.show_notice("error", text, "error", timeout_ms=ERROR_BANNER_MS)
-        self.statusBar().showMessage(text.split("\n")[0][:200], 10000)
+        self.status.showMessage(text.split("\n")[0][:200], 10000)
 
     def _offer_undo(self, conv_id, title):
         self.notices.show_notice(

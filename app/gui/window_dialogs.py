@@ -1,17 +1,22 @@
-"""The window's dialogs: export and import conversations, settings, and model imports.
+"""The window's dialogs: export and import conversations, settings, model imports, the
+shortcuts sheet.
 
-A mixin of MainWindow, kept apart so each file reads in one sitting. Every dialog is
-opened with open() (never exec()), so nothing here blocks the event loop.
+Composed into MainWindow: WindowDialogs owns the dialogs kept alive while open (and the
+download dialog, which the bridge's task signals update) and tells the window what happened
+through signals. Every dialog is opened with open() (never exec()), so nothing here blocks the
+event loop.
 """
 
 from pathlib import Path
 
-from PySide6.QtCore import QStandardPaths, QUrl
+from PySide6.QtCore import QObject, QStandardPaths, QUrl, Signal
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
 from app.gui.models.download_dialog import CatalogueDownloadDialog
-from app.gui.settings.dialog import DEFAULTS_KEY, SettingsDialog, effective, load_defaults, overrides
+from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
+from app.gui.window_keys import ShortcutsDialog
 from app.transcripts import export
 from engine.errors import ChinwagError
 
@@ -31,18 +36,30 @@ def open_url(url: QUrl) -> bool:
     return QDesktopServices.openUrl(url)
 
 
-class WindowDialogs:
-    # --- dialogs ----------------------------------------------------------
-    def _keep(self, dialog):
-        self._dialogs.append(dialog)
-        dialog.finished.connect(lambda *_: self._dialogs.remove(dialog) if dialog in self._dialogs else None)
+class WindowDialogs(QObject):
+    error = Signal(str)
+    closed = Signal()  # a dialog closed: typing goes back to the composer
+    appSettingsSaved = Signal()  # Preferences were saved: the look may have changed
+    chatSettingsSaved = Signal(object)  # a chat's settings were saved (conv id)
+
+    def __init__(self, window, store, bridge, chat, models, status):
+        super().__init__(window)
+        self.window = window  # every dialog's parent
+        self.store, self.bridge, self.chat, self.models, self.status = store, bridge, chat, models, status
+        self.open_dialogs: list = []  # non-modal dialogs kept alive while open
+        self.download = None  # the download dialog while it is open
+
+    def keep(self, dialog):
+        """Open a non-modal dialog and keep it alive until it closes."""
+        self.open_dialogs.append(dialog)
+        dialog.finished.connect(lambda *_: self.open_dialogs.remove(dialog) if dialog in self.open_dialogs else None)
         dialog.finished.connect(dialog.deleteLater)
-        dialog.finished.connect(lambda *_: self.focus_composer())  # back to typing
+        dialog.finished.connect(lambda *_: self.closed.emit())  # back to typing
         dialog.open()
         return dialog
 
     def _file_dialog(self, title, mode, filters, on_selected, save_name=""):
-        dialog = QFileDialog(self, title)
+        dialog = QFileDialog(self.window, title)
         dialog.setFileMode(mode)
         if mode == QFileDialog.FileMode.AnyFile:
             dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
@@ -53,11 +70,11 @@ class WindowDialogs:
         if save_name:
             dialog.selectFile(save_name)
         dialog.fileSelected.connect(lambda path: on_selected(path, dialog.selectedNameFilter()))
-        return self._keep(dialog)
+        return self.keep(dialog)
 
     def export_dialog(self):
         if not self.chat.conv_id:
-            self.show_error("There is no conversation to export yet.")
+            self.error.emit("There is no conversation to export yet.")
             return None
         conv = self.store.get_conversation(self.chat.conv_id)
         filters = list(EXPORT_FILTERS.values())
@@ -76,7 +93,7 @@ class WindowDialogs:
 
     def export_to(self, path, fmt=None) -> bool:
         if not self.chat.conv_id:
-            self.show_error("There is no conversation to export yet.")
+            self.error.emit("There is no conversation to export yet.")
             return False
         self.chat.save_partial()
         fmt = fmt or Path(path).suffix.lstrip(".") or "md"
@@ -84,12 +101,12 @@ class WindowDialogs:
             conv = self.store.get_conversation(self.chat.conv_id)
             written = export.export_conversation(conv, fmt, path)
         except ChinwagError as e:
-            self.show_error(f"Export failed: {e}")
+            self.error.emit(f"Export failed: {e}")
             return False
         except OSError as e:
-            self.show_error(f"Export failed: cannot write {path}: {e.strerror or e}")
+            self.error.emit(f"Export failed: cannot write {path}: {e.strerror or e}")
             return False
-        self.statusBar().showMessage(f"Exported to {written}", 8000)
+        self.status.showMessage(f"Exported to {written}", 8000)
         return True
 
     def import_dialog(self):
@@ -104,18 +121,18 @@ class WindowDialogs:
         try:
             conv = export.import_conversation(self.store, path)
         except ChinwagError as e:
-            self.show_error(f"Import failed: {e}")
+            self.error.emit(f"Import failed: {e}")
             return False
         self.chat.refresh_list()
         self.chat.open_conversation(conv.id)
-        self.statusBar().showMessage(f"Imported “{conv.title}”", 8000)
+        self.status.showMessage(f"Imported “{conv.title}”", 8000)
         return True
 
     def preferences_dialog(self):
         defaults = load_defaults(self.store)
-        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self._models, self)
+        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self.models.models, self.window)
         dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
-        return self._keep(dialog)
+        return self.keep(dialog)
 
     def save_preferences(self, values: dict, app_values: dict | None = None):
         try:
@@ -123,30 +140,31 @@ class WindowDialogs:
             if app_values is not None:
                 self.store.set_state(APP_KEY, app_values)
         except ChinwagError as e:
-            self.show_error(f"Preferences not saved: {e}")
+            self.error.emit(f"Preferences not saved: {e}")
             return
-        self.apply_app_settings()
+        self.appSettingsSaved.emit()
 
     def chat_settings_dialog(self):
         try:
             conv_id = self.chat.ensure_conversation()
             conv = self.store.get_conversation(conv_id)
         except ChinwagError as e:
-            self.show_error(str(e))
+            self.error.emit(str(e))
             return None
         defaults = load_defaults(self.store)
-        dialog = SettingsDialog(effective(conv.settings, defaults), defaults, f"Settings for “{conv.title}”", self)
+        dialog = SettingsDialog(
+            effective(conv.settings, defaults), defaults, f"Settings for “{conv.title}”", self.window
+        )
         dialog.accepted.connect(lambda: self.save_chat_settings(conv_id, dialog.values()))
-        return self._keep(dialog)
+        return self.keep(dialog)
 
     def save_chat_settings(self, conv_id, values: dict):
         try:
             self.store.update_settings(conv_id, overrides(values, load_defaults(self.store)))
         except ChinwagError as e:
-            self.show_error(f"Settings not saved: {e}")
+            self.error.emit(f"Settings not saved: {e}")
             return
-        if conv_id == self.chat.conv_id:
-            self._on_conversation_changed(conv_id)  # the header's system prompt marker
+        self.chatSettingsSaved.emit(conv_id)
 
     # --- models: import, add, download, folder -----------------------------
     def import_gguf_dialog(self):
@@ -163,47 +181,21 @@ class WindowDialogs:
         )
 
     def download_dialog(self):
-        dialog = CatalogueDownloadDialog(self, installed=[m.id for m in self._models])
+        dialog = CatalogueDownloadDialog(self.window, installed=[m.id for m in self.models.models])
         dialog.searchRequested.connect(self.bridge.search_models)
         self.bridge.searchFinished.connect(dialog.on_search_results)
         self.bridge.searchFailed.connect(dialog.on_search_failed)
         dialog.downloadRequested.connect(self.bridge.download_model)
         dialog.cancelRequested.connect(self.bridge.cancel_download)
-        self._download = dialog
-        dialog.finished.connect(lambda *_: setattr(self, "_download", None))
-        return self._keep(dialog)
+        self.download = dialog
+        dialog.finished.connect(lambda *_: setattr(self, "download", None))
+        return self.keep(dialog)
 
     def show_models_folder(self):
         from engine.paths import models_dir
 
         if not open_url(QUrl.fromLocalFile(str(models_dir()))):
-            self.show_error(f"Could not open {models_dir()}")
+            self.error.emit(f"Could not open {models_dir()}")
 
-    def _on_task_progress(self, kind, p):
-        dialog = getattr(self, "_download", None)
-        if kind == "download" and dialog is not None:
-            dialog.on_progress(p)
-            return
-        self.progress.setVisible(True)
-        if p.total:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
-        self.statusBar().showMessage(p.stage, 5000)
-
-    def _on_task_finished(self, kind, info):
-        dialog = getattr(self, "_download", None)
-        if kind == "download" and dialog is not None:
-            dialog.on_finished(info)
-        self.progress.setVisible(self.bridge.state == "loading")
-        verb = {"import": "Imported", "folder": "Added", "download": "Downloaded"}.get(kind, "Added")
-        self.notices.show_notice(
-            "model-task", f"{verb} {info.name or info.id}.", "info", ("Load It", lambda: self.load_model(info.id))
-        )
-
-    def _on_task_failed(self, kind, reason):
-        dialog = getattr(self, "_download", None)
-        if kind == "download" and dialog is not None:
-            dialog.on_failed(reason)
-        self.progress.setVisible(self.bridge.state == "loading")
-        what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
-        self.show_error(f"{what} failed: {reason}")
+    def shortcuts_dialog(self):
+        return self.keep(ShortcutsDialog(self.window))

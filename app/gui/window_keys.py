@@ -1,7 +1,9 @@
-"""The window's keyboard side: focus, the Edit menu, copy the last reply, the sidebar toggle
-and Help › Keyboard Shortcuts. A mixin of MainWindow, like WindowDialogs."""
+"""The window's keyboard side: focus, the Edit menu's actions, Undo, copy the last reply, the
+chat list toggle, and the Keyboard Shortcuts sheet. Composed into MainWindow: WindowKeys owns
+the chat list toggle's action and reaches only the widgets it is given."""
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -14,7 +16,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.gui.shortcuts import SHEET, key_text
+from app.core.store import MessageRole
+from app.gui.shortcuts import SHEET, TOGGLE_SIDEBAR, key_text
 
 
 class ShortcutsDialog(QDialog):
@@ -38,7 +41,19 @@ class ShortcutsDialog(QDialog):
         layout.addWidget(buttons)
 
 
-class WindowKeys:
+class WindowKeys(QObject):
+    def __init__(self, window, composer, sidebar, chat_view, chat, status):
+        super().__init__(window)
+        self.window, self.composer, self.sidebar = window, composer, sidebar
+        self.chat_view, self.chat, self.status = chat_view, chat, status
+        # View › Show Chat List: checked while the list shows.
+        self.sidebar_action = QAction("Show Chat List", window)
+        self.sidebar_action.setObjectName("Show Chat List")
+        self.sidebar_action.setShortcut(QKeySequence(TOGGLE_SIDEBAR))
+        self.sidebar_action.setCheckable(True)
+        self.sidebar_action.setChecked(True)
+        self.sidebar_action.triggered.connect(lambda _checked=False: self.toggle_sidebar())
+
     def toggle_sidebar(self):
         shown = self.sidebar.isHidden()
         self.sidebar.setVisible(shown)
@@ -50,9 +65,9 @@ class WindowKeys:
     def focus_composer(self):
         self.composer.editor.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def _focus_after_switch(self):
+    def focus_after_switch(self):
         """After a chat opens, typing goes to the composer (unless the user is in the list or search)."""
-        if self.focusWidget() not in (self.sidebar.list, self.sidebar.search):
+        if self.window.focusWidget() not in (self.sidebar.list, self.sidebar.search):
             self.focus_composer()
 
     def undo(self):
@@ -63,9 +78,10 @@ class WindowKeys:
         elif isinstance(focused, (QPlainTextEdit, QTextEdit)) and focused.document().isUndoAvailable():
             focused.undo()
         elif not self.chat.undo_last_delete():
-            self.statusBar().showMessage("Nothing to undo", 3000)
+            self.status.showMessage("Nothing to undo", 3000)
 
-    def edit_focused(self, name: str):
+    @staticmethod
+    def edit_focused(name: str):
         """Cut/Copy/Paste/Select All on the focused text (the menu's own entries)."""
         focused = QApplication.focusWidget()
         slot = {"Cut": "cut", "Copy": "copy", "Paste": "paste", "Select All": "selectAll"}[name]
@@ -73,14 +89,11 @@ class WindowKeys:
             getattr(focused, slot)()
 
     def copy_last_reply(self) -> bool:
-        replies = [w for w in self.chat_view.message_widgets() if w.role == "assistant"]
+        replies = [w for w in self.chat_view.message_widgets() if w.role == MessageRole.ASSISTANT]
         if not replies:
-            self.statusBar().showMessage("There is no reply to copy yet", 3000)
+            self.status.showMessage("There is no reply to copy yet", 3000)
             return False
         self.chat.copy_message(replies[-1].message_id)
         replies[-1].show_copied()
-        self.statusBar().showMessage("Copied the last reply", 3000)
+        self.status.showMessage("Copied the last reply", 3000)
         return True
-
-    def shortcuts_dialog(self):
-        return self._keep(ShortcutsDialog(self))

@@ -1,24 +1,28 @@
-"""The window's status: the status bar (model, load progress, context, KV memory, state)
-and the welcome state's model line. A mixin of MainWindow, like WindowDialogs."""
+"""The window's status bar: the loaded model, load progress, context, KV memory and the engine's
+state. A widget of its own, composed into MainWindow: it owns its labels and the stats it shows,
+and reads the bridge only for the loaded model and its KV memory."""
 
-from PySide6.QtWidgets import QLabel, QProgressBar
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.gui.chat.controller import reading_text
 from app.gui.chat.message_widget import format_bytes
+from engine.types import EngineStatus
 
 STATE_LABELS = {
-    "starting": "Starting engine…",
-    "idle": "No model",
-    "loading": "Loading model…",
-    "ready": "Ready",
-    "generating": "Generating…",
+    "starting": "Starting engine…",  # the bridge's own states, before and instead of the engine's
+    EngineStatus.IDLE: "No model",
+    EngineStatus.LOADING: "Loading model…",
+    EngineStatus.READY: "Ready",
+    EngineStatus.GENERATING: "Generating…",
     "error": "Engine error",
 }
 
 
-class WindowStatus:
-    def _build_status_bar(self):
-        bar = self.statusBar()
+class StatusBar(QStatusBar):
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.stats = None  # the stats shown (TurnStats or a stats dict)
         self.model_label = QLabel("No model")
         self.model_label.setObjectName("statusModel")
         self.progress = QProgressBar()
@@ -31,12 +35,33 @@ class WindowStatus:
         self.kv_label.setObjectName("statusKV")
         self.state_label = QLabel(STATE_LABELS["starting"])
         self.state_label.setObjectName("statusState")
-        bar.addWidget(self.model_label)
-        bar.addWidget(self.progress)
+        self.addWidget(self.model_label)
+        self.addWidget(self.progress)
         for label in (self.context_label, self.kv_label, self.state_label):
-            bar.addPermanentWidget(label)
+            self.addPermanentWidget(label)
 
-    def _on_load_progress(self, p):
+    def show_state(self, text: str):
+        self.state_label.setText(text)
+
+    def show_engine_state(self):
+        """The bridge's state in words ("Ready", "Generating…")."""
+        self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+
+    def show_loading(self, loading: bool):
+        """A model load started (a busy bar until its progress arrives) or ended."""
+        self.progress.setVisible(loading)
+        if loading:
+            self.progress.setRange(0, 0)
+
+    def hide_progress_unless_loading(self):
+        self.progress.setVisible(self.bridge.state == EngineStatus.LOADING)
+
+    def show_model(self, info):
+        self.progress.setVisible(False)
+        self.model_label.setText(info.name or info.id)
+        self.model_label.setToolTip(info.path)
+
+    def show_load_progress(self, p):
         self.progress.setVisible(True)
         stage = p.stage or "Loading"
         text = stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else "")
@@ -49,8 +74,16 @@ class WindowStatus:
             self.progress.setRange(0, 0)  # a step with no measure: a busy bar, never a fake 0%
         self.state_label.setText(text)
 
-    def _show_stats(self, stats):
-        self._stats = stats
+    def show_task_progress(self, p):
+        """An import, folder or download outside its dialog: the bar, and its stage for a while."""
+        self.progress.setVisible(True)
+        if p.total:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
+        self.showMessage(p.stage, 5000)
+
+    def show_stats(self, stats):
+        self.stats = stats
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
         model = self.bridge.current_model
         limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
@@ -61,21 +94,16 @@ class WindowStatus:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
 
-    def _show_reading(self, progress):
-        """While a prompt is read: its progress, and the context it will fill, in the status bar."""
+    def refresh_stats(self):
+        """The same stats again (the model, and so the context limit or KV memory, changed)."""
+        self.show_stats(self.stats)
+
+    def show_reading(self, progress):
+        """While a prompt is read: its progress, and the context it will fill."""
         if progress is None:
-            self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+            self.show_engine_state()
             return
         if progress.done < progress.total:
             self.state_label.setText(reading_text(progress))
         if progress.context_limit:
             self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
-
-    def _update_welcome(self):
-        model = self.bridge.current_model
-        if model is not None:
-            self.chat_view.welcome.set_model(model.name or model.id, server_url=model.path if model.server else "")
-        elif self._loading_spec and (self.bridge.state in ("starting", "loading") or self._startup):
-            self.chat_view.welcome.set_model(self._model_name(self._loading_spec), loading=True)
-        else:
-            self.chat_view.welcome.set_model("")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from app.core.message_tree import active_path
-from app.core.settings_check import settings_problems
+from app.core.settings import settings_problems
 from app.core.store import STATUSES, Conversation, Message
 from app.transcripts import highlight
 

@@ -66,7 +66,7 @@ def child(tokens: int) -> dict:
         t = time.perf_counter()
         await engine.load_model(registry.STARTER_ID)
         out["load_s"] = time.perf_counter() - t
-        model = engine._session.model  # read only: how the engine loaded it
+        model = engine._local.session.model  # read only: how the engine loaded it
         out["quantized"] = any(hasattr(m, "bits") for _, m in model.named_modules())
         warm = ([{"role": "user", "content": "Hi"}], GenerationParams(temperature=0.0, max_tokens=2))
         measured = ([{"role": "user", "content": PROMPT}], GenerationParams(temperature=0.0, max_tokens=tokens))

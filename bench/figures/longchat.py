@@ -177,7 +177,7 @@ class RotatingChat:
 
 
 def chat(session, model, tokenizer, turns, cap, reply_tokens):
-    from engine import GenerationParams, TextDelta
+    from engine import GenerationParams
 
     sides = {"chinwag": None, "exact_fit": 1.0}
     rows = {k: [] for k in list(sides) + ["mlx_lm"]}
@@ -191,19 +191,12 @@ def chat(session, model, tokenizer, turns, cap, reply_tokens):
             if side == "mlx_lm":
                 r, text = rotating.turn(history[side], reply_tokens)
             else:
-                parts = []
                 params = GenerationParams(
                     temperature=0.0, max_tokens=reply_tokens, context_cap=cap, low_water=sides[side]
                 )
                 t0 = time.perf_counter()
-                stats = session.chat(
-                    f"bench-longchat-{side}",
-                    history[side],
-                    params,
-                    lambda: False,
-                    lambda d, parts=parts: parts.append(d.text) if isinstance(d, TextDelta) else None,
-                )
-                text = "".join(parts)
+                result = session.chat(f"bench-longchat-{side}", history[side], params, lambda: False, lambda d: None)
+                stats, text = result.stats, result.text
                 r = {
                     "ttft_s": stats.ttft_s,
                     "prompt_tokens": stats.prompt_tokens,

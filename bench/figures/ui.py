@@ -87,8 +87,8 @@ def child_stream(model_path: str, tokens: int):
 
     import qasync
 
+    from app.core.settings import DEFAULTS_KEY
     from app.core.store import Store
-    from app.gui.settings.dialog import DEFAULTS_KEY
     from app.gui.window import MainWindow
     from engine.api import Engine
 

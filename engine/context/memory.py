@@ -85,6 +85,9 @@ class ConversationCaches:
         self.model_key = ""
         self.layout: CacheLayout | None = None  # what a saved cache must hold for the loaded model
         self._caches: OrderedDict[str, ConversationCache] = OrderedDict()
+        # The draft model's cache of each conversation (speculative decoding): under the same
+        # budget, evicted with its conversation, never saved (recomputed from the ids).
+        self._drafts: dict[str, ConversationCache] = {}
         self.stats = MemoryStats()
 
     def set_model(self, model_path: str, layout: CacheLayout | None = None) -> None:
@@ -94,6 +97,7 @@ class ConversationCaches:
             self.save_all()
         finally:
             self._caches.clear()
+            self._drafts.clear()
             self.model_key, self.layout = "", None  # nothing saved or restored if the key cannot be made
             self.model_key = weights_identity(model_path)
             self.layout = layout
@@ -101,6 +105,20 @@ class ConversationCaches:
     @property
     def total_bytes(self) -> int:
         return sum(c.nbytes for c in self._caches.values())
+
+    @property
+    def draft_bytes(self) -> int:
+        return sum(c.nbytes for c in self._drafts.values())
+
+    def draft(self, conv_id: str) -> ConversationCache | None:
+        return self._drafts.get(conv_id)
+
+    def put_draft(self, conv_id: str, cache: ConversationCache) -> None:
+        self._drafts[conv_id] = cache
+
+    def drop_drafts(self) -> None:
+        """Another draft model: every draft cache goes."""
+        self._drafts.clear()
 
     def report(self) -> MemoryReport:
         caches = list(self._caches.values())
@@ -114,6 +132,8 @@ class ConversationCaches:
             restores=self.stats.restores,
             save_seconds=self.stats.save_seconds,
             restore_seconds=self.stats.restore_seconds,
+            draft_bytes=self.draft_bytes,
+            draft_caches=len(self._drafts),
         )
 
     def __len__(self):
@@ -138,13 +158,14 @@ class ConversationCaches:
         self._caches.move_to_end(conv_id)
 
     def enforce(self, keep: str = "") -> list:
-        """Evict least recently used caches (never `keep`) until the budget holds."""
+        """Evict least recently used caches (never `keep`), each with its draft cache, until the budget holds."""
         evicted = []
-        while self.total_bytes > self.budget_bytes:
+        while self.total_bytes + self.draft_bytes > self.budget_bytes:
             victim = next((cid for cid in self._caches if cid != keep), None)
             if victim is None:
                 break
             self._save(victim, self._caches.pop(victim))
+            self._drafts.pop(victim, None)
             self.stats.evictions += 1
             evicted.append(victim)
         if evicted:
@@ -202,6 +223,7 @@ class ConversationCaches:
         """Drop a conversation's cache, and its saved file under every model (a deleted chat's
         text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
+        self._drafts.pop(conv_id, None)
         forget_saved_caches(conv_id, self.save_dir)
 
     # --- disk --------------------------------------------------------------

@@ -1,19 +1,30 @@
 """One chat turn on the engine thread: trim to the common prefix, prefill the rest, decode.
 
+Decoding is a token generator (plain: engine/local/decoding.py, speculative:
+engine/local/speculative.py) and one consumer here, `run_turn`, that emits each token's text
+and ends the turn (end of sequence, Stop, max_tokens, the context limit).
+
 Invariant: when a turn ends for any reason, the conversation's cache holds exactly its
 `token_ids`: the prompt plus every token emitted.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from engine.context.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
-from engine.local.speculative import Sampling, Speculator, can_speculate, speculation_enabled
+from engine.local.decoding import REPETITION_CONTEXT, TokenSampler, generate_step
+from engine.local.speculative import (
+    Sampling,
+    Speculator,
+    can_speculate,
+    speculation_enabled,
+    speculative_generate_step,
+)
 from engine.log import report_bug
 from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 
@@ -23,7 +34,6 @@ from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 PREFILL_FIRST_STEP = 32
 PREFILL_MAX_STEP = 512
 PREFILL_CHUNK_SECONDS = 0.25
-REPETITION_CONTEXT = 64
 
 
 @dataclass
@@ -32,24 +42,6 @@ class TurnInput:
     context_limit: int
     dropped_messages: int = 0
     progress: Callable[[int, int], None] | None = None  # (done, total) while reading the prompt
-
-
-def _sampler(params: GenerationParams):
-    return make_sampler(
-        temp=params.temperature,
-        top_p=params.top_p if params.top_p < 1 else 0.0,
-        min_p=params.min_p,
-        top_k=params.top_k,
-    )
-
-
-def _processors(params: GenerationParams):
-    found = []
-    if params.repetition_penalty and params.repetition_penalty != 1.0:
-        found = make_logits_processors(
-            repetition_penalty=params.repetition_penalty, repetition_context_size=REPETITION_CONTEXT
-        )
-    return [*found, *params.logits_processors]
 
 
 def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
@@ -131,6 +123,70 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop)
     return reused, done, reused + done == len(target_ids)
 
 
+class _Reply:
+    """The consumer: takes tokens from a generator, emits their text, decides when the turn ends."""
+
+    def __init__(self, tokenizer, turn: TurnInput, params: GenerationParams, should_stop, emit, started: float):
+        self.eos = set(tokenizer.eos_token_ids)
+        self.detok = tokenizer.detokenizer
+        self.detok.reset()
+        self.should_stop, self.emit, self.started = should_stop, emit, started
+        self.max_new = max(0, min(params.max_tokens, turn.context_limit - len(turn.prompt_ids)))
+        self.whole = self.max_new == params.max_tokens  # False: the context limit cuts the reply
+        self.emitted: list[int] = []
+        self.first_at: float | None = None
+
+    def take(self, tokens: Generator[int, None, None]) -> FinishReason:
+        """Consume tokens until the turn ends; the generator is closed then (it trims what was not taken)."""
+        with closing(tokens):
+            for tok in tokens:
+                ended = self.push(tok)
+                if ended:
+                    return ended
+        return FinishReason.LENGTH  # not reached: the generators never end
+
+    def push(self, tok: int) -> FinishReason | None:
+        """Emit one token; returns why the turn ends, or None."""
+        self.emitted.append(tok)
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
+        if tok in self.eos:
+            return FinishReason.STOP
+        self.detok.add_token(tok)
+        # One event per token, text or not: a partial UTF-8 character has none yet.
+        self.emit(TextDelta(self.detok.last_segment, (tok,)))
+        if self.should_stop():
+            return FinishReason.CANCELLED
+        if len(self.emitted) >= self.max_new:
+            return FinishReason.LENGTH if self.whole else FinishReason.CONTEXT
+        return None
+
+    def flush(self) -> None:
+        """The text the detokenizer still holds."""
+        self.detok.finalize()
+        tail = self.detok.last_segment
+        if tail:
+            self.emit(TextDelta(tail, ()))
+
+    @property
+    def ttft(self) -> float:
+        return self.first_at - self.started if self.first_at is not None else 0.0
+
+    def decode_tps(self) -> float:
+        decode_time = time.perf_counter() - self.first_at if self.first_at else 0.0
+        return max(0, len(self.emitted) - 1) / decode_time if decode_time > 0 else 0.0
+
+
+def _speculator(params: GenerationParams, drafter, conv: ConversationCache, prompt_ids: list, sampling: TokenSampler):
+    """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
+    if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
+        return None
+    rule = Sampling(
+        params.temperature, params.top_p, params.top_k, params.min_p, sampling.processors, REPETITION_CONTEXT
+    )
+    return Speculator(prompt_ids, rule, drafter=drafter)
+
+
 def run_turn(
     model,
     tokenizer,
@@ -141,101 +197,30 @@ def run_turn(
     emit: Callable[[TextDelta], None],
     drafter=None,
 ) -> TurnStats:
-    """`drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation."""
+    """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
+
+    `drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation.
+    """
     started = time.perf_counter()
-    prompt_ids = turn.prompt_ids
     if params.seed is not None:
         mx.random.seed(params.seed)
-    sampler, processors = _sampler(params), _processors(params)
-    eos = set(tokenizer.eos_token_ids)
-    max_new = max(0, min(params.max_tokens, turn.context_limit - len(prompt_ids)))
-    history = mx.array(prompt_ids[-REPETITION_CONTEXT:]) if processors else None
-
-    def sample(logits):
-        nonlocal history
-        if processors:
-            for p in processors:
-                logits = p(history, logits)
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return sampler(logprobs)
-
-    detok = tokenizer.detokenizer
-    detok.reset()
-    emitted, finish, ttft, first_at, error = [], FinishReason.LENGTH, 0.0, None, ""
-    reused = prefilled = 0
-    prefill_done = started
-    spec = None
-    if speculation_enabled(params, drafter) and can_speculate(conv.layers):
-        spec = Speculator(
-            prompt_ids,
-            Sampling(params.temperature, params.top_p, params.top_k, params.min_p, processors, REPETITION_CONTEXT),
-            drafter=drafter,
-        )
-
-    def push(tok):
-        """Emit one token; returns why the turn ends, or None."""
-        nonlocal first_at, ttft
-        emitted.append(tok)
-        conv.token_ids.append(tok)
-        if first_at is None:
-            first_at = time.perf_counter()
-            ttft = first_at - started
-        if tok in eos:
-            return FinishReason.STOP
-        detok.add_token(tok)
-        # One event per token, text or not: a partial UTF-8 character has none yet.
-        emit(TextDelta(detok.last_segment, (tok,)))
-        if should_stop():
-            return FinishReason.CANCELLED
-        if len(emitted) >= max_new:
-            return FinishReason.LENGTH if max_new == params.max_tokens else FinishReason.CONTEXT
-        return None
-
+    sampling = TokenSampler(params, turn.prompt_ids)
+    reply = _Reply(tokenizer, turn, params, should_stop, emit, started)
+    spec = _speculator(params, drafter, conv, turn.prompt_ids, sampling)
+    finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
     try:
-        logits, reused, prefilled = prefill(model, conv, prompt_ids, should_stop, turn.progress)
+        logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress)
         prefill_done = time.perf_counter()
         if logits is None:
             finish = FinishReason.CANCELLED
-        y = sample(logits) if max_new and logits is not None else None
-        if y is not None:
+        elif reply.max_new:
+            y = sampling.sample(logits)
             mx.async_eval(y)
-        while y is not None:
-            if spec is not None and spec.drafting:
-                pending = y.item()
-                # Never draft past what the turn may emit: the cache stays within the limit.
-                draft = spec.draft(pending, max_new - len(emitted) - 1)
-                if draft:
-                    verdict = spec.verify(model, conv.layers, pending, draft, history)
-                    out = [pending] + draft[: verdict.accepted]
-                    if processors:
-                        history = mx.concatenate([history, mx.array(out)])[-REPETITION_CONTEXT:]
-                    ended = None
-                    for tok in out:
-                        ended = push(tok)
-                        if ended:
-                            break
-                    # The rejected draft, and accepted tokens past a stop, leave the cache.
-                    conv.repair()
-                    if ended:
-                        finish = ended
-                        break
-                    y = mx.array([verdict.next_token])
-                    continue
-            # Feed y before reading it, so the next step overlaps the hand-off (mlx-lm's pipelining).
-            # The forward pass writes y's keys and values: every emitted token is in the cache.
-            next_logits = model(y[None], cache=conv.layers)[:, -1, :]
-            if processors:
-                history = mx.concatenate([history, y])[-REPETITION_CONTEXT:]
-            next_y = sample(next_logits)
-            mx.async_eval(next_y)
-            tok = y.item()
-            if spec is not None:
-                spec.observe(tok)
-            ended = push(tok)
-            if ended:
-                finish = ended
-                break
-            y = next_y
+            if spec is None:
+                tokens = generate_step(model, conv, y, sampling)
+            else:
+                tokens = speculative_generate_step(model, conv, y, sampling, spec, reply.max_new)
+            finish = reply.take(tokens)
         conv.eval()
     except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
         finish = FinishReason.ERROR
@@ -243,23 +228,17 @@ def run_turn(
         conv.repair()
     if spec is not None:
         spec.finish(conv.token_ids)
-    detok.finalize()
-    tail = detok.last_segment
-    if tail:
-        emit(TextDelta(tail, ()))
-    if finish == FinishReason.LENGTH and max_new == 0 and params.max_tokens:
+    reply.flush()
+    if finish == FinishReason.LENGTH and reply.max_new == 0 and params.max_tokens:
         finish = FinishReason.CONTEXT
-    now = time.perf_counter()
-    decode_time = now - first_at if first_at else 0.0
-    decoded = max(0, len(emitted) - 1)
     prefill_time = prefill_done - started
     return TurnStats(
-        prompt_tokens=len(prompt_ids),
+        prompt_tokens=len(turn.prompt_ids),
         reused_tokens=reused,
         prefilled_tokens=prefilled,
-        generated_tokens=len(emitted),
-        ttft_s=ttft,
-        decode_tps=decoded / decode_time if decode_time > 0 else 0.0,
+        generated_tokens=len(reply.emitted),
+        ttft_s=reply.ttft,
+        decode_tps=reply.decode_tps(),
         prefill_tps=prefilled / prefill_time if prefill_time > 0 else 0.0,
         kv_capacity=conv.capacity,
         kv_offset=conv.offset,
@@ -267,8 +246,8 @@ def run_turn(
         context_limit=turn.context_limit,
         finish_reason=finish,
         dropped_messages=turn.dropped_messages,
-        prompt_ids=tuple(prompt_ids),
-        reply_ids=tuple(emitted),
+        prompt_ids=tuple(turn.prompt_ids),
+        reply_ids=tuple(reply.emitted),
         error=error,
         drafted_tokens=spec.drafted if spec else 0,
         accepted_tokens=spec.accepted if spec else 0,

@@ -6,6 +6,7 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,14 @@ def context_length_of(model_path: Path) -> int:
     return DEFAULT_CONTEXT_LENGTH
 
 
+@dataclass(frozen=True)
+class TurnResult:
+    """What a turn returns from the engine thread: its stats, and the reply's text (collected once, here)."""
+
+    stats: TurnStats
+    text: str
+
+
 class Session:
     def __init__(self, kv_initial_capacity: int | None = None, memory_budget_bytes: int | None = None):
         self.kv_initial_capacity = kv_initial_capacity
@@ -53,8 +62,8 @@ class Session:
         self.tokenizer: Any = None
         self.info: ModelInfo | None = None
         self.context_length = 0
-        self._draft: tuple | None = None  # (spec, model) of the draft model, checked against the main tokenizer
-        self.draft_caches: dict = {}  # conv id -> the draft model's ConversationCache
+        # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
+        self._draft: tuple | None = None
 
     def warm_up(self) -> None:
         """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
@@ -74,7 +83,6 @@ class Session:
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self._draft = None
-        self.draft_caches.clear()
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length))
         report(LoadProgress("Ready", 1, 1))
@@ -131,7 +139,8 @@ class Session:
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
-    ) -> TurnStats:
+    ) -> TurnResult:
+        """Run one turn; `emit` gets its events. The history records the reply's text, which is also returned."""
         params = params or GenerationParams()
         messages = check_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
@@ -165,7 +174,7 @@ class Session:
         self.caches.enforce(keep=conv_id)
         if params.tools:
             stats = self.with_tool_calls(stats, reply, params)
-        return stats
+        return TurnResult(stats, reply)
 
     def with_tool_calls(self, stats: TurnStats, reply: str, params: GenerationParams) -> TurnStats:
         off = tools_off_reason(self.tokenizer)
@@ -182,7 +191,6 @@ class Session:
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
-        self.draft_caches.pop(conv_id, None)
 
     def draft_model(self, spec: str):
         """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
@@ -197,14 +205,15 @@ class Session:
         if not supports_contiguous_cache(model):
             raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
         self._draft = (spec, model)
-        self.draft_caches.clear()
+        self.caches.drop_drafts()
         return model
 
     def drafter(self, conv_id: str, spec: str) -> ModelDrafter:
         model = self.draft_model(spec)
-        cache = self.draft_caches.get(conv_id)
+        cache = self.caches.draft(conv_id)
         if cache is None:
-            cache = self.draft_caches[conv_id] = ConversationCache.create(model, MIN_INITIAL_CAPACITY)
+            cache = ConversationCache.create(model, MIN_INITIAL_CAPACITY)
+            self.caches.put_draft(conv_id, cache)
         return ModelDrafter(model, cache, prefill)
 
     def kv_bytes(self) -> int:

@@ -6,18 +6,22 @@ Drafts copy the tokens that followed the most recent earlier occurrence of the l
 the pending token and the draft through the model at once; with greedy sampling it accepts
 exactly the tokens plain decoding would produce, and with temperature > 0 it applies the
 speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the distribution of
-the reply is unchanged. The caller trims the rejected positions from the cache.
+the reply is unchanged. `speculative_generate_step` yields the tokens plain decoding's
+`generate_step` (engine/local/decoding.py) would, and trims the rejected positions from the cache.
 
 Runs on the engine thread only.
 """
 
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
+from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
+from engine.local.decoding import TokenSampler, plain_step
 from engine.types import speculative_default
 
 MAX_NGRAM = 3
@@ -238,6 +242,41 @@ class Sampling:
             row = row.at[draft[n]].multiply(0.0)  # the residual max(0, p - q)
         token = mx.random.categorical(mx.log(row)).item()
         return Verdict(n, token)
+
+
+def speculative_generate_step(
+    model, conv: ConversationCache, y, sampling: TokenSampler, spec: Speculator, room: int
+) -> Generator[int, None, None]:
+    """The tokens of plain decoding from y, several per pass while drafts are accepted, forever.
+
+    `room`: how many tokens the consumer may take; a draft never passes it, so the cache stays
+    within the turn's limit. Drafting pauses and resumes with its acceptance rate (plain steps
+    meanwhile). Each yielded token is in the cache and `conv.token_ids`; the rejected draft, and
+    accepted tokens the consumer did not take (closing this generator), leave the cache.
+    """
+    yielded = 0
+    while True:
+        draft: list = []
+        if spec.drafting:
+            pending = y.item()
+            draft = spec.draft(pending, room - yielded - 1)
+        if not draft:
+            tok, y = plain_step(model, conv, y, sampling)
+            spec.observe(tok)
+            yielded += 1
+            yield tok
+            continue
+        verdict = spec.verify(model, conv.layers, pending, draft, sampling.history)
+        out = [pending] + draft[: verdict.accepted]
+        sampling.saw(mx.array(out))
+        try:
+            for tok in out:
+                conv.token_ids.append(tok)
+                yielded += 1
+                yield tok
+        finally:
+            conv.repair()  # the rejected draft, and accepted tokens past a stop, leave the cache
+        y = mx.array([verdict.next_token])
 
 
 def speculation_enabled(params, draft_model=None) -> bool:

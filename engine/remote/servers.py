@@ -13,11 +13,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from engine import paths
 from engine.atomic import write_atomic
 from engine.errors import ChinwagError
+from engine.remote.errors import describe_http_error, headers_for, response_error
+from engine.remote.urls import display_url, normalize_url
 from engine.types import ModelInfo, ModelStatus, ServerInfo
 
 SERVERS_FILE = "servers.json"
@@ -39,46 +40,6 @@ class Server:
     name: str
     url: str  # the API base, e.g. http://127.0.0.1:8080/v1
     api_key: str = field(default="", repr=False)
-
-
-# --- URLs ---------------------------------------------------------------------------------
-
-
-def normalize_url(url: str) -> str:
-    """The API base for a user's URL: http(s), a host, no query; a bare host gets /v1."""
-    text = str(url).strip()
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ChinwagError(f"not a server URL: '{display_url(text)}' (expected http://HOST:PORT or https://HOST/v1)")
-    try:
-        parts.port  # noqa: B018 - raises for a port that is not a number
-    except ValueError:
-        raise ChinwagError(f"not a server URL: '{display_url(text)}' has a bad port") from None
-    if parts.username or parts.password:  # it would be saved and logged with the URL
-        raise ChinwagError(
-            f"the server URL '{display_url(text)}' has a user:password part: "
-            "give the key as the server's API key instead"
-        )
-    path = parts.path.rstrip("/")
-    for tail in ("/chat/completions", "/models"):
-        if path.endswith(tail):
-            path = path[: -len(tail)]
-    return urlunsplit((parts.scheme, parts.netloc, path or "/v1", "", ""))
-
-
-def display_url(url: str) -> str:
-    """A URL fit for messages: any user:password part removed."""
-    parts = urlsplit(str(url))
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    return str(url)
-
-
-def host_label(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
 
 
 # --- the saved list -----------------------------------------------------------------------
@@ -232,8 +193,6 @@ def _set_file_key(name: str, key: str) -> None:
 def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
     """GET {url}/models; an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
     import httpx
-
-    from engine.remote.backend import describe_http_error, headers_for, response_error
 
     try:
         with httpx.Client(timeout=timeout, follow_redirects=True) as client:

@@ -70,7 +70,7 @@ def test_follow_up_turns_prefill_only_new_tokens_and_match_fresh_mlx_lm(engine_w
 
 def test_stop_is_effective_within_one_token_and_keeps_prompt_plus_emitted(engine_with, monkeypatch):
     async def body(engine):
-        model = engine._session.model
+        model = engine._local.session.model
         real = type(model).__call__
 
         def slow(self, *args, **kwargs):  # slower than the consumer, as real models are
@@ -161,7 +161,7 @@ def test_chat_without_a_model_raises():
 def test_error_mid_generation_repairs_the_cache_and_the_thread_lives(engine_with, monkeypatch):
     async def body(engine):
         msgs = [{"role": "user", "content": "Hello"}]
-        model = engine._session.model
+        model = engine._local.session.model
         calls = {"n": 0}
         real = type(model).__call__
 
@@ -176,7 +176,7 @@ def test_error_mid_generation_repairs_the_cache_and_the_thread_lives(engine_with
         assert stats.finish_reason == "error" and "simulated failure" in stats.error
         assert stats.kv_offset == len(stats.prompt_ids) + len(stats.reply_ids)
         monkeypatch.setattr(type(model), "__call__", real)
-        assert engine._thread.alive
+        assert engine._local.thread.alive
         _, ok = await turn(engine, "e", msgs, GenerationParams(temperature=0, max_tokens=3))
         assert ok.finish_reason in ("length", "stop")
         return True
@@ -309,7 +309,7 @@ def test_stop_during_a_long_prefill_keeps_the_computed_prefix(engine_with, monke
     from engine.local import generation
 
     async def body(engine):
-        model = engine._session.model
+        model = engine._local.session.model
         real = type(model).__call__
         chunks = []
 

@@ -13,7 +13,7 @@ from engine.types import EngineStatus, FinishReason, ModelInfo, ModelStatus, Tur
 def test_the_values_are_the_stored_strings():
     assert [s.value for s in MessageStatus] == ["complete", "streaming", "stopped", "failed"] == list(STATUSES)
     assert [s.value for s in FinishReason] == ["stop", "length", "context", "cancelled", "error"]
-    assert [s.value for s in EngineStatus] == ["idle", "loading", "ready", "generating"]
+    assert [s.value for s in EngineStatus] == ["starting", "idle", "loading", "ready", "generating", "error"]
     assert [s.value for s in ModelStatus] == ["ready", "needs-import", "unusable"]
     info = ModelInfo("m", "M", "/m", status=ModelStatus.NEEDS_IMPORT)
     assert json.loads(json.dumps(info.to_json()))["status"] == "needs-import"
@@ -51,3 +51,18 @@ def test_the_engine_and_registry_produce_the_enums(tiny_model_path):
     assert stats.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
     statuses = {type(m.status) for m in registry.list_models()}
     assert statuses == {ModelStatus}
+
+
+def test_message_roles_and_model_sources_are_the_stored_strings(store):
+    from app.core.store import MessageRole
+    from engine.types import ModelSource
+
+    assert [r.value for r in MessageRole] == ["user", "assistant", "system"]
+    assert [s.value for s in ModelSource] == ["starter", "imported", "hf-cache", "folder", "server"]
+    conv = store.create_conversation()
+    msg = store.add_message(conv.id, MessageRole.USER, "Hello")
+    row = store._db().execute("SELECT role FROM messages WHERE id=?", (msg.id,)).fetchone()
+    assert type(row[0]) is str and row[0] == "user"
+    assert store.get_conversation(conv.id).title == "Hello"  # the first user message still names the chat
+    info = ModelInfo("m", "M", "/m", source=ModelSource.HF_CACHE)
+    assert json.loads(json.dumps(info.to_json()))["source"] == "hf-cache"

@@ -102,7 +102,7 @@ def test_download_failures_from_the_hub_are_user_errors_and_bugs_stay_bugs():
 
 
 def test_a_bug_on_the_engine_thread_is_logged_there_once(chinwag_home):
-    from engine.api import EngineThread
+    from engine.local.backend import EngineThread
 
     def broken_job():
         return {}["missing"]
@@ -135,7 +135,7 @@ def test_a_chat_deleted_before_the_engine_starts_loses_its_saved_caches(chinwag_
     async def main():
         engine = Engine()  # never started: no thread, no MLX
         await engine.forget("old-chat")
-        assert engine._thread is None
+        assert engine._local.thread is None
         await engine.close()
 
     asyncio.run(main())

@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 
 def test_every_field_has_a_flag_a_setting_and_the_same_default(capsys):
     from app.cli.main import _params, build_parser
-    from app.gui.settings.dialog import KEYS, builtin_defaults, params_from_settings
+    from app.core.settings import KEYS, builtin_defaults, params_from_settings
 
     # Every numeric field; the two switches of speculative decoding have flags of their own.
     names = [f.name for f in dataclasses.fields(GenerationParams) if f.name not in ("speculative", "draft_model")]
@@ -57,7 +57,7 @@ def test_flags_parse_to_the_fields_types_and_refuse_values_out_of_range(capsys):
 
 
 def test_bad_stored_settings_are_a_one_line_error_naming_the_key():
-    from app.gui.settings.dialog import builtin_defaults, params_from_settings
+    from app.core.settings import builtin_defaults, params_from_settings
 
     for key, value in [
         ("temperature", "hot"),
@@ -76,7 +76,8 @@ def test_bad_stored_settings_are_a_one_line_error_naming_the_key():
 
 @pytest.mark.qt
 def test_the_dialog_has_a_field_per_param_and_round_trips_them(qtbot):
-    from app.gui.settings.dialog import SettingsDialog, builtin_defaults, overrides, params_from_settings
+    from app.core.settings import builtin_defaults, overrides, params_from_settings
+    from app.gui.settings.dialog import SettingsDialog
 
     defaults = builtin_defaults()
     dialog = SettingsDialog(defaults, defaults, "Preferences")
@@ -115,7 +116,8 @@ NEW_FIELD = textwrap.dedent("""
 
     from PySide6.QtWidgets import QApplication
     from app.cli.main import _params, build_parser
-    from app.gui.settings.dialog import KEYS, SettingsDialog, builtin_defaults, params_from_settings
+    from app.core.settings import KEYS, builtin_defaults, params_from_settings
+    from app.gui.settings.dialog import SettingsDialog
 
     app = QApplication([])
     args = build_parser().parse_args(["chat", "--presence-penalty", "1.5"])
@@ -153,6 +155,6 @@ def test_a_chat_with_a_bad_stored_setting_falls_back_to_the_default_and_sends(qt
     qtbot.waitUntil(lambda: window.chat.gen is None)
     assert [m.role for m in store.get_conversation(bad.id).messages] == ["user", "assistant"]
     assert len(engine.calls) == 1 and engine.calls[0][2] == GenerationParams()
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     assert dialog.values()["temperature"] == 0.7  # opens on the default, to be saved over
     dialog.reject()

@@ -3,6 +3,9 @@
 Conversations are never lost: the user message is committed before the engine sees
 it, the reply is saved while it grows (at least once a second) and marked
 complete/stopped/failed when it ends.
+
+The controller reads the conversation from the store and shows it through a ChatWindowView
+(app/gui/chat/panes.py), never touching widgets, so tests drive it without a MainWindow.
 """
 
 import time
@@ -12,10 +15,11 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
-from app.core.store import LAST, MessageStatus, NotFoundError
+from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
+from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
 from app.core.turns import stats_dict, status_of
 from app.gui.chat.message_widget import QUEUED
-from app.gui.settings.dialog import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
+from app.gui.chat.panes import ChatWindowView
 from engine.errors import ChinwagError
 from engine.log import report_bug
 from engine.types import FinishReason
@@ -51,10 +55,9 @@ class ChatController(QObject):
     deletedUndoable = Signal(object, str)  # conv id, title
     readingProgress = Signal(object)  # PrefillProgress while the prompt is read, then None
 
-    def __init__(self, store, bridge, chat_view, composer, sidebar, parent=None):
+    def __init__(self, store, bridge, view: ChatWindowView, parent=None):
         super().__init__(parent)
-        self.store, self.bridge = store, bridge
-        self.chat_view, self.composer, self.sidebar = chat_view, composer, sidebar
+        self.store, self.bridge, self.view = store, bridge, view
         self.conv_id = None
         self.gen: Generation | None = None
         self.editing = None  # id of the user message being edited
@@ -71,28 +74,23 @@ class ChatController(QObject):
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
         self._draft_timer.timeout.connect(self.save_draft)
-        composer.editor.textChanged.connect(self._draft_timer.start)
-        composer.set_draft(self.drafts.get(None))
+        view.set_draft(self.drafts.get(None))
 
         bridge.delta.connect(self._on_delta)
         bridge.turnFinished.connect(self._on_finished)
         bridge.turnFailed.connect(self._on_failed)
         bridge.prefillProgress.connect(self._on_prefill_progress)
-        composer.draftPaused.connect(self.prefill_draft)
-        composer.sendRequested.connect(self.send)
-        composer.stopRequested.connect(self.stop)
-        composer.editCancelled.connect(self.cancel_edit)
-        chat_view.copyRequested.connect(self.copy_message)
-        chat_view.editRequested.connect(self.edit_message)
-        chat_view.regenerateRequested.connect(self.regenerate)
-        chat_view.promptChosen.connect(self.send)
-        chat_view.versionRequested.connect(self.switch_version)
-        chat_view.forkRequested.connect(self.fork)
-        sidebar.conversationSelected.connect(self.open_conversation)
-        sidebar.newRequested.connect(self.new_conversation)
-        sidebar.renameRequested.connect(self.rename)
-        sidebar.deleteRequested.connect(self.delete)
-        sidebar.searchChanged.connect(self.set_search)
+
+    def draft_edited(self):
+        """The composer's text changed: the draft is saved when typing stops."""
+        self._draft_timer.start()
+
+    def _shown_messages(self) -> list[Message]:
+        """The open chat's messages as shown (its active path, without system turns), from the store."""
+        if self.conv_id is None:
+            return []
+        messages = self.store.get_conversation(self.conv_id).messages
+        return [m for m in messages if m.role != MessageRole.SYSTEM]
 
     # --- the list -------------------------------------------------------
     def refresh_list(self):
@@ -102,7 +100,7 @@ class ChatController(QObject):
             self.error.emit(str(e))
             return
         rows = [r for r in rows if r.id not in self._pending_delete]
-        self.sidebar.set_conversations(rows, self.conv_id, self.search)
+        self.view.show_conversations(rows, self.conv_id, self.search)
 
     def set_search(self, text: str):
         self.search = text
@@ -114,13 +112,12 @@ class ChatController(QObject):
         self.save_draft()
         self.cancel_edit()
         self.conv_id = None
-        self.chat_view.clear()
-        self.sidebar.list.clearSelection()
-        self.sidebar.list.setCurrentItem(None)
-        self.composer.set_draft(self.drafts.get(None))
+        self.view.clear_messages()
+        self.view.select_conversation(None)
+        self.view.set_draft(self.drafts.get(None))
         self._sync_generation()
         self.conversationChanged.emit(None)
-        self.composer.editor.setFocus()
+        self.view.focus_composer()
 
     def open_conversation(self, conv_id):
         if conv_id is None or conv_id in self._pending_delete:
@@ -135,21 +132,20 @@ class ChatController(QObject):
         self.cancel_edit()
         self._forget_new_draft()
         self.conv_id = conv.id
-        self.chat_view.set_messages(conv.messages)
-        if self.gen is not None and self.gen.conv_id == conv.id:
-            widget = self.chat_view.widget_for(self.gen.msg_id)
-            if widget is not None:
-                widget.set_text(self.gen.text)
-                widget.set_live_note(self.gen.reading)
-                self.chat_view.begin_stream(widget)
+        self.view.show_messages(conv.messages)
+        gen = self.gen
+        if gen is not None and gen.conv_id == conv.id and self.view.has_message(gen.msg_id):
+            self.view.set_message_text(gen.msg_id, gen.text)
+            self.view.set_live_note(gen.msg_id, gen.reading)
+            self.view.begin_stream(gen.msg_id)
         if self.queued == conv.id and conv.messages:
             self._mark_queued(conv.messages[-1].id)
-        self.composer.set_draft(self.drafts.get(conv.id))
+        self.view.set_draft(self.drafts.get(conv.id))
         self._sync_generation()
-        self.sidebar.select(conv.id)
+        self.view.select_conversation(conv.id)
         self._remember("last_conversation", conv.id)
         self.conversationChanged.emit(conv.id)
-        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
         self.statsChanged.emit(last)
 
     def ensure_conversation(self) -> str:
@@ -173,10 +169,10 @@ class ChatController(QObject):
     # --- sending --------------------------------------------------------
     def send(self, text: str) -> bool:
         model_missing = self.bridge.current_model is None
-        queue = model_missing and self.composer.can_queue() and self.queued is None
+        queue = model_missing and self.view.can_queue() and self.queued is None
         if not text.strip() or self.gen is not None or (model_missing and not queue):
-            if text.strip() and not self.composer.text():
-                self.composer.set_text(text)
+            if text.strip() and not self.view.composer_text():
+                self.view.set_composer_text(text)
             return False
         try:
             parent, replaced = LAST, None
@@ -185,20 +181,22 @@ class ChatController(QObject):
                 replaced = self.editing
                 parent = self.store.get_message(replaced).parent_id
             new_chat = self.conv_id is None
-            first = new_chat or not self.chat_view.message_widgets()
+            first = new_chat or not self._shown_messages()
             conv_id = self.ensure_conversation()
-            msg = self.store.add_message(conv_id, "user", text, parent_id=parent)  # saved before the engine sees it
+            msg = self.store.add_message(
+                conv_id, MessageRole.USER, text, parent_id=parent
+            )  # saved before the engine sees it
         except ChinwagError as e:
             self.error.emit(str(e))
-            self.composer.set_text(text)
+            self.view.set_composer_text(text)
             return False
         if new_chat and self._new_draft_read:
             self._new_draft_read = False
             self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
         if replaced is not None:
-            self.chat_view.remove_from(replaced)
+            self.view.remove_messages_from(replaced)
             self.cancel_edit()
-        self.chat_view.add_message(msg.id, "user", text, versions=(msg.version, msg.versions))
+        self.view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
         if first:
             self.drafts.put(None, "")  # the blank chat's draft became this message
         self.drafts.put(conv_id, "")
@@ -213,16 +211,25 @@ class ChatController(QObject):
         return self._start_reply()
 
     def _mark_queued(self, msg_id):
-        widget = self.chat_view.widget_for(msg_id)
-        if widget is not None:
-            widget.set_status(QUEUED)
+        self.view.set_message_status(msg_id, QUEUED)
+
+    def _last_shown(self) -> Message | None:
+        """The open chat's last message, or None (none, or the store cannot be read: reported)."""
+        try:
+            shown = self._shown_messages()
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return None
+        return shown[-1] if shown else None
 
     def unqueue(self):
         """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
         conv_id, self.queued = self.queued, None
-        widgets = self.chat_view.message_widgets()
-        if conv_id == self.conv_id and widgets and widgets[-1].role == "user":
-            widgets[-1].set_status(MessageStatus.COMPLETE)
+        if conv_id != self.conv_id:
+            return
+        last = self._last_shown()
+        if last is not None and last.role == MessageRole.USER:
+            self.view.set_message_status(last.id, MessageStatus.COMPLETE)
 
     def send_queued(self) -> bool:
         """The model is ready: send the message that waited for it."""
@@ -231,10 +238,10 @@ class ChatController(QObject):
             return False
         if conv_id != self.conv_id:
             self.open_conversation(conv_id)
-        widgets = self.chat_view.message_widgets()
-        if not widgets or widgets[-1].role != "user":
+        last = self._last_shown() if conv_id == self.conv_id else None
+        if last is None or last.role != MessageRole.USER:
             return False
-        widgets[-1].set_status(MessageStatus.COMPLETE)
+        self.view.set_message_status(last.id, MessageStatus.COMPLETE)
         return self._start_reply()
 
     def _start_reply(self, parent_id=LAST) -> bool:
@@ -255,22 +262,27 @@ class ChatController(QObject):
             messages = engine_messages(history, str(values.get("system_prompt") or ""))
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
             reply = self.store.add_message(
-                conv.id, "assistant", "", status=MessageStatus.STREAMING, model_id=model.id, parent_id=parent_id
+                conv.id,
+                MessageRole.ASSISTANT,
+                "",
+                status=MessageStatus.STREAMING,
+                model_id=model.id,
+                parent_id=parent_id,
             )
             self.store.set_model(conv.id, model.id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        widget = self.chat_view.add_message(
+        self.view.add_message(
             reply.id,
-            "assistant",
+            MessageRole.ASSISTANT,
             "",
             MessageStatus.STREAMING,
             model.name or model.id,
             model_id=model.id,
             versions=(reply.version, reply.versions),
         )
-        self.chat_view.begin_stream(widget)
+        self.view.begin_stream(reply.id)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()
         self._sync_generation()
@@ -295,7 +307,7 @@ class ChatController(QObject):
             return None
         if conv is None:
             messages = engine_messages([], str(values.get("system_prompt") or ""))
-            messages.append({"role": "user", "content": text})
+            messages.append({"role": MessageRole.USER.value, "content": text})
             task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
             self._new_draft_read = self._new_draft_read or task is not None
             return task
@@ -304,7 +316,7 @@ class ChatController(QObject):
             ids = [m.id for m in history]
             history = history[: ids.index(self.editing)] if self.editing in ids else history
         messages = engine_messages(history, str(values.get("system_prompt") or ""))
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": MessageRole.USER.value, "content": text})
         return self.bridge.prefill(conv.id, messages, params_from_settings(values))
 
     def _on_prefill_progress(self, conv_id, progress):
@@ -313,17 +325,14 @@ class ChatController(QObject):
             return
         if progress.done < progress.total:  # still reading (a prompt read at once only gives its size)
             gen.reading = reading_text(progress)
-            widget = self.chat_view.widget_for(gen.msg_id) if conv_id == self.conv_id else None
-            if widget is not None:
-                widget.set_live_note(gen.reading)
+            if conv_id == self.conv_id:
+                self.view.set_live_note(gen.msg_id, gen.reading)
         self.readingProgress.emit(progress)
 
     def _done_reading(self, gen):
         if gen.reading:
             gen.reading = ""
-            widget = self.chat_view.widget_for(gen.msg_id)
-            if widget is not None:
-                widget.set_live_note("")
+            self.view.set_live_note(gen.msg_id, "")
             self.readingProgress.emit(None)
 
     def _on_delta(self, conv_id, text):
@@ -333,7 +342,7 @@ class ChatController(QObject):
         self._done_reading(gen)
         gen.text += text
         if conv_id == self.conv_id:
-            self.chat_view.append_delta(text)
+            self.view.append_delta(text)
 
     def save_partial(self):
         gen = self.gen
@@ -367,12 +376,12 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
         if conv_id == self.conv_id:
-            self.chat_view.end_stream(status, stats, error)
+            self.view.end_stream(status, stats, error)
         self._sync_generation()
         self.generatingChanged.emit(False)
         if stats is not None:
             self.statsChanged.emit(stats)
-        if status == "failed" and error:
+        if status == MessageStatus.FAILED and error:
             self.error.emit(f"The reply failed: {error}")
         self.refresh_list()
 
@@ -380,18 +389,17 @@ class ChatController(QObject):
         """Stop, Send and the message actions follow the open chat; the sidebar marks the busy one."""
         gen = self.gen
         mine = gen is not None and gen.conv_id == self.conv_id
-        self.composer.set_generating(mine)
         elsewhere = ""
         if gen is not None and not mine:
             elsewhere = "Another chat is still writing its reply; you can send when it has finished."
-        self.composer.set_waiting(elsewhere)
-        self.chat_view.set_actions_enabled(gen is None)
-        self.sidebar.set_generating(gen.conv_id if gen is not None else None)
+        self.view.set_generating(mine, elsewhere)
+        self.view.set_message_actions_enabled(gen is None)
+        self.view.set_busy_conversation(gen.conv_id if gen is not None else None)
 
     def save_draft(self):
         self._draft_timer.stop()
         if self.editing is None:  # the text of a message being edited is not a draft
-            self.drafts.put(self.conv_id, self.composer.text())
+            self.drafts.put(self.conv_id, self.view.composer_text())
 
     def stop(self):
         if self.gen is not None:
@@ -416,20 +424,20 @@ class ChatController(QObject):
     def regenerate(self, msg_id=None):
         if self.gen is not None or self.conv_id is None or self.bridge.current_model is None:
             return False
-        widgets = self.chat_view.message_widgets()
-        if widgets and widgets[-1].role == "user" and msg_id is None:
+        last = self._last_shown()
+        if last is not None and last.role == MessageRole.USER and msg_id is None:
             return self._start_reply()  # the last message never got its reply
-        if not widgets or widgets[-1].role != "assistant":
+        if last is None or last.role != MessageRole.ASSISTANT:
             return False
-        msg_id = widgets[-1].message_id if msg_id is None else msg_id
-        if msg_id != widgets[-1].message_id:
+        msg_id = last.id if msg_id is None else msg_id
+        if msg_id != last.id:
             return False
         try:
             parent = self.store.get_message(msg_id).parent_id  # the new reply is a version beside it
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        self.chat_view.remove_from(msg_id)
+        self.view.remove_messages_from(msg_id)
         if not self._start_reply(parent_id=parent):
             self.open_conversation(self.conv_id)  # show what the store holds
             return False
@@ -454,8 +462,8 @@ class ChatController(QObject):
         if ids[i] not in shown:
             self.open_conversation(self.conv_id)
             return True
-        self.chat_view.replace_from(msg_id, conv.messages[shown.index(ids[i]) :])
-        last = next((m.stats for m in reversed(conv.messages) if m.role == "assistant" and m.stats), None)
+        self.view.replace_messages_from(msg_id, conv.messages[shown.index(ids[i]) :])
+        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
         self.statsChanged.emit(last)
         self.refresh_list()
         return True
@@ -473,28 +481,42 @@ class ChatController(QObject):
         self.open_conversation(new.id)
         return True
 
+    def _shown_message(self, msg_id) -> Message | None:
+        """A message of the open chat, from the store (None: not shown there)."""
+        try:
+            return next((m for m in self._shown_messages() if m.id == msg_id), None)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return None
+
     def edit_message(self, msg_id):
-        widget = self.chat_view.widget_for(msg_id)
-        if self.gen is not None or widget is None or widget.role != "user":
+        if self.gen is not None:
+            return
+        msg = self._shown_message(msg_id)
+        if msg is None or msg.role != MessageRole.USER:
             return
         self.save_draft()
         self.editing = msg_id
-        self.composer.set_text(widget.text())
-        self.composer.set_editing(True)
+        self.view.set_composer_text(msg.content)
+        self.view.set_editing(True)
         self.editingChanged.emit(True)
 
     def cancel_edit(self):
         if self.editing is not None:
             self.editing = None
-            self.composer.set_editing(False)
-            self.composer.set_draft(self.drafts.get(self.conv_id))  # what was typed before the edit
+            self.view.set_editing(False)
+            self.view.set_draft(self.drafts.get(self.conv_id))  # what was typed before the edit
             self.editingChanged.emit(False)
 
     def copy_message(self, msg_id):
-        widget = self.chat_view.widget_for(msg_id)
-        if widget is not None:
-            text = self.gen.text if self.gen and self.gen.msg_id == msg_id else widget.text()
-            QGuiApplication.clipboard().setText(text)
+        if self.gen is not None and self.gen.msg_id == msg_id:
+            text = self.gen.text  # the reply being written: all of it so far, saved or not
+        else:
+            msg = self._shown_message(msg_id)
+            if msg is None:
+                return
+            text = msg.content
+        QGuiApplication.clipboard().setText(text)
 
     # --- conversations --------------------------------------------------
     def rename(self, conv_id, title):

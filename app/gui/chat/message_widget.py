@@ -7,18 +7,20 @@ message, and a finished message is frozen (its text is not re-rendered again).
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
 
+from app.core.store import MessageRole, MessageStatus
 from app.gui.chat.markdown_view import MarkdownView, ProseView
 from app.gui.chat.version_switcher import VersionSwitcher
+from engine.types import FinishReason
 
 # Longer user messages show their start, with Show more; Copy and the engine always get all of it.
 USER_DISPLAY_LIMIT = 3_000
 
 QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
 STATUS_NOTES = {
-    "stopped": "Stopped",
-    "failed": "Failed",
-    "streaming": "",
-    "complete": "",
+    MessageStatus.STOPPED: "Stopped",
+    MessageStatus.FAILED: "Failed",
+    MessageStatus.STREAMING: "",
+    MessageStatus.COMPLETE: "",
     QUEUED: "Queued: sent when the model is ready",
 }
 
@@ -49,9 +51,9 @@ def format_stats(stats) -> str:
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
     reason = get("finish_reason", "")
-    if reason == "length":
+    if reason == FinishReason.LENGTH:
         parts.append("hit max tokens")
-    elif reason == "context":
+    elif reason == FinishReason.CONTEXT:
         parts.append("hit the context limit")
     return " · ".join(parts)
 
@@ -79,7 +81,7 @@ class MessageWidget(QFrame):
         message_id,
         role: str,
         text: str = "",
-        status: str = "complete",
+        status: str = MessageStatus.COMPLETE,
         model: str = "",
         stats=None,
         parent=None,
@@ -91,7 +93,7 @@ class MessageWidget(QFrame):
         self.role = role
         self.status = status  # before the first render: finished text renders merged
         self._text = text
-        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+        self.setObjectName("userMessage" if role == MessageRole.USER else "assistantMessage")
         self.setProperty("role", role)
         self.setFrameShape(QFrame.Shape.NoFrame)
 
@@ -100,7 +102,7 @@ class MessageWidget(QFrame):
         layout.setSpacing(4)
         head = QHBoxLayout()
         layout.addLayout(head)  # first: a widget shown before it has a parent becomes a window
-        who = "You" if role == "user" else (model or "Assistant")
+        who = "You" if role == MessageRole.USER else (model or "Assistant")
         self.who_label = QLabel(who)
         self.who_label.setObjectName("messageAuthor")
         head.addWidget(self.who_label)
@@ -112,11 +114,11 @@ class MessageWidget(QFrame):
         self.copy_button.clicked.connect(self.show_copied)
         self.edit_button = self._action(head, "Edit", "Edit and resend this message", self.editRequested)
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
-        self.edit_button.setVisible(role == "user")
+        self.edit_button.setVisible(role == MessageRole.USER)
         self.regen_button.setVisible(False)
         self._expanded = False  # a long user message shows all of its text
 
-        if role == "user":
+        if role == MessageRole.USER:
             self.body = ProseView()
             self.body.setObjectName("userText")
         else:
@@ -158,7 +160,7 @@ class MessageWidget(QFrame):
         self._render()
 
     def _render(self):
-        if self.role == "user":
+        if self.role == MessageRole.USER:
             text = self._text
             long = len(text) > USER_DISPLAY_LIMIT
             if long and not self._expanded:
@@ -170,14 +172,14 @@ class MessageWidget(QFrame):
             self.more_button.setVisible(long)
             self.body.set_plain(text)
         else:
-            self.body.set_text(self._text, merge=self.status != "streaming")
+            self.body.set_text(self._text, merge=self.status != MessageStatus.STREAMING)
 
     def set_status(self, status: str, error: str = ""):
         self.status = status
         self.setProperty("status", status)
         self._refresh_footer(error)
-        self.copy_button.setEnabled(status != "streaming")
-        self.edit_button.setEnabled(status != "streaming")
+        self.copy_button.setEnabled(status != MessageStatus.STREAMING)
+        self.edit_button.setEnabled(status != MessageStatus.STREAMING)
         self.style().unpolish(self)
         self.style().polish(self)
 
@@ -189,7 +191,7 @@ class MessageWidget(QFrame):
     def _refresh_footer(self, error: str = ""):
         parts = []
         note = STATUS_NOTES.get(self.status, "")
-        if self.status == "streaming" and self.role == "assistant":
+        if self.status == MessageStatus.STREAMING and self.role == MessageRole.ASSISTANT:
             note = self.live_note or "Writing…"
         if note:
             parts.append(note + (f": {error}" if error else ""))
@@ -215,7 +217,7 @@ class MessageWidget(QFrame):
         self._refresh_footer()
 
     def set_can_regenerate(self, on: bool):
-        self.regen_button.setVisible(on and self.role == "assistant")
+        self.regen_button.setVisible(on and self.role == MessageRole.ASSISTANT)
 
     def set_versions(self, version: int, versions: int):
         self.version_switcher.set_versions(version, versions)
@@ -224,11 +226,11 @@ class MessageWidget(QFrame):
         """The message's own actions, added to whichever context menu opens over it."""
         menu.addSeparator()
         copy = menu.addAction("Copy Message")
-        copy.setEnabled(self.status != "streaming")
+        copy.setEnabled(self.status != MessageStatus.STREAMING)
         copy.triggered.connect(lambda: self.copyRequested.emit(self.message_id))
         fork = menu.addAction("Fork from Here")
         fork.setToolTip("A new conversation with this chat up to this message")
-        fork.setEnabled(self.status != "streaming")
+        fork.setEnabled(self.status != MessageStatus.STREAMING)
         fork.triggered.connect(lambda: self.forkRequested.emit(self.message_id))
 
     def context_menu(self) -> QMenu:

@@ -15,6 +15,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.chat.message_widget import format_bytes
+from app.gui.models.model_list import ModelList
+from engine.types import ModelSource, ModelStatus
 
 
 def describe(info) -> str:
@@ -24,84 +26,65 @@ def describe(info) -> str:
         bits.append(format_bytes(info.size_bytes))
     if info.quantization:
         bits.append(info.quantization)
-    if info.status == "needs-import":
+    if info.status == ModelStatus.NEEDS_IMPORT:
         bits.append("imported on first use")
     return f"{info.name or info.id}" + (f" — {' · '.join(bits)}" if bits else "")
 
 
 class ModelMenu(QMenu):
-    modelChosen = Signal(str)  # a registry id
-    importGgufRequested = Signal()
-    addFolderRequested = Signal()
-    downloadRequested = Signal()
-    showFolderRequested = Signal()
-    connectServerRequested = Signal()
+    """Shows a ModelList; what the user picks is emitted by the list (modelChosen, …Requested)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, models: ModelList, parent=None):
         super().__init__("&Model", parent)
         self.setObjectName("modelMenu")
         self.setToolTipsVisible(True)
-        self._models = []
-        self._current = None
-        self._busy = False
+        self.models = models
         self.model_actions = []
-        self._rebuild()
-
-    def set_models(self, models, current_id=None):
-        self._models = list(models)
-        self._current = current_id
-        self._rebuild()
-
-    def set_current(self, current_id):
-        self._current = current_id
-        self._rebuild()
-
-    def set_busy(self, busy: bool):
-        """While a model loads, choosing another is disabled."""
-        self._busy = busy
+        models.changed.connect(self._rebuild)
         self._rebuild()
 
     def _rebuild(self):
         self.clear()
         self.model_actions = []
-        local = [m for m in self._models if m.source != "server"]
+        models = self.models
+        local = [m for m in models.models if m.source != ModelSource.SERVER]
         if not local:
             empty = self.addAction("No models found yet")
             empty.setEnabled(False)
         for info in local:
             action = self.addAction(describe(info))
             action.setCheckable(True)
-            action.setChecked(info.id == self._current)
+            action.setChecked(info.id == models.current_id)
             action.setData(info.id)
-            usable = info.status != "unusable"
-            action.setEnabled(usable and not self._busy)
+            usable = info.status != ModelStatus.UNUSABLE
+            action.setEnabled(usable and not models.busy)
             tip = info.reason if not usable else (info.path or info.id)
             if info.context_length:
                 tip += f"\ncontext {info.context_length:,} tokens"
             action.setToolTip(tip)
             action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
             self.model_actions.append(action)
-        self._add_server_models([m for m in self._models if m.source == "server"])
+        self._add_server_models([m for m in models.models if m.source == ModelSource.SERVER])
         self.addSeparator()
-        self.addAction("Connect to Server…", self.connectServerRequested.emit)
-        self.addAction("Import GGUF…", self.importGgufRequested.emit)
-        self.addAction("Add Model Folder…", self.addFolderRequested.emit)
-        self.addAction("Download from Hugging Face…", self.downloadRequested.emit)
+        self.addAction("Connect to Server…", models.connectServerRequested.emit)
+        self.addAction("Import GGUF…", models.importGgufRequested.emit)
+        self.addAction("Add Model Folder…", models.addFolderRequested.emit)
+        self.addAction("Download from Hugging Face…", models.downloadRequested.emit)
         self.addSeparator()
-        self.addAction("Show Models Folder", self.showFolderRequested.emit)
+        self.addAction("Show Models Folder", models.showFolderRequested.emit)
 
     def _add_server_models(self, infos):
         """Each server's models under its name; an unreachable server says why."""
         for server in dict.fromkeys(m.server for m in infos):
             self.addSection(server)
             for info in (m for m in infos if m.server == server):
-                usable = info.status != "unusable"
+                usable = info.status != ModelStatus.UNUSABLE
                 model = info.id.split("/", 1)[1] if "/" in info.id else info.name
                 action = self.addAction(model if usable else "Not reachable")
                 action.setCheckable(usable)
-                action.setChecked(info.id == self._current)
+                action.setChecked(info.id == self.models.current_id)
                 action.setData(info.id)
-                action.setEnabled(usable and not self._busy)
+                action.setEnabled(usable and not self.models.busy)
                 action.setToolTip(f"{info.path}\n{info.reason}" if info.reason else info.path)
                 action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
                 self.model_actions.append(action)
@@ -109,7 +92,7 @@ class ModelMenu(QMenu):
     def _choose(self, model_id):
         # Keep the check on the loaded model until the new one has actually loaded.
         self._rebuild()
-        self.modelChosen.emit(model_id)
+        self.models.modelChosen.emit(model_id)
 
     def action_for(self, model_id):
         for action in self.model_actions:

@@ -203,4 +203,4 @@ def _reason(e: Exception) -> str:
 
 def open_server_dialog(window) -> ServerDialog:
     """Open the dialog from the main window's Model menu (non-modal, kept alive while open)."""
-    return window._keep(ServerDialog(window.bridge, window))
+    return window.dialogs.keep(ServerDialog(window.bridge, window))

@@ -1,14 +1,8 @@
-"""Generation settings: per conversation (overrides) and Preferences (the defaults).
+"""The settings dialog: shows and edits one settings dict (a chat's, or Preferences' defaults).
 
-Defaults come from GenerationParams (the sampling keys) and resources/default_settings.json
-(the rest), overlaid by what the user saved in Preferences (store state "default_settings").
-A conversation stores only the keys that differ from the defaults, so changing a default
-reaches every chat that did not override it. None means "off" for optional keys (seed,
-context cap).
+The model behind it (defaults, overrides, effective values, the engine's parameters) is
+app/core/settings.py; this file holds only the widgets and their UI text.
 """
-
-import json
-from importlib import resources as importlib_resources
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -27,15 +21,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.core.settings_check import valid_settings
+from app.core.settings import PREFILL_KEY, SPECS, load_presets, setting_value
 from engine.errors import ChinwagError
-from engine.types import GenerationParams, ParamSpec, param_specs, speculative_default
+from engine.types import ParamSpec, speculative_default
 
-DEFAULTS_KEY = "default_settings"
-SPECS = {spec.name: spec for spec in param_specs()}
-# Read the message while it is typed (engine.prefill); its default is in default_settings.json.
-PREFILL_KEY = "prefill_while_typing"
-KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
 # How the dialog shows a field's lowest value ("off"), and its step; UI only.
 SPECIAL_TEXT = {"top_k": "off", "seed": "random", "context_cap": "model's limit"}
 STEPS = {"min_p": 0.01}
@@ -57,71 +46,6 @@ TIPS = {
 }
 
 
-def builtin_defaults() -> dict:
-    text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
-    # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
-    return {
-        "speculative": None,
-        "draft_model": "",
-        **json.loads(text),
-        **{name: spec.default for name, spec in SPECS.items()},
-    }
-
-
-def load_defaults(store) -> dict:
-    defaults = builtin_defaults()
-    try:
-        saved = store.get_state(DEFAULTS_KEY, {}) or {}
-    except ChinwagError:  # the database cannot be read now: the built-in defaults still work
-        saved = {}
-    defaults.update({k: v for k, v in valid_settings(saved).items() if k in KEYS})
-    return defaults
-
-
-def effective(conv_settings: dict | None, defaults: dict) -> dict:
-    values = dict(defaults)
-    values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
-    return values
-
-
-def overrides(values: dict, defaults: dict) -> dict:
-    """Keys to write with store.update_settings: changed values, None for back-to-default."""
-    return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
-
-
-def _setting(spec: ParamSpec, values: dict):
-    value = values.get(spec.name, spec.default)
-    if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
-        return None
-    return spec.convert(value)
-
-
-def params_from_settings(values: dict) -> GenerationParams:
-    """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
-    try:
-        numbers = {name: _setting(spec, values) for name, spec in SPECS.items()}
-    except ChinwagError as e:
-        raise ChinwagError(f"chat settings: {e}") from e
-    speculative = values.get("speculative")
-    return GenerationParams(
-        **numbers,
-        speculative=None if speculative is None else bool(speculative),
-        draft_model=str(values.get("draft_model") or "").strip(),
-    )
-
-
-def engine_messages(messages, system_prompt: str) -> list[dict]:
-    """What the engine gets: the system prompt first, then the turns that have text."""
-    out = []
-    if system_prompt.strip():
-        out.append({"role": "system", "content": system_prompt})
-    for m in messages:
-        if m.role not in ("user", "assistant") or m.status == "failed" or (m.role == "assistant" and not m.content):
-            continue
-        out.append({"role": m.role, "content": m.content})
-    return out
-
-
 def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
     """A spin box over the field's range; an optional field's "off" sits one step below it."""
     box: QSpinBox | QDoubleSpinBox
@@ -139,12 +63,6 @@ def _box(spec: ParamSpec) -> QSpinBox | QDoubleSpinBox:
         box.setSpecialValueText(special)
     box.setToolTip(spec.help)
     return box
-
-
-def load_presets() -> list[dict]:
-    """System prompt presets ({"name", "prompt"}) shipped in resources/prompt_presets.json."""
-    text = importlib_resources.files("resources").joinpath("prompt_presets.json").read_text("utf-8")
-    return [p for p in json.loads(text) if isinstance(p, dict) and "name" in p and "prompt" in p]
 
 
 class PromptEdit(QPlainTextEdit):
@@ -252,7 +170,7 @@ class SettingsDialog(QDialog):
         for key, box in self.fields.items():
             spec = SPECS[key]
             try:
-                value = _setting(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
+                value = setting_value(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
             except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
                 value = spec.default
             box.setValue(box.minimum() if value is None else value)

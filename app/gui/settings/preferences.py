@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QComboBox, QSpinBox
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.theme import THEMES
 from engine.errors import ChinwagError
+from engine.types import ModelStatus
 
 APP_KEY = "app_settings"
 APP_DEFAULTS = {
@@ -54,7 +55,7 @@ class PreferencesDialog(SettingsDialog):
         self.model_box.setObjectName("defaultModel")
         self.model_box.addItem("The last one used", "")
         for m in models:
-            if getattr(m, "status", "") != "unusable":
+            if getattr(m, "status", "") != ModelStatus.UNUSABLE:
                 self.model_box.addItem(m.name or m.id, m.id)
         self.model_box.setToolTip("The model Chinwag loads when it starts")
         self.extra_form.addRow("Theme", self.theme_box)

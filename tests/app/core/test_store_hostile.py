@@ -86,7 +86,7 @@ def test_deeply_nested_json_is_one_line(tmp_path, capsys):
 
 
 def test_bad_stored_settings_fall_back_to_the_defaults(store):
-    from app.gui.settings.dialog import builtin_defaults, effective, engine_messages, params_from_settings
+    from app.core.settings import builtin_defaults, effective, engine_messages, params_from_settings
 
     conv = store.create_conversation(settings={"temperature": "hot", "max_tokens": -3, "top_p": 0.5})
     values = effective(store.get_conversation(conv.id).settings, builtin_defaults())

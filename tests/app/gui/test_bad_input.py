@@ -137,10 +137,10 @@ def test_newer_database_opens_read_only_with_notice(qtbot, qloop):
 def test_unwritable_export_path_shows_an_error(qtbot, window, tmp_path):
     send(qtbot, window, "export me")
     for target in (tmp_path / "no-such-folder" / "chat.md", tmp_path, "/proc/chinwag-export.md"):
-        assert not window.export_to(str(target), "md")
+        assert not window.dialogs.export_to(str(target), "md")
         error = window.notices.bar("error").text()
         assert error.startswith("Export failed:") and "\n" not in error
-    assert not window.export_to(str(tmp_path / "chat.xyz"), "xyz")
+    assert not window.dialogs.export_to(str(tmp_path / "chat.xyz"), "xyz")
     assert "xyz" in window.notices.bar("error").text()
 
 

@@ -37,7 +37,7 @@ def paintEvent(self, event):
                 record["mlx_lm_later"] = "mlx_lm" in sys.modules
                 record["state"] = window.bridge.state
                 record["composer_ready"] = window.composer.is_ready()
-                record["status"] = window.state_label.text()
+                record["status"] = window.status.state_label.text()
                 window.close()
             else:
                 QTimer.singleShot(20, poll)

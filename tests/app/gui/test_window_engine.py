@@ -39,11 +39,11 @@ def send(qtbot, window, text):
 
 
 def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
 
     store, window = open_window(qtbot, tiny_model_path)
     assert window.bridge.current_model is not None, window.notices.texts()
-    assert window.composer.is_ready() and window.state_label.text() == "Ready"
+    assert window.composer.is_ready() and window.status.state_label.text() == "Ready"
     store.set_state(DEFAULTS_KEY, {"max_tokens": 6, "temperature": 0.0})
 
     # Send and stream.
@@ -54,10 +54,10 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
     assert msgs[1].stats["generated_tokens"] >= 1
     assert window.chat_view.message_widgets()[-1].text() == msgs[1].content
     assert "tok/s" in window.chat_view.message_widgets()[-1].stats_label.text()
-    assert window.context_label.text().startswith("Context ")
+    assert window.status.context_label.text().startswith("Context ")
 
     # Stop keeps what was generated.
-    window.save_chat_settings(conv_id, {"max_tokens": 4000, "temperature": 0.0})
+    window.dialogs.save_chat_settings(conv_id, {"max_tokens": 4000, "temperature": 0.0})
     window.composer.set_text("Tell me a story about a cat and a long journey.")
     QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.chat.gen is not None and len(window.chat.gen.text) > 0, timeout=60_000)
@@ -69,7 +69,7 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
     assert window.chat_view.message_widgets()[-1].text() == stopped.content
 
     # Regenerate replaces the last reply.
-    window.save_chat_settings(conv_id, {"max_tokens": 5, "temperature": 0.0})
+    window.dialogs.save_chat_settings(conv_id, {"max_tokens": 5, "temperature": 0.0})
     window.chat.regenerate()
     qtbot.waitUntil(lambda: idle(window), timeout=60_000)
     msgs = store.get_conversation(conv_id).messages
@@ -88,7 +88,7 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
     # Export in every format.
     for fmt in ("md", "json", "html", "txt", "pdf"):
         target = tmp_path / f"chat.{fmt}"
-        assert window.export_to(str(target), fmt), window.notices.texts()
+        assert window.dialogs.export_to(str(target), fmt), window.notices.texts()
         assert target.stat().st_size > 0
     assert "What is the capital of France?" in (tmp_path / "chat.md").read_text("utf-8")
     assert (tmp_path / "chat.pdf").read_bytes().startswith(b"%PDF")
@@ -101,14 +101,14 @@ def test_main_flow_on_the_real_engine(qtbot, qloop, tiny_model_path, tmp_path):
     assert [(w.role, w.text()) for w in window.chat_view.message_widgets()] == [(r, c) for r, c, _ in final]
     assert [(m.role, m.content, m.status) for m in store.get_conversation(conv_id).messages] == final
     assert window.bridge.current_model is not None and window.bridge.current_model.id == model_id
-    assert window.import_from(str(tmp_path / "chat.json"))
+    assert window.dialogs.import_from(str(tmp_path / "chat.json"))
     assert window.chat.conv_id != conv_id and len(window.sidebar.ids()) == 2
     close_window(qtbot, store, window)
 
 
 @pytest.mark.starter
 def test_starter_model_loads_by_default_and_answers(qtbot, qloop):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
 
     store, window = open_window(qtbot)
     info = window.bridge.current_model

@@ -25,7 +25,7 @@ def test_send_streams_saves_and_shows_stats(qtbot, window, store, engine):
     msgs = messages(store, window)
     assert [m.role for m in msgs[:1]] == ["user"] and msgs[0].content == "Hi there, first message"
     assert msgs[1].status == "streaming"
-    assert window.composer.stop_button.isVisible() and window.state_label.text() == "Generating…"
+    assert window.composer.stop_button.isVisible() and window.status.state_label.text() == "Generating…"
     qtbot.waitUntil(lambda: 0 < len(window.chat_view.live_text()) < len(engine.reply), timeout=5000)
     qtbot.waitUntil(lambda: window.chat.gen is None, timeout=10_000)
     msgs = messages(store, window)
@@ -36,9 +36,9 @@ def test_send_streams_saves_and_shows_stats(qtbot, window, store, engine):
     assert reply.text() == engine.reply
     footer = reply.stats_label.text()
     assert "tokens" in footer and "tok/s" in footer and "first token" in footer
-    assert window.context_label.text().startswith("Context ") and "/ 2,048" in window.context_label.text()
-    assert window.kv_label.text().startswith("KV ")
-    assert window.state_label.text() == "Ready"
+    assert window.status.context_label.text().startswith("Context ") and "/ 2,048" in window.status.context_label.text()
+    assert window.status.kv_label.text().startswith("KV ")
+    assert window.status.state_label.text() == "Ready"
     assert window.sidebar.titles() == ["Hi there, first message"]
     assert window.windowTitle().startswith("Hi there, first message")
     from PySide6.QtWidgets import QApplication
@@ -123,7 +123,7 @@ def test_message_sent_while_loading_is_queued_then_sent(qtbot, qloop, store):
     task = w.start_engine("fake-small")
     qtbot.waitUntil(lambda: w.bridge.state == "loading", timeout=3000)
     assert not w.composer.is_ready() and "Loading" in w.composer.reason_label.text()
-    assert w.progress.isVisible()
+    assert w.status.progress.isVisible()
     assert w.composer.send_button.text() == "Queue"
     w.composer.set_text("typed ahead")
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
@@ -135,7 +135,7 @@ def test_message_sent_while_loading_is_queued_then_sent(qtbot, qloop, store):
     assert w.sidebar.titles() == ["typed ahead"]
     qtbot.waitUntil(task.done, timeout=5000)
     assert w.composer.is_ready() and not w.composer.reason_label.isVisible()
-    assert not w.progress.isVisible()
+    assert not w.status.progress.isVisible()
     qtbot.waitUntil(lambda: w.chat.gen is None and len(w.chat_view.message_widgets()) == 2, timeout=5000)
     assert engine.calls[0][1][-1] == {"role": "user", "content": "typed ahead"}
     assert "Queued" not in queued.stats_label.text()
@@ -299,7 +299,7 @@ def test_model_menu_lists_checks_and_switches(qtbot, window, store, engine):
     menu.action_for("fake-big").trigger()
     qtbot.waitUntil(lambda: engine.current_model.id == "fake-big" and window.bridge.state == "ready", timeout=3000)
     assert menu.action_for("fake-big").isChecked() and not menu.action_for("fake-small").isChecked()
-    assert window.model_label.text() == "Fake Big"
+    assert window.status.model_label.text() == "Fake Big"
     assert store.get_state("last_model") == "fake-big"
     assert window.chat.conv_id == conv and len(messages(store, window)) == 2
     send(qtbot, window, "after switching")
@@ -316,7 +316,7 @@ def test_model_menu_lists_checks_and_switches(qtbot, window, store, engine):
 
 
 def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
-    dialog = window.download_dialog()
+    dialog = window.dialogs.download_dialog()
     dialog.repo.setText("mlx-community/Some-Model")
     dialog.start_button.click()
     assert dialog.running and dialog.progress.isVisible()
@@ -327,7 +327,7 @@ def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
 
     opened = []
     monkeypatch.setattr("app.gui.window_dialogs.open_url", lambda url: opened.append(url.toLocalFile()) or True)
-    window.show_models_folder()
+    window.dialogs.show_models_folder()
     from engine.paths import models_dir
 
     assert opened == [str(models_dir())]
@@ -336,7 +336,7 @@ def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
 def test_chat_settings_reach_the_engine(qtbot, window, store, engine):
     engine.reply = "ok"
     send(qtbot, window, "first")
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     dialog.system_prompt.setPlainText("You are terse.")
     dialog.fields["temperature"].setValue(0.2)
     dialog.fields["top_k"].setValue(40)
@@ -353,7 +353,7 @@ def test_chat_settings_reach_the_engine(qtbot, window, store, engine):
     settings = store.get_conversation(window.chat.conv_id).settings
     assert settings["temperature"] == pytest.approx(0.2) and "top_p" not in settings
 
-    prefs = window.preferences_dialog()
+    prefs = window.dialogs.preferences_dialog()
     prefs.fields["top_p"].setValue(0.9)
     prefs.fields["max_tokens"].setValue(99)
     prefs.accept()
@@ -374,7 +374,7 @@ def test_restores_last_model_and_conversation(qtbot, qloop, window, store, engin
     first = [s.id for s in store.list_conversations()][-1]
     window.chat.open_conversation(first)
     window.model_menu.action_for("fake-big").trigger()
-    qtbot.waitUntil(lambda: window.model_label.text() == "Fake Big", timeout=3000)
+    qtbot.waitUntil(lambda: window.status.model_label.text() == "Fake Big", timeout=3000)
 
     engine2 = FakeEngine()
     w2 = MainWindow(store, engine2)

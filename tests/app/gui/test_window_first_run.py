@@ -49,11 +49,11 @@ def test_focus_is_in_the_composer_at_start_and_after_each_action(qtbot, window, 
     assert window.chat.conv_id == conv and focused(window) is editor
 
     # Closing a dialog returns to the composer.
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     dialog.fields["temperature"].setFocus()
     dialog.reject()
     assert focused(window) is editor
-    window.shortcuts_dialog().reject()
+    window.dialogs.shortcuts_dialog().reject()
     assert focused(window) is editor
 
 
@@ -163,12 +163,12 @@ def test_header_shows_the_whole_title_elided_only_when_drawn(qtbot, window, stor
 def test_custom_system_prompt_marker_in_the_header(qtbot, window, store, engine):
     send(qtbot, window, "hi")
     assert not window.header.prompt_marker.isVisible()
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     dialog.system_prompt.setPlainText("Talk like a pirate.")
     dialog.accept()
     assert window.header.prompt_marker.isVisible()
     assert "pirate" in window.header.prompt_marker.toolTip()
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     dialog.reset_button.click()
     dialog.accept()
     assert not window.header.prompt_marker.isVisible()
@@ -256,7 +256,7 @@ def test_code_copy_says_copied_then_resets(qtbot, window, engine, monkeypatch):
 
 
 def test_shortcuts_sheet_lists_the_keys(qtbot, window):
-    dialog = window.shortcuts_dialog()
+    dialog = window.dialogs.shortcuts_dialog()
     keys = dict((what, key) for key, what in dialog.rows)
     assert keys["New chat"] == "Ctrl+N" and keys["Copy the last reply"] == "Ctrl+Shift+C"
     assert window.shortcuts_action.shortcut().toString() == "Ctrl+/"
@@ -395,7 +395,7 @@ def test_before_the_startup_load_begins_messages_still_queue(qtbot, qloop, store
     task = w.start_engine("fake-small")
     qtbot.waitUntil(lambda: w.bridge.state == "idle", timeout=3000)  # started, models not listed yet
     assert w.composer.can_queue() and "No model" not in w.composer.reason_label.text()
-    assert w.state_label.text().startswith("Loading ")  # not "No model"
+    assert w.status.state_label.text().startswith("Loading ")  # not "No model"
     w.composer.set_text("early bird")
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
     assert w.chat.queued is not None

@@ -67,7 +67,7 @@ def test_long_conversation_opens_the_latest_page(qtbot, window, store):
 def test_import_gguf_and_add_folder_offer_to_load(qtbot, window, engine, tmp_path):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
-    dialog = window.import_gguf_dialog()
+    dialog = window.dialogs.import_gguf_dialog()
     dialog.fileSelected.emit(str(gguf))
     dialog.reject()
     qtbot.waitUntil(lambda: window.notices.bar("model-task") is not None, timeout=3000)
@@ -77,13 +77,13 @@ def test_import_gguf_and_add_folder_offer_to_load(qtbot, window, engine, tmp_pat
     bar.action_button.click()
     qtbot.waitUntil(lambda: engine.current_model.id == "imported-x", timeout=3000)
 
-    dialog = window.import_gguf_dialog()
+    dialog = window.dialogs.import_gguf_dialog()
     dialog.fileSelected.emit(str(tmp_path / "notes.txt"))
     dialog.reject()
     qtbot.waitUntil(lambda: window.notices.bar("error") is not None, timeout=3000)
     assert "Import failed" in window.notices.bar("error").text() and "not a GGUF" in window.notices.bar("error").text()
 
-    dialog = window.add_folder_dialog()
+    dialog = window.dialogs.add_folder_dialog()
     dialog.fileSelected.emit(str(tmp_path))
     dialog.reject()
     qtbot.waitUntil(lambda: window.model_menu.action_for("folder-x") is not None, timeout=3000)
@@ -97,7 +97,7 @@ def test_download_can_be_cancelled(qtbot, window, engine):
         raise CancelledDownload(f"download of {repo_id} cancelled")
 
     engine.download_model = slow_download
-    dialog = window.download_dialog()
+    dialog = window.dialogs.download_dialog()
     dialog.repo.setText("not a repo id")
     dialog.start_button.click()
     assert not dialog.running and "owner/name" in dialog.message.text()
@@ -125,7 +125,7 @@ def test_a_chat_offers_its_own_model_and_esc_cancels_an_edit(qtbot, window, stor
     send(qtbot, window, "small chat")
     small_chat = window.chat.conv_id
     window.model_menu.action_for("fake-big").trigger()
-    qtbot.waitUntil(lambda: window.model_label.text() == "Fake Big", timeout=3000)
+    qtbot.waitUntil(lambda: window.status.model_label.text() == "Fake Big", timeout=3000)
     assert window.notices.bar("conv-model").text() == "This chat last used Fake Small."
     window.new_action.trigger()
     assert window.notices.bar("conv-model") is None

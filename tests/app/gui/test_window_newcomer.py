@@ -11,8 +11,8 @@ pytestmark = pytest.mark.qt
 
 
 def test_typing_straight_away_is_sent_and_answered(qtbot, qloop, tiny_model_path):
+    from app.core.settings import DEFAULTS_KEY
     from app.core.store import Store
-    from app.gui.settings.dialog import DEFAULTS_KEY
     from app.gui.window import MainWindow
     from engine.api import Engine
 

@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 
-from app.gui.settings.dialog import DEFAULTS_KEY, PREFILL_KEY, load_defaults
+from app.core.settings import DEFAULTS_KEY, PREFILL_KEY, load_defaults
 from engine.types import PrefillProgress
 from tests.app_helpers import dispose, send
 
@@ -37,22 +37,22 @@ def test_reading_progress_in_the_live_reply_and_the_status_bar(qtbot, window, st
     live = window.chat_view.message_widgets()[-1]
     qtbot.waitUntil(lambda: "Reading your message… 43%" in live.stats_label.text(), timeout=5000)
     assert "Writing…" not in live.stats_label.text()
-    assert window.state_label.text() == "Reading your message… 43%"
+    assert window.status.state_label.text() == "Reading your message… 43%"
     # The context figure is known as soon as the prompt is.
-    assert window.context_label.text() == "Context 3,100 / 4,096"
+    assert window.status.context_label.text() == "Context 3,100 / 4,096"
     engine.reading.set()
     qtbot.waitUntil(lambda: window.chat.gen is None, timeout=10_000)
     assert "Reading" not in live.stats_label.text() and "tok/s" in live.stats_label.text()
-    assert window.state_label.text() == "Ready"
+    assert window.status.state_label.text() == "Ready"
 
 
 def test_a_prompt_read_at_once_shows_its_size_but_no_reading_text(qtbot, window, store, engine):
     engine.progress = [PrefillProgress(1, 1, 1234, 4096)]  # a draft read ahead: one token left
     engine.reading = asyncio.Event()
     send(qtbot, window, "A message read while it was typed", wait=False)
-    qtbot.waitUntil(lambda: window.context_label.text() == "Context 1,234 / 4,096", timeout=5000)
+    qtbot.waitUntil(lambda: window.status.context_label.text() == "Context 1,234 / 4,096", timeout=5000)
     live = window.chat_view.message_widgets()[-1]
-    assert "Reading" not in live.stats_label.text() and "Reading" not in window.state_label.text()
+    assert "Reading" not in live.stats_label.text() and "Reading" not in window.status.state_label.text()
     engine.reading.set()
     qtbot.waitUntil(lambda: window.chat.gen is None, timeout=10_000)
 
@@ -100,7 +100,7 @@ def test_no_draft_is_read_while_a_reply_generates_or_when_turned_off(qtbot, wind
     assert window.chat.gen is not None and engine.prefills == []
     qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=10_000)
     # Preferences › "Read the message while I type" off.
-    prefs = window.preferences_dialog()
+    prefs = window.dialogs.preferences_dialog()
     assert prefs.prefill_box.isChecked()
     prefs.prefill_box.setChecked(False)
     prefs.accept()

@@ -69,7 +69,7 @@ def test_close_saves_the_most_recent_caches_within_the_disk_budget(tiny_model_pa
     async def body(engine):
         for conv in ("old", "middle", "recent"):
             await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
-        caches = engine._session.caches
+        caches = engine._local.session.caches
         # Room for about two caches: the least recently used one is not saved.
         caches.disk_budget_bytes = int(2.5 * max(_file_bytes(c) for c in caches._caches.values()))
         return caches
@@ -113,7 +113,7 @@ def test_saving_on_close_stops_at_its_time_limit_most_recent_first(tiny_model_pa
     async def body(engine):
         for conv in ("old", "recent"):
             await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
-        return engine._session.caches
+        return engine._local.session.caches
 
     caches = None
 
@@ -122,7 +122,7 @@ def test_saving_on_close_stops_at_its_time_limit_most_recent_first(tiny_model_pa
         caches = await body(engine)
         (chinwag_home / "kv" / "x").mkdir(parents=True, exist_ok=True)
         (chinwag_home / "kv" / "x" / ".cut.0123abcd.part.safetensors").write_bytes(b"half")
-        return await asyncio.wrap_future(engine._thread.submit(lambda: caches.save_all(seconds=0.0)))
+        return await asyncio.wrap_future(engine._local.thread.submit(lambda: caches.save_all(seconds=0.0)))
 
     assert session(tiny_model_path, run) == 1  # the first (most recent) is always saved
     assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))

@@ -219,7 +219,7 @@ def test_close_with_a_dangling_symlink_and_a_pipe_in_kv_does_not_raise(tiny_mode
     async def body(engine):
         await turn(engine, CONV, FIRST, GREEDY)
         await turn(engine, "other", [{"role": "user", "content": "Hello"}], GREEDY)
-        await asyncio.wrap_future(engine._thread.submit(engine._session.caches.save_all))
+        await asyncio.wrap_future(engine._local.thread.submit(engine._local.session.caches.save_all))
         dangling(chinwag_home / "kv")
 
     run_with_engine(tiny_model_path, body)  # close saves again and prunes: it must not raise
@@ -237,7 +237,7 @@ def test_a_model_switch_with_a_dangling_symlink_leaves_no_old_cache(tiny_model_p
 
     async def body(engine):
         await turn(engine, CONV, FIRST, GREEDY)
-        await asyncio.wrap_future(engine._thread.submit(engine._session.caches.save_all))
+        await asyncio.wrap_future(engine._local.thread.submit(engine._local.session.caches.save_all))
         dangling(chinwag_home / "kv")
         await engine.load_model(str(other))  # must not raise
         assert (await engine.memory_stats()).conversations_in_memory == 0

@@ -22,15 +22,15 @@ async def cache_state(engine, conv_id):
     """(tokens held by the cache's layers, len(token_ids)), read on the engine thread."""
 
     def read():
-        conv = engine._session.caches.get(conv_id)
+        conv = engine._local.session.caches.get(conv_id)
         return (conv.offset, len(conv.token_ids)) if conv else (0, 0)
 
-    return await engine._call(read)
+    return await engine._local.call(read)
 
 
 def hold_model(monkeypatch, engine, until):
     """Make the model's first call wait (on the engine thread) until `until()` holds."""
-    model = engine._session.model
+    model = engine._local.session.model
     real = type(model).__call__
     calls = {"n": 0}
     entered = threading.Event()
@@ -79,7 +79,7 @@ def test_a_chat_preempts_the_draft_within_one_chunk_and_reuses_it(engine_with, t
     model, tokenizer = tiny_model
 
     async def body(engine):
-        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._local.thread.waiting())
         background = asyncio.ensure_future(engine.prefill("c", draft(LONG)))
         await asyncio.to_thread(entered.wait, 30)
         _, stats = await turn(engine, "c", draft(LONG))  # Enter while the draft is being read
@@ -96,7 +96,7 @@ def test_a_chat_preempts_the_draft_within_one_chunk_and_reuses_it(engine_with, t
 
 def test_a_newer_draft_preempts_the_older_one(engine_with, monkeypatch):
     async def body(engine):
-        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._local.thread.waiting())
         older = asyncio.ensure_future(engine.prefill("n", draft(LONG)))
         await asyncio.to_thread(entered.wait, 30)
         newer = await engine.prefill("n", draft(LONG + "And more."))
@@ -113,7 +113,7 @@ def test_stop_and_model_load_cancel_background_work(engine_with, tiny_model_path
     async def body(engine):
         results = []
         for cancel in (lambda: engine.stop(), lambda: asyncio.ensure_future(engine.load_model(str(tiny_model_path)))):
-            entered, restore = hold_model(monkeypatch, engine, lambda: engine._cancel_background.is_set())
+            entered, restore = hold_model(monkeypatch, engine, lambda: engine._local.background_cancelled())
             background = asyncio.ensure_future(engine.prefill("s", draft(LONG)))
             await asyncio.to_thread(entered.wait, 30)
             pending = cancel()
@@ -183,7 +183,7 @@ async def fill_to_limit(engine, conv):
         messages = messages + [{"role": "user", "content": f"And number {i}?"}]
         text, stats = await turn(engine, conv, messages, CAP)
         messages = messages + [{"role": "assistant", "content": text}]
-        if await engine._call(next_window, engine._session, conv, messages, CAP) is not None:
+        if await engine._local.call(next_window, engine._local.session, conv, messages, CAP) is not None:
             return messages
     raise AssertionError("the chat never came near its limit")
 
@@ -228,8 +228,8 @@ def test_the_next_window_is_prepared_after_a_turn_near_the_limit(tiny_model_path
 def test_another_conversations_turn_preempts_the_window_preparation(engine_with, monkeypatch):
     async def body(engine):
         messages = await fill_to_limit(engine, "a")
-        entered, restore = hold_model(monkeypatch, engine, lambda: engine._thread.waiting())
-        background = engine._start_background(engine._session_prepare, "a", messages, CAP)  # as chat() does
+        entered, restore = hold_model(monkeypatch, engine, lambda: engine._local.thread.waiting())
+        background = engine._local.start_background(engine._local.session_prepare, "a", messages, CAP)  # as chat() does
         await asyncio.to_thread(entered.wait, 30)
         _, other = await turn(engine, "b", draft("Hello there"), CAP)
         restore()
@@ -279,7 +279,7 @@ def test_a_failure_mid_draft_leaves_the_cache_exact_and_reaches_the_caller(engin
     model, tokenizer = tiny_model
 
     async def body(engine):
-        real = type(engine._session.model).__call__
+        real = type(engine._local.session.model).__call__
         calls = {"n": 0}
 
         def flaky(self, *args, **kwargs):
@@ -289,13 +289,13 @@ def test_a_failure_mid_draft_leaves_the_cache_exact_and_reaches_the_caller(engin
                 raise RuntimeError("simulated failure")  # ...but the chunk never completed
             return out
 
-        monkeypatch.setattr(type(engine._session.model), "__call__", flaky)
+        monkeypatch.setattr(type(engine._local.session.model), "__call__", flaky)
         failed = ""
         try:
             await engine.prefill("f", draft(LONG))
         except RuntimeError as e:
             failed = str(e)
-        monkeypatch.setattr(type(engine._session.model), "__call__", real)
+        monkeypatch.setattr(type(engine._local.session.model), "__call__", real)
         state = await cache_state(engine, "f")
         _, stats = await turn(engine, "f", draft(LONG))
         return failed, state, stats

@@ -329,7 +329,7 @@ def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path
 
 @pytest.mark.qt
 def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window, send
 
     store, window = open_window(qtbot, looping_model_path)
@@ -341,7 +341,7 @@ def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qlo
     tip = window.chat_view.message_widgets()[-1].stats_label.toolTip()
     assert tip == f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
 
-    prefs = window.preferences_dialog()
+    prefs = window.dialogs.preferences_dialog()
     assert prefs.speculative.isChecked()
     prefs.speculative.setChecked(False)
     prefs.accept()
@@ -391,7 +391,7 @@ def engine_turns(model_path, turns, **params):
                         parts.append(ev.text)
                 messages.append({"role": "assistant", "content": "".join(parts)})
                 out.append(stats)
-            return out, engine._session
+            return out, engine._local.session
         finally:
             await engine.close()
 
@@ -413,8 +413,11 @@ def test_a_draft_model_gives_the_ids_of_plain_decoding_and_its_cache_follows(loo
         assert sum(s.accepted_tokens for s in drafted) < sum(s.drafted_tokens for s in drafted)
     # The draft cache holds a prefix of the main one's ids, nothing else (it lags while a
     # failing draft model is paused).
-    main, cache = session.caches.get("c"), session.draft_caches["c"]
+    main, cache = session.caches.get("c"), session.caches.draft("c")
     assert cache.token_ids == main.token_ids[: len(cache.token_ids)]
+    # The draft model's cache is under the memory budget and in the report.
+    report = session.caches.report()
+    assert report.draft_caches == 1 and report.draft_bytes == cache.nbytes > 0
     assert all(c.offset == len(cache.token_ids) for c in cache.layers)
     if draft == "same":
         assert len(cache.token_ids) >= len(main.token_ids) - 1
@@ -451,7 +454,7 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
     store, window = open_window(qtbot, looping_model_path)
     send(qtbot, window, "Hello")
     conv_id = window.chat.conv_id
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     assert dialog.draft_model.text() == ""
     dialog.fields["temperature"].setValue(0.0)
     dialog.fields["max_tokens"].setValue(30)
@@ -463,8 +466,8 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
     assert reply.status == "complete" and reply.stats["drafted_tokens"] > 0
     assert "drafted tokens accepted" in window.chat_view.message_widgets()[-1].stats_label.toolTip()
 
-    window.save_chat_settings(
-        conv_id, {**window.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])}
+    window.dialogs.save_chat_settings(
+        conv_id, {**window.dialogs.chat_settings_dialog().values(), "draft_model": str(draft_pair["foreign"])}
     )
     send(qtbot, window, "Once more")
     reply = store.get_conversation(conv_id).messages[-1]

@@ -117,7 +117,7 @@ def test_dialog_lists_the_catalogue_with_fit_and_picking_fills_the_repo(qtbot):
 
 @pytest.mark.qt
 def test_offline_search_in_the_window_says_so(qtbot, window, engine):
-    dialog = window.download_dialog()
+    dialog = window.dialogs.download_dialog()
     dialog.search.setText("qwen")
     dialog.search_button.click()
     qtbot.waitUntil(lambda: dialog.search_button.isEnabled(), timeout=5000)
@@ -134,7 +134,7 @@ def test_search_pick_and_download_from_the_stand_in_hub(qtbot, qloop, store, hub
 
     window = MainWindow(store, Engine())
     window.show()
-    dialog = window.download_dialog()
+    dialog = window.dialogs.download_dialog()
     dialog.search.setText("tiny")
     dialog.search_button.click()
     qtbot.waitUntil(lambda: dialog.results.topLevelItemCount() == 2, timeout=20_000)

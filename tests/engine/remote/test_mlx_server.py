@@ -170,8 +170,8 @@ def test_distributed_mlx_lm_server_streams_through_chinwag(tiny_model_path, tmp_
 @pytest.mark.starter
 @pytest.mark.qt
 def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx_server, monkeypatch):
+    from app.core.settings import DEFAULTS_KEY
     from app.core.store import Store
-    from app.gui.settings.dialog import DEFAULTS_KEY
     from app.gui.window import MainWindow
 
     monkeypatch.setenv("CHINWAG_KEYRING", "0")
@@ -185,7 +185,7 @@ def test_window_connects_to_a_server_picks_its_model_and_chats(qtbot, qloop, mlx
     # Model › Connect to Server…
     connect = next(a for a in window.model_menu.actions() if a.text() == "Connect to Server…")
     connect.trigger()
-    dialog = window._dialogs[-1]
+    dialog = window.dialogs.open_dialogs[-1]
     dialog.name_edit.setText("loopback")
     dialog.url_edit.setText(mlx_server.url.removesuffix("/v1"))
     dialog.save_button.click()

@@ -10,8 +10,10 @@ import pytest
 
 from app.cli.main import main
 from engine import ChinwagError, Engine, GenerationParams, TextDelta, TurnStats
+from engine.backend import StopSignal
 from engine.remote import backend as remote
-from engine.remote import servers
+from engine.remote import errors, servers, urls
+from engine.remote.spec import resolve
 from tests.remote_standin import MODELS, StandIn
 
 
@@ -112,11 +114,11 @@ def test_reasoning_is_shown_as_a_think_block_and_sent_back_as_received(standin):
 
 
 def test_keepalive_comments_become_prefill_progress(standin):
-    backend = remote.RemoteBackend(remote.resolve(f"{standin.url}#keepalive"))
+    backend = remote.RemoteBackend(resolve(f"{standin.url}#keepalive"))
     seen = []
 
     async def go():
-        stop = remote.StopSignal()
+        stop = StopSignal()
         events = []
         async for ev in backend.chat(
             "c",
@@ -195,7 +197,7 @@ def test_a_dropped_connection_keeps_the_reply_marked_stopped(standin):
 
 
 def test_a_stalled_stream_times_out_with_a_clear_line(standin, monkeypatch):
-    monkeypatch.setattr(remote, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
     [(text, stats)] = run_chat(f"{standin.url}#stall", ["hi"])
     assert text == "Before the stall"
     assert stats.finish_reason == "cancelled" and "read timed out" in stats.error
@@ -243,7 +245,7 @@ def test_empty_models_body_means_default_model():
         assert [(m.id, m.source, m.status, m.server) for m in infos] == [
             ("mlx/default_model", "server", "ready", "mlx")
         ]
-        assert remote.resolve(s.url).model == "default_model"
+        assert resolve(s.url).model == "default_model"
 
 
 def test_models_lists_servers_with_reachability(standin, capsys):
@@ -324,7 +326,7 @@ def test_the_local_engine_is_unaffected_by_a_failed_server(standin, tiny_model_p
 def test_credentials_in_a_url_are_refused():
     with pytest.raises(ChinwagError, match="user:password part"):
         servers.add_server("x", "http://me:secret@127.0.0.1:8080/v1")
-    assert "secret" not in servers.display_url("http://me:secret@127.0.0.1:8080/v1")
+    assert "secret" not in urls.display_url("http://me:secret@127.0.0.1:8080/v1")
 
 
 def test_a_server_without_a_model_list_takes_a_named_model():
@@ -395,14 +397,14 @@ def test_connection_failures_are_named(error, expected):
     import httpx
 
     server = servers.Server("studio", "http://studio.lan:8080/v1")
-    assert remote.describe_http_error(httpx.ConnectError(error), server).startswith(expected)
-    assert "no answer from" in remote.describe_http_error(httpx.ConnectTimeout("timed out"), server)
+    assert errors.describe_http_error(httpx.ConnectError(error), server).startswith(expected)
+    assert "no answer from" in errors.describe_http_error(httpx.ConnectTimeout("timed out"), server)
 
 
 def test_403_and_unknown_status_lines():
-    assert remote.response_error(403, b'{"detail": "Forbidden"}').startswith("denied access (HTTP 403: Forbidden)")
-    assert remote.response_error(502, b"") == "HTTP 502 with no message"
-    assert remote.response_error(500, b"<html>Bad   Gateway</html>") == "HTTP 500: <html>Bad Gateway</html>"
+    assert errors.response_error(403, b'{"detail": "Forbidden"}').startswith("denied access (HTTP 403: Forbidden)")
+    assert errors.response_error(502, b"") == "HTTP 502 with no message"
+    assert errors.response_error(500, b"<html>Bad   Gateway</html>") == "HTTP 500: <html>Bad Gateway</html>"
 
 
 def test_keepalive_comments_reach_the_engines_caller_as_prefill_progress(standin):

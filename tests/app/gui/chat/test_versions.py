@@ -135,7 +135,7 @@ def test_versions_survive_a_restart(qtbot, qloop, store, window, engine):
 def test_switching_versions_reprefills_only_after_the_common_prefix(qtbot, qloop, tiny_model_path):
     """The real engine and the tiny model: after Regenerate and a switch back to version 1,
     the next turn reuses the cached tokens up to where the versions differ."""
-    from app.gui.settings.dialog import DEFAULTS_KEY
+    from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window
 
     store, window = open_window(qtbot, tiny_model_path)
@@ -144,7 +144,7 @@ def test_switching_versions_reprefills_only_after_the_common_prefix(qtbot, qloop
     conv_id = window.chat.conv_id
     first = store.get_conversation(conv_id).messages[-1]
     turn1_prompt = first.stats["prompt_tokens"]
-    window.save_chat_settings(conv_id, {"max_tokens": 6, "temperature": 2.0})
+    window.dialogs.save_chat_settings(conv_id, {"max_tokens": 6, "temperature": 2.0})
     for _ in range(5):  # sampled hot, a version that differs from the first
         window.chat.regenerate()
         qtbot.waitUntil(lambda: idle(window), timeout=60_000)
@@ -155,7 +155,7 @@ def test_switching_versions_reprefills_only_after_the_common_prefix(qtbot, qloop
 
     while window.chat_view.message_widgets()[-1].message_id != first.id:
         window.chat_view.message_widgets()[-1].version_switcher.prev_button.click()
-    window.save_chat_settings(conv_id, {"max_tokens": 2, "temperature": 0.0})
+    window.dialogs.save_chat_settings(conv_id, {"max_tokens": 2, "temperature": 0.0})
     send(qtbot, window, "And then?")
     msgs = store.get_conversation(conv_id).messages
     assert [m.id for m in msgs[:2]] == [msgs[0].id, first.id]

@@ -46,10 +46,8 @@ def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
     assert picker_texts == [a.text() for a in window.model_menu.actions()]  # the same menu
     action = next(a for a in window.model_picker.menu_.actions() if a.text() == "Download from Hugging Face…")
     action.trigger()
-    qtbot.waitUntil(
-        lambda: getattr(window, "_download", None) is not None and window._download.isVisible(), timeout=3000
-    )
-    window._download.reject()
+    qtbot.waitUntil(lambda: window.dialogs.download is not None and window.dialogs.download.isVisible(), timeout=3000)
+    window.dialogs.download.reject()
 
 
 def test_picker_sits_in_the_chat_header(window):

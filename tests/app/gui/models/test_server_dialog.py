@@ -77,11 +77,13 @@ def test_server_dialog_adds_edits_and_removes_servers(qtbot, qloop):
 
 def test_model_menu_lists_server_models_under_the_server_name(qtbot):
     from app.gui.models.menu import ModelMenu
+    from app.gui.models.model_list import ModelList
 
-    menu = ModelMenu()
+    models = ModelList()
+    menu = ModelMenu(models)
     qtbot.addWidget(menu)
     chosen = []
-    menu.modelChosen.connect(chosen.append)
+    models.modelChosen.connect(chosen.append)
     local = ModelInfo("tiny", "Tiny", "/m/tiny", source="folder")
     remote = [
         ModelInfo("studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server", server="studio"),
@@ -98,7 +100,7 @@ def test_model_menu_lists_server_models_under_the_server_name(qtbot):
             reason="unreachable: connection refused at http://lab:8000/v1 (is the server running?)",
         ),
     ]
-    menu.set_models([local, *remote], current_id="studio/qwen3-32b")
+    models.set_models([local, *remote], current_id="studio/qwen3-32b")
     texts = [a.text() for a in menu.actions()]
     assert texts.index("studio") < texts.index("qwen3-32b") < texts.index("default_model") < texts.index("lab")
     assert texts.index("Tiny") < texts.index("studio")

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.qt
 
 def test_tab_leaves_the_system_prompt_and_return_is_ok(qtbot, window, store, engine):
     send(qtbot, window, "hi")
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     dialog.system_prompt.setFocus()
     QTest.keyClicks(dialog.system_prompt, "Be brief.")
     QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
@@ -28,7 +28,7 @@ def test_tab_leaves_the_system_prompt_and_return_is_ok(qtbot, window, store, eng
 
 
 def test_return_in_a_number_field_is_ok_too(qtbot, window, store, engine):
-    dialog = window.preferences_dialog()
+    dialog = window.dialogs.preferences_dialog()
     box = dialog.fields["temperature"]
     box.setFocus()
     box.selectAll()
@@ -39,7 +39,7 @@ def test_return_in_a_number_field_is_ok_too(qtbot, window, store, engine):
 
 
 def test_every_sampling_knob_explains_itself(qtbot, window):
-    dialog = window.chat_settings_dialog()
+    dialog = window.dialogs.chat_settings_dialog()
     for key in dialog.fields:  # every numeric knob
         assert len(dialog.fields[key].toolTip()) > 30, key
     assert set(dialog.fields) >= {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"}
@@ -48,7 +48,7 @@ def test_every_sampling_knob_explains_itself(qtbot, window):
 
 
 def test_presets_fill_the_system_prompt(qtbot, window):
-    dialog = window.preferences_dialog()
+    dialog = window.dialogs.preferences_dialog()
     names = [dialog.preset_box.itemText(i) for i in range(dialog.preset_box.count())]
     assert "Concise" in names
     dialog.preset_box.activated.emit(names.index("Concise"))
@@ -65,7 +65,7 @@ def test_preferences_theme_font_and_default_model(qtbot, qloop, window, store, e
     send(qtbot, window, "hi")
     before = window.chat_view.message_widgets()[0]
     try:
-        dialog = window.preferences_dialog()
+        dialog = window.dialogs.preferences_dialog()
         dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("dark"))
         dialog.font_box.setValue(15)
         dialog.model_box.setCurrentIndex(dialog.model_box.findData("fake-big"))
@@ -85,7 +85,7 @@ def test_preferences_theme_font_and_default_model(qtbot, qloop, window, store, e
         assert w2.bridge.current_model.id == "fake-big"
         w2.close()
         run(qtbot, w2.shutdown())
-        dialog = window.preferences_dialog()
+        dialog = window.dialogs.preferences_dialog()
         dialog.theme_box.setCurrentIndex(dialog.theme_box.findData("light"))
         dialog.accept()
         assert not theme.is_dark(app.palette())

@@ -1,0 +1,270 @@
+"""The local backend: one long-lived MLX thread, a job queue, per-request event queues.
+
+Like mlx-lm's server: exceptions go back to the awaiting caller and the thread never dies.
+Only ints, strings and the dataclasses of engine/types.py reach the caller's loop. Also the
+engine thread's low-priority work (engine/local/background.py) and its memory report.
+"""
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING
+
+from engine.backend import ChatEvent, StopSignal
+from engine.errors import ChinwagError
+from engine.log import report_bug
+from engine.types import BackgroundPrefill, GenerationParams, MemoryReport, ModelInfo
+
+if TYPE_CHECKING:
+    from engine.local.session import Session
+
+_DONE = object()
+# After a turn near the context limit, prepare the next window while the user reads.
+IDLE_WORK = True
+
+
+class EngineThread:
+    """Runs submitted callables one at a time on a single thread that owns every MLX array."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="chinwag-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _run(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # never let a job kill the thread
+                if isinstance(e, Exception) and not isinstance(e, ChinwagError):
+                    # Logged here, on the thread it happened on, even if nobody awaits the result.
+                    report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")
+                future.set_exception(e)
+
+    def waiting(self) -> bool:
+        """True while a job waits in the queue: background work yields to it."""
+        return not self._jobs.empty()
+
+    def shutdown(self, timeout: float = 10.0):
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+class LocalBackend:
+    """The engine thread and its Session; started lazily, and kept while a server's model is loaded
+    (its caches, saved or in memory, outlive a switch)."""
+
+    def __init__(
+        self,
+        kv_initial_capacity: int | None = None,
+        memory_budget_bytes: int | None = None,
+        idle_work: bool = IDLE_WORK,
+    ):
+        self._options = (kv_initial_capacity, memory_budget_bytes)
+        self.idle_work = idle_work
+        # The background job (a draft's prefill, the next window) and the event that cancels it.
+        self._background: concurrent.futures.Future | None = None
+        self._cancel_background = threading.Event()
+        self.thread: EngineThread | None = None
+        self.session: Session | None = None
+        self._started: concurrent.futures.Future | None = None
+        self.kv_bytes = 0  # every cache's bytes after the last local turn
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def _ensure_thread(self) -> concurrent.futures.Future:
+        if self.thread is None or self._started is None:
+            from engine.local import blas
+
+            blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
+            self.thread = EngineThread()
+            self._started = self.thread.submit(self._create_session)
+        return self._started
+
+    def _create_session(self) -> None:
+        # engine.local.session imports mlx_lm (seconds of imports): on the engine thread, so the
+        # caller's thread (the window's) keeps painting meanwhile.
+        from engine.local.session import Session
+
+        self.session = Session(*self._options)
+        self.session.warm_up()
+
+    def running(self) -> tuple[EngineThread, "Session"]:
+        """The thread and session of a started backend; calling before start() is a bug."""
+        if self.thread is None or self.session is None:
+            raise RuntimeError("the engine thread is not running")
+        return self.thread, self.session
+
+    @property
+    def starting(self) -> bool:
+        """True from start() until the thread has imported MLX (or failed to)."""
+        return self._started is not None and not self._started.done()
+
+    @property
+    def failed(self) -> bool:
+        """True once starting has failed: every later start() raises the same error."""
+        started = self._started
+        return started is not None and started.done() and not started.cancelled() and started.exception() is not None
+
+    def queued_session(self) -> "Session":
+        """The session, for a job already queued on the engine thread: it may run while close() is
+        under way (the thread no longer takes new jobs), where `running` would call it a bug."""
+        if self.session is None:
+            raise RuntimeError("the engine session was never created")
+        return self.session
+
+    async def start(self) -> None:
+        """Start the thread and import MLX there; cheap to call again."""
+        await asyncio.wrap_future(self._ensure_thread())
+
+    async def call(self, fn, *args):
+        """Run fn(*args) on the engine thread (started if need be); its result or its exception."""
+        await self.start()
+        return await asyncio.wrap_future(self.running()[0].submit(fn, *args))
+
+    async def close(self) -> None:
+        if self.thread is not None:
+            thread, self.thread = self.thread, None
+            try:  # save the recent caches (engine/context/memory.py) so the next start reuses them
+                if self.session is not None:
+                    await asyncio.wrap_future(thread.submit(self.session.close))
+            finally:
+                await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
+
+    async def load(self, spec: str, progress) -> ModelInfo:
+        """Load a model on the engine thread; `progress` is called there."""
+        info = await self.call(self._session_load, spec, progress)
+        self.kv_bytes = 0
+        return info
+
+    def _session_load(self, spec, progress):
+        return self.running()[1].load(spec, progress)
+
+    # --- chat --------------------------------------------------------------
+
+    async def chat(
+        self, conversation_id: str, messages: list, params: GenerationParams, stop: StopSignal
+    ) -> AsyncIterator[ChatEvent]:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def emit(event):
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the loop is gone: stop generating for nobody
+                stop.set()
+
+        thread, session = self.running()
+        future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
+        future.add_done_callback(lambda f: emit(_DONE))
+        try:
+            while True:
+                event = await events.get()
+                if event is _DONE:
+                    break
+                yield event
+            result = future.result()  # raises what the engine thread raised
+            self.kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
+            if self.idle_work and result.stats.finish_reason in ("stop", "length", "context"):
+                after = list(messages) + [{"role": "assistant", "content": result.text}]
+                self.start_background(self.session_prepare, conversation_id, after, params)
+            yield result.stats
+        finally:
+            if not future.done():
+                stop.set()
+
+    # --- background work ----------------------------------------------------
+
+    async def prefill(self, conversation_id: str, messages: list, params: GenerationParams) -> BackgroundPrefill:
+        await self.start()
+        future = self.start_background(self.session_prefill, conversation_id, messages, params)
+        return await asyncio.wrap_future(future)
+
+    def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
+        if self.thread is None:
+            return asyncio.sleep(0, False)
+        return asyncio.wrap_future(self.running()[0].submit(self._session_adopt, draft_id, conversation_id))
+
+    def _session_adopt(self, draft_id, conversation_id):
+        from engine.local.background import adopt
+
+        return adopt(self.queued_session(), draft_id, conversation_id)
+
+    async def wait_background(self) -> BackgroundPrefill | None:
+        future = self._background
+        return None if future is None else await asyncio.wrap_future(future)
+
+    def background_result(self) -> BackgroundPrefill | None:
+        future = self._background
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
+
+    def cancel_background(self) -> None:
+        """Thread-safe: the running background job ends within one prefill chunk."""
+        self._cancel_background.set()
+
+    def background_cancelled(self) -> bool:
+        return self._cancel_background.is_set()
+
+    def start_background(self, fn, *args) -> concurrent.futures.Future:
+        """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
+        self._cancel_background.set()  # a newer background job replaces the older one
+        cancel = self._cancel_background = threading.Event()
+        thread = self.running()[0]
+
+        def should_stop() -> bool:
+            return cancel.is_set() or thread.waiting()
+
+        self._background = future = thread.submit(fn, *args, should_stop)
+        future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
+        return future
+
+    def session_prefill(self, conv_id, messages, params, should_stop):
+        from engine.local.background import prefill_draft
+
+        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop)
+
+    def session_prepare(self, conv_id, messages, params, should_stop):
+        from engine.local.background import prepare_next_window
+
+        return prepare_next_window(self.queued_session(), conv_id, messages, params, should_stop)
+
+    # --- caches --------------------------------------------------------------
+
+    async def memory_stats(self) -> MemoryReport:
+        await self.start()
+        return await self.call(self.running()[1].caches.report)
+
+    async def forget(self, conversation_id: str) -> None:
+        if self.thread is not None:
+            await self.start()  # the session exists once start has finished
+            await self.call(self.running()[1].forget, conversation_id)
+        else:  # not started: no cache in memory, but files saved by an earlier run may be there
+            from engine.paths import forget_saved_caches
+
+            await asyncio.to_thread(forget_saved_caches, conversation_id)
+
+
+def _log_failure(future: concurrent.futures.Future) -> None:
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        report_bug(error, "background work on the engine thread")

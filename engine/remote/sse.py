@@ -1,0 +1,190 @@
+"""Reading an OpenAI chat-completions stream: server-sent events in, TextDelta events and a TurnStats out.
+
+`EventLines` frames the text/event-stream (data lines joined into one payload per event,
+keepalive comments read as prefill progress); `decode` turns one payload into the reply's
+text, its reasoning shown as a <think> block; `stats` makes the TurnStats from what a
+`Turn` gathered. Pure: no network, no threads.
+"""
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.errors import ChinwagError
+from engine.remote.errors import server_message
+from engine.types import FinishReason, TextDelta, ToolCall, TurnStats
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
+# The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
+FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}
+
+
+class EventLines:
+    """The lines of a text/event-stream, one at a time; each event's data once the event ends."""
+
+    def __init__(self):
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> str | None:
+        """The event's payload when `line` ends one (a blank line after data lines), else None."""
+        if line.startswith("data:"):
+            self._data.append(line[5:].removeprefix(" "))
+        elif not line.strip() and self._data:
+            payload, self._data = "\n".join(self._data), []
+            return payload
+        return None
+
+
+def keepalive(line: str) -> tuple[int, int] | None:
+    """(done, total) from mlx_lm.server's keepalive comment while it reads the prompt, else None."""
+    if not line.startswith(":"):
+        return None
+    m = _KEEPALIVE.search(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@dataclass
+class Turn:
+    """What one streamed reply has gathered."""
+
+    content: list = field(default_factory=list)  # exactly as received
+    shown: list = field(default_factory=list)  # what the UI got (reasoning wrapped in <think>)
+    in_reasoning: bool = False
+    finish: str = ""
+    usage: dict = field(default_factory=dict)
+    first: float = 0.0
+    last: float = 0.0
+    deltas: int = 0
+    tool_calls: dict = field(default_factory=dict)  # index -> {"id", "name", "arguments" (JSON text so far)}
+
+    def arrive(self) -> None:
+        now = time.perf_counter()
+        self.first = self.first or now
+        self.last = now
+        self.deltas += 1
+
+    def show(self, text: str) -> TextDelta:
+        self.shown.append(text)
+        return TextDelta(text)
+
+    def close_reasoning(self) -> TextDelta | None:
+        """The </think> a reply that ended mid-reasoning still needs."""
+        return self.show(THINK_CLOSE) if self.in_reasoning else None
+
+
+def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None]) -> bool:
+    """Handle one event's payload: its text goes to `put`; True at [DONE]."""
+    if payload.strip() == "[DONE]":
+        return True
+    try:
+        event = json.loads(payload)
+        if not isinstance(event, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise ChinwagError(f"sent malformed stream data: {payload[:80]!r}") from None
+    if event.get("error"):
+        raise ChinwagError(f"failed mid-reply: {server_message(json.dumps(event).encode())}")
+    if isinstance(event.get("usage"), dict):
+        turn.usage = event["usage"]
+    for choice in event.get("choices") or []:
+        _choice(choice, turn, put)
+    return False
+
+
+def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
+    delta = choice.get("delta") or choice.get("message") or {}
+    reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        turn.arrive()
+        if not turn.in_reasoning:
+            turn.in_reasoning = True
+            reasoning = THINK_OPEN + reasoning
+        put(turn.show(reasoning))
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        turn.arrive()
+        turn.content.append(content)
+        shown = content
+        if turn.in_reasoning:
+            turn.in_reasoning = False
+            shown = THINK_CLOSE + content
+        put(turn.show(shown))
+    for call in delta.get("tool_calls") or []:
+        _tool_delta(turn, call)
+    if choice.get("finish_reason"):
+        turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
+
+
+def _tool_delta(turn: Turn, call) -> None:
+    """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
+    if not isinstance(call, dict):
+        return
+    turn.arrive()
+    index = call.get("index", len(turn.tool_calls))
+    known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+    function = call.get("function") or {}
+    if isinstance(call.get("id"), str) and call["id"]:
+        known["id"] = call["id"]
+    if isinstance(function.get("name"), str) and function["name"]:
+        known["name"] = function["name"]
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        known["arguments"] += arguments
+    elif isinstance(arguments, dict):
+        known["arguments"] = json.dumps(arguments)
+
+
+def tool_calls(turn: Turn) -> tuple:
+    """The streamed tool calls, complete ones only (arguments that are a JSON object)."""
+    out = []
+    for index in sorted(turn.tool_calls, key=str):
+        c = turn.tool_calls[index]
+        try:
+            arguments = json.loads(c["arguments"] or "{}")
+        except ValueError:
+            continue
+        if c["name"] and isinstance(arguments, dict):
+            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))
+    return tuple(out)
+
+
+def stats(turn: Turn, started: float, dropped: int, error: str) -> TurnStats:
+    usage = turn.usage
+    prompt = _int(usage.get("prompt_tokens"))
+    generated = _int(usage.get("completion_tokens")) or turn.deltas
+    details = usage.get("prompt_tokens_details") or {}
+    cached = _int(details.get("cached_tokens") if isinstance(details, dict) else 0)
+    ttft = (turn.first - started) if turn.first else 0.0
+    span = turn.last - turn.first
+    calls = tool_calls(turn) if turn.finish not in (FinishReason.CANCELLED, FinishReason.ERROR) else ()
+    return TurnStats(
+        prompt_tokens=prompt,
+        reused_tokens=cached,
+        prefilled_tokens=max(0, prompt - cached),
+        generated_tokens=generated,
+        ttft_s=ttft,
+        decode_tps=(generated - 1) / span if generated > 1 and span > 0 else 0.0,
+        prefill_tps=(prompt - cached) / ttft if ttft > 0 else 0.0,
+        kv_capacity=0,
+        kv_offset=prompt + generated,
+        kv_bytes=0,
+        context_limit=0,
+        finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason(turn.finish or FinishReason.STOP),
+        dropped_messages=dropped,
+        error=error,
+        tool_calls=calls,
+    )
+
+
+def without_reasoning(text: str) -> str:
+    """A reply as the server sent it, for one shown with its reasoning as a leading <think> block."""
+    if text.startswith(THINK_OPEN) and THINK_CLOSE in text:
+        return text[text.index(THINK_CLOSE) + len(THINK_CLOSE) :]
+    return text
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) and value > 0 else 0

@@ -1,0 +1,24 @@
+"""engine/remote/errors.py: a chat request's failures as one line naming the server, never the key."""
+
+from engine.errors import ContextOverflowError
+from engine.remote.errors import ServerError, chat_error
+from engine.remote.servers import Server
+
+SERVER = Server("studio", "http://studio.lan:8080/v1", api_key="sk-secret")
+
+
+def test_an_overlong_history_is_a_context_overflow():
+    error = chat_error(ServerError(400, b'{"error": "maximum context length is 4096 tokens"}'), SERVER, "m")
+    assert isinstance(error, ContextOverflowError)
+    assert str(error).startswith("server studio: the history is too long: HTTP 400")
+
+
+def test_a_404_names_the_unknown_model():
+    error = chat_error(ServerError(404, b'{"detail": "Not Found"}'), SERVER, "qwen")
+    assert not isinstance(error, ContextOverflowError)
+    assert str(error) == "server studio: unknown model 'qwen' (HTTP 404: Not Found)"
+
+
+def test_the_key_never_appears():
+    error = chat_error(ServerError(401, b'{"error": "bad key"}'), SERVER, "m")
+    assert "sk-secret" not in str(error) and "check the server's API key" in str(error)
