@@ -15,7 +15,8 @@ def _plain(text: str, name: str, lines: int = 8) -> QPlainTextEdit:
     view.setObjectName(name)
     view.setReadOnly(True)
     view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-    view.setMaximumHeight(view.fontMetrics().lineSpacing() * lines + 12)
+    shown = min(lines, text.count("\n") + 1)  # as tall as the text, up to `lines`; then it scrolls
+    view.setFixedHeight(view.fontMetrics().lineSpacing() * shown + 14)
     return view
 
 
