@@ -265,6 +265,7 @@ class TurnStats:
     # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
     tool_calls: tuple = ()
     tools_off: str = ""
+    tools_tokens: int = 0  # the context the tool definitions take in the prompt
 
     @property
     def note(self) -> str:

@@ -31,7 +31,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 class TerminalTools:
     def __init__(self, host: ToolHost, approvals: Approvals, rounds: int, stream):
         self.host, self.approvals, self.rounds, self.stream = host, approvals, rounds, stream
-        self.said_off = False
+        self.said_off = False  # the tools-off or cost line was printed
         self.runs: dict = {}  # call id -> ToolRun, for the store
 
     @classmethod
@@ -54,8 +54,10 @@ class TerminalTools:
         added, stats = await tool_reply(
             turn, messages, params, self.host, self.approvals, self.ask, self.show, self.rounds
         )
-        if stats is not None and stats.tools_off and not self.said_off:
-            print(f"\n[{stats.tools_off}]")
+        if stats is not None and not self.said_off and (stats.tools_off or stats.tools_tokens):
+            # Once per chat: why tools are off, or what their definitions cost in context.
+            note = stats.tools_off or f"the tool definitions take {stats.tools_tokens} tokens of context"
+            print(f"\n[{note}]")
             self.said_off = True
         return added, stats
 

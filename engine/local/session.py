@@ -20,7 +20,7 @@ from engine.context.conversation import (
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import plan_window, reply_room
-from engine.context.prompt import History, WithTools, check_messages, tools_off_reason
+from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
 from engine.context.tool_calls import parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
@@ -51,6 +51,9 @@ class TurnResult:
 
     stats: TurnStats
     text: str
+
+
+ONE_MESSAGE = {"role": "user", "content": "hi"}
 
 
 class Session:
@@ -180,6 +183,8 @@ class Session:
         off = tools_off_reason(self.tokenizer)
         if off:
             return dataclasses.replace(stats, tools_off=off)
+        # What the definitions cost, measured on a one-message chat: cheap, and the same in every chat.
+        stats = dataclasses.replace(stats, tools_tokens=tools_cost(self.tokenizer, [ONE_MESSAGE], params.tools))
         calls = parse_tool_calls(self.tokenizer, reply, params.tools)
         if not calls or stats.finish_reason not in (FinishReason.STOP, FinishReason.LENGTH):
             return stats

@@ -15,6 +15,7 @@ def test_chat_starts_enabled_servers_and_no_tools_turns_them_off(chinwag_home, t
     )
     proc = chat(chinwag_home, tiny_tools_model_path, "What is 2 plus 3?\n", "--allow-tools", "--no-save")
     assert "[tools: add, multiply; every call allowed]" in proc.stdout
+    assert proc.stdout.count("the tool definitions take ") == 1 and " tokens of context]" in proc.stdout
     assert "MCP server broken failed:" in proc.stderr and "the configuration is broken" in proc.stderr
     proc = chat(chinwag_home, tiny_tools_model_path, "Hello\n", "--no-tools", "--no-save")
     assert "[tools:" not in proc.stdout

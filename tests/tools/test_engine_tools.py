@@ -55,6 +55,7 @@ def test_tool_round_is_parsed_reuses_the_cache_and_matches_fresh_mlx_lm(tools_en
     # The template was given the tools: their definitions are in the prompt.
     assert '"name": "add"' in tokenizer.decode(list(first.prompt_ids))
     assert first.finish_reason == FinishReason.TOOL_CALLS
+    assert first.tools_tokens > 20 and second.tools_tokens == first.tools_tokens
     assert list(first.reply_ids) == forced and text.startswith("<tool_call>")
     (call,) = first.tool_calls
     assert (call.name, json.loads(call.arguments)) == ("add", {"a": 2, "b": 3}) and call.id
