@@ -413,12 +413,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
     from app.cli.mcp import add_commands as add_mcp_commands
+    from app.cli.serve import add_commands as add_serve_commands
     from app.cli.servers import add_commands as add_server_commands
     from app.cli.transcripts import add_commands
 
     add_commands(sub)
     add_server_commands(sub)
     add_mcp_commands(sub)
+    add_serve_commands(sub)
     return parser
 
 

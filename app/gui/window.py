@@ -32,6 +32,7 @@ from app.gui.models.model_list import ModelList
 from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
+from app.gui.server_panel import ServerControl, open_api_server_dialog
 from app.gui.settings.preferences import load_app_settings
 from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
@@ -169,6 +170,8 @@ class MainWindow(QMainWindow):
             prefs if not prefs.isEmpty() else shortcuts.PREFERENCES,
             QAction.MenuRole.PreferencesRole,
         )
+        self.server_control = ServerControl(self.bridge, self)  # File › Server…: the OpenAI-compatible API
+        self.server_action = self._action(file_menu, "Server…", lambda: open_api_server_dialog(self))
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 
@@ -379,9 +382,10 @@ class MainWindow(QMainWindow):
 
     def _on_task_failed(self, kind, reason):
         dialog = self.dialogs.download
+        self.status.hide_progress_unless_loading()
         if kind == "download" and dialog is not None:
             dialog.on_failed(reason)
-        self.status.hide_progress_unless_loading()
+            return  # said once: in the dialog that is open, not in a banner too
         what = {"import": "Import", "folder": "Adding the folder", "download": "Download"}.get(kind, kind)
         self.show_error(f"{what} failed: {reason}")
 
@@ -465,4 +469,5 @@ class MainWindow(QMainWindow):
     async def shutdown(self):
         """Close the engine (after the window closed); run it on the loop."""
         self.chat.abandon()
+        await self.server_control.aclose()  # before the engine closes
         await self.bridge.aclose()

@@ -19,6 +19,7 @@ from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_se
 from app.gui.window_keys import ShortcutsDialog
 from app.transcripts import export
 from engine.errors import ChinwagError
+from engine.models.registry import display_name
 
 EXPORT_FILTERS = {
     "md": "Markdown (*.md)",
@@ -99,7 +100,8 @@ class WindowDialogs(QObject):
         fmt = fmt or Path(path).suffix.lstrip(".") or "md"
         try:
             conv = self.store.get_conversation(self.chat.conv_id)
-            written = export.export_conversation(conv, fmt, path)
+            names = self.models.models  # as the window names them, servers' models included
+            written = export.export_conversation(conv, fmt, path, model_name=lambda i: display_name(i, names))
         except ChinwagError as e:
             self.error.emit(f"Export failed: {e}")
             return False

@@ -12,6 +12,7 @@ import math
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from app.core.message_tree import active_path
@@ -20,7 +21,7 @@ from app.core.store import STATUSES, Conversation, Message
 from app.transcripts import highlight
 
 # markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
-from app.transcripts.markdown_html import _close_fences, _esc, markdown_to_html, split_think
+from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html, split_think
 from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
 
@@ -29,14 +30,18 @@ FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
 # "tool": an MCP tool's result; its stats say which call (tool_call_id, name, server, is_error, seconds).
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+SYSTEM_HEADING = "System prompt"
+SYSTEM_NOTE = "read before every reply; this is the chat's current one"
 MAX_IMPORT_BYTES = 512 << 20
 MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
 MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
 
-def export_conversation(conv: Conversation, fmt: str, path) -> Path:
-    """Write conv to path in fmt (one of FORMATS); returns the path written."""
+def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable[[str], str] | None = None) -> Path:
+    """Write conv to path in fmt (one of FORMATS); returns the path written.
+
+    model_name shows a model id as people know it (default: the registry's names); json keeps the ids."""
     fmt = str(fmt).lower().lstrip(".")
     if fmt == "markdown":
         fmt = "md"
@@ -45,9 +50,11 @@ def export_conversation(conv: Conversation, fmt: str, path) -> Path:
     path = Path(path).expanduser()
     writable_target(path)  # before rendering, so a bad path fails fast (and pdf skips Qt)
     if fmt == "pdf":
-        data = _pdf_bytes(conv)
+        data = _pdf_bytes(conv, model_names(conv, model_name))
+    elif fmt == "json":
+        data = to_json(conv).encode("utf-8", "replace")
     else:
-        text = {"md": to_markdown, "json": to_json, "html": to_html, "txt": to_text}[fmt](conv)
+        text = {"md": to_markdown, "html": to_html, "txt": to_text}[fmt](conv, names=model_names(conv, model_name))
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
     write_atomic(path, data)
     return path
@@ -134,15 +141,17 @@ def _message_json(m: Message) -> dict:
     }
 
 
-def to_markdown(conv: Conversation) -> str:
+def to_markdown(conv: Conversation, names: dict | None = None) -> str:
+    names = model_names(conv) if names is None else names
     out = [f"# {_one_line(conv.title)}", ""]
-    out += [f"- **{k}:** {v}" for k, v in _metadata(conv)]
-    prompt = (conv.settings or {}).get("system_prompt")
+    out += [f"- **{k}:** {v}" for k, v in _metadata(conv, names)]
+    prompt = _system_prompt(conv)
     if prompt:
-        out += ["", "**System prompt:**", ""] + ["> " + ln if ln else ">" for ln in str(prompt).splitlines()]
+        out += ["", f"## {SYSTEM_HEADING}", "", f"*{SYSTEM_NOTE}*", ""]
+        out += ["> " + ln if ln else ">" for ln in prompt.splitlines()]
     for m in conv.messages:
         out += ["", f"## {_role_name(m.role)}", ""]
-        meta = _message_meta(m)
+        meta = _message_meta(m, names)
         if meta:
             out += [f"*{meta}*", ""]
         out.append(_markdown_body(m))
@@ -161,48 +170,55 @@ def _markdown_body(m: Message) -> str:
     return "\n\n".join(parts)
 
 
-def to_text(conv: Conversation) -> str:
+def to_text(conv: Conversation, names: dict | None = None) -> str:
+    names = model_names(conv) if names is None else names
     out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
-    out += [f"{k}: {v}" for k, v in _metadata(conv)]
-    prompt = (conv.settings or {}).get("system_prompt")
+    out += [f"{k}: {v}" for k, v in _metadata(conv, names)]
+    prompt = _system_prompt(conv)
     if prompt:
-        out += ["", "System prompt:", str(prompt)]
+        out += ["", f"--- {SYSTEM_HEADING} ({SYSTEM_NOTE}) ---", prompt.rstrip("\n")]
     for m in conv.messages:
-        meta = _message_meta(m)
+        meta = _message_meta(m, names)
         out += ["", f"--- {_role_name(m.role)}" + (f" ({meta})" if meta else "") + " ---", m.content.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
-def to_html(conv: Conversation, for_print: bool = False) -> str:
+def to_html(conv: Conversation, for_print: bool = False, names: dict | None = None) -> str:
     """One self-contained page: inline CSS, no scripts, images or fonts from elsewhere.
 
     for_print renders thinking as a plain block (Qt's rich text, used for pdf, has no <details>).
     """
     e = _esc
+    names = model_names(conv) if names is None else names
     title = _one_line(conv.title)
-    prompt = (conv.settings or {}).get("system_prompt")
     if for_print:  # Qt lays out <dl> poorly: one line of facts instead
-        info = '<p class="info">' + e(" · ".join(f"{k}: {v}" for k, v in _metadata(conv))) + "</p>"
-        if prompt:
-            info += f'<p class="info" dir="auto"><b>System prompt:</b> {e(str(prompt))}</p>'
+        info = '<p class="info">' + e(" · ".join(f"{k}: {v}" for k, v in _metadata(conv, names))) + "</p>"
     else:
-        info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv))
-        if prompt:
-            info += f'<dt>System prompt</dt><dd dir="auto">{e(str(prompt))}</dd>'
+        info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv, names))
         info = f'<dl class="info">{info}</dl>'
     parts = []
-    for m in conv.messages:
-        details = _message_meta(m)
-        body = _render_content(m, for_print)
-        if for_print:  # Qt's rich text draws table borders from attributes, not CSS
-            body = body.replace("<table>", '<table border="1" cellspacing="0" cellpadding="4">')
-        role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
+    prompt = _system_prompt(conv)
+    if prompt:  # before the first message: where the model reads it
+        role = f'<div class="role">{SYSTEM_HEADING} <span class="meta">{SYSTEM_NOTE}</span></div>'
+        block = f'<p class="prompt" dir="auto">{e(prompt).replace(chr(10), "<br>")}</p>'
         parts.append(
-            f'<section class="msg {role_class}">'
+            _print_message("system", role, [block])
+            if for_print
+            else f'<section class="msg system">{role}<div class="body">{block}</div></section>'
+        )
+    for m in conv.messages:
+        details = _message_meta(m, names)
+        role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
+        role = (
             f'<div class="role">{e(_role_name(m.role))}'
             + (f' <span class="meta">{e(details)}</span>' if details else "")
-            + f'</div><div class="body" dir="auto">{body}</div></section>'
+            + "</div>"
         )
+        if for_print:
+            parts.append(_print_message(role_class, role, _render_blocks(m, for_print)))
+            continue
+        body = "".join(_render_blocks(m, for_print))
+        parts.append(f'<section class="msg {role_class}">{role}<div class="body" dir="auto">{body}</div></section>')
     return (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -213,20 +229,82 @@ def to_html(conv: Conversation, for_print: bool = False) -> str:
     )
 
 
-def _render_content(m: Message, for_print: bool) -> str:
+def _render_blocks(m: Message, for_print: bool) -> list[str]:
+    """The message's HTML, one string per top-level block (a thinking section is one)."""
     # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
     inline = False if for_print else None
     if m.role != "assistant":
-        return markdown_to_html(m.content, inline)
+        return markdown_blocks(m.content, inline)
     out = []
     for kind, text in split_think(m.content):
         if kind == "text":
-            out.append(markdown_to_html(text, inline))
+            out += markdown_blocks(text, inline)
         elif for_print:
             out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
         else:
             out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
-    return "".join(out)
+    return out
+
+
+_PRE = re.compile(r"<pre><code[^>]*>(.*?)</code></pre>", re.S)
+_FIRST_CODE_LINES = 3  # of a long first code block, these go with the heading
+_CODE_PAD = 6  # px around code, inside its background
+
+
+def _code_table(code_html: str, tail: bool = False) -> str:
+    """Code in a one-cell table: Qt paints a <pre>'s background line by line, each over the line
+    above's underscores, but a cell's once behind the whole block (a cell's, not the table's: Qt
+    keeps a cell's out of the page margins when it spans pages; export_pdf takes back the colour
+    Qt's import gives each line of it); long lines wrap inside it.
+    tail: the rest of a block whose first lines end the cell above, in one box with them."""
+    table, cell = (' style="margin-top: 0"', ' style="padding-top: 0"') if tail else ("", "")
+    return (
+        f'<table class="code"{table} width="100%" cellspacing="0" cellpadding="{_CODE_PAD}">'
+        f'<tr><td bgcolor="{_PRINT_CODE_BG}"{cell}><pre>{code_html}</pre></td></tr></table>'
+    )
+
+
+def _print_block(block: str) -> str:
+    """A block as Qt's rich text prints it well."""
+    block = _PRE.sub(lambda m: _code_table(m.group(1)), block)
+    # Qt's rich text draws table borders from attributes, not CSS.
+    return block.replace("<table>", '<table border="1" cellspacing="0" cellpadding="3">')
+
+
+def _split_code(block: str) -> tuple[str, str] | None:
+    """A long code block as (its first lines, a code table of the rest), cut outside any colour span."""
+    m = _PRE.fullmatch(block.strip())
+    if m is None:
+        return None
+    depth, pos, code = 0, 0, m.group(1)
+    for n, line in enumerate(code.split("\n")[:-1], 1):
+        depth += line.count("<span") - line.count("</span>")
+        pos += len(line) + 1
+        if n >= _FIRST_CODE_LINES and depth == 0:
+            return f"<pre>{code[: pos - 1]}</pre>", _code_table(code[pos:], tail=True)
+    return None
+
+
+def _print_message(role_class: str, role: str, blocks: list[str]) -> str:
+    """The role heading as the header row of a table whose body is the first block: when that block
+    cannot start on the page, Qt moves the whole table to the next one, so a heading never ends a page.
+    Qt repeats a header row on every page its table spans: of a long first code block, only the
+    first lines go in the table (the cell paints their background), the rest follows in one box."""
+    split = _split_code(blocks[0]) if blocks else None
+    first, cell = (
+        (split[0], f' bgcolor="{_PRINT_CODE_BG}" style="padding: {_CODE_PAD}px; padding-bottom: 0"')
+        if split
+        else ("", "")
+    )
+    rest = [split[1]] if split else []
+    if not split:
+        first = _print_block(blocks[0]) if blocks else ""
+    rest += [_print_block(b) for b in blocks[1:]]
+    return (
+        f'<table class="msg {role_class}" width="100%" border="0" cellspacing="0" cellpadding="0">'
+        f'<thead><tr><td style="padding-bottom: 4px">{role}</td></tr></thead><tr><td dir="auto"{cell}>{first}</td></tr></table>\n'
+        + "".join(rest)
+    )
 
 
 def _code_css(parts: list) -> str:
@@ -236,10 +314,10 @@ def _code_css(parts: list) -> str:
     return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
-def _pdf_bytes(conv: Conversation) -> bytes:
+def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
     from app.transcripts.export_pdf import html_to_pdf  # lazy: the only path that loads Qt
 
-    return html_to_pdf(to_html(conv, for_print=True), _one_line(conv.title))
+    return html_to_pdf(to_html(conv, for_print=True, names=names), _one_line(conv.title))
 
 
 # -- import --------------------------------------------------------------------
@@ -427,10 +505,27 @@ def _when(ts) -> str:
         return str(ts)
 
 
-def _metadata(conv: Conversation) -> list[tuple[str, str]]:
+def model_names(conv: Conversation, model_name: Callable[[str], str] | None = None) -> dict[str, str]:
+    """{model id: the name people know it by} for every model in conv (the registry's names by default)."""
+    ids = {conv.model_id, *(m.model_id for m in conv.messages)} - {""}
+    if model_name is None and ids:
+        from engine.models.registry import display_name, list_models  # lazy: reads the model folders
+
+        models = list_models()
+        return {i: display_name(i, models) for i in ids}
+    return {i: model_name(i) for i in ids} if model_name else {}
+
+
+def _system_prompt(conv: Conversation) -> str:
+    """The chat's own system prompt: the store keeps only the current one, not what earlier replies had."""
+    prompt = (conv.settings or {}).get("system_prompt")
+    return str(prompt) if prompt and str(prompt).strip() else ""
+
+
+def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     rows = []
     if conv.model_id:
-        rows.append(("Model", conv.model_id))
+        rows.append(("Model", names.get(conv.model_id, conv.model_id)))
     rows += [
         ("Created", _when(conv.created_at)),
         ("Updated", _when(conv.updated_at)),
@@ -455,11 +550,11 @@ def _tool_meta(role: str, stats: dict) -> list:
     return []
 
 
-def _message_meta(m: Message) -> str:
-    """e.g. "smollm2 · stopped · 120 tokens · 31.2 tok/s"."""
+def _message_meta(m: Message, names: dict) -> str:
+    """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
     bits = []
     if m.role == "assistant" and m.model_id:
-        bits.append(m.model_id)
+        bits.append(names.get(m.model_id, m.model_id))
     if m.status != "complete":
         bits.append(m.status)
     if m.versions > 1:  # the export shows this one; JSON keeps the others
@@ -490,6 +585,7 @@ dl.info dt { font-weight: 600; } dl.info dd { margin: 0; white-space: pre-wrap; 
 main { padding-bottom: 3rem; }
 .msg { border: 1px solid var(--border); border-radius: 12px; padding: .75rem 1rem; margin: 1rem 0; }
 .msg.user { background: var(--user); } .msg.assistant { background: var(--assistant); }
+.msg.system { color: var(--muted); } .msg.system .prompt { white-space: pre-wrap; }
 .role { font-weight: 700; font-size: .85rem; text-transform: uppercase; letter-spacing: .04em; margin-bottom: .35rem; }
 .role .meta { font-weight: 400; text-transform: none; letter-spacing: 0; color: var(--muted); margin-left: .5rem; }
 .body { overflow-wrap: anywhere; }
@@ -509,17 +605,22 @@ details.think summary { cursor: pointer; font-style: italic; }
 """
 
 # Qt's rich text understands a small CSS subset: keep to it for pdf.
+_PRINT_CODE_BG = "#f0f0f2"
 _PRINT_CSS = """
 body { font-family: "Helvetica", "Arial", "DejaVu Sans", sans-serif; font-size: 10.5pt; color: #1d1d1f; }
 h1 { font-size: 18pt; }
 .info { color: #6e6e73; font-size: 9pt; }
-.role { font-weight: bold; font-size: 9pt; color: #0a64d8; margin-top: 14px; }
+table.msg { margin-top: 12px; }
+.role { font-weight: bold; font-size: 9pt; color: #0a64d8; }
 .msg.assistant .role { color: #6a3fb5; }
+.msg.system .role { color: #6e6e73; }
+.prompt { color: #444444; }
 .meta { font-weight: normal; color: #6e6e73; }
-pre { background-color: #f0f0f2; font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; }
+pre { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-size: 9pt; white-space: pre-wrap;
+  margin-top: 0; margin-bottom: 0; }
+table.code { margin-top: 4px; margin-bottom: 4px; }
 code { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; background-color: #f0f0f2; }
 blockquote { color: #555555; margin-left: 16px; }
-th, td { padding: 3px; }
 .think { color: #6e6e73; margin-left: 12px; }
 .think-label { font-style: italic; }
 """

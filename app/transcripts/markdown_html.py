@@ -26,8 +26,13 @@ _MAX_DEPTH = 20
 def markdown_to_html(text: str, inline_colors: bool | None = None) -> str:
     """HTML for text. Code is highlighted with hl- classes (see app.transcripts.highlight.css), or with
     inline colours of the light (False) or dark (True) palette for Qt's rich text."""
+    return "".join(markdown_blocks(text, inline_colors))
+
+
+def markdown_blocks(text: str, inline_colors: bool | None = None) -> list[str]:
+    """The top-level blocks of markdown_to_html, one HTML string each (the pdf keeps a heading with the first)."""
     lines = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd").split("\n")
-    return "".join(_blocks(lines, hl=inline_colors))
+    return _blocks(lines, hl=inline_colors)
 
 
 def split_think(text: str) -> list[tuple[str, str]]:

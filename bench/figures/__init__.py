@@ -24,6 +24,7 @@ FIGURES = [
     "typing_prefill",
     "highlight",
     "longchat_pause",
+    "server",
     "tools",
 ]
 

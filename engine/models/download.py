@@ -6,11 +6,14 @@ huggingface_hub is imported lazily: importing this module is cheap.
 import os
 import re
 import shutil
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
@@ -147,10 +150,54 @@ def search_models(query: str, limit: int = SEARCH_LIMIT) -> list[HubModel]:
         names = {c.__name__ for c in type(e).__mro__}
         detail = " ".join(str(e).split())[:200] or type(e).__name__
         if names & _NETWORK_ERRORS:
-            raise ChinwagError(f"cannot reach Hugging Face to search for {query!r} (offline?): {detail}") from e
+            raise ChinwagError(f"could not reach {hub_host()} to search for {query!r}: {network_reason(e)}") from e
         if "HfHubHTTPError" in names:
             raise ChinwagError(f"Hugging Face refused the search for {query!r}: {detail}") from e
         raise
+
+
+def hub_host() -> str:
+    """The Hub's host name, as the user knows it (huggingface.co unless HF_ENDPOINT says otherwise)."""
+    from huggingface_hub import constants
+
+    url = _endpoint() or constants.ENDPOINT
+    return urlsplit(url).hostname or url
+
+
+# (exception type, what it means) and the same read from a message when the chain is lost.
+_CAUSES = (
+    (socket.gaierror, "no network connection (name lookup failed)"),
+    (ConnectionRefusedError, "nothing answered there (connection refused)"),
+    (ssl.SSLError, "the secure connection failed"),
+    (TimeoutError, "it did not answer in time"),
+)
+_CAUSE_TEXTS = (
+    (r"name or service not known|name resolution|nodename nor servname|getaddrinfo", _CAUSES[0][1]),
+    (r"connection refused", _CAUSES[1][1]),
+    (r"ssl|certificate", _CAUSES[2][1]),
+    (r"timed? ?out", _CAUSES[3][1]),
+)
+
+
+def network_reason(e: BaseException) -> str:
+    """Why a connection failed, in words: the socket error under huggingface_hub's and httpx's
+    wrappers, never a raw "[Errno -2]"."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        for kind, words in _CAUSES:
+            if isinstance(x, kind):
+                return words
+        stack += [c for c in (x.__cause__, x.__context__, getattr(x, "reason", None)) if isinstance(c, BaseException)]
+        stack += [a for a in getattr(x, "args", ()) if isinstance(a, BaseException)]
+    text = " ".join(str(e).split())
+    for pattern, words in _CAUSE_TEXTS:
+        if re.search(pattern, text, re.I):
+            return words
+    return re.sub(r"\[Errno -?\d+\]\s*", "", text)[:200] or "the connection failed"
 
 
 def _offline(constants) -> bool:
@@ -253,7 +300,7 @@ def _user_error(e: BaseException, repo: str) -> BaseException:
     if "RevisionNotFoundError" in names:
         return ChinwagError(f"{repo} has no main branch on Hugging Face")
     if names & _NETWORK_ERRORS:
-        return ChinwagError(f"cannot reach Hugging Face to download {repo}: {detail}")
+        return ChinwagError(f"could not reach {hub_host()} to download {repo}: {network_reason(e)}")
     if "HfHubHTTPError" in names:
         return ChinwagError(f"Hugging Face refused the download of {repo}: {detail}")
     if isinstance(e, OSError):

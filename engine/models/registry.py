@@ -234,6 +234,20 @@ def list_models() -> list:
     return out
 
 
+def display_name(spec: str, models=()) -> str:
+    """The name a model id is shown by: its listed name, else the readable end of the id
+    (a server's URL#MODEL or NAME/MODEL gives MODEL, a folder or repo its last part)."""
+    spec = str(spec)
+    for m in models:
+        if m.id == spec:
+            return m.name or m.id
+    if spec == STARTER_ID:
+        return STARTER_NAME
+    if spec.startswith(("http://", "https://")):
+        return spec.partition("#")[2] or "a server's default model"
+    return Path(spec.rstrip("/\\")).name or spec
+
+
 def resolve_model(spec: str, progress=None) -> tuple:
     """(folder for mlx_lm.load, ModelInfo) for a registry id, an MLX folder or a .gguf path.
 

@@ -6,9 +6,18 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
 
 from app.gui.chat.message_widget import format_bytes
-from app.gui.models.menu import DownloadDialog
+from app.gui.models.menu import DownloadDialog, sentence
 from engine.errors import ChinwagError
-from engine.models.catalogue import USABLE_RAM_FRACTION, fits, load_catalogue, machine_ram_bytes
+from engine.models.catalogue import (
+    USABLE_RAM_FRACTION,
+    fits,
+    load_catalogue,
+    machine_ram_bytes,
+    memory_bandwidth,
+    runs_on_cpu,
+    speed_text,
+    tokens_per_second,
+)
 
 REPO_ROLE = Qt.ItemDataRole.UserRole
 
@@ -20,9 +29,11 @@ def _tokens(n: int) -> str:
 class CatalogueDownloadDialog(DownloadDialog):
     searchRequested = Signal(str)
 
-    def __init__(self, parent=None, ram_bytes=None, installed=()):
+    def __init__(self, parent=None, ram_bytes=None, installed=(), bandwidth=None, cpu=None):
         super().__init__(parent)
         self.ram_bytes = machine_ram_bytes() if ram_bytes is None else ram_bytes
+        self.bandwidth = memory_bandwidth() if bandwidth is None else bandwidth  # bytes/s, measured once
+        cpu = runs_on_cpu() if cpu is None else cpu
         self.installed = set(installed)  # registry ids already here (a download's id is its repo)
         layout = self.layout()
         ram = f"{self.ram_bytes / 2**30:.0f} GB" if self.ram_bytes else "unknown"
@@ -41,6 +52,9 @@ class CatalogueDownloadDialog(DownloadDialog):
         for entry in entries:
             ok = fits(entry, self.ram_bytes)
             verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
+            speed = speed_text(tokens_per_second(entry, self.bandwidth, self.ram_bytes, cpu))
+            if ok is not False and speed:
+                verdict += f" · {speed}"
             have = entry.repo in self.installed
             item = QTreeWidgetItem(
                 [
@@ -60,7 +74,13 @@ class CatalogueDownloadDialog(DownloadDialog):
             item.setToolTip(
                 4,
                 f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
-                f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory",
+                f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory"
+                + (
+                    f"\nspeed: each token reads all the weights once; this machine moves about "
+                    f"{self.bandwidth / 1e9:.0f} GB/s (expect less while it is busy)"
+                    if speed
+                    else ""
+                ),
             )
             if ok is False:
                 item.setForeground(4, self.palette().placeholderText())
@@ -137,4 +157,4 @@ class CatalogueDownloadDialog(DownloadDialog):
         if query != self._query:
             return
         self.search_button.setEnabled(True)
-        self.message.setText(reason[:1].upper() + reason[1:])
+        self.message.setText(sentence(reason))

@@ -19,6 +19,13 @@ from app.gui.models.model_list import ModelList
 from engine.types import ModelSource, ModelStatus
 
 
+def sentence(reason: str) -> str:
+    """An engine's one-line error ("could not reach …") as the dialog shows it: a sentence."""
+    reason = " ".join(str(reason).split())
+    reason = reason[:1].upper() + reason[1:]
+    return reason if not reason or reason.endswith((".", "!", "?")) else reason + "."
+
+
 def describe(info) -> str:
     """'SmolLM2 135M Instruct — 270.0 MB · Q8_0'"""
     bits = []
@@ -166,7 +173,7 @@ class DownloadDialog(QDialog):
     def on_failed(self, reason: str):
         self._idle()
         self.progress.setVisible(False)
-        self.message.setText(reason)
+        self.message.setText(sentence(reason))
 
     def _idle(self):
         self.running = False

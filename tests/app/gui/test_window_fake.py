@@ -315,14 +315,22 @@ def test_model_menu_lists_checks_and_switches(qtbot, window, store, engine):
     assert window.composer.is_ready()
 
 
+def test_export_names_the_model_as_the_window_does(qtbot, window, tmp_path):
+    send(qtbot, window, "hello")
+    assert window.dialogs.export_to(str(tmp_path / "chat.md"), "md"), window.notices.texts()
+    text = (tmp_path / "chat.md").read_text(encoding="utf-8")
+    model = window.bridge.current_model
+    assert model.name != model.id and f"*{model.name}" in text and model.id not in text
+
+
 def test_download_offline_and_show_folder(qtbot, window, monkeypatch):
     dialog = window.dialogs.download_dialog()
     dialog.repo.setText("mlx-community/Some-Model")
     dialog.start_button.click()
     assert dialog.running and dialog.progress.isVisible()
     qtbot.waitUntil(lambda: not dialog.running, timeout=3000)
-    assert "offline" in dialog.message.text()
-    assert "Download failed" in " ".join(window.notices.texts())
+    assert "offline" in dialog.message.text() and dialog.message.text()[0].isupper()
+    assert "Download failed" not in " ".join(window.notices.texts())  # said once, in the dialog
     dialog.reject()
 
     opened = []

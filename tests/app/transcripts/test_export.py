@@ -187,9 +187,9 @@ def test_import_is_one_transaction(store, conv):
 def test_markdown_export(conv, tmp_path):
     text = export_conversation(conv, "md", tmp_path / "chat.md").read_text(encoding="utf-8")
     assert text.startswith(f"# {conv.title}\n")
-    assert "- **Model:** smollm2-135m-instruct" in text and "You are terse." in text
+    assert "- **Model:** SmolLM2 135M Instruct" in text and "## System prompt" in text and "> You are terse." in text
     assert text.count("## User") == 2 and text.count("## Assistant") == 3
-    assert "*smollm2-135m-instruct · 42 tokens · 31.5 tok/s*" in text
+    assert "*SmolLM2 135M Instruct · 42 tokens · 31.5 tok/s*" in text
     assert "*other · stopped*" in text and "*failed*" in text
     assert "<details><summary>Thinking</summary>" in text and "```python\nfor i in range(3):" in text
 
@@ -206,7 +206,41 @@ def test_text_export(conv, tmp_path):
     text = export_conversation(conv, "txt", tmp_path / "chat.txt").read_text(encoding="utf-8")
     assert text.startswith(conv.title + "\n")
     assert "--- User ---\nHow do I loop?" in text and "--- Assistant (other · stopped) ---\nHalf an answ" in text
-    assert "System prompt:\nYou are terse." in text
+    assert "--- System prompt (read before every reply; this is the chat's current one) ---\nYou are terse." in text
+
+
+@pytest.mark.parametrize("fmt", ["md", "txt", "html", "pdf"])
+def test_exports_name_models_and_put_the_system_prompt_before_the_first_message(qapp, fmt, tmp_path):
+    from app.core.store import Conversation, Message
+
+    hf_id, remote = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", "http://127.0.0.1:9/v1#served-model"
+    conv = Conversation(
+        "c",
+        "Names",
+        0,
+        0,
+        model_id="smollm2-135m-instruct",
+        settings={"system_prompt": "Answer in French."},
+        messages=[
+            Message(1, "c", 0, "user", "Zfirst question"),
+            Message(2, "c", 1, "assistant", "Oui.", model_id=hf_id),
+            Message(3, "c", 2, "assistant", "Non.", model_id=remote),
+        ],
+    )
+    path = export_conversation(conv, fmt, tmp_path / f"n.{fmt}")
+    if fmt == "pdf":
+        pdfium = pytest.importorskip("pypdfium2")
+        text = "".join(page.get_textpage().get_text_range() for page in pdfium.PdfDocument(str(path)))
+    else:
+        text = path.read_text(encoding="utf-8")
+    assert "SmolLM2 135M Instruct" in text and "Qwen2.5-0.5B-Instruct-4bit" in text and "served-model" in text
+    for raw in ("smollm2-135m-instruct", "mlx-community/", "127.0.0.1"):
+        assert raw not in text
+    assert text.index("Model") < text.index("Answer in French.") < text.index("Zfirst question")
+    json_text = export_conversation(conv, "json", tmp_path / "n.json").read_text(encoding="utf-8")
+    assert hf_id in json_text and "smollm2-135m-instruct" in json_text  # json keeps the ids for import
+    named = export_conversation(conv, "txt", tmp_path / "w.txt", model_name=lambda i: f"<{i[-4:]}>")
+    assert "<4bit>" in named.read_text(encoding="utf-8")
 
 
 def test_html_export_is_self_contained_and_renders_markdown(conv, tmp_path):

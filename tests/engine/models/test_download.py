@@ -186,8 +186,26 @@ def test_unreachable_hub_is_a_quick_clear_error(monkeypatch):
         download.download_model("tester/tiny")
     assert time.monotonic() - start < 10
     msg = str(err.value)
-    assert msg.startswith("cannot reach Hugging Face to download tester/tiny") and "\n" not in msg
+    assert msg == "could not reach 127.0.0.1 to download tester/tiny: nothing answered there (connection refused)"
     assert not _repo_dir("tester/tiny").exists()
+
+
+def test_no_network_says_so_in_words(monkeypatch):
+    """Offline, every name lookup fails: an unresolvable .invalid host (RFC 6761) does the same at once."""
+    _online(monkeypatch, "http://hub.invalid")
+    start = time.monotonic()
+    with pytest.raises(ChinwagError) as err:
+        download.download_model("tester/tiny")
+    assert time.monotonic() - start < 30
+    assert str(err.value) == (
+        "could not reach hub.invalid to download tester/tiny: no network connection (name lookup failed)"
+    )
+    assert not _repo_dir("tester/tiny").exists()
+    with pytest.raises(ChinwagError) as err:
+        download.search_models("qwen")
+    assert (
+        str(err.value) == "could not reach hub.invalid to search for 'qwen': no network connection (name lookup failed)"
+    )
 
 
 def test_offline_mode_is_a_clear_error():

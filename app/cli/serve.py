@@ -1,0 +1,48 @@
+"""`chinwag serve`: the OpenAI-compatible API on the local models, headless (app/server/). No Qt."""
+
+import asyncio
+import os
+import sys
+
+
+def add_commands(sub) -> None:
+    from app.cli.main import MODEL_HELP
+    from engine.models.registry import STARTER_ID
+
+    p = sub.add_parser("serve", help="serve the local models over an OpenAI-compatible API")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080; 0 picks a free one)")
+    p.add_argument("--model", default=STARTER_ID, help=MODEL_HELP)
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", default="", metavar="KEY", help="require this key (visible in the process list)")
+    key.add_argument("--api-key-env", default="", metavar="VAR", help="require the key held in this variable")
+    p.add_argument("--allow-switch", action="store_true", help="let a request for another model load it")
+    p.add_argument(
+        "--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow browser pages from this origin"
+    )
+    p.set_defaults(func=lambda a: asyncio.run(_serve(a)))
+
+
+async def _serve(args) -> int:
+    from app.server.api import ServerConfig
+    from app.server.run import check_config, serve_forever
+    from engine import Engine
+    from engine.errors import ChinwagError
+
+    api_key = args.api_key
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:
+            raise ChinwagError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+    config = ServerConfig(
+        args.host, args.port, args.model, api_key, args.allow_switch, tuple(o.rstrip("/") for o in args.cors_origin)
+    )
+    check_config(config)  # before the model loads: a refused address fails at once
+
+    def ready(server) -> None:
+        model = server.engine.current_model
+        print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
+
+    await serve_forever(config, Engine(), ready)
+    print("stopped; caches saved", file=sys.stderr)
+    return 0

@@ -1,0 +1,208 @@
+"""The HTTP routes: OpenAI's /v1/models, /v1/chat/completions and /v1/completions (Starlette)."""
+
+import json
+import logging
+import time
+import uuid
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.server.auth import check_key
+from app.server.errors import ApiError, refuse
+from app.server.limits import read_json
+from app.server.requests import GenerationRequest, chat_request, completion_request
+from app.server.service import ChatService, Outcome, Started
+from engine.log import report_bug
+
+log = logging.getLogger("chinwag.server")
+PIN_HEADER = "x-chinwag-conversation"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How `chinwag serve` (or the window) runs the server."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    model: str = ""
+    api_key: str = ""
+    allow_switch: bool = False
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+class ClosingStream(StreamingResponse):
+    """A stream whose body is always closed when the response ends, a client disconnect included:
+    closing it stops the engine's turn and frees the queue at once, not when it is garbage-collected."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+def _usage(outcome: Outcome) -> dict:
+    return {
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": outcome.cached_tokens},
+    }
+
+
+def _sse(data: dict | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+class Routes:
+    def __init__(self, service: ChatService, config: ServerConfig):
+        self.service = service
+        self.config = config
+
+    async def models(self, request: Request) -> Response:
+        check_key(request.headers.get("authorization"), self.config.api_key)
+        created = int(time.time())
+        ids = await self.service.model_ids()
+        data = [{"id": i, "object": "model", "created": created, "owned_by": "chinwag"} for i in ids]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        check_key(request.headers.get("authorization"), self.config.api_key)
+        body = await read_json(request)
+        pin = request.headers.get(PIN_HEADER, "")
+        req = chat_request(body, pin) if chat else completion_request(body, pin)
+        items = self.service.generate(req, _client(request))
+        started = await _first(items)  # waits its turn; an ApiError (bad model, context overflow) is raised here
+        shape = _Shape(chat, req, started.model)
+        if req.stream:
+            return ClosingStream(shape.stream(items), media_type="text/event-stream")
+        async with aclosing(items):
+            text, outcome = await shape.collect(items)
+        if outcome.finish_reason == "error":
+            raise ApiError(500, f"generation failed: {outcome.error}")
+        return JSONResponse(shape.whole(text, outcome))
+
+
+async def _first(items) -> Started:
+    try:
+        started = await anext(items)
+    except BaseException:
+        await items.aclose()
+        raise
+    assert isinstance(started, Started)
+    return started
+
+
+class _Shape:
+    """One response's JSON objects, chat or completion, whole or as stream chunks."""
+
+    def __init__(self, chat: bool, req: GenerationRequest, model: str):
+        self.chat, self.req, self.model = chat, req, model
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.kind = "chat.completion" if chat else "text_completion"
+
+    def _head(self, kind: str) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    async def collect(self, items) -> tuple[str, Outcome]:
+        parts: list[str] = []
+        async for item in items:
+            if isinstance(item, Outcome):
+                return "".join(parts), item
+            parts.append(item)
+        raise RuntimeError("a generation ended without its outcome")
+
+    def whole(self, text: str, outcome: Outcome) -> dict:
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": outcome.finish_reason,
+                "logprobs": None,
+            }
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": outcome.finish_reason, "logprobs": None}
+        return {**self._head(self.kind), "choices": [choice], "usage": _usage(outcome)}
+
+    def _chunk(self, text: str | None, finish: str | None, role: bool = False) -> dict:
+        if self.chat:
+            delta: dict = {} if text is None else {"content": text}
+            if role:
+                delta["role"] = "assistant"
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        return {**self._head(self.kind), "choices": [choice]}
+
+    async def stream(self, items):
+        async with aclosing(items):
+            if self.chat:
+                yield _sse(self._chunk("", None, role=True))
+            async for item in items:
+                if not isinstance(item, Outcome):
+                    yield _sse(self._chunk(item, None))
+                elif item.finish_reason == "error":
+                    yield _sse(ApiError(500, f"generation failed: {item.error}").body())
+                else:
+                    yield _sse(self._chunk(None, item.finish_reason))
+                    if self.req.include_usage:
+                        kind = "chat.completion.chunk" if self.chat else self.kind
+                        yield _sse({**self._head(kind), "choices": [], "usage": _usage(item)})
+            yield _sse("[DONE]")
+
+
+def create_app(service: ChatService, config: ServerConfig) -> Starlette:
+    """The Starlette app: the routes, OpenAI-style errors for everything, CORS only for named origins."""
+    routes = Routes(service, config)
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return refuse(exc, request.method, request.url.path, _client(request))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        return refuse(error, request.method, request.url.path, _client(request))
+
+    async def bug(request: Request, exc: Exception) -> Response:
+        line = report_bug(exc, f"the server ({request.method} {request.url.path})")
+        return ApiError(500, line).response()
+
+    middleware = []
+    if config.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type", PIN_HEADER],
+            )
+        )
+    return Starlette(
+        routes=[
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/v1/chat/completions", routes.chat, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+        ],
+        middleware=middleware,
+        exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: bug},
+    )

@@ -1,0 +1,52 @@
+"""Bounds on what a request may hold, checked before any of it reaches the engine."""
+
+import json
+
+from starlette.requests import Request
+
+from app.server.errors import ApiError
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a 20,000-token chat is about 100 KB of JSON
+MAX_MESSAGES = 4096
+MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
+MAX_STOP_SEQUENCES = 4  # as the OpenAI API
+MAX_WAITING = 64  # requests queued for the engine before more get a 429
+
+
+async def read_json(request: Request) -> dict:
+    """The request's JSON object; 413 past MAX_BODY_BYTES, 400 for anything that is not a JSON object."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"request body is {declared} bytes, more than the limit of {MAX_BODY_BYTES}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, f"request body is more than the limit of {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"request body is not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ApiError(400, f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ApiError(400, f"request body is nested more than {MAX_DEPTH} levels deep") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    if depth(body) > MAX_DEPTH:
+        raise ApiError(400, f"request body is nested more than {MAX_DEPTH} levels deep")
+    return body
+
+
+def depth(value) -> int:
+    """How deeply lists and objects nest in `value` (iterative: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest

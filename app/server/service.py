@@ -1,0 +1,221 @@
+"""Requests to the one shared engine: first come, first served, one turn at a time.
+
+The engine has one MLX thread; the server queues requests on an asyncio lock (FIFO), routes
+each to a conversation (conversations.py), applies stop sequences, and records what it served.
+"""
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import cast
+
+from app.server.conversations import ConversationMap
+from app.server.errors import ApiError
+from app.server.limits import MAX_WAITING
+from app.server.requests import GenerationRequest
+from engine.errors import ChinwagError
+from engine.protocol import EngineAPI
+from engine.types import FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
+
+RECENT_REQUESTS = 50  # what the window's Server panel lists
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One served request, for the log and the window's list."""
+
+    client: str
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    finish_reason: str
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class Started:
+    """The first item of a generation: the request's turn has come and its model is loaded."""
+
+    model: str
+    conversation: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of a generation: why it ended and what it counted."""
+
+    finish_reason: str  # OpenAI's: stop, length, or error
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    error: str = ""
+
+
+class StopScanner:
+    """Cuts the reply at the first stop sequence; holds back text that may be the start of one."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = stops
+        self.pending = ""
+        self.hit = False
+
+    def feed(self, text: str) -> str:
+        if self.hit:  # the token or so generated before the stop took effect
+            return ""
+        if not self.stops:
+            return text
+        self.pending += text
+        cuts = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if cuts:
+            out, self.pending, self.hit = self.pending[: min(cuts)], "", True
+            return out
+        keep = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
+        out = self.pending[: len(self.pending) - keep]
+        self.pending = self.pending[len(out) :]
+        return out
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def finish_reason(stats: TurnStats, stopped: bool) -> str:
+    if stopped or stats.finish_reason in (FinishReason.STOP, FinishReason.CANCELLED):
+        return "stop"
+    if stats.finish_reason in (FinishReason.LENGTH, FinishReason.CONTEXT):
+        return "length"
+    return "error"
+
+
+class ChatService:
+    def __init__(self, engine: EngineAPI, allow_switch: bool = False, conversations: ConversationMap | None = None):
+        self.engine = engine
+        self.allow_switch = allow_switch
+        self.conversations = conversations or ConversationMap()
+        self.lock = asyncio.Lock()  # FIFO: waiters are woken in the order they came
+        self.waiting = 0
+        self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
+        self.listeners: list[Callable[[RequestRecord], None]] = []
+        self._forget_later: list[str] = []
+        self.active = ""  # the conversation generating now ("" while none)
+
+    async def model_ids(self) -> list[str]:
+        """The local models a client may name (as `chinwag models --json` ids), the loaded one first."""
+        models = await self.engine.list_models()
+        ids = [m.id for m in models if m.source != "server" and m.status != ModelStatus.UNUSABLE]
+        current = self.engine.current_model
+        if current is not None:
+            ids = [current.id] + [i for i in ids if i != current.id]
+        return ids
+
+    async def _ensure_model(self, wanted: str) -> str:
+        current = self.engine.current_model
+        if not wanted or (current is not None and wanted == current.id):
+            if current is None:
+                raise ApiError(503, "no model is loaded: start the server with --model NAME")
+            return current.id
+        ids = await self.model_ids()
+        if wanted not in ids:
+            raise ApiError(404, f"model {wanted!r:.80} does not exist; models: {', '.join(ids)[:400]}", "model")
+        if not self.allow_switch:
+            loaded = current.id if current else "none"
+            raise ApiError(
+                404, f"model {wanted!r:.80} is not loaded (loaded: {loaded}); start with --allow-switch", "model"
+            )
+        try:
+            return (await self.engine.load_model(wanted)).id
+        except ChinwagError as e:
+            raise ApiError(400, f"model {wanted}: {e}", "model") from None
+
+    async def generate(
+        self, request: GenerationRequest, client: str = ""
+    ) -> AsyncGenerator[Started | str | Outcome, None]:
+        """Yield Started, the reply's text pieces, then one Outcome. Waits its turn; ApiError before any text."""
+        if self.waiting >= MAX_WAITING:
+            raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
+        queued = time.perf_counter()
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            waited = time.perf_counter() - queued
+            model = await self._ensure_model(request.model)
+            conv_id = self.conversations.route(model, request.messages, request.pin)
+            yield Started(model, conv_id)
+            self.active = conv_id
+            async with aclosing(self._turn(conv_id, model, request, client, waited)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            self.active = ""
+            self.lock.release()
+
+    async def _turn(self, conv_id, model, request: GenerationRequest, client: str, waited: float):
+        scanner, reply, stats = StopScanner(request.stop), [], None
+        prompt_tokens = emitted = 0
+        refused = False
+        try:
+            async with aclosing(
+                cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
+            ) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        emitted += 1
+                        text = scanner.feed(event.text)
+                        reply.append(text)
+                        if text:
+                            yield text
+                        if scanner.hit:
+                            self.engine.stop(conv_id)  # within one token; the cache keeps what was emitted
+                    elif isinstance(event, PrefillProgress):
+                        prompt_tokens = event.prompt_tokens
+                    elif isinstance(event, TurnStats):
+                        stats = event
+        except ChinwagError as e:  # refused before it began (a prompt longer than the context...)
+            refused = True
+            raise ApiError(400, str(e)) from None
+        finally:
+            if stats is None and not refused:  # the client went away or the server is stopping: end the turn now
+                self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
+                # The cache holds the prompt (and what was emitted): the same request again reuses it.
+                self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
+                self._publish(RequestRecord(client, model, prompt_tokens, 0, emitted, 0.0, "cancelled", waited))
+        if stats is None:
+            raise RuntimeError("the engine ended a turn without its stats")
+        rest = scanner.flush()
+        if rest:
+            reply.append(rest)
+            yield rest
+        reason = finish_reason(stats, scanner.hit)
+        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT)
+        complete = scanner.hit or stats.finish_reason in ended
+        # A finished reply (or one cut at a stop sequence) is what the client sends back next; a stopped one is not.
+        seen = request.messages + ([{"role": "assistant", "content": "".join(reply)}] if complete else [])
+        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
+        while self._forget_later:  # conversations past the map's limit: their caches go too
+            await self.engine.forget(self._forget_later.pop())
+        await asyncio.to_thread(self.conversations.save)
+        record = RequestRecord(
+            client,
+            model,
+            stats.prompt_tokens,
+            stats.reused_tokens,
+            stats.generated_tokens,
+            stats.ttft_s,
+            reason,
+            waited,
+        )
+        self._publish(record)
+        yield Outcome(reason, stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens, stats.error)
+
+    def _publish(self, record: RequestRecord) -> None:
+        self.recent.append(record)
+        for listener in list(self.listeners):
+            listener(record)

@@ -1,0 +1,239 @@
+"""Figure: `chinwag serve` against mlx_lm.server, 3 agent-like clients interleaved, then a restart.
+
+Each client holds one conversation that grows by about `--grow` tokens a turn (a user message of
+filler text, a short greedy reply) to about `--turns` x `--grow` tokens; the three clients take
+turns one after another (the order rotates every turn), on both servers alternately. Then both
+servers are stopped (Chinwag with SIGINT, which saves its caches) and started again, and every
+client sends one more turn. Per turn: time to first token (first streamed content, measured by
+the same httpx client for both) and the cached tokens each server reports.
+
+Both sides serve the same float32 copy of the starter (bench/figures/remote.py) with the same BLAS.
+
+    python -m bench.figures.server [--turns 13] [--grow 300] [--reply-tokens 16]
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from bench import common  # first: preloads OpenBLAS before mlx is imported
+from bench.common import ROOT, log
+from bench.figures.remote import float32_copy, free_port
+from bench.figures.remote import start_server as start_mlx_server
+from bench.reporting import Figure, f, table
+
+SIDES = ("chinwag", "mlx_lm")
+CLIENTS = 3
+WORDS = (
+    "river stone lantern orchard violet harbour meadow copper signal window thunder ribbon "
+    "compass velvet glacier saddle pepper marble falcon canyon blossom anchor ember willow"
+).split()
+
+
+def filler(client: int, turn: int, words: int) -> str:
+    """A user message of `words` words, different for every client and turn (deterministic)."""
+    picked = [WORDS[(client * 7 + turn * 13 + i * (i % 5 + 1)) % len(WORDS)] for i in range(words)]
+    return f"Client {client}, note {turn}: " + " ".join(picked) + ". Summarize the note in one sentence."
+
+
+def start_chinwag(folder, home, log_path):
+    port = free_port()
+    env = {**os.environ, "CHINWAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "app.cli.main", "serve", "--model", str(folder), "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
+    import httpx
+
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"chinwag serve exited: {log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/models", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("chinwag serve did not start in 300 s")
+
+
+def stop(proc, sig) -> None:
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+
+
+def turn(url: str, model: str, messages: list, reply_tokens: int) -> dict:
+    """One streamed request: seconds to the first content, the reply, and the usage reported."""
+    import httpx
+
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": reply_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    t0, first, parts, usage = time.perf_counter(), None, [], {}
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            for choice in event.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content") or ""
+                if text and first is None:
+                    first = time.perf_counter()
+                parts.append(text)
+            if event.get("usage"):
+                usage = event["usage"]
+    details = usage.get("prompt_tokens_details") or {}
+    return {
+        "ttft_s": (first or time.perf_counter()) - t0,
+        "reply": "".join(parts),
+        "prompt_tokens": usage.get("prompt_tokens", 0),
+        "cached_tokens": details.get("cached_tokens", 0) if isinstance(details, dict) else 0,
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--turns", type=int, default=3 if common.QUICK else 13)
+    p.add_argument("--grow", type=int, default=100 if common.QUICK else 300, help="about this many tokens a turn")
+    p.add_argument("--reply-tokens", type=int, default=16)
+    p.add_argument("--folder", default="", help="serve this MLX folder instead (to check the script, not to quote)")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    home = common.temp_home()
+    folder = args.folder or float32_copy(home / "starter-float32")
+    models = {"chinwag": str(folder), "mlx_lm": "default_model"}
+    words = max(8, int(args.grow * 0.7))  # about 1.4 tokens a filler word
+    history = {side: [[] for _ in range(CLIENTS)] for side in SIDES}
+    rows: dict = {side: [] for side in SIDES}
+
+    def start_both():
+        c_proc, c_url = start_chinwag(folder, home / "chinwag", home / "chinwag.log")
+        try:
+            m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
+        except BaseException:
+            c_proc.terminate()  # never leave a server behind
+            c_proc.wait(timeout=60)
+            raise
+        return {"chinwag": (c_proc, c_url), "mlx_lm": (m_proc, m_url)}
+
+    def run_turn(servers, n: int, restart: bool) -> None:
+        order = [(c, s) for c in range(CLIENTS) for s in SIDES]
+        shift = n % len(order)
+        for client, side in order[shift:] + order[:shift]:
+            messages = history[side][client]
+            messages.append({"role": "user", "content": filler(client, n, words)})
+            result = turn(servers[side][1], models[side], messages, args.reply_tokens)
+            messages.append({"role": "assistant", "content": result.pop("reply")})
+            rows[side].append({"turn": n + 1, "client": client, "after_restart": restart, **result})
+            log(
+                f"turn {n + 1:2d}{'R' if restart else ' '} client {client} {side:7s} ttft {result['ttft_s']:6.2f} s  "
+                f"prompt {result['prompt_tokens']:5d}  cached {result['cached_tokens']:5d}"
+            )
+
+    servers = start_both()
+    try:
+        turn(servers["chinwag"][1], models["chinwag"], [{"role": "user", "content": "Hi"}], 2)  # warm-up
+        turn(servers["mlx_lm"][1], models["mlx_lm"], [{"role": "user", "content": "Hi"}], 2)
+        for n in range(args.turns):
+            run_turn(servers, n, False)
+        stop(servers["chinwag"][0], signal.SIGINT)  # saves the caches
+        os.killpg(servers["mlx_lm"][0].pid, signal.SIGTERM)
+        servers["mlx_lm"][0].wait(timeout=60)
+        servers = start_both()
+        run_turn(servers, args.turns, True)
+    finally:
+        for proc, _ in servers.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+
+    def medians(side: str, restart: bool) -> dict:
+        by_turn: dict = {}
+        for r in rows[side]:
+            if r["after_restart"] == restart:
+                by_turn.setdefault(r["turn"], []).append(r["ttft_s"])
+        return {t: common.median(v) for t, v in sorted(by_turn.items())}
+
+    before = {side: medians(side, False) for side in SIDES}
+    after = {side: medians(side, True) for side in SIDES}
+    summary = {
+        "median_ttft_by_turn": before,
+        "restart_median_ttft": {side: next(iter(after[side].values())) for side in SIDES},
+        "worst_turn_chinwag_over_mlx_lm": max(before["chinwag"][t] / before["mlx_lm"][t] for t in before["chinwag"]),
+    }
+    summary["restart_mlx_lm_over_chinwag"] = (
+        summary["restart_median_ttft"]["mlx_lm"] / summary["restart_median_ttft"]["chinwag"]
+    )
+    log(json.dumps(summary, indent=1))
+    params = {"turns": args.turns, "grow": args.grow, "reply_tokens": args.reply_tokens, "clients": CLIENTS}
+    command = (
+        f"python -m bench.figures.server --turns {args.turns} --grow {args.grow} --reply-tokens {args.reply_tokens}"
+    )
+    common.save("server", {"params": params, "rows": rows, "summary": summary}, command, started)
+    common.finish()
+
+
+def section(d, res):
+    s, p = d["summary"], d["params"]
+    before = s["median_ttft_by_turn"]
+    cached = {side: {} for side in SIDES}
+    for side in SIDES:
+        for r in d["rows"][side]:
+            key = f"{r['turn']}R" if r["after_restart"] else str(r["turn"])
+            cached[side].setdefault(key, []).append(f"{r['cached_tokens']} / {r['prompt_tokens']}")
+    rows = [
+        [
+            t,
+            f(before["chinwag"][t]),
+            f(before["mlx_lm"][t]),
+            "; ".join(cached["chinwag"][t]),
+            "; ".join(cached["mlx_lm"][t]),
+        ]
+        for t in before["chinwag"]
+    ]
+    t = next(k for k in cached["chinwag"] if k.endswith("R"))
+    restart = s["restart_median_ttft"]
+    rows.append(
+        [
+            f"{t} (after restart)",
+            f(restart["chinwag"]),
+            f(restart["mlx_lm"]),
+            "; ".join(cached["chinwag"][t]),
+            "; ".join(cached["mlx_lm"][t]),
+        ]
+    )
+    return [
+        f"{p['clients']} clients, each a conversation growing by about {p['grow']} tokens a turn for {p['turns']} "
+        f"turns (greedy replies of {p['reply_tokens']} tokens), interleaved turn by turn on `chinwag serve` and "
+        "`mlx_lm.server` (the same float32 weights, the same BLAS); then both servers restarted and one more turn "
+        "each. TTFT is the median over the clients, measured by the same streaming client for both; cached is "
+        "what each server reported (`usage.prompt_tokens_details.cached_tokens`) per client.",
+        "",
+        table(
+            ["turn", "Chinwag TTFT s", "mlx_lm.server TTFT s", "Chinwag cached / prompt", "mlx_lm cached / prompt"],
+            rows,
+        ),
+        "",
+        f"Worst turn, Chinwag / mlx_lm.server median TTFT: {s['worst_turn_chinwag_over_mlx_lm']:.2f}x. After the "
+        f"restart mlx_lm.server took **{s['restart_mlx_lm_over_chinwag']:.2f}x** Chinwag's time to first token "
+        "(Chinwag restores the caches it saved on SIGINT).",
+    ]
+
+
+FIGURE = Figure(
+    name="server", title="Chinwag as a server: 3 clients, then a restart, against mlx_lm.server", section=section
+)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Every refusal over raw HTTP: an OpenAI-style error object, the right status, one log line, no traceback."""
+
+import json
+
+import httpx
+import pytest
+
+from app.cli.main import main
+from app.server import limits
+
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+def post(url: str, body, path: str = "/chat/completions", **kw) -> httpx.Response:
+    content = body if isinstance(body, bytes | str) else json.dumps(body)
+    return httpx.post(url + path, content=content, timeout=60, **kw)
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Traceback" not in error["message"] and "\n" not in error["message"]
+    return error
+
+
+CASES = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"\xff\xfe", 400, "not UTF-8"),
+    ([1, 2], 400, "must be a JSON object"),
+    ({}, 400, "messages: is required"),
+    ({"messages": []}, 400, "is empty"),
+    ({"messages": "hi"}, 400, "messages: is required"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "only text parts"),
+    ({"messages": [{"role": "system", "content": "x"}]}, 400, "no user message"),
+    ({"messages": HELLO, "n": 2}, 400, "cannot honour n=2"),
+    ({"messages": HELLO, "logprobs": True}, 400, "logprobs"),
+    ({"messages": HELLO, "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ({"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools"),
+    ({"messages": HELLO, "temperature": "hot"}, 400, "temperature must be"),
+    ({"messages": HELLO, "max_tokens": 0}, 400, "max_tokens must be an integer"),
+    ({"messages": HELLO, "max_completion_tokens": 1.5}, 400, "max_completion_tokens must be"),
+    ({"messages": HELLO, "stream": "yes"}, 400, "stream"),
+    ({"messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
+    ({"messages": HELLO, "stop": [""]}, 400, "stop"),
+    ({"messages": HELLO, "seed": -1}, 400, "seed must be an integer"),
+    ({"messages": HELLO, "model": "no-such-model"}, 404, "does not exist"),
+    ({"messages": HELLO, "model": "smollm2-135m-instruct"}, 404, "--allow-switch"),
+    ({"messages": HELLO, "user": 7}, 400, "user"),
+    ({"messages": [{"role": "user", "content": [[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]}]}, 400, "nested"),
+]
+
+
+def test_every_bad_request_gets_an_error_object(serve, caplog):
+    s = serve()
+    for body, status, words in CASES:
+        assert words in error_of(post(s.url, body), status)["message"], body
+    # Unknown fields are ignored.
+    ok = post(s.url, {"messages": HELLO, "max_tokens": 2, "frobnicate": {"x": 1}, "n": 1, "logprobs": False})
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+    assert "prompt" in error_of(post(s.url, {"prompt": 3}, "/completions"), 400)["message"]
+    assert error_of(httpx.get(s.url + "/nowhere"), 404)["type"] == "not_found_error"
+    error_of(httpx.get(s.url + "/chat/completions"), 405)
+    s.stop()
+    lines = [r for r in caplog.records if r.name == "chinwag.server"]
+    assert len(lines) == len(CASES) + 3 and not any(r.exc_info for r in lines)
+
+
+def test_too_large_bodies_get_413(serve, monkeypatch):
+    s = serve()
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (limits.MAX_BODY_BYTES + 10)}]})
+    assert "limit" in error_of(post(s.url, big), 413)["message"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(limits.MAX_BODY_BYTES // 65536 + 2):
+            yield b" " * 65536
+
+    error_of(httpx.post(s.url + "/chat/completions", content=chunks(), timeout=60), 413)
+    monkeypatch.setattr(limits, "MAX_MESSAGES", 2)
+    from app.server import requests
+
+    monkeypatch.setattr(requests, "MAX_MESSAGES", 2)
+    assert "limit of 2" in error_of(post(s.url, {"messages": HELLO * 3}), 400)["message"]
+
+
+def test_a_full_queue_gets_429(serve, monkeypatch):
+    from app.server import service
+
+    s = serve()
+    monkeypatch.setattr(service, "MAX_WAITING", 0)
+    assert error_of(post(s.url, {"messages": HELLO}), 429)["type"] == "rate_limit_error"
+
+
+def test_the_api_key_is_required_on_every_route(serve):
+    s = serve(api_key="k3y")
+    assert error_of(httpx.get(s.url + "/models"), 401)["code"] == "invalid_api_key"
+    error_of(post(s.url, {"messages": HELLO}, headers={"Authorization": "Bearer nope"}), 401)
+    error_of(post(s.url, {"prompt": "x"}, "/completions", headers={"Authorization": "Basic k3y"}), 401)
+    assert httpx.get(s.url + "/models", headers={"Authorization": "Bearer k3y"}).status_code == 200
+
+
+def test_cors_is_off_unless_an_origin_is_named(serve):
+    preflight = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+    s = serve()
+    r = httpx.options(s.url + "/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in r.headers
+    s2 = serve(cors_origins=("http://app.example",))
+    r = httpx.options(s2.url + "/chat/completions", headers={**preflight, "Origin": "http://app.example"})
+    assert r.headers["access-control-allow-origin"] == "http://app.example"
+    r = httpx.options(s2.url + "/chat/completions", headers=preflight)
+    assert r.headers.get("access-control-allow-origin") != "http://evil.example"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::"])
+def test_other_addresses_need_a_key(host, capsys):
+    assert main(["serve", "--host", host]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "API key" in err
+
+
+def test_a_taken_port_is_one_line(serve, capsys):
+    s = serve()
+    assert main(["serve", "--port", str(s.server.port), "--model", str(s.server.config.model)]) == 2
+    assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
