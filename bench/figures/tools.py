@@ -47,7 +47,7 @@ def history(tokenizer, target: int) -> list:
 async def measure(model_path, target: int, reps: int) -> list:
     from engine import Engine, GenerationParams, TextDelta, TurnStats
     from engine.local import loading
-    from tests.tools.scripted import Script, tool_call_ids
+    from tests.app.tools.scripted import Script, tool_call_ids
 
     _, tokenizer = loading.load(model_path)
     forced = tool_call_ids(tokenizer, "add", '{"a": 2, "b": 3}')

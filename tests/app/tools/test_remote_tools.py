@@ -9,10 +9,10 @@ import pytest
 
 from engine import Engine, GenerationParams
 from engine.types import FinishReason
+from tests.app.tools.test_engine_tools import ADD
 from tests.engine.remote.test_standin import collect
 from tests.remote_servers import MlxServer
 from tests.remote_standin import StandIn
-from tests.tools.test_engine_tools import ADD
 
 TOOLS = GenerationParams(temperature=0, max_tokens=8, tools=(ADD,))
 

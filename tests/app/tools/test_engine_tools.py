@@ -6,8 +6,8 @@ import json
 from engine import GenerationParams, TextDelta, TurnStats
 from engine.context.prompt import tools_cost
 from engine.types import FinishReason
+from tests.app.tools.scripted import Script, tool_call_ids
 from tests.engine.test_api import reference
-from tests.tools.scripted import Script, tool_call_ids
 
 ADD = {
     "type": "function",

@@ -8,7 +8,7 @@ from app.tools.config import Policy, ServerConfig, ToolsConfig
 from app.tools.loop import RoundLimit, ToolRun, reply
 from app.tools.policy import Answer, Approvals
 from engine import GenerationParams, TextDelta, TurnStats
-from tests.tools.scripted import Repeat, Script, tool_call_ids
+from tests.app.tools.scripted import Repeat, Script, tool_call_ids
 from tests.tools_servers.launch import SCRIPT
 
 

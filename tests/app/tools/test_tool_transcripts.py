@@ -8,7 +8,7 @@ from app.tools.client import ToolResult
 from app.tools.loop import ToolRun, tool_messages
 from app.transcripts.export import export_conversation, import_conversation, to_markdown
 from engine.types import FinishReason, ToolCall, TurnStats
-from tests.tools.test_mcp_client import _children
+from tests.app.tools.test_mcp_client import _children
 from tests.tools_servers.launch import stdio_entry
 
 CALL = ToolCall("call_1", "add", '{"a": 2, "b": 3}')
