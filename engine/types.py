@@ -38,6 +38,7 @@ class FinishReason(StrEnum):
     CONTEXT = "context"  # the context limit
     CANCELLED = "cancelled"  # engine.stop
     ERROR = "error"  # TurnStats.error says what failed
+    TOOL_CALLS = "tool_calls"  # the reply ended with tool calls (TurnStats.tool_calls)
 
 
 class ModelStatus(StrEnum):
@@ -109,6 +110,11 @@ class GenerationParams:
     speculative: bool | None = None
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
+    # Tool definitions (OpenAI function format, dicts) given to the model's chat template; () = no tools.
+    tools: tuple = ()
+    # Extra mlx-lm logits processors, (tokens, logits) -> logits, run on the engine thread after the
+    # repetition penalty (tests script a reply with one; never sent to a server).
+    logits_processors: tuple = ()
 
     def __post_init__(self):
         # Every front end (CLI flags, settings, the window, servers) builds these: one check for all.
@@ -236,6 +242,18 @@ class BackgroundPrefill:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model made: `arguments` is the JSON text it wrote (parsed and re-encoded)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
 class TurnStats:
     """The final event of every chat turn."""
 
@@ -258,6 +276,10 @@ class TurnStats:
     # Speculative decoding: tokens drafted, and how many of them the model accepted.
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
+    tool_calls: tuple = ()
+    tools_off: str = ""
+    tools_tokens: int = 0  # the context the tool definitions take in the prompt
 
     @property
     def note(self) -> str:

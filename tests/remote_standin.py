@@ -2,7 +2,8 @@
 
 The requested model name picks the behaviour: "chat" (a normal stream), "reasoning",
 "keepalive", "malformed", "malformed-first", "stall", "drop", "error-500", "overflow",
-"slow" (one token every 50 ms, 400 of them). Every request body is recorded as received.
+"slow" (one token every 50 ms, 400 of them), "tool-call" (a call to `add` streamed in
+pieces, as OpenAI does, when the request has tools and no tool result yet). Every request body is recorded as received.
 """
 
 import json
@@ -21,6 +22,7 @@ MODELS = [
     "error-500",
     "overflow",
     "slow",
+    "tool-call",
 ]
 
 
@@ -119,6 +121,15 @@ class StandIn:
                 for word in ("Hello", " there", f" #{turns}"):
                     self.send(chunk(word))
                 self.finish_stream("length" if body.get("max_tokens") == 3 else "stop", cached=10 * turns)
+
+            def stream_tool_call(self, body):
+                if not body.get("tools") or body["messages"][-1]["role"] == "tool":
+                    return self.stream_chat(body)
+                first = {"index": 0, "id": "call_abc", "type": "function", "function": {"name": "add", "arguments": ""}}
+                for piece in (first, *({"index": 0, "function": {"arguments": a}} for a in ('{"a": 2,', ' "b": 3}'))):
+                    event = {"choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]}
+                    self.send(f"data: {json.dumps(event)}\n\n".encode())
+                self.finish_stream("tool_calls")
 
             def stream_reasoning(self, body):
                 self.send(chunk(reasoning="Let me think."))

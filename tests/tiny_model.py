@@ -12,6 +12,30 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Qwen2.5's tool format (Hermes style): tools in the system turn, calls in <tool_call> tags,
+# results in user turns as <tool_response>; mlx-lm reads it with its json_tools parser.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n\n"
+    "For each function call, return a json object within <tool_call></tool_call> XML tags:\n"
+    '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'system' and loop.first %}"
+    "{% elif message.role == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ message.content }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% elif message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n{{ message.content }}"
+    "{% for tool_call in message.tool_calls %}{% if tool_call.function is defined %}"
+    "{% set tool_call = tool_call.function %}{% endif %}{{ '\\n' }}<tool_call>\n"
+    '{"name": "{{ tool_call.name }}", "arguments": {{ tool_call.arguments | tojson }}}'
+    "\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 _CORPUS = """
@@ -69,7 +93,9 @@ GEMMA3_CONFIG = {
 }
 
 
-def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048, config: dict = CONFIG) -> Path:
+def build_tiny_model(
+    path: Path, seed: int = 0, context_length: int = 2048, config: dict = CONFIG, chat_template: str = CHATML_TEMPLATE
+) -> Path:
     """Write an MLX model folder that mlx_lm.load opens; returns the folder."""
     import importlib
 
@@ -86,7 +112,7 @@ def build_tiny_model(path: Path, seed: int = 0, context_length: int = 2048, conf
         json.dumps(
             {
                 "tokenizer_class": "PreTrainedTokenizerFast",
-                "chat_template": CHATML_TEMPLATE,
+                "chat_template": chat_template,
                 "eos_token": "<|im_end|>",
                 "pad_token": "<|endoftext|>",
                 "bos_token": None,

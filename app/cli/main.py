@@ -142,6 +142,7 @@ async def _chat(args) -> int:
     saved = None if args.no_save else TerminalChat(args.system)
     conv = "cli"
     reading = None  # the task reading attached documents ahead (kept: asyncio holds weak references)
+    tools = None
     try:
         progress = TerminalProgress()
         try:
@@ -152,6 +153,10 @@ async def _chat(args) -> int:
             f"Chatting with {info.name}. /attach FILE adds a document, /new starts over, /exit or Ctrl+D quits,"
             " Ctrl+C stops a reply."
         )
+        if not args.no_tools:
+            from app.cli.chat_tools import TerminalTools
+
+            tools = await TerminalTools.start(args, _stream)
         messages = [{"role": "system", "content": args.system}] if args.system else []
         turn = 0
         loop = asyncio.get_running_loop()
@@ -194,10 +199,19 @@ async def _chat(args) -> int:
                 conv = saved.add_user(question, info.id, attached)  # committed before the engine sees it
                 if draft != conv:
                     await engine.adopt(draft, conv)  # the documents read ahead become this chat's cache
-            reply, stats = await _stream(engine, conv, messages, _params(args))
-            messages.append({"role": "assistant", "content": reply})
+            if tools is None:
+                reply, stats = await _stream(engine, conv, messages, _params(args))
+                added = [{"role": "assistant", "content": reply}]
+            else:
+                added, stats = await tools.reply(engine, conv, messages, _params(args))
+            messages += added
             if saved is not None:
-                saved.add_reply(reply, stats, info.id)
+                # The final answer, unless the round limit ended the reply on a tool round.
+                final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
+                for m in added[:-1] if final else added:
+                    saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, info.id)
+                if final is not None:
+                    saved.add_reply(final["content"], stats, info.id)
             if stats is not None:
                 print(
                     f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
@@ -211,6 +225,8 @@ async def _chat(args) -> int:
             await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
         else:
             saved.close()
+        if tools is not None:
+            await tools.close()  # stdio MCP servers stop with the chat
         await engine.close()
 
 
@@ -240,6 +256,15 @@ class TerminalChat:
         status = status_of(stats) if stats is not None else MessageStatus.STOPPED
         stats_row = stats_dict(stats) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
+
+    def add_tool_message(self, message: dict, run, model_id: str) -> None:
+        """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""
+        from app.tools.loop import stored_stats
+
+        model = model_id if message["role"] == "assistant" else ""
+        self.store.add_message(
+            self.conv_id, message["role"], message["content"], model_id=model, stats=stored_stats(message, run)
+        )
 
     def close(self) -> None:
         self.store.close()
@@ -407,6 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="attach a document (text, PDF, DOCX) to your first message; repeatable",
     )
     _add_sampling(p, GenerationParams())
+    from app.cli.chat_tools import add_flags
+
+    add_flags(p)
     p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
 
     p = sub.add_parser("models", help="list the models you can pick")
@@ -431,12 +459,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling(p, GenerationParams(temperature=0.0))
     p.set_defaults(func=lambda a: asyncio.run(_replay(a)))
 
+    from app.cli.mcp import add_commands as add_mcp_commands
     from app.cli.serve import add_commands as add_serve_commands
     from app.cli.servers import add_commands as add_server_commands
     from app.cli.transcripts import add_commands
 
     add_commands(sub)
     add_server_commands(sub)
+    add_mcp_commands(sub)
     add_serve_commands(sub)
     return parser
 

@@ -206,6 +206,9 @@ class MainWindow(QMainWindow):
         )
         chat_menu.addSeparator()
         self.chat_settings_action = self._action(chat_menu, "Chat Settings…", dialogs.chat_settings_dialog)
+        from app.gui.tools.dialog import open_tools_dialog
+
+        self.tools_action = self._action(chat_menu, "MCP Servers…", lambda: open_tools_dialog(self))
 
         self.model_menu = ModelMenu(self.models, self)
         bar.addMenu(self.model_menu)

@@ -30,7 +30,8 @@ from engine.errors import ChinwagError
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
-ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
+# "tool": an MCP tool's result; its stats say which call (tool_call_id, name, server, is_error, seconds).
+ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SYSTEM_HEADING = "System prompt"
 SYSTEM_NOTE = "read before every reply; this is the chat's current one"
 MAX_IMPORT_BYTES = 512 << 20
@@ -543,6 +544,22 @@ def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _tool_meta(role: str, stats: dict) -> list:
+    """What a tool round adds to a message's line: the calls a reply made, or which call a result answers."""
+    if role == "tool":
+        bits = [f"{stats.get('name', 'tool')}" + (f" on {stats['server']}" if stats.get("server") else "")]
+        if stats.get("is_error"):
+            bits.append("error")
+        if isinstance(stats.get("seconds"), (int, float)) and not isinstance(stats.get("seconds"), bool):
+            bits.append(f"{stats['seconds']:.1f} s")
+        return bits
+    calls = stats.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        names = [str(c.get("name") or (c.get("function") or {}).get("name", "?")) for c in calls if isinstance(c, dict)]
+        return ["called " + ", ".join(names)]
+    return []
+
+
 def _message_meta(m: Message, names: dict) -> str:
     """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
     bits = []
@@ -553,6 +570,7 @@ def _message_meta(m: Message, names: dict) -> str:
     if m.versions > 1:  # the export shows this one; JSON keeps the others
         bits.append(f"version {m.version} of {m.versions}")
     stats = m.stats or {}
+    bits += _tool_meta(m.role, stats)
     if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
         bits.append(f"{stats['generated_tokens']} tokens")
     tps = stats.get("decode_tps")

@@ -26,6 +26,7 @@ FIGURES = [
     "longchat_pause",
     "server",
     "documents",
+    "tools",
 ]
 
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from engine.errors import ChinwagError
 
-ROLES = ("system", "user", "assistant")
+# "tool": a tool's result. An assistant message that called tools carries the text the model
+# generated (its tool-call markup included) as its content: its piece is the generated ids.
+ROLES = ("system", "user", "assistant", "tool")
 # Private-use characters stand in for each message's content to find where the template puts it.
 _MARK = "\ue000{}\ue001"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -24,7 +26,9 @@ def check_messages(messages) -> list[dict]:
     clean = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise ChinwagError(f"message {i} must be {{'role': system|user|assistant, 'content': str}}, got {m!r:.80}")
+            raise ChinwagError(
+                f"message {i} must be {{'role': system|user|assistant|tool, 'content': str}}, got {m!r:.80}"
+            )
         # A lone surrogate (JSON "\\ud800", undecodable terminal bytes) cannot be tokenized.
         clean.append({"role": m["role"], "content": _SURROGATE.sub("\ufffd", m["content"])})
     if all(m["role"] == "system" for m in clean):
@@ -43,6 +47,37 @@ def render(tokenizer, messages) -> str:
     # No template: a plain transcript the model can continue.
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
     return text + "assistant:"
+
+
+class WithTools:
+    """A tokenizer whose chat template is given `tools` (OpenAI function definitions) on every render."""
+
+    def __init__(self, tokenizer, tools):
+        self._tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools]
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def apply_chat_template(self, messages, **kwargs):
+        return self._tokenizer.apply_chat_template(messages, tools=self.tools, **kwargs)
+
+
+def tools_off_reason(tokenizer) -> str:
+    """Why this model cannot call tools ("" if it can): its template must render them and mlx-lm must parse them."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or "tools" not in template:
+        return "this model's chat template has no tool support: tools are off for it"
+    if not getattr(tokenizer, "has_tool_calling", False):
+        return "this model's tool-call format is not one Chinwag can read: tools are off for it"
+    return ""
+
+
+def tools_cost(tokenizer, messages, tools) -> int:
+    """The tokens of context the tool definitions take in this chat's prompt."""
+    messages = check_messages(messages)
+    plain = len(encode_text(tokenizer, render(tokenizer, messages)))
+    return len(encode_text(tokenizer, render(WithTools(tokenizer, tools), messages))) - plain if tools else 0
 
 
 def encode_text(tokenizer, text: str) -> list[int]:

@@ -27,11 +27,12 @@ def _sampler(params: GenerationParams):
 
 
 def _processors(params: GenerationParams):
+    found = []
     if params.repetition_penalty and params.repetition_penalty != 1.0:
-        return make_logits_processors(
+        found = make_logits_processors(
             repetition_penalty=params.repetition_penalty, repetition_context_size=REPETITION_CONTEXT
         )
-    return []
+    return [*found, *params.logits_processors]
 
 
 class TokenSampler:

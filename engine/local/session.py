@@ -3,6 +3,7 @@
 Everything here runs on the engine thread; front ends reach it through engine/api.py.
 """
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,13 +20,14 @@ from engine.context.conversation import (
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import plan_window, reply_room
-from engine.context.prompt import History, check_messages
+from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
+from engine.context.tool_calls import parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
 from engine.local.speculative import ModelDrafter, check_vocabularies
 from engine.models import registry
-from engine.types import GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
+from engine.types import FinishReason, GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
@@ -49,6 +51,9 @@ class TurnResult:
 
     stats: TurnStats
     text: str
+
+
+ONE_MESSAGE = {"role": "user", "content": "hi"}
 
 
 class Session:
@@ -111,9 +116,20 @@ class Session:
         conv = self.caches.get(conv_id)
         history = conv.history if conv else History()
         plan = plan_window(
-            self.tokenizer, messages, history, limit, reply_room(params.max_tokens, limit), params.low_water
+            self.prompt_tokenizer(params),
+            messages,
+            history,
+            limit,
+            reply_room(params.max_tokens, limit),
+            params.low_water,
         )
         return conv, history, plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+
+    def prompt_tokenizer(self, params: GenerationParams):
+        """The tokenizer whose chat template renders the prompt: given the tools if the model can call them."""
+        if params.tools and not tools_off_reason(self.tokenizer):
+            return WithTools(self.tokenizer, params.tools)
+        return self.tokenizer
 
     def new_cache(self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams) -> ConversationCache:
         capacity = self.kv_initial_capacity or initial_capacity(
@@ -164,7 +180,20 @@ class Session:
         else:
             history.truncate(len(messages))
         self.caches.enforce(keep=conv_id)
+        if params.tools:
+            stats = self.with_tool_calls(stats, reply, params)
         return TurnResult(stats, reply)
+
+    def with_tool_calls(self, stats: TurnStats, reply: str, params: GenerationParams) -> TurnStats:
+        off = tools_off_reason(self.tokenizer)
+        if off:
+            return dataclasses.replace(stats, tools_off=off)
+        # What the definitions cost, measured on a one-message chat: cheap, and the same in every chat.
+        stats = dataclasses.replace(stats, tools_tokens=tools_cost(self.tokenizer, [ONE_MESSAGE], params.tools))
+        calls = parse_tool_calls(self.tokenizer, reply, params.tools)
+        if not calls or stats.finish_reason not in (FinishReason.STOP, FinishReason.LENGTH):
+            return stats
+        return dataclasses.replace(stats, tool_calls=calls, finish_reason=FinishReason.TOOL_CALLS)
 
     def close(self) -> int:
         """Save the most recently used conversations' caches for the next start; how many were saved."""

@@ -40,7 +40,21 @@ def request_body(model: str, messages: list, params: GenerationParams) -> dict:
         body["repetition_penalty"] = params.repetition_penalty
     if params.seed is not None:
         body["seed"] = params.seed
+    if params.tools:
+        body["tools"] = [dict(t) for t in params.tools]
     return body
+
+
+def tool_fields(m: dict) -> dict:
+    """A message's tool-round fields as the OpenAI API has them (check_messages keeps role and content only)."""
+    out = {}
+    if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
+        out["tool_calls"] = m["tool_calls"]
+    if m.get("role") == "tool":
+        for key in ("tool_call_id", "name"):
+            if isinstance(m.get(key), str):
+                out[key] = m[key]
+    return out
 
 
 class RemoteBackend:
@@ -70,7 +84,11 @@ class RemoteBackend:
         leading <think> block, which is where a server's separate reasoning was shown."""
         known = self._replies.get(conv_id, {})
         return [
-            {"role": "assistant", "content": known.get(m["content"]) or sse.without_reasoning(m["content"])}
+            {
+                "role": "assistant",
+                "content": known.get(m["content"]) or sse.without_reasoning(m["content"]),
+                **tool_fields(m),
+            }
             if m["role"] == "assistant"
             else m
             for m in messages
@@ -85,7 +103,8 @@ class RemoteBackend:
         progress: Callable[[int, int], object] | None = PrefillProgress,
     ) -> AsyncIterator[ChatEvent]:
         """Yield TextDelta events (and `progress` events for keepalive comments if it makes any), then one TurnStats."""
-        messages = check_messages(messages)
+        extras = [tool_fields(m) if isinstance(m, dict) else {} for m in messages]
+        messages = [dict(m, **x) for m, x in zip(check_messages(messages), extras)]
         params = params or GenerationParams()
         dropped = 0
         while True:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from engine.errors import ChinwagError
 from engine.remote.errors import server_message
-from engine.types import FinishReason, TextDelta, TurnStats
+from engine.types import FinishReason, TextDelta, ToolCall, TurnStats
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
-FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}
 
 
 class EventLines:
@@ -58,6 +58,7 @@ class Turn:
     first: float = 0.0
     last: float = 0.0
     deltas: int = 0
+    tool_calls: dict = field(default_factory=dict)  # index -> {"id", "name", "arguments" (JSON text so far)}
 
     def arrive(self) -> None:
         now = time.perf_counter()
@@ -111,8 +112,43 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
             turn.in_reasoning = False
             shown = THINK_CLOSE + content
         put(turn.show(shown))
+    for call in delta.get("tool_calls") or []:
+        _tool_delta(turn, call)
     if choice.get("finish_reason"):
         turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
+
+
+def _tool_delta(turn: Turn, call) -> None:
+    """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
+    if not isinstance(call, dict):
+        return
+    turn.arrive()
+    index = call.get("index", len(turn.tool_calls))
+    known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+    function = call.get("function") or {}
+    if isinstance(call.get("id"), str) and call["id"]:
+        known["id"] = call["id"]
+    if isinstance(function.get("name"), str) and function["name"]:
+        known["name"] = function["name"]
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        known["arguments"] += arguments
+    elif isinstance(arguments, dict):
+        known["arguments"] = json.dumps(arguments)
+
+
+def tool_calls(turn: Turn) -> tuple:
+    """The streamed tool calls, complete ones only (arguments that are a JSON object)."""
+    out = []
+    for index in sorted(turn.tool_calls, key=str):
+        c = turn.tool_calls[index]
+        try:
+            arguments = json.loads(c["arguments"] or "{}")
+        except ValueError:
+            continue
+        if c["name"] and isinstance(arguments, dict):
+            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))
+    return tuple(out)
 
 
 def stats(turn: Turn, started: float, dropped: int, error: str) -> TurnStats:
@@ -123,6 +159,7 @@ def stats(turn: Turn, started: float, dropped: int, error: str) -> TurnStats:
     cached = _int(details.get("cached_tokens") if isinstance(details, dict) else 0)
     ttft = (turn.first - started) if turn.first else 0.0
     span = turn.last - turn.first
+    calls = tool_calls(turn) if turn.finish not in (FinishReason.CANCELLED, FinishReason.ERROR) else ()
     return TurnStats(
         prompt_tokens=prompt,
         reused_tokens=cached,
@@ -135,9 +172,10 @@ def stats(turn: Turn, started: float, dropped: int, error: str) -> TurnStats:
         kv_offset=prompt + generated,
         kv_bytes=0,
         context_limit=0,
-        finish_reason=FinishReason(turn.finish or FinishReason.STOP),
+        finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason(turn.finish or FinishReason.STOP),
         dropped_messages=dropped,
         error=error,
+        tool_calls=calls,
     )
 
 

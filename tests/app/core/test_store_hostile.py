@@ -57,7 +57,7 @@ def test_imported_settings_are_checked(tmp_path, capsys, settings, needle):
     import_refused(tmp_path, capsys, export_json(settings=settings), *([needle] if needle else []))
 
 
-@pytest.mark.parametrize("role", ["tool", "", "USER"])
+@pytest.mark.parametrize("role", ["function", "", "USER"])  # "tool" is a tool result (issue 18)
 def test_unknown_roles_are_refused(tmp_path, capsys, role):
     data = export_json()
     data["messages"][0]["role"] = role

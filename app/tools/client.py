@@ -1,0 +1,262 @@
+"""MCP servers through the official SDK: start one, list its tools, call a tool with a timeout, stop it.
+
+Each server's connection lives in one asyncio task that holds the SDK's context managers (their
+anyio task groups must be left by the task that entered them); calls come from any task on the
+same loop. A stdio server is a child process, stopped when its connection closes (`ToolHost.close`),
+and started with only the SDK's minimal environment (PATH, HOME, USER, SHELL, TERM, LOGNAME) plus
+the env of its configuration: none of Chinwag's own environment leaks to it.
+"""
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from app.tools.config import ServerConfig
+from app.tools.results import neutralise, result_text
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 20.0  # a server that has not listed its tools by then is reported as hanging
+CALL_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool of one server, as the model is shown it (`name` is unique among the tools on)."""
+
+    server: str
+    tool: str  # the server's own name for it
+    name: str  # the name the model calls it by: the tool's, or server__tool when two servers share it
+    description: str = ""
+    input_schema: dict = field(default_factory=dict)
+
+    def to_openai(self) -> dict:
+        """The OpenAI / chat-template function definition."""
+        schema = self.input_schema or {"type": "object", "properties": {}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": schema},
+        }
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str  # bounded and neutralised
+    is_error: bool = False
+    seconds: float = 0.0
+    truncated: bool = False
+
+
+def _closed(e: BaseException) -> bool:
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED
+
+    return isinstance(e, MCPError) and e.error.code == CONNECTION_CLOSED
+
+
+def _short(e: BaseException) -> str:
+    text = neutralise(str(e)).strip() or type(e).__name__
+    return " ".join(text.split())[:300]
+
+
+class ServerConnection:
+    """One MCP server: `start()` connects and lists its tools; `call()`; `stop()`."""
+
+    def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S):
+        self.config = config
+        self.start_timeout = start_timeout
+        self.tools: list = []  # mcp Tool objects
+        self.error = ""  # why it is not running
+        self._session = None
+        self._task: asyncio.Task | None = None
+        self._stop = asyncio.Event()
+        self._errlog = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def running(self) -> bool:
+        return self._session is not None and self._task is not None and not self._task.done()
+
+    async def start(self) -> bool:
+        """Connect; False (and `error` says why) if it fails or hangs."""
+        self._stop = asyncio.Event()
+        self.error = ""
+        if self._errlog is not None:  # a restart: the last run's words are no reason now
+            self._errlog.seek(0)
+            self._errlog.truncate()
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(ready), name=f"mcp {self.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
+            return True
+        except TimeoutError:
+            self.error = f"did not answer within {self.start_timeout:g} s of starting"
+        except Exception as e:
+            self.error = self._why(e)
+        await self.stop()
+        return False
+
+    def _why(self, e: BaseException) -> str:
+        """The reason a server failed: the last line it wrote to stderr if it died, else the error."""
+        tail = self._stderr_tail()
+        while isinstance(e, BaseExceptionGroup) and e.exceptions:  # anyio wraps the real error
+            e = e.exceptions[0]
+        base = "it closed the connection" if _closed(e) else _short(e)
+        return f"{base} (its last words: {tail})" if tail else base
+
+    def _stderr_tail(self) -> str:
+        if self._errlog is None:
+            return ""
+        try:
+            self._errlog.seek(0)
+            lines = [ln.strip() for ln in self._errlog.read()[-4000:].splitlines() if ln.strip()]
+        except (OSError, ValueError):
+            return ""
+        return neutralise(lines[-1])[:300] if lines else ""
+
+    async def _hold(self, ready: asyncio.Future) -> None:
+        from mcp.client.session import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.config.url:
+                    from mcp.client.streamable_http import streamable_http_client
+                    from mcp.shared._httpx_utils import create_mcp_http_client
+
+                    http = await stack.enter_async_context(create_mcp_http_client(headers=dict(self.config.headers)))
+                    streams = await stack.enter_async_context(streamable_http_client(self.config.url, http_client=http))
+                else:
+                    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+                    if self._errlog is None:  # kept open after a failure: its last line says why
+                        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+                    params = StdioServerParameters(
+                        command=self.config.command, args=list(self.config.args), env=dict(self.config.env)
+                    )
+                    streams = await stack.enter_async_context(stdio_client(params, errlog=self._errlog))
+                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                await session.initialize()
+                tools, cursor = [], None
+                while True:
+                    from mcp.types import PaginatedRequestParams
+
+                    page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor or len(tools) > 1000:
+                        break
+                self.tools = tools
+                self._session = session
+                ready.set_result(True)
+                await self._stop.wait()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+            else:
+                self.error = self._why(e)
+                log.warning("MCP server %s stopped: %s", self.name, self.error)
+        finally:
+            self._session = None
+
+    async def call(self, tool: str, arguments: dict, timeout: float = CALL_TIMEOUT_S) -> ToolResult:
+        """Run one tool; a failure, a timeout or a dead server is a result with is_error (never raises)."""
+        started = time.monotonic()
+
+        def failed(text: str) -> ToolResult:
+            return ToolResult(f"error: {text}", True, time.monotonic() - started)
+
+        if not self.running:
+            return failed(f"the MCP server {self.name} is not running" + (f": {self.error}" if self.error else ""))
+        session = self._session
+        assert session is not None
+        try:
+            result = await asyncio.wait_for(session.call_tool(tool, arguments, read_timeout_seconds=timeout), timeout)
+        except TimeoutError:
+            return failed(f"{self.name}/{tool} did not answer within {timeout:g} s")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if _closed(e) or not self.running:
+                await asyncio.sleep(0.2)  # its last words reach the stderr file
+                self.error = self.error or self._why(e)
+                await self.stop()
+                return failed(f"the MCP server {self.name} stopped: {self.error}")
+            return failed(f"{self.name}/{tool}: {_short(e)}")
+        text, cut = result_text(result)
+        return ToolResult(text, bool(result.is_error), time.monotonic() - started, cut)
+
+    async def stop(self) -> None:
+        """Close the connection; a stdio server's process is ended (the SDK terminates it if needed)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)
+        except (TimeoutError, Exception):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, STOP_TIMEOUT_S)
+        self._session = None
+
+    def close_log(self) -> None:
+        if self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
+
+
+class ToolHost:
+    """The MCP servers of one chat session: their tools under unique names, calls routed by name."""
+
+    def __init__(self, configs, start_timeout: float = START_TIMEOUT_S):
+        self.connections = {c.name: ServerConnection(c, start_timeout) for c in configs}
+
+    async def start(self) -> dict:
+        """Start every server at once; {name: error} for the ones that failed."""
+        results = await asyncio.gather(*(c.start() for c in self.connections.values()))
+        return {c.name: c.error for c, ok in zip(self.connections.values(), results) if not ok}
+
+    async def restart(self, name: str) -> bool:
+        conn = self.connections[name]
+        await conn.stop()
+        return await conn.start()
+
+    @property
+    def tools(self) -> list:
+        """Every running server's tools (ToolSpec), a name two servers share qualified by the server."""
+        pairs = [(c.name, t) for c in self.connections.values() if c.running for t in c.tools]
+        seen: dict = {}
+        for _, t in pairs:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        return [
+            ToolSpec(
+                server,
+                t.name,
+                t.name if seen[t.name] == 1 else f"{server}__{t.name}",
+                neutralise(t.description or "")[:2000],
+                dict(t.input_schema or {}),
+            )
+            for server, t in pairs
+        ]
+
+    def find(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    async def call(self, spec: ToolSpec, arguments: dict, timeout: float = CALL_TIMEOUT_S) -> ToolResult:
+        return await self.connections[spec.server].call(spec.tool, arguments, timeout)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.stop() for c in self.connections.values()))
+        for c in self.connections.values():
+            c.close_log()

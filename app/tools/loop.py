@@ -1,0 +1,123 @@
+"""One reply with tools: the model's turn, then each tool call it made (approved or not, run, its
+result added as a `tool` message), then the model again, until it answers without a call or the
+round limit is reached. Front ends give `ask` (the approval question) and `show` (events). No Qt.
+"""
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from app.tools.client import ToolHost, ToolResult, ToolSpec
+from app.tools.config import Policy
+from app.tools.policy import Answer, Approvals
+from engine.types import FinishReason, GenerationParams, ToolCall, TurnStats
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A call the model made and what became of it (an event for front ends, and what the store keeps)."""
+
+    call: ToolCall
+    server: str  # "" if no server has that tool
+    result: ToolResult
+    allowed: bool
+
+
+@dataclass(frozen=True)
+class RoundLimit:
+    """The reply stopped calling tools because it reached the limit of rounds."""
+
+    rounds: int
+
+    @property
+    def text(self) -> str:
+        return f"stopped after {self.rounds} tool rounds (the limit for one reply): ask again to go on"
+
+
+def pretty_arguments(call: ToolCall) -> str:
+    """The call's arguments in full, as indented JSON."""
+    try:
+        return json.dumps(json.loads(call.arguments), indent=2, ensure_ascii=False)
+    except ValueError:
+        return call.arguments
+
+
+def with_tools(params: GenerationParams, host: ToolHost | None) -> GenerationParams:
+    """`params` with the running servers' tool definitions (none without a host)."""
+    return replace(params, tools=tuple(t.to_openai() for t in host.tools) if host else ())
+
+
+async def run_call(
+    host: ToolHost, approvals: Approvals, call: ToolCall, ask: Callable[[ToolCall, ToolSpec], Awaitable[Answer]]
+) -> ToolRun:
+    spec = host.find(call.name)
+    if spec is None:
+        return ToolRun(call, "", ToolResult(f"error: there is no tool named {call.name!r}", True), False)
+    try:
+        arguments = json.loads(call.arguments)
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        return ToolRun(call, spec.server, ToolResult("error: the arguments are not a JSON object", True), False)
+    policy = approvals.decide(spec.server, spec.tool)
+    allowed = policy == Policy.ALLOW or (
+        policy == Policy.ASK and approvals.answer(spec.server, spec.tool, await ask(call, spec))
+    )
+    if not allowed:
+        return ToolRun(call, spec.server, ToolResult("error: the user did not allow this call", True), False)
+    return ToolRun(call, spec.server, await host.call(spec, arguments), True)
+
+
+def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
+    """The assistant message that made the calls (its text as generated) and one `tool` message per call."""
+    out: list = [{"role": "assistant", "content": text, "tool_calls": [c.to_openai() for c in stats.tool_calls]}]
+    for run in runs:
+        out.append({"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name})
+    return out
+
+
+def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
+    """What the store keeps beside a tool round's message (in its stats): the calls, or which call and how it went."""
+    if message["role"] == "assistant" and message.get("tool_calls"):
+        return {"tool_calls": message["tool_calls"]}
+    if message["role"] == "tool":
+        out = {"tool_call_id": message.get("tool_call_id", ""), "name": message.get("name", "")}
+        if run is not None:
+            out.update(server=run.server, is_error=run.result.is_error, seconds=round(run.result.seconds, 3))
+            out.update(arguments=run.call.arguments, allowed=run.allowed)
+        return out
+    return None
+
+
+async def reply(
+    turn: Callable[[list, GenerationParams], Awaitable[tuple]],
+    messages: list,
+    params: GenerationParams,
+    host: ToolHost | None,
+    approvals: Approvals,
+    ask: Callable[[ToolCall, ToolSpec], Awaitable[Answer]],
+    show: Callable[[object], None] = lambda event: None,
+    max_rounds: int = 8,
+) -> tuple:
+    """Run `turn(messages, params) -> (text, stats)` and the calls it makes; returns (new messages, last stats).
+
+    The new messages are the tool rounds (assistant + tool messages) and the final assistant reply.
+    """
+    params = with_tools(params, host)
+    added: list = []
+    rounds = 0
+    while True:
+        text, stats = await turn(messages + added, params)
+        if stats is None or stats.finish_reason != FinishReason.TOOL_CALLS or host is None:
+            added.append({"role": "assistant", "content": text})
+            return added, stats
+        runs = []
+        for call in stats.tool_calls:
+            run = await run_call(host, approvals, call, ask)
+            show(run)
+            runs.append(run)
+        added += tool_messages(text, stats, runs)
+        rounds += 1
+        if rounds >= max_rounds:
+            show(RoundLimit(rounds))
+            return added, stats

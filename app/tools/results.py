@@ -1,0 +1,65 @@
+"""A tool's result as safe, bounded text: what the model reads and what the user sees.
+
+An MCP server's output is untrusted: it is cut to a size, terminal escapes and control characters
+are neutralised, and binary content (images, audio, blobs) is described, never dumped.
+"""
+
+import json
+import re
+
+MAX_RESULT_CHARS = 16_000  # a result longer than this is cut (a 4K-context model could not read it anyway)
+# ANSI escape sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte ESC sequences.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+# Every other C0/C1 control character except tab and newline.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def neutralise(text: str) -> str:
+    """`text` without terminal escapes; other control characters shown as U+FFFD."""
+    text = _ANSI.sub("", text.replace("\r\n", "\n"))
+    return _SURROGATE.sub("\ufffd", _CONTROLS.sub("\ufffd", text))
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
+
+
+def _b64_size(data: str) -> int:
+    return len(data) * 3 // 4
+
+
+def describe_block(block) -> str:
+    """One content block of a CallToolResult as text."""
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return block.text
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.mime_type}, {_size(_b64_size(block.data))}, not shown]"
+    if kind == "resource_link":
+        return f"[link: {block.uri}]"
+    if kind == "resource":
+        res = block.resource
+        text = getattr(res, "text", None)
+        if isinstance(text, str):
+            return f"[resource {res.uri}]\n{text}"
+        mime = getattr(res, "mime_type", None) or "binary"
+        return f"[resource {res.uri}: {mime}, {_size(_b64_size(getattr(res, 'blob', '')))}, not shown]"
+    return f"[{kind or 'unknown'} content, not shown]"
+
+
+def bound(text: str, limit: int = MAX_RESULT_CHARS) -> tuple[str, bool]:
+    """(text cut to `limit` characters with a note saying how much was cut, whether it was cut)."""
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n[… cut: the result was {len(text)} characters, the first {limit} are shown]", True
+
+
+def result_text(result, limit: int = MAX_RESULT_CHARS) -> tuple[str, bool]:
+    """A CallToolResult as (bounded, neutralised text, whether it was cut)."""
+    parts = [describe_block(b) for b in result.content]
+    if not parts and result.structured_content is not None:
+        parts = [json.dumps(result.structured_content, ensure_ascii=False)]
+    # Cut before neutralising so a 10 MB result costs no 10 MB regex pass.
+    text, cut = bound("\n".join(parts), limit)
+    return neutralise(text), cut

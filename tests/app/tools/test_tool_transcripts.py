@@ -1,0 +1,64 @@
+"""Tool rounds in the store and in exports: kept, exported, and imported back without running anything."""
+
+import json
+
+from app.cli.main import TerminalChat
+from app.core.store import Store
+from app.tools.client import ToolResult
+from app.tools.loop import ToolRun, tool_messages
+from app.transcripts.export import export_conversation, import_conversation, to_markdown
+from engine.types import FinishReason, ToolCall, TurnStats
+from tests.app.tools.test_mcp_client import _children
+from tests.tools_servers.launch import stdio_entry
+
+CALL = ToolCall("call_1", "add", '{"a": 2, "b": 3}')
+RAW = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+
+
+def stats(**kw) -> TurnStats:
+    base = dict(
+        prompt_tokens=10, reused_tokens=0, prefilled_tokens=10, generated_tokens=5, ttft_s=0.1, decode_tps=10.0,
+        prefill_tps=100.0, kv_capacity=64, kv_offset=15, kv_bytes=1000, context_limit=2048,
+        finish_reason=FinishReason.STOP,
+    )  # fmt: skip
+    return TurnStats(**{**base, **kw})
+
+
+def saved_chat() -> str:
+    chat = TerminalChat("")
+    chat.add_user("What is 2 plus 3?", "tiny")
+    first = stats(finish_reason=FinishReason.TOOL_CALLS, tool_calls=(CALL,))
+    run = ToolRun(CALL, "calc", ToolResult("5.0", False, 0.25), True)
+    for m in tool_messages(RAW, first, [run]):
+        chat.add_tool_message(m, run if m["role"] == "tool" else None, "tiny")
+    chat.add_reply("It is 5.", stats(), "tiny")
+    conv_id = chat.conv_id
+    chat.close()
+    return conv_id
+
+
+def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
+    conv_id = saved_chat()
+    with Store() as store:
+        conv = store.get_conversation(conv_id)
+        roles = [m.role for m in conv.messages]
+        assert roles == ["user", "assistant", "tool", "assistant"]
+        call_msg, result = conv.messages[1], conv.messages[2]
+        assert call_msg.content == RAW and call_msg.stats["tool_calls"][0]["function"]["name"] == "add"
+        assert result.content == "5.0"
+        assert result.stats == {
+            "tool_call_id": "call_1", "name": "add", "server": "calc", "is_error": False, "seconds": 0.25,
+            "arguments": CALL.arguments, "allowed": True,
+        }  # fmt: skip
+        md = to_markdown(conv)
+        assert "## Tool" in md and "add on calc · 0.2 s" in md and "called add" in md
+        path = export_conversation(conv, "json", tmp_path / "chat.json")
+        # An enabled MCP server is configured: importing must not start it or run anything.
+        (chinwag_home / "mcp.json").write_text(json.dumps({"mcpServers": {"calc": stdio_entry("crash")}}))
+        before = _children()
+        imported = import_conversation(store, path)
+        assert _children() == before
+        again = store.get_conversation(imported.id)
+        assert [(m.role, m.content, m.stats) for m in again.messages] == [
+            (m.role, m.content, m.stats) for m in conv.messages
+        ]

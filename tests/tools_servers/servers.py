@@ -1,0 +1,118 @@
+"""Real MCP servers for the tests, written with the SDK: `python servers.py KIND [--http PORT] [ARG]`.
+
+KIND: calculator, files (reads files under ARG), hang (hangs when started), slow (a tool that
+never returns), crash (dies when started, or in its `die` tool), big (a 10 MB result), hostile
+(escape sequences, an image), env (shows its environment).
+"""
+
+import base64
+import os
+import sys
+import time
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, TextContent
+
+
+def build(kind: str, arg: str) -> MCPServer:
+    mcp = MCPServer(kind)
+    if kind == "calculator":
+
+        @mcp.tool()
+        def add(a: float, b: float) -> float:
+            """Add two numbers."""
+            return a + b
+
+        @mcp.tool()
+        def multiply(a: float, b: float) -> float:
+            """Multiply two numbers."""
+            return a * b
+
+    elif kind == "files":
+        root = Path(arg).resolve()
+
+        @mcp.tool()
+        def read_file(name: str) -> str:
+            """Read a text file from the shared folder."""
+            path = (root / name).resolve()
+            if root not in path.parents:
+                raise ToolError(f"{name} is outside the shared folder")
+            return path.read_text("utf-8")
+
+        @mcp.tool()
+        def list_files() -> list[str]:
+            """The files in the shared folder."""
+            return sorted(p.name for p in root.iterdir())
+
+    elif kind == "slow":
+
+        @mcp.tool()
+        def wait_forever() -> str:
+            """Never returns."""
+            time.sleep(3600)
+            return "done"
+
+    elif kind == "crash":
+
+        @mcp.tool()
+        def die() -> str:
+            """Exits the server."""
+            print("crash: dying on purpose", file=sys.stderr, flush=True)
+            os._exit(3)
+
+    elif kind == "big":
+
+        @mcp.tool()
+        def ten_megabytes() -> str:
+            """A 10 MB result."""
+            return "x" * (10 * 1024 * 1024)
+
+    elif kind == "hostile":
+
+        @mcp.tool()
+        def escapes() -> str:
+            """Terminal escape sequences and control characters."""
+            return "\x1b[2J\x1b[31mred\x1b[0m\x1b]0;title\x07 bell\x07 nul\x00 done"
+
+        @mcp.tool()
+        def picture() -> list:
+            """An image."""
+            return [
+                TextContent(type="text", text="here:"),
+                ImageContent(
+                    type="image", data=base64.b64encode(b"\x89PNG" + bytes(2000)).decode(), mime_type="image/png"
+                ),
+            ]
+
+    elif kind == "env":
+
+        @mcp.tool()
+        def environment() -> str:
+            """The names and values of this server's environment."""
+            return "\n".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
+
+    return mcp
+
+
+def main() -> None:
+    kind = sys.argv[1]
+    rest = sys.argv[2:]
+    port = None
+    if rest[:1] == ["--http"]:
+        port, rest = int(rest[1]), rest[2:]
+    if kind == "crash" and rest[:1] == ["--at-start"]:
+        print("crash: cannot start, the configuration is broken", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if kind == "hang":
+        time.sleep(3600)
+    server = build(kind, rest[0] if rest else "")
+    if port is None:
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=port)
+
+
+if __name__ == "__main__":
+    main()
