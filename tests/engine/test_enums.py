@@ -12,7 +12,7 @@ from engine.types import EngineStatus, FinishReason, ModelInfo, ModelStatus, Tur
 
 def test_the_values_are_the_stored_strings():
     assert [s.value for s in MessageStatus] == ["complete", "streaming", "stopped", "failed"] == list(STATUSES)
-    assert [s.value for s in FinishReason] == ["stop", "length", "context", "cancelled", "error"]
+    assert [s.value for s in FinishReason] == ["stop", "length", "context", "cancelled", "error", "tool_calls"]
     assert [s.value for s in EngineStatus] == ["starting", "idle", "loading", "ready", "generating", "error"]
     assert [s.value for s in ModelStatus] == ["ready", "needs-import", "unusable"]
     info = ModelInfo("m", "M", "/m", status=ModelStatus.NEEDS_IMPORT)
