@@ -3,12 +3,19 @@
 The requested model name picks the behaviour: "chat" (a normal stream), "reasoning",
 "keepalive", "malformed", "malformed-first", "stall", "drop", "error-500", "overflow",
 "slow" (one token every 50 ms, 400 of them), "tool-call" (a call to `add` streamed in
-pieces, as OpenAI does, when the request has tools and no tool result yet). Every request body is recorded as received.
+pieces, as OpenAI does, when the request has tools and no tool result yet), "scripted" (what
+`script(body, headers)` yields, each piece sent as it comes, for as long as it yields: hostile streams).
+Every request body is recorded as received.
+
+Hostile answers on demand: `models_drip_s` sends the model list one byte at a time,
+`models_gzip` says the (already compressed) body is gzip-encoded, `models_status` answers it with another status, `echo_auth` refuses every request with an error body that
+quotes the Authorization header back.
 """
 
 import json
 import threading
 import time
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODELS = [
@@ -23,6 +30,7 @@ MODELS = [
     "overflow",
     "slow",
     "tool-call",
+    "scripted",
 ]
 
 
@@ -39,10 +47,28 @@ def chunk(content=None, reasoning=None, finish=None, usage=None):
 
 
 class StandIn:
-    def __init__(self, api_key: str = "", models_body: bytes = None, models_endpoint: bool = True):
+    def __init__(
+        self,
+        api_key: str = "",
+        models_body: bytes = None,
+        models_endpoint: bool = True,
+        script: Callable[[dict, dict], Iterable[bytes]] | None = None,
+        models_drip_s: float = 0.0,
+        models_gzip: bool = False,
+        models_status: int = 200,
+        echo_auth: bool = False,
+        stream_headers: dict | None = None,
+    ):
         self.api_key = api_key
         self.models_body = models_body
         self.models_endpoint = models_endpoint
+        self.script = script
+        self.models_drip_s = models_drip_s
+        self.models_gzip = models_gzip
+        self.models_status = models_status
+        self.echo_auth = echo_auth
+        self.stream_headers = stream_headers or {}  # e.g. a Content-Encoding for a scripted stream
+        self.sent = 0  # bytes a scripted stream got out before the client went away
         self.requests = []  # (path, raw body bytes, parsed)
         self.release = threading.Event()  # ends a stalled stream
         standin = self
@@ -54,6 +80,10 @@ class StandIn:
                 pass
 
             def _auth_ok(self):
+                if standin.echo_auth:
+                    auth = self.headers.get("Authorization", "")
+                    self._json(401, {"error": {"message": f"rejected header Authorization: {auth}"}, "raw": auth})
+                    return False
                 if standin.api_key and self.headers.get("Authorization") != f"Bearer {standin.api_key}":
                     self._json(401, {"error": {"message": "Invalid API key provided"}})
                     return False
@@ -72,10 +102,16 @@ class StandIn:
                     return
                 if self.path.rstrip("/").endswith("/models") and standin.models_endpoint:
                     if standin.models_body is not None:
-                        self.send_response(200)
-                        self.send_header("Content-Length", str(len(standin.models_body)))
+                        body = standin.models_body
+                        self.send_response(standin.models_status)
+                        self.send_header("Content-Length", str(len(body)))
+                        if standin.models_gzip:
+                            self.send_header("Content-Encoding", "gzip")
                         self.end_headers()
-                        self.wfile.write(standin.models_body)
+                        try:
+                            self.drip(body) if standin.models_drip_s else self.wfile.write(body)
+                        except (BrokenPipeError, ConnectionResetError):
+                            self.close_connection = True
                     else:
                         self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
                 else:
@@ -97,6 +133,8 @@ class StandIn:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
+                for name, value in standin.stream_headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 try:
                     getattr(self, "stream_" + model.replace("-", "_"), self.stream_chat)(body)
@@ -107,6 +145,20 @@ class StandIn:
             def send(self, data: bytes):
                 self.wfile.write(data)
                 self.wfile.flush()
+
+            def drip(self, body: bytes):
+                for i in range(len(body)):
+                    if standin.release.is_set():
+                        return
+                    self.send(body[i : i + 1])
+                    standin.release.wait(standin.models_drip_s)
+
+            def stream_scripted(self, body):
+                for piece in standin.script(body, dict(self.headers)):
+                    if standin.release.is_set():
+                        return
+                    self.send(piece)
+                    standin.sent += len(piece)
 
             def finish_stream(self, finish="stop", prompt=20, completion=3, cached=0):
                 self.send(chunk(finish=finish))

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from engine.backend import ChatEvent, StopSignal
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError, ContextOverflowError
-from engine.remote import network, sse
-from engine.remote.errors import ServerError, chat_error, describe_http_error, headers_for, is_http_error
+from engine.remote import errors, network, sse
+from engine.remote.errors import ServerError, chat_error, describe_http_error, headers_for, is_http_error, redact
 from engine.remote.spec import RemoteTarget
 from engine.types import BackgroundPrefill, FinishReason, GenerationParams, PrefillProgress, TurnStats
 
@@ -138,19 +138,35 @@ class RemoteBackend:
         server = self.target.server
         started = time.perf_counter()
         relay = network.Relay()
-        lines = sse.EventLines()
+        lines = sse.EventLines(network.LIMITS.event_bytes)
+        watch = network.Watch(errors.READ_TIMEOUT_S, errors.PROMPT_TIMEOUT_S)
+        read = [0]  # prompt tokens the server says it has read: a keepalive counts as progress if it grew
+
+        def clean(text: str) -> str:
+            return redact(text, server.api_key)
 
         def on_line(line: str) -> bool:  # on the network thread; True ends the read
             counts = sse.keepalive(line)
-            if counts is not None and progress is not None:
-                event = progress(*counts)
+            if counts is not None:
+                if counts[0] > read[0]:
+                    read[0] = counts[0]
+                    watch.progress()
+                event = progress(*counts) if progress is not None else None
                 if event is not None:
                     relay.put(event)
             payload = lines.feed(line)
-            return payload is not None and sse.decode(payload, turn, relay.put)
+            if payload is None:
+                return False
+            pieces = turn.deltas
+            done = sse.decode(payload, turn, relay.put, clean)
+            if turn.deltas > pieces:
+                watch.progress(replying=True)
+                sse.check_length(turn, params.max_tokens)
+            return done
 
         body = request_body(self.target.model, wire, params)
-        request = network.post_lines(f"{server.url}/chat/completions", body, headers_for(server.api_key), on_line)
+        headers = headers_for(server.api_key, server.name)
+        request = network.post_lines(f"{server.url}/chat/completions", body, headers, on_line, watch)
         task = relay.run(request, stop)
         try:
             async for event in relay.events(stop):
@@ -187,12 +203,17 @@ class RemoteBackend:
         server = self.target.server
         if isinstance(e, ServerError):
             raise chat_error(e, server, self.target.model)
-        if isinstance(e, ChinwagError):  # malformed data, or an error event mid-stream
+        if isinstance(e, errors.PastMaxTokens):  # the reply is kept, cut where it should have ended
+            error, finish = f"server {server.name}: {e}", FinishReason.LENGTH
+        elif isinstance(e, errors.TimedOut):  # a reply cut by a silent server is kept, marked stopped
+            error, finish = f"server {server.name}: {e}", FinishReason.CANCELLED
+        elif isinstance(e, ChinwagError):  # malformed data, a bound passed, or an error event mid-stream
             error, finish = f"server {server.name}: {e}", FinishReason.ERROR
         elif not isinstance(e, Exception) or not is_http_error(e):
             raise e  # a bug, not the network
         else:  # a reply cut by a dropped connection is kept, marked stopped
             error, finish = f"server {server.name}: {describe_http_error(e, server)}", FinishReason.CANCELLED
+        error = redact(error, server.api_key)
         if not turn.deltas:
             raise ChinwagError(error)
         turn.finish = finish

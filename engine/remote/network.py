@@ -7,12 +7,34 @@ httpx runs on plain asyncio there, so no read ever happens on a front end's (Qt)
 
 import asyncio
 import concurrent.futures
+import re
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from engine.backend import StopSignal
 from engine.remote import errors
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one response may cost. No real server comes near these; a hostile one is cut off at them."""
+
+    line_bytes: int = 1 << 20  # one line of a stream (a big tool call's arguments are ~100 KB)
+    event_bytes: int = 4 << 20  # one server-sent event's data lines together
+    body_bytes: int = 8 << 20  # a model list (real ones are a few KB)
+    error_bytes: int = 64 << 10  # an error body: only its start is ever shown
+    stream_bytes: int = 256 << 20  # a whole streamed reply, decompressed
+
+
+LIMITS = Limits()
+# Encodings read here, in bounded pieces (a 1 MB gzip body can inflate to 1 GB).
+ACCEPT_ENCODING = "gzip, deflate"
+_PIECE = 64 << 10
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 _network: asyncio.AbstractEventLoop | None = None
 _network_lock = threading.Lock()
@@ -64,21 +86,161 @@ class Relay:
             yield event
 
 
-async def post_lines(url: str, body: dict, headers: dict, on_line: Callable[[str], bool]) -> None:
-    """POST `body` as JSON and hand each line of the reply to `on_line` until it returns True.
+class Inflater:
+    """A body's Content-Encoding undone in pieces of at most _PIECE bytes, so a bomb costs no memory."""
 
-    A status other than 200 raises ServerError with the body; the end of the reply hands a
-    last empty line, which ends an event left open. Runs on the network loop.
-    """
+    def __init__(self, encoding: str):
+        encoding = encoding.strip().lower()
+        if encoding in ("", "identity"):
+            self._z = None
+        elif encoding in ("gzip", "x-gzip"):
+            self._z = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif encoding == "deflate":
+            self._z = zlib.decompressobj()
+        else:
+            raise errors.StreamLimit(f"sent its reply in an encoding Chinwag does not read ({encoding[:40]!r})")
+        self.encoding = encoding
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if self._z is None:
+            yield data
+            return
+        try:
+            piece = self._z.decompress(data, _PIECE)
+            while piece:
+                yield piece
+                piece = self._z.decompress(self._z.unconsumed_tail, _PIECE) if self._z.unconsumed_tail else b""
+        except zlib.error:
+            raise errors.StreamLimit(f"sent a damaged {self.encoding} body") from None
+
+
+async def _body(response, budget: int, what: str = "") -> AsyncIterator[bytes]:
+    """The decoded body in bounded pieces; past `budget` bytes StreamLimit (naming `what`), or the end
+    of the body when `what` is empty (an error body: only its start is kept)."""
+    inflate = Inflater(response.headers.get("content-encoding", ""))
+    total = 0
+    async for raw in response.aiter_raw():
+        for piece in inflate.feed(raw):
+            total += len(piece)
+            if total > budget:
+                if what:
+                    raise errors.StreamLimit(f"sent {what} over {budget:,} bytes: Chinwag stopped reading it")
+                yield piece[: len(piece) - (total - budget)]
+                return
+            yield piece
+
+
+async def _read(response, budget: int, what: str = "") -> bytes:
+    return b"".join([piece async for piece in _body(response, budget, what)])
+
+
+class Lines:
+    """Lines out of bytes (CR, LF or CRLF ends one), none longer than `max_bytes`."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._pending = b""
+
+    def feed(self, data: bytes) -> list:
+        buffer = self._pending + data
+        parts = _LINE_END.split(buffer)
+        # A CR at the very end may be the first half of a CRLF: keep it for the next piece.
+        self._pending = parts.pop()
+        if buffer.endswith(b"\r") and parts:
+            self._pending, parts = parts.pop() + b"\r", parts
+        if len(self._pending) > self.max_bytes or any(len(p) > self.max_bytes for p in parts):
+            raise errors.StreamLimit(f"sent a line over {self.max_bytes:,} bytes: Chinwag stopped reading the reply")
+        return [p.decode("utf-8", "replace") for p in parts]
+
+    def end(self) -> list:
+        rest, self._pending = self._pending.removesuffix(b"\r"), b""
+        return [rest.decode("utf-8", "replace")] if rest else []
+
+
+class Watch:
+    """When a streamed reply gives up: `idle_s` after its last progress (keepalives that report no
+    progress do not count), and `first_s` after its start if no piece of the reply came by then."""
+
+    def __init__(self, idle_s: float, first_s: float):
+        self.idle_s, self.first_s = idle_s, first_s
+        self.started = self.last = time.monotonic()
+        self.replying = False
+        self.heard = False  # bytes since the last progress (keepalives)
+
+    def progress(self, replying: bool = False) -> None:
+        self.last = time.monotonic()
+        self.replying = self.replying or replying
+        self.heard = False
+
+    def due(self) -> float:
+        """When to give up, on the running loop's clock."""
+        idle = self.last + self.idle_s
+        due = idle if self.replying else min(idle, self.started + self.first_s)
+        return asyncio.get_running_loop().time() + due - time.monotonic()
+
+    def expired(self) -> errors.TimedOut:
+        now = time.monotonic()
+        if not self.replying and now >= self.started + self.first_s:
+            return errors.TimedOut(f"sent no reply within {errors.seconds(self.first_s)} (gave up waiting)")
+        if self.heard:
+            return errors.TimedOut(f"sent only keepalives for {errors.seconds(self.idle_s)} (gave up waiting)")
+        return errors.TimedOut(f"stopped sending for {errors.seconds(self.idle_s)} (read timed out)")
+
+
+def _client():
     import httpx
 
-    # Read at call time: one setting for the request and for describe_http_error's message.
-    timeout = httpx.Timeout(errors.READ_TIMEOUT_S, connect=errors.CONNECT_TIMEOUT_S)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-        async with client.stream("POST", url, json=body, headers=headers) as r:
-            if r.status_code != 200:
-                raise errors.ServerError(r.status_code, await r.aread())
-            async for line in r.aiter_lines():
-                if on_line(line):
-                    return
-            on_line("")
+    # The deadlines are ours (asyncio.timeout around the whole exchange), not per read.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(None, connect=errors.CONNECT_TIMEOUT_S),
+        follow_redirects=True,
+        headers={"Accept-Encoding": ACCEPT_ENCODING},
+    )
+
+
+async def post_lines(url: str, body: dict, headers: dict, on_line: Callable[[str], bool], watch: Watch) -> None:
+    """POST `body` as JSON and hand each line of the reply to `on_line` until it returns True.
+
+    A status other than 200 raises ServerError with (the start of) the body; the end of the
+    reply hands a last empty line, which ends an event left open. `watch` (its progress set by
+    `on_line`) decides when a silent reply gives up: TimedOut. Past a bound of LIMITS:
+    StreamLimit. Runs on the network loop.
+    """
+    limits = LIMITS
+    try:
+        async with asyncio.timeout_at(watch.due()) as deadline, _client() as client:
+            async with client.stream("POST", url, json=body, headers=headers) as r:
+                if r.status_code != 200:
+                    raise errors.ServerError(r.status_code, await _read(r, limits.error_bytes))
+                lines = Lines(limits.line_bytes)
+                async for piece in _body(r, limits.stream_bytes, "a reply"):
+                    watch.heard = True
+                    for line in lines.feed(piece):
+                        if on_line(line):
+                            return
+                    deadline.reschedule(watch.due())
+                for line in [*lines.end(), ""]:
+                    if on_line(line):
+                        return
+    except TimeoutError:
+        raise watch.expired() from None
+
+
+async def _get(url: str, headers: dict, total_s: float) -> tuple:
+    limits = LIMITS
+    try:
+        async with asyncio.timeout(total_s), _client() as client:
+            async with client.stream("GET", url, headers=headers) as r:
+                if r.status_code != 200:
+                    return r.status_code, await _read(r, limits.error_bytes)
+                return r.status_code, await _read(r, limits.body_bytes, "a model list")
+    except TimeoutError:
+        raise errors.TimedOut(f"did not answer within {errors.seconds(total_s)}") from None
+
+
+def get(url: str, headers: dict, total_s: float) -> tuple:
+    """(status, body) of GET `url`, the whole exchange within `total_s` (TimedOut past it); the body
+    bounded by LIMITS. Blocks the calling thread, never the network loop's."""
+    if threading.current_thread().name == "chinwag-network":
+        raise RuntimeError("network.get would wait on its own loop")
+    return asyncio.run_coroutine_threadsafe(_get(url, headers, total_s), network_loop()).result()

@@ -11,13 +11,14 @@ import concurrent.futures
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import paths
-from engine.atomic import write_atomic
+from engine.atomic import describe_kind, write_atomic
 from engine.errors import ChinwagError
-from engine.remote.errors import describe_http_error, headers_for, response_error
+from engine.remote.errors import check_key, describe_http_error, headers_for, is_http_error, response_error
 from engine.remote.urls import display_url, normalize_url
 from engine.types import ModelInfo, ModelStatus, ServerInfo
 
@@ -27,7 +28,9 @@ KEYRING_SERVICE = "Chinwag model servers"
 # mlx_lm.server serves its --model under this name, and answers GET /v1/models with an
 # empty body when it has no Hugging Face cache folder.
 DEFAULT_MODEL = "default_model"
-LIST_TIMEOUT_S = 3.0  # listing servers must not hold the Model menu for long
+LIST_TIMEOUT_S = 3.0  # the whole GET /models: listing servers must not hold the Model menu for long
+MAX_FILE_BYTES = 1 << 20  # servers.json or the key file: a few hundred bytes each
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
 
 
@@ -55,12 +58,28 @@ def _write_private(path: Path, data) -> None:
 
 
 def _read_json(path: Path, default):
+    """The JSON in `path`, `default` if there is none; a regular file only, opened without blocking
+    (a named pipe there would hold every listing) and bounded (a link to /dev/zero never ends)."""
     try:
-        return json.loads(path.read_text("utf-8"))
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         return default
-    except (OSError, ValueError) as e:
-        raise ChinwagError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    except OSError as e:
+        raise ChinwagError(f"cannot read {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ChinwagError(f"cannot read {path}: it is {describe_kind(mode)}, not a file")
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise ChinwagError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ChinwagError(f"cannot read {path}: it is over {MAX_FILE_BYTES:,} bytes, not a list Chinwag wrote")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise ChinwagError(f"cannot read {path}: it is not JSON") from None
 
 
 def _load() -> list:
@@ -95,6 +114,7 @@ def check_name(name: str) -> str:
 def add_server(name: str, url: str, key: str | None = None, replace: str = "") -> Server:
     """Save a server (or update the one named `replace`); key None keeps the stored key, "" removes it."""
     name, url = check_name(name), normalize_url(url)
+    key = None if key is None else check_key(key)
     rows = _load()
     others = [r for r in rows if r["name"] not in (name, replace)]
     if replace != name and any(r["name"] == name for r in rows):
@@ -190,28 +210,37 @@ def _set_file_key(name: str, key: str) -> None:
 # --- the models a server serves ------------------------------------------------------------
 
 
-def fetch_model_ids(server: Server, timeout: float = LIST_TIMEOUT_S) -> list:
-    """GET {url}/models; an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
-    import httpx
+def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
+    """GET {url}/models, all of it within `timeout` and bounded in size (engine/remote/network.py);
+    an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
+    from engine.remote import network
 
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
-            r = client.get(f"{server.url}/models", headers=headers_for(server.api_key))
-    except httpx.HTTPError as e:
+        normalize_url(server.url)  # a hand-edited servers.json: one line, not a bug in httpx
+    except ChinwagError as e:
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    headers = headers_for(server.api_key, server.name)
+    try:
+        status, content = network.get(f"{server.url}/models", headers, timeout or LIST_TIMEOUT_S)
+    except ChinwagError as e:  # a deadline or a bound passed
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    except Exception as e:
+        if not is_http_error(e):
+            raise  # a bug, not the network
         raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
-    if r.status_code == 404:
+    if status == 404:
         raise NoModelList(
             f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
             f"name the model: {server.name}/MODEL or URL#MODEL"
         )
-    if r.status_code != 200:
-        raise ChinwagError(f"server {server.name}: {response_error(r.status_code, r.content)}")
-    if not r.content.strip():
+    if status != 200:
+        raise ChinwagError(f"server {server.name}: {response_error(status, content, server.api_key)}")
+    if not content.strip():
         return [DEFAULT_MODEL]
     try:
-        data = r.json().get("data")
+        data = json.loads(content).get("data")
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         raise ChinwagError(
             f"server {server.name}: GET {display_url(server.url)}/models did not answer an OpenAI model list"
         ) from None

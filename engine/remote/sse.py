@@ -13,11 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.errors import ChinwagError
-from engine.remote.errors import server_message
+from engine.remote.errors import PastMaxTokens, StreamLimit, server_message
 from engine.types import FinishReason, TextDelta, ToolCall, TurnStats
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-_KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
+_KEEPALIVE = re.compile(r"keepalive\s+(\d{1,15})\s*/\s*(\d{1,15})")
+# Pieces of a reply a server may send past max_tokens (a piece is at least one token, but a
+# server may count differently) before the reply is cut off there.
+EXTRA_PIECES = 64
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
 FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}
 
@@ -25,15 +28,21 @@ FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls"
 class EventLines:
     """The lines of a text/event-stream, one at a time; each event's data once the event ends."""
 
-    def __init__(self):
+    def __init__(self, max_bytes: int):
+        """`max_bytes`: the most one event's data lines may hold together (network.Limits)."""
         self._data: list[str] = []
+        self._size = 0
+        self.max_bytes = max_bytes
 
     def feed(self, line: str) -> str | None:
         """The event's payload when `line` ends one (a blank line after data lines), else None."""
         if line.startswith("data:"):
             self._data.append(line[5:].removeprefix(" "))
+            self._size += len(line)
+            if self._size > self.max_bytes:
+                raise StreamLimit(f"sent an event over {self.max_bytes:,} bytes: Chinwag stopped reading the reply")
         elif not line.strip() and self._data:
-            payload, self._data = "\n".join(self._data), []
+            payload, self._data, self._size = "\n".join(self._data), [], 0
             return payload
         return None
 
@@ -75,27 +84,59 @@ class Turn:
         return self.show(THINK_CLOSE) if self.in_reasoning else None
 
 
-def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None]) -> bool:
-    """Handle one event's payload: its text goes to `put`; True at [DONE]."""
+def piece_limit(max_tokens: int) -> int:
+    """How many pieces a reply of at most `max_tokens` tokens may arrive in before it is cut off."""
+    return max_tokens + max(EXTRA_PIECES, max_tokens // 4)
+
+
+def check_length(turn: Turn, max_tokens: int) -> None:
+    if turn.deltas > piece_limit(max_tokens):
+        raise PastMaxTokens(
+            f"kept sending past max_tokens ({max_tokens}): Chinwag stopped reading after {turn.deltas} pieces"
+        )
+
+
+class WrongShape(ChinwagError):
+    """Well-formed JSON that is not a chat-completions chunk."""
+
+
+def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None], redact: Callable[[str], str] = str) -> bool:
+    """Handle one event's payload: its text goes to `put`; True at [DONE]. `redact` cleans what a
+    server sent before a message quotes it."""
     if payload.strip() == "[DONE]":
         return True
     try:
         event = json.loads(payload)
         if not isinstance(event, dict):
             raise ValueError("not an object")
-    except ValueError:
-        raise ChinwagError(f"sent malformed stream data: {payload[:80]!r}") from None
+    except (ValueError, RecursionError):  # nested deeper than the parser goes is malformed too
+        raise ChinwagError(f"sent malformed stream data: {redact(payload)[:80]!r}") from None
     if event.get("error"):
-        raise ChinwagError(f"failed mid-reply: {server_message(json.dumps(event).encode())}")
+        raise ChinwagError(f"failed mid-reply: {server_message(redact(payload).encode())}")
     if isinstance(event.get("usage"), dict):
         turn.usage = event["usage"]
-    for choice in event.get("choices") or []:
-        _choice(choice, turn, put)
+    choices = event.get("choices") or []
+    if not isinstance(choices, list):
+        raise WrongShape(f"sent a stream event of the wrong shape ('choices' is not a list): {redact(payload)[:80]!r}")
+    for choice in choices:
+        try:
+            _choice(_object(choice, "a choice"), turn, put)
+        except WrongShape as e:
+            raise WrongShape(f"sent a stream event of the wrong shape ({e}): {redact(payload)[:80]!r}") from None
     return False
 
 
+def _object(value, what: str) -> dict:
+    """`value` if it is a JSON object; nothing (null) is an empty one."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise WrongShape(f"{what} is not an object")
+    return value
+
+
 def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
-    delta = choice.get("delta") or choice.get("message") or {}
+    delta = _object(choice.get("delta") or choice.get("message"), "a delta")
     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
         turn.arrive()
@@ -112,20 +153,26 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
             turn.in_reasoning = False
             shown = THINK_CLOSE + content
         put(turn.show(shown))
-    for call in delta.get("tool_calls") or []:
+    calls = delta.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise WrongShape("'tool_calls' is not a list")
+    for call in calls:
         _tool_delta(turn, call)
-    if choice.get("finish_reason"):
-        turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
+    finish = choice.get("finish_reason")
+    if finish:
+        turn.finish = FINISH.get(finish, FinishReason.STOP) if isinstance(finish, str) else FinishReason.STOP
 
 
 def _tool_delta(turn: Turn, call) -> None:
     """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
     if not isinstance(call, dict):
         return
-    turn.arrive()
     index = call.get("index", len(turn.tool_calls))
+    if not isinstance(index, (int, str)) or isinstance(index, bool):
+        raise WrongShape("a tool call's 'index' is not a number")
+    function = _object(call.get("function"), "a tool call's 'function'")
+    turn.arrive()
     known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-    function = call.get("function") or {}
     if isinstance(call.get("id"), str) and call["id"]:
         known["id"] = call["id"]
     if isinstance(function.get("name"), str) and function["name"]:
@@ -144,7 +191,7 @@ def tool_calls(turn: Turn) -> tuple:
         c = turn.tool_calls[index]
         try:
             arguments = json.loads(c["arguments"] or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if c["name"] and isinstance(arguments, dict):
             out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))

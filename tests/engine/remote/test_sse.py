@@ -10,7 +10,7 @@ from engine.types import FinishReason, TextDelta
 
 
 def payloads(lines):
-    reader = sse.EventLines()
+    reader = sse.EventLines(1 << 20)
     return [p for p in (reader.feed(line) for line in lines) if p is not None]
 
 
