@@ -133,6 +133,7 @@ def remove_server(name: str) -> None:
     rows = _load()
     if not any(r["name"] == name for r in rows):
         raise ChinwagError(f"no saved server named '{name}' (see `chinwag servers list`)")
+    api_key(name)  # a key file that cannot be read says so before the list changes
     _write_private(_servers_path(), {"servers": [r for r in rows if r["name"] != name]})
     set_api_key(name, "")
 

@@ -1,11 +1,16 @@
-"""`chinwag servers` with a hostile server: what it sends never reaches the terminal raw."""
+"""`chinwag servers` (and chats through a server) with hostile input: what a server sends never
+reaches the terminal raw, an API key never shows, and a URL, key or file nothing can use is one
+line (exit 2) before anything is saved."""
 
+import io
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from app.cli.main import main
-from tests.remote_standin import StandIn
+from tests.remote_standin import StandIn, chunk
 
 HOSTILE_IDS = ["evil\x1b]0;pwned\x07model", "two\nlines", "bell\x07\x1b[2J", "fine"]
 
@@ -43,3 +48,188 @@ def test_a_server_without_models_is_named_not_listed_as_an_empty_model_id(capsys
     assert main(["models"]) == 0
     [row] = [line for line in capsys.readouterr().out.splitlines() if "gone" in line]
     assert row.startswith("gone (server)") and "unreachable" in row and "gone/" not in row
+
+
+# --- API keys never leak ----------------------------------------------------------------------
+
+KEY = "sk-live-0123456789abcdef"
+
+
+def files_text(folder: Path) -> str:
+    """Every byte under the data folder (database, WAL, log, exports) as text."""
+    return "".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_server_echoing_the_key_in_its_errors_never_shows_it(monkeypatch, capsys, chinwag_home, tmp_path):
+    monkeypatch.setenv("LAB_KEY", KEY)
+    with StandIn(echo_auth=True) as s:
+        assert main(["servers", "add", "lab", s.url, "--api-key-env", "LAB_KEY"]) == 0
+        assert main(["servers", "list"]) == 0
+        assert main(["servers", "list", "--json"]) == 0
+        assert main(["models"]) == 0
+        out = capsys.readouterr()
+        assert "Bearer [redacted]" in out.err and "401" in out.err
+        script = tmp_path / "chat.json"
+        script.write_text(json.dumps({"system": "", "turns": ["hi"]}))
+        assert main(["replay", str(script), "--model", "lab/chat"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "server lab" in err and "API key" in err
+        assert main(["replay", str(script), "--model", f"{s.url}#chat"]) == 2  # the saved server's key is used
+    for text in (out.out, out.err, err, files_text(chinwag_home).replace(json.dumps({"lab": KEY}, indent=2), "")):
+        assert KEY not in text
+
+
+def echo_mid_reply(body, headers):
+    """A reply, then an error event (and then malformed data) quoting the request's Authorization header."""
+    auth = headers.get("Authorization", "")
+    yield chunk("Partial")
+    yield f"data: {json.dumps({'error': {'message': f'upstream refused {auth}'}})}\n\n".encode()
+
+
+def test_a_key_echoed_mid_reply_stays_out_of_stats_database_and_exports(monkeypatch, capsys, chinwag_home, tmp_path):
+    from app.core.store import Store
+
+    monkeypatch.setenv("LAB_KEY", KEY)
+    with StandIn(script=echo_mid_reply) as s:
+        assert main(["servers", "add", "lab", s.url, "--api-key-env", "LAB_KEY"]) == 0
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", "lab/scripted"]) == 0
+    out = capsys.readouterr()
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert reply.content == "Partial" and "failed mid-reply: upstream refused Bearer [redacted]" in reply.stats["error"]
+    assert main(["export", conv.id, "-o", str(chinwag_home / "out.json")]) == 0
+    assert main(["export", conv.id, "-o", str(chinwag_home / "out.md")]) == 0
+    for text in (out.out, out.err, files_text(chinwag_home).replace(json.dumps({"lab": KEY}, indent=2), "")):
+        assert KEY not in text
+
+
+def test_a_key_with_a_trailing_newline_is_stripped_and_works(monkeypatch, capsys, chinwag_home):
+    from engine.remote import servers
+
+    monkeypatch.setenv("LAB_KEY", KEY + "\n")
+    with StandIn(api_key=KEY) as s:
+        assert main(["servers", "add", "lab", s.url, "--api-key-env", "LAB_KEY"]) == 0
+        assert servers.get_server("lab").api_key == KEY
+        capsys.readouterr()
+        assert main(["servers", "list", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["status"] == "reachable"
+
+
+@pytest.mark.parametrize("key", [f"sk-{KEY}\nsecond-line", f"{KEY}\x1b[2J", f"{KEY}-ключ", f"{KEY}\u200b"])
+def test_a_key_a_header_cannot_carry_is_one_line_and_nothing_is_saved(monkeypatch, capsys, chinwag_home, key):
+    monkeypatch.setenv("LAB_KEY", key)
+    assert main(["servers", "add", "lab", "http://127.0.0.1:9/v1", "--api-key-env", "LAB_KEY"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "an API key is plain ASCII on one line" in err
+    assert KEY not in err and not (chinwag_home / "servers.json").exists()
+
+
+def test_a_saved_key_a_header_cannot_carry_is_one_line_when_used(capsys, chinwag_home):
+    from engine.remote import servers
+
+    with StandIn() as s:
+        servers.add_server("lab", s.url)
+        servers.set_api_key("lab", f"{KEY}-ключ")  # saved by an older Chinwag, or by hand
+        assert main(["servers", "list"]) == 0
+        assert "the saved API key of server lab has a non-ASCII character" in capsys.readouterr().out
+        assert main(["replay", str(_script(chinwag_home)), "--model", "lab/chat"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "non-ASCII" in err and KEY not in err
+
+
+def _script(folder: Path) -> Path:
+    path = folder / "script.json"
+    path.write_text(json.dumps({"system": "", "turns": ["hi"]}))
+    return path
+
+
+@pytest.mark.parametrize("param", ["api_key", "key", "token", "access_token", "password", "sig", "X-Api-Key"])
+def test_a_url_with_a_secret_in_its_query_is_refused_before_anything_keeps_it(capsys, chinwag_home, param):
+    with StandIn() as s:
+        spec = f"{s.url}?{param}=SECRET123&x=1#chat"
+        assert main(["replay", str(_script(chinwag_home)), "--model", spec]) == 2
+        err = capsys.readouterr().err
+        assert "chinwag servers add NAME URL --api-key-env VAR" in err and f"{param}=…" in err
+        assert main(["servers", "add", "lab", spec.partition("#")[0]]) == 2
+        err += capsys.readouterr().err
+    assert "SECRET123" not in err + files_text(chinwag_home) and not (chinwag_home / "servers.json").exists()
+    assert not s.requests  # nothing was sent either
+
+
+# --- URLs that urlsplit, IDNA or httpx refuse ------------------------------------------------
+
+BAD_URLS = [
+    "http://[::1",
+    "http://[::1]:99999/v1",
+    "http://host:port/v1",
+    "http://xn--/v1",
+    "http://xn--zz/v1",
+    "http://☃.net/v1",
+    "http://\u200b/v1",
+    "http://999.1.1.1/v1",
+    "http://a b/v1",
+    "http://a\tb/v1",
+    "http://ok/v1\x00",
+    "http:///v1",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_url_nothing_can_use_is_one_line_before_anything_is_saved(capsys, chinwag_home, url):
+    from engine.remote import servers
+
+    servers.add_server("kept", "http://127.0.0.1:9/v1")
+    before = (chinwag_home / "servers.json").read_bytes()
+    assert main(["servers", "add", "lab", url]) == 2
+    assert main(["replay", str(_script(chinwag_home)), "--model", f"{url}#chat"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 2 and err.count("not a server URL") == 2, err
+    assert (chinwag_home / "servers.json").read_bytes() == before
+    log = chinwag_home / "chinwag.log"
+    assert not log.exists() or "Traceback" not in log.read_text()
+
+
+def test_a_hand_edited_bad_url_in_servers_json_is_one_unreachable_row(capsys, chinwag_home):
+    (chinwag_home / "servers.json").write_text(json.dumps({"servers": [{"name": "odd", "url": "http://xn--/v1"}]}))
+    assert main(["models"]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "odd" in line]
+    assert "unreachable" in row and "not a server URL" in row
+    assert main(["servers", "list"]) == 0
+
+
+# --- servers.json and the key file as a named pipe or a link to /dev/zero -----------------------
+
+
+@pytest.mark.parametrize("which", ["servers.json", "server-keys.json"])
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_saved_list_that_is_not_a_file_is_one_line_and_never_blocks(capsys, chinwag_home, which, kind):
+    from engine.remote import servers
+
+    servers.add_server("lab", "http://127.0.0.1:9/v1", KEY)
+    path = chinwag_home / which
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    for argv in (
+        ["servers", "list"],
+        ["models"],
+        ["servers", "add", "x", "http://127.0.0.1:9/v1"],
+        ["servers", "remove", "lab"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and f"cannot read {path}" in err
+        assert ("a named pipe" if kind == "fifo" else "a device") in err
+    assert path.is_fifo() if kind == "fifo" else path.is_symlink()  # left as it was
+    if which == "server-keys.json":  # the list was not changed by the remove that failed
+        assert "lab" in (chinwag_home / "servers.json").read_text()
+
+
+def test_a_saved_list_that_is_huge_is_one_line(capsys, chinwag_home):
+    (chinwag_home / "servers.json").write_text(" " * (2 << 20))
+    assert main(["servers", "list"]) == 2
+    assert "it is over 1,048,576 bytes" in capsys.readouterr().err
