@@ -318,3 +318,33 @@ def test_a_drafts_cache_is_adopted_by_the_chat_created_for_it(engine_with):
     read, moved, missing, stats, left = engine_with(body)
     assert read.finished and moved and not missing and left == (0, 0)
     assert stats.reused_tokens == len(stats.prompt_ids) - 1 and stats.prefilled_tokens == 1
+
+
+def test_close_right_after_a_chat_near_its_limit_logs_no_bug(tiny_model_path, chinwag_home):
+    """Issue 15: close while the next window's preparation is queued (or running) is no bug."""
+    from engine import log
+    from tests.conftest import run_with_engine
+
+    path = log.setup()
+    params = GenerationParams(temperature=0.0, max_tokens=8, context_cap=120)
+    jobs = []
+
+    async def body(engine, wait):
+        messages = [{"role": "system", "content": "Be brief."}]
+        for text in ("Tell me about foxes.", "And dogs?", "And cats?"):
+            messages.append({"role": "user", "content": text + " " + LONG[:90]})
+            reply, _ = await turn(engine, "near", messages, params)
+            messages.append({"role": "assistant", "content": reply})
+        jobs.append(engine._local._background)  # the next window's preparation, queued
+        if wait:
+            return await engine.wait_background()
+        return None  # close at once
+
+    prepared = run_with_engine(tiny_model_path, lambda e: body(e, True))
+    # The chat is near its limit: the job plans the next window (a slide), it is not "the next turn fits".
+    assert prepared.finished and prepared.prompt_tokens > 0 and prepared.reason == "", prepared
+    for _ in range(3):
+        run_with_engine(tiny_model_path, lambda e: body(e, False))
+    assert all(job is not None and job.done() and job.exception() is None for job in jobs)
+    text = path.read_text()
+    assert "Traceback" not in text and "bug" not in text.lower(), text
