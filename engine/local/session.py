@@ -206,12 +206,19 @@ class Session:
         """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
         if self._draft is not None and self._draft[0] == spec:
             return self._draft[1]
+        name = self.info.name if self.info else ""
+        try:
+            gguf = registry.gguf_vocabulary(spec)
+        except ChinwagError as e:
+            raise ChinwagError(f"draft model: {e}") from None
+        if gguf is not None:  # a GGUF's vocabulary is in its header: refused before it is imported
+            check_vocabularies(self.tokenizer, gguf[1], name, gguf[0], "; read from its header, nothing imported")
         try:
             path, info = registry.resolve_model(spec)
         except ChinwagError as e:
             raise ChinwagError(f"draft model: {e}") from None
         model, tokenizer = loading.load(path)
-        check_vocabularies(self.tokenizer, tokenizer, self.info.name if self.info else "", info.name)
+        check_vocabularies(self.tokenizer, tokenizer.get_vocab(), name, info.name)
         if not supports_contiguous_cache(model):
             raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
         self._draft = (spec, model)

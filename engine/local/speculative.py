@@ -288,12 +288,14 @@ def speculation_enabled(params, draft_model=None) -> bool:
     return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
 
 
-def check_vocabularies(tokenizer, draft_tokenizer, name: str, draft_name: str) -> None:
-    """A draft model must tokenize exactly as the main model does."""
-    a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+def check_vocabularies(tokenizer, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:
+    """A draft model must tokenize exactly as the main model does (`draft_vocab`: its token -> id)."""
+    a, b = tokenizer.get_vocab(), draft_vocab
     if a != b:
         detail = f"{len(b)} tokens against {len(a)}" if len(a) != len(b) else "same size, different tokens"
-        raise ChinwagError(f"draft model {draft_name} cannot draft for {name}: their vocabularies differ ({detail})")
+        raise ChinwagError(
+            f"draft model {draft_name} cannot draft for {name}: their vocabularies differ ({detail}){where}"
+        )
 
 
 def can_speculate(layers) -> bool:

@@ -281,6 +281,29 @@ def resolve_model(spec: str, progress=None) -> tuple:
     )
 
 
+def gguf_vocabulary(spec: str) -> tuple | None:
+    """(file name, token -> id) from the GGUF header of the file that resolving `spec` would
+    import (a .gguf path, or the starter not imported yet); None when nothing would be imported.
+
+    Read from the header alone, so a caller can refuse a mismatched GGUF before it is imported.
+    """
+    from engine.models.gguf.tokenizer import vocabulary
+
+    spec = str(spec).strip()
+    if spec == STARTER_ID:
+        gguf = starter_gguf_path() if _starter_info().status == "needs-import" else None
+    else:
+        path = Path(spec).expanduser()
+        gguf = path if path.suffix.lower() == ".gguf" and path.is_file() else None
+    if gguf is None:
+        return None
+    header = read_gguf_header(gguf, keep_arrays=True)  # bounded: MAX_KEPT_ARRAY tokens at most
+    try:
+        return gguf.name, vocabulary(header.metadata)
+    except ModelError as e:
+        raise ModelError(f"cannot import {gguf.name}: {e}: {gguf}") from None
+
+
 def _ready(info: ModelInfo) -> tuple:
     if info.status != "ready":
         raise ModelError(f"cannot use {info.name} ({info.reason}): {info.path}")

@@ -123,6 +123,11 @@ def build_tokenizer(meta: dict):
     return tok
 
 
+def vocabulary(meta: dict) -> dict:
+    """token -> id as the imported tokenizer will have it (build_tokenizer's vocabulary)."""
+    return _vocab(check_tokenizer_metadata(meta))
+
+
 def _vocab(tokens) -> dict:
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):

@@ -474,3 +474,30 @@ def test_window_draft_model_setting_drafts_and_a_foreign_one_fails_the_reply(
     assert reply.status == "failed"
     assert any("vocabularies differ" in t for t in window.notices.texts())
     close_window(qtbot, store, window)
+
+
+def test_a_gguf_draft_model_with_another_vocabulary_is_refused_before_it_is_imported(
+    looping_model_path, tmp_path, chinwag_home
+):
+    import json
+
+    from engine import ChinwagError, paths
+    from tests.engine.models.gguf.test_importer import write_tiny_gguf
+
+    vocab = json.loads((looping_model_path / "tokenizer.json").read_text())["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.get)
+    tokens[-3:] = ["only-in-the-draft-1", "only-in-the-draft-2", "only-in-the-draft-3"]
+    foreign = write_tiny_gguf(
+        looping_model_path, tmp_path / "Foreign.F32.gguf", meta_overrides={"tokenizer.ggml.tokens": tokens}
+    )
+    with pytest.raises(ChinwagError) as e:
+        engine_turns(looping_model_path, ["Hello"], temperature=0.0, max_tokens=4, draft_model=str(foreign))
+    message = str(e.value)
+    assert message.startswith("draft model Foreign.F32.gguf cannot draft for ") and "\n" not in message
+    assert "vocabularies differ (same size, different tokens)" in message and "nothing imported" in message
+    models = paths.models_dir()
+    assert not models.exists() or not any(models.iterdir())  # nothing was written
+    # A GGUF with the same vocabulary passes the header check, is imported and drafts.
+    same = write_tiny_gguf(looping_model_path, tmp_path / "Same.F32.gguf")
+    [stats], _ = engine_turns(looping_model_path, [CODE], temperature=0.0, max_tokens=12, draft_model=str(same))
+    assert stats.drafted_tokens > 0 and any(models.iterdir())
