@@ -2,7 +2,9 @@
 
 httpx runs on plain asyncio there, so no read ever happens on a front end's (Qt) loop; a
 `Relay` hands what a request produces to the caller's loop, and the turn's `StopSignal`
-(engine/backend.py) cancels the request from any thread. No MLX here.
+(engine/backend.py) cancels the request from any thread. Every response is read in bounded
+pieces (LIMITS; compressed bodies inflated step by step) under a deadline for the whole
+exchange, so a server elsewhere can neither fill memory nor hold a request forever. No MLX here.
 """
 
 import asyncio

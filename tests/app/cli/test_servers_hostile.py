@@ -233,3 +233,19 @@ def test_a_saved_list_that_is_huge_is_one_line(capsys, chinwag_home):
     (chinwag_home / "servers.json").write_text(" " * (2 << 20))
     assert main(["servers", "list"]) == 2
     assert "it is over 1,048,576 bytes" in capsys.readouterr().err
+
+
+def test_a_server_answering_one_byte_at_a_time_holds_no_listing(monkeypatch, capsys):
+    import time
+
+    from engine.remote import servers
+
+    monkeypatch.setattr(servers, "LIST_TIMEOUT_S", 1.0)
+    body = json.dumps({"data": [{"id": "chat"}]}).encode()  # 30 bytes at 0.5 s each: 15 s if read per byte
+    with StandIn(models_body=body, models_drip_s=0.5) as s:
+        for argv in (["servers", "add", "slow", s.url], ["servers", "list"], ["models"]):
+            started = time.monotonic()
+            assert main(argv) == 0, argv
+            assert time.monotonic() - started < 10, argv
+            out = capsys.readouterr()
+            assert "did not answer within 1 s" in out.out + out.err, argv
