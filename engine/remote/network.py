@@ -97,16 +97,20 @@ class Inflater:
             self._z = None
         elif encoding in ("gzip", "x-gzip"):
             self._z = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif encoding == "deflate":
+        elif encoding == "deflate":  # zlib-wrapped, as the standard says (raw deflate is seen to in feed)
             self._z = zlib.decompressobj()
         else:
             raise errors.StreamLimit(f"sent its reply in an encoding Chinwag does not read ({encoding[:40]!r})")
         self.encoding = encoding
+        self._started = False  # a deflate body's first byte says whether it has a zlib header
 
     def feed(self, data: bytes) -> Iterator[bytes]:
         if self._z is None:
             yield data
             return
+        if not self._started and data and self.encoding == "deflate" and (data[0] & 0x0F) != 8:
+            self._z = zlib.decompressobj(-zlib.MAX_WBITS)  # no zlib header: raw deflate, as some servers send
+        self._started = self._started or bool(data)
         try:
             piece = self._z.decompress(data, _PIECE)
             while piece:

@@ -234,3 +234,24 @@ def test_an_odd_finish_reason_or_usage_ends_the_reply_normally():
     with StandIn(script=lambda b, h: events) as s:
         (text, stats), _ = chat_once(f"{s.url}#scripted")
     assert text == "Hi" and stats.finish_reason == "stop" and stats.error == ""
+
+
+@pytest.mark.parametrize(
+    "wbits, encoding", [(zlib.MAX_WBITS | 16, "gzip"), (zlib.MAX_WBITS, "deflate"), (-15, "deflate")]
+)
+def test_a_compressed_stream_is_read_as_any_other(wbits, encoding):
+    z = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    body = z.compress(chunk("Hello") + chunk(" there") + chunk(finish="stop") + b"data: [DONE]\n\n") + z.flush()
+    with StandIn(script=lambda b, h: [body[:7], body[7:]], stream_headers={"Content-Encoding": encoding}) as s:
+        (text, stats), _ = chat_once(f"{s.url}#scripted")
+        assert s.requests[0][0].endswith("/chat/completions")
+    assert text == "Hello there" and stats.error == ""
+
+
+def test_an_encoding_chinwag_does_not_read_or_a_damaged_body_is_one_line():
+    with StandIn(script=lambda b, h: [b"\x1f\x8b not really gzip"], stream_headers={"Content-Encoding": "gzip"}) as s:
+        result, _ = chat_once(f"{s.url}#scripted")
+    assert "sent a damaged gzip body" in one_line_error(result)
+    with StandIn(script=lambda b, h: [chunk("x")], stream_headers={"Content-Encoding": "br"}) as s:
+        result, _ = chat_once(f"{s.url}#scripted")
+    assert "in an encoding Chinwag does not read ('br')" in one_line_error(result)
