@@ -9,7 +9,7 @@ Every request body is recorded as received.
 
 Hostile answers on demand: `models_drip_s` sends the model list one byte at a time,
 `models_gzip` says the (already compressed) body is gzip-encoded, `models_status` answers it with another status, `echo_auth` refuses every request with an error body that
-quotes the Authorization header back.
+quotes the Authorization header back, `error_body` answers every chat request HTTP 500 with it.
 """
 
 import json
@@ -58,6 +58,7 @@ class StandIn:
         models_status: int = 200,
         echo_auth: bool = False,
         stream_headers: dict | None = None,
+        error_body: bytes | None = None,
     ):
         self.api_key = api_key
         self.models_body = models_body
@@ -68,6 +69,7 @@ class StandIn:
         self.models_status = models_status
         self.echo_auth = echo_auth
         self.stream_headers = stream_headers or {}  # e.g. a Content-Encoding for a scripted stream
+        self.error_body = error_body  # every chat request is answered HTTP 500 with this body
         self.sent = 0  # bytes a scripted stream got out before the client went away
         self.requests = []  # (path, raw body bytes, parsed)
         self.release = threading.Event()  # ends a stalled stream
@@ -124,6 +126,15 @@ class StandIn:
                 if not self._auth_ok():
                     return
                 model = body.get("model")
+                if standin.error_body is not None:
+                    self.send_response(500)
+                    self.send_header("Content-Length", str(len(standin.error_body)))
+                    self.end_headers()
+                    try:
+                        self.wfile.write(standin.error_body)
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.close_connection = True
+                    return
                 if model == "error-500":
                     return self._json(500, {"error": "the GPU caught fire"})
                 if model == "overflow" and len(body["messages"]) > 3:

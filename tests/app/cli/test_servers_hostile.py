@@ -249,3 +249,20 @@ def test_a_server_answering_one_byte_at_a_time_holds_no_listing(monkeypatch, cap
             assert time.monotonic() - started < 10, argv
             out = capsys.readouterr()
             assert "did not answer within 1 s" in out.out + out.err, argv
+
+
+def test_a_model_list_nested_a_million_deep_keeps_chinwag_models_working(capsys):
+    with StandIn(models_body=b"[" * 1_000_000) as s:
+        assert main(["servers", "add", "deep", s.url]) == 0
+        assert main(["models"]) == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("deep")]
+    assert "unreachable" in row and "did not answer an OpenAI model list" in row
+
+
+def test_a_stream_of_the_wrong_shape_is_exit_2_and_one_line_naming_the_server(capsys, chinwag_home):
+    with StandIn(script=lambda b, h: [b'data: {"choices": {"0": "x"}}\n\n']) as s:
+        assert main(["servers", "add", "odd", s.url]) == 0
+        capsys.readouterr()
+        assert main(["replay", str(_script(chinwag_home)), "--model", "odd/scripted"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("chinwag: error: server odd: sent a stream event of the wrong shape")

@@ -255,3 +255,17 @@ def test_an_encoding_chinwag_does_not_read_or_a_damaged_body_is_one_line():
     with StandIn(script=lambda b, h: [chunk("x")], stream_headers={"Content-Encoding": "br"}) as s:
         result, _ = chat_once(f"{s.url}#scripted")
     assert "in an encoding Chinwag does not read ('br')" in one_line_error(result)
+
+
+def test_a_huge_error_body_from_a_chat_request_is_read_only_in_part(small_limits):
+    error = json.dumps({"error": {"message": "boom " * 1_000_000}}).encode()  # 5 MB
+    with StandIn(error_body=error) as s:
+        tracemalloc.start()
+        try:
+            result, _ = chat_once(f"{s.url}#chat")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    message = one_line_error(result)
+    assert ": HTTP 500: " in message and len(message) < 400
+    assert peak < 4 << 20  # the 5 MB body was never held
