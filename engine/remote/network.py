@@ -154,13 +154,19 @@ class Lines:
         self._pending = parts.pop()
         if buffer.endswith(b"\r") and parts:
             self._pending, parts = parts.pop() + b"\r", parts
-        if len(self._pending) > self.max_bytes or any(len(p) > self.max_bytes for p in parts):
-            raise errors.StreamLimit(f"sent a line over {self.max_bytes:,} bytes: Chinwag stopped reading the reply")
+        # The lines that did end go out first; an overlong unfinished one stops the next feed.
+        if any(len(p) > self.max_bytes for p in parts) or (not parts and len(self._pending) > self.max_bytes):
+            raise self._too_long()
         return [p.decode("utf-8", "replace") for p in parts]
 
     def end(self) -> list:
         rest, self._pending = self._pending.removesuffix(b"\r"), b""
+        if len(rest) > self.max_bytes:
+            raise self._too_long()
         return [rest.decode("utf-8", "replace")] if rest else []
+
+    def _too_long(self) -> errors.StreamLimit:
+        return errors.StreamLimit(f"sent a line over {self.max_bytes:,} bytes: Chinwag stopped reading the reply")
 
 
 class Watch:
