@@ -281,8 +281,23 @@ def models_of(server: Server) -> list:
 
 
 def server_models() -> list:
-    """Every saved server's models, the servers asked in parallel."""
-    saved = list_servers()
+    """Every saved server's models, the servers asked in parallel. A saved list that cannot be
+    read is one unusable entry saying why, so the local models are still listed beside it."""
+    try:
+        saved = list_servers()
+    except ChinwagError as e:
+        return [
+            ModelInfo(
+                id=f"{SERVERS_FILE}/",
+                name=SERVERS_FILE,
+                path=str(_servers_path()),
+                architecture="remote",
+                status=ModelStatus.UNUSABLE,
+                reason=str(e),
+                source="server",
+                server=SERVERS_FILE,
+            )
+        ]
     if not saved:
         return []
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(saved))) as pool:

@@ -214,16 +214,17 @@ def test_a_saved_list_that_is_not_a_file_is_one_line_and_never_blocks(capsys, ch
         os.mkfifo(path)
     else:
         path.symlink_to("/dev/zero")
-    for argv in (
-        ["servers", "list"],
-        ["models"],
-        ["servers", "add", "x", "http://127.0.0.1:9/v1"],
-        ["servers", "remove", "lab"],
-    ):
+    what = "a named pipe" if kind == "fifo" else "a device"
+    for argv in (["servers", "list"], ["servers", "add", "x", "http://127.0.0.1:9/v1"], ["servers", "remove", "lab"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert len(err.strip().splitlines()) == 1 and f"cannot read {path}" in err
-        assert ("a named pipe" if kind == "fifo" else "a device") in err
+        assert len(err.strip().splitlines()) == 1 and f"cannot read {path}" in err and what in err
+    # `chinwag models` (and the Model menu) still lists the local models; one row says why no server is.
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    [row] = [r for r in out.splitlines() if r.startswith("servers.json (server)")]
+    assert "unusable" in row and f"cannot read {path}" in row and what in row
+    assert len(out.splitlines()) > 1  # the local models' rows
     assert path.is_fifo() if kind == "fifo" else path.is_symlink()  # left as it was
     if which == "server-keys.json":  # the list was not changed by the remove that failed
         assert "lab" in (chinwag_home / "servers.json").read_text()
