@@ -14,12 +14,14 @@ from engine.models.gguf.header import printable  # what a server sends may hold 
 def cmd_add(args) -> int:
     from engine.errors import ChinwagError
     from engine.remote import servers
+    from engine.remote.errors import check_key
 
     key = ""
     if args.api_key_env:
         key = os.environ.get(args.api_key_env, "")
-        if not key:
+        if not key.strip():
             raise ChinwagError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+        key = check_key(key, f"the API key in ${args.api_key_env}")  # a trailing newline is stripped
     server = servers.add_server(args.name, args.url, key)
     where = f"; API key kept in {servers.key_storage()}" if key else ""
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")

@@ -122,7 +122,8 @@ def test_a_key_a_header_cannot_carry_is_one_line_and_nothing_is_saved(monkeypatc
     monkeypatch.setenv("LAB_KEY", key)
     assert main(["servers", "add", "lab", "http://127.0.0.1:9/v1", "--api-key-env", "LAB_KEY"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "an API key is plain ASCII on one line" in err
+    assert len(err.strip().splitlines()) == 1 and "the API key in $LAB_KEY has a" in err
+    assert "an API key is plain ASCII on one line" in err
     assert KEY not in err and not (chinwag_home / "servers.json").exists()
 
 
