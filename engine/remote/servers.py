@@ -29,6 +29,10 @@ KEYRING_SERVICE = "Chinwag model servers"
 # empty body when it has no Hugging Face cache folder.
 DEFAULT_MODEL = "default_model"
 LIST_TIMEOUT_S = 3.0  # the whole GET /models: listing servers must not hold the Model menu for long
+# A model list past these is a hostile one: its first MAX_MODELS ids are kept (the Model menu and
+# `chinwag models` list each), longer ids dropped. Real servers list a few hundred at most.
+MAX_MODELS = 1000
+MAX_ID_CHARS = 1000
 MAX_FILE_BYTES = 1 << 20  # servers.json or the key file: a few hundred bytes each
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
@@ -241,6 +245,7 @@ def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
     try:
         data = json.loads(content).get("data")
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        ids = [i for i in ids if 0 < len(i) <= MAX_ID_CHARS][:MAX_MODELS]
     except (ValueError, AttributeError, TypeError, RecursionError):
         raise ChinwagError(
             f"server {server.name}: GET {display_url(server.url)}/models did not answer an OpenAI model list"

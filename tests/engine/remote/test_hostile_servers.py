@@ -269,3 +269,11 @@ def test_a_huge_error_body_from_a_chat_request_is_read_only_in_part(small_limits
     message = one_line_error(result)
     assert ": HTTP 500: " in message and len(message) < 400
     assert peak < 4 << 20  # the 5 MB body was never held
+
+
+def test_a_model_list_of_thousands_keeps_the_first_ones_and_no_huge_id():
+    ids = ["x" * (servers.MAX_ID_CHARS + 1), ""] + [f"m{i}" for i in range(5000)]
+    body = json.dumps({"data": [{"id": i} for i in ids]}).encode()
+    with StandIn(models_body=body) as s:
+        listed = servers.fetch_model_ids(servers.Server("lab", s.url))
+    assert listed == [f"m{i}" for i in range(servers.MAX_MODELS)]
