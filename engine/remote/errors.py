@@ -21,8 +21,9 @@ READ_TIMEOUT_S = 300.0
 # progress meanwhile); past this without a first piece of the reply, the request gives up.
 PROMPT_TIMEOUT_S = 1800.0
 REDACTED = "[redacted]"
-# An Authorization header echoed back: its scheme stays, its credential goes.
-_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;}\]]+")
+# An Authorization header echoed back: its scheme stays, its credential (8 characters or more,
+# so "bearer token required" stays readable) goes. Our own key goes whatever its length.
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;}\]]{8,}")
 _OVERFLOW = re.compile(
     r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
     r"|exceeds? the (available |model's )?context",
