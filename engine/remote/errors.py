@@ -71,7 +71,8 @@ def seconds(value: float) -> str:
 def redact(text: str, *secrets: str) -> str:
     """`text` without the secrets (as sent, or URL-encoded) and without any bearer or basic credential."""
     for secret in secrets:
-        for form in {secret, secret.strip(), quote(secret, safe="")}:
+        secret = secret.strip()  # as it is sent (check_key strips it)
+        for form in sorted({secret, quote(secret, safe="")}, key=len, reverse=True):
             if form:
                 text = text.replace(form, REDACTED)
     return _CREDENTIAL.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
