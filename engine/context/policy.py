@@ -29,6 +29,11 @@ class WindowPlan:
     slid: bool  # this plan moved the window's start
     prompt: Prompt  # its pieces and tail (for recording the reply)
 
+    @property
+    def history_ids(self) -> int:
+        """The ids of the messages before the last one (what a changed history makes a turn re-read)."""
+        return sum(self.prompt.lengths[: len(self.prompt.keep) - 1])
+
 
 def starts(messages) -> list:
     """Where a window may start: 0 (everything), or at a user message (roles keep alternating)."""
