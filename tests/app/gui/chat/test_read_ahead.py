@@ -129,3 +129,32 @@ def test_a_turn_that_rereads_the_chat_says_so_in_the_reply_and_the_status_bar(qt
     assert window.status.state_label.text() == "Re-reading the chat… 43%"
     engine.reading.set()
     qtbot.waitUntil(lambda: idle(window), timeout=10_000)
+
+
+def test_on_the_real_engine_a_fork_and_new_instructions_cost_only_the_new_message(qtbot, qloop, tiny_model_path):
+    """The tiny model: the fork's first reply reuses all but one token of its prompt; after Chat
+    Settings › OK the chat is read before Enter, which then reads only the new question."""
+    from app.core.settings import DEFAULTS_KEY
+    from tests.app.gui.test_window_engine import close_window, open_window
+    from tests.app.gui.test_window_engine import send as send_real
+
+    store, window = open_window(qtbot, tiny_model_path)
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
+    send_real(qtbot, window, "Tell me about the quick brown fox and the lazy dog, at length.")
+    send_real(qtbot, window, "And what did the dog do then?")
+    fork_at(window, 2)
+    fork = window.chat.conv_id
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)  # Generate Reply
+    qtbot.waitUntil(lambda: idle(window) and len(store.get_conversation(fork).messages) == 4, timeout=60_000)
+    stats = store.get_conversation(fork).messages[-1].stats
+    assert stats["reused_tokens"] == stats["prompt_tokens"] - 1 and stats["prefilled_tokens"] == 1
+
+    with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as done:
+        window.dialogs.save_chat_settings(fork, {"system_prompt": "Answer like a pirate.", "max_tokens": 4})
+    read = done.args[1]
+    assert read.finished and read.computed_tokens > 50
+    send_real(qtbot, window, "Why?")
+    stats = store.get_conversation(fork).messages[-1].stats
+    assert stats["reused_tokens"] == read.prompt_tokens
+    assert stats["prefilled_tokens"] < 40  # the question and the template around it (tiny vocabulary)
+    close_window(qtbot, store, window)
