@@ -57,6 +57,11 @@ class _Editor(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+PLACEHOLDER = "Message  (Enter to send, Shift+Enter for a new line)"
+# A chat that ends with the user's message and no reply (a fork): Enter with nothing typed writes it.
+PLACEHOLDER_NO_REPLY = "Enter to write the reply to your last message, or type a new one"
+
+
 class Composer(QWidget):
     sendRequested = Signal(str)
     stopRequested = Signal()
@@ -108,7 +113,7 @@ class Composer(QWidget):
         row.addWidget(self.attach_button)
         self.editor = _Editor()
         self.editor.setObjectName("composerEdit")
-        self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.editor.setPlaceholderText(PLACEHOLDER)
         self.editor.setTabChangesFocus(True)
         self.editor.enterPressed.connect(self.submit)
         self.editor.textChanged.connect(self._update_buttons)
@@ -240,6 +245,7 @@ class Composer(QWidget):
     def set_reply_missing(self, on: bool):
         """The chat ends with the user's message and no reply (a fork): Enter with nothing typed writes it."""
         self._reply_missing = on
+        self.editor.setPlaceholderText(PLACEHOLDER_NO_REPLY if on else PLACEHOLDER)
         self._update_buttons()
 
     def _can_generate(self) -> bool:

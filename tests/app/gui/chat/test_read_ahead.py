@@ -49,12 +49,14 @@ def test_a_fork_gets_its_parents_cache_and_enter_writes_its_missing_reply(qtbot,
     # The fork says how to get its reply, and Enter in the empty composer writes it.
     button = window.composer.send_button
     assert button.text() == "Generate Reply" and button.isEnabled()
+    assert "write the reply" in window.composer.editor.placeholderText()
     calls = len(engine.calls)
     QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(engine.calls) == calls + 1 and idle(window), timeout=5000)
     assert engine.calls[-1][0] == fork
     assert [w.text() for w in window.chat_view.message_widgets()][-1] == "a reply"
     assert button.text() == "Send" and not button.isEnabled()  # a reply is there: back to sending
+    assert "Enter to send" in window.composer.editor.placeholderText()
     # The fork is told apart in the list: named for its parent, and its mark survives eliding.
     titles = {r.id: r.title for r in store.list_conversations()}
     assert titles[fork] == "first question (fork)" and titles[parent] == "first question"
