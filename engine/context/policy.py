@@ -29,10 +29,16 @@ class WindowPlan:
     slid: bool  # this plan moved the window's start
     prompt: Prompt  # its pieces and tail (for recording the reply)
 
-    @property
-    def history_ids(self) -> int:
-        """The ids of the messages before the last one (what a changed history makes a turn re-read)."""
-        return sum(self.prompt.lengths[: len(self.prompt.keep) - 1])
+
+def history_ids(plan: WindowPlan, messages) -> int:
+    """The ids of the messages before the last one: what a changed history makes a turn read again.
+
+    0 when those are system messages only: a new chat's first read is no re-read.
+    """
+    earlier = plan.prompt.keep[:-1]
+    if all(messages[i]["role"] == "system" for i in earlier):
+        return 0
+    return sum(plan.prompt.lengths[: len(earlier)])
 
 
 def starts(messages) -> list:

@@ -6,7 +6,7 @@ computed stays in the conversation's cache, which always holds exactly its `toke
 the turn that follows reuses it through the longest common prefix.
 """
 
-from engine.context.policy import expected_next_tokens, needs_slide, plan_next_window, reply_room
+from engine.context.policy import expected_next_tokens, history_ids, needs_slide, plan_next_window, reply_room
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError
 from engine.local.generation import prefill_ahead
@@ -61,8 +61,9 @@ def prefill_draft(
         conv, history, plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
-    target = ahead_ids(check_messages(messages), plan)
-    earlier = len(target) if messages[-1]["role"] == "assistant" else plan.history_ids
+    messages = check_messages(messages)
+    target = ahead_ids(messages, plan)
+    earlier = len(target) if messages[-1]["role"] == "assistant" else history_ids(plan, messages)
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 

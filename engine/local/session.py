@@ -19,7 +19,7 @@ from engine.context.conversation import (
     supports_contiguous_cache,
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
-from engine.context.policy import plan_window, reply_room
+from engine.context.policy import history_ids, plan_window, reply_room
 from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
 from engine.context.tool_calls import parse_tool_calls
 from engine.errors import ChinwagError
@@ -169,7 +169,7 @@ class Session:
             emit(delta)
 
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
-        earlier = plan.history_ids
+        earlier = history_ids(plan, messages)
 
         def reading(done, total):  # the earlier messages' ids among those not reused are read first
             emit(PrefillProgress(done, total, n_prompt, limit, max(0, earlier - (n_prompt - total))))

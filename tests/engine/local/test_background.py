@@ -367,3 +367,15 @@ def test_a_turn_that_rereads_the_chat_says_so_in_its_progress(engine_with):
     progress = engine_with(body, idle_work=False)
     assert progress[0].rereading and 0 < progress[0].history_tokens < progress[0].total
     assert not progress[-1].rereading  # the new message is read last
+
+
+def test_a_new_chats_first_read_is_not_called_a_re_read(engine_with):
+    async def body(engine):
+        events = []
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}]
+        async for ev in engine.chat("new", chat, GREEDY):
+            events.append(ev)
+        return [e for e in events if isinstance(e, PrefillProgress)]
+
+    progress = engine_with(body, idle_work=False)
+    assert len(progress) > 1 and not any(p.rereading or p.history_tokens for p in progress)
