@@ -17,11 +17,13 @@ from engine.types import (
     BackgroundPrefill,
     EngineState,
     EngineStatus,
+    ForkedCache,
     GenerationParams,
     HubModel,
     LoadProgress,
     MemoryReport,
     ModelInfo,
+    PrefillProgress,
     ServerInfo,
     TokenCount,
 )
@@ -191,17 +193,40 @@ class Engine:
     # --- background work ----------------------------------------------------
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams | None = None,
+        progress: Callable[[PrefillProgress], None] | None = None,
     ) -> BackgroundPrefill:
-        """Prefill the prompt up to an unsent draft (the last user message), in the background.
+        """Prefill the prompt up to its last message, in the background: an unsent draft (the last
+        user message), or the chat as it stands (ending with a reply) after its system prompt,
+        model or branch changed.
 
         Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
-        or model load preempts it within one prefill chunk. The turn that sends the draft
-        then computes only what is not in the cache yet (the longest common prefix).
+        or model load preempts it within one prefill chunk. The turn that follows then
+        computes only what is not in the cache yet (the longest common prefix). `progress`
+        gets PrefillProgress events on this loop while the prompt is read (a local model's).
         """
         if self._generating or self._loading or self.current_model is None:
             return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
-        return await self._backend.prefill(conversation_id, messages, params or GenerationParams())
+        params = params or GenerationParams()
+        if self._backend is self._local:
+            return await self._local.prefill(conversation_id, messages, params, self._on_loop(progress))
+        return await self._backend.prefill(conversation_id, messages, params)
+
+    def fork(
+        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None
+    ) -> Awaitable[ForkedCache]:
+        """A fork (`messages`: its parent's up to the fork point) starts with a copy of the
+        parent's cache: exactly the ids its next prompt begins with, under the memory budget.
+
+        Queued at once, so a `chat` called after this finds the copy. Nothing is copied for a
+        server's model (it keeps its own cache) or while a model loads.
+        """
+        if self._loading or self.current_model is None or self._backend is not self._local:
+            return asyncio.sleep(0, ForkedCache(0, 0, "no local model is loaded"))
+        return self._local.fork(source_id, conversation_id, messages, params or GenerationParams())
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
         """Give the cache of a draft read under `draft_id` (a chat not saved yet) to `conversation_id`.

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from engine.types import (
     BackgroundPrefill,
     EngineState,
+    ForkedCache,
     GenerationParams,
     HubModel,
     LoadProgress,
@@ -58,9 +59,20 @@ class EngineAPI(Protocol):
         ...
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams | None = None,
+        /,
+        progress: Callable[[PrefillProgress], None] | None = None,
     ) -> BackgroundPrefill:
-        """Reads an unsent draft (the last user message) ahead, in the background."""
+        """Reads the prompt up to its last message ahead, in the background (a draft, or a changed history)."""
+        ...
+
+    def fork(
+        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+    ) -> Awaitable[ForkedCache]:
+        """Gives a fork a copy of its parent's cache up to the fork point; queued at once."""
         ...
 
     def adopt(self, draft_id: str, conversation_id: str, /) -> Awaitable[bool]:

@@ -204,12 +204,20 @@ class PrefillProgress:
     """Reading the prompt: `done` of the `total` new tokens computed (`chat` yields these first).
 
     `prompt_tokens` and `context_limit` say how full the context will be once it is read.
+    `history_tokens`: how many of `total` belong to the earlier messages (the chat re-read,
+    after a changed system prompt, model or branch); they are read first.
     """
 
     done: int
     total: int
     prompt_tokens: int = 0
     context_limit: int = 0
+    history_tokens: int = 0
+
+    @property
+    def rereading(self) -> bool:
+        """Still reading the earlier messages, not the new one."""
+        return self.done < self.history_tokens
 
     @property
     def fraction(self) -> float:
@@ -239,6 +247,15 @@ class BackgroundPrefill:
     computed_tokens: int  # computed by this job
     finished: bool  # False: preempted by other work, cancelled, or skipped
     reason: str = ""  # why it did not finish, or why it had nothing to do
+
+
+@dataclass(frozen=True)
+class ForkedCache:
+    """What a fork got of its parent's cache (engine.fork): the ids its next prompt begins with."""
+
+    copied_tokens: int
+    prompt_tokens: int  # the fork's prompt up to its last message (what reading ahead would compute)
+    reason: str = ""  # why nothing (or less) was copied
 
 
 @dataclass(frozen=True)

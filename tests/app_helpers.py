@@ -16,6 +16,7 @@ from engine.types import (
     EngineState,
     EngineStatus,
     FinishReason,
+    ForkedCache,
     HubModel,
     LoadProgress,
     MemoryReport,
@@ -121,7 +122,9 @@ class FakeEngine:
         self.prefills: list = []  # (conv_id, messages, params) of each draft read ahead
         self.adopted: list = []  # (draft id, conv id) of each new chat's draft cache handed over
         self.progress: tuple = ()  # PrefillProgress events a turn yields before its text
-        self.reading: asyncio.Event | None = None  # a turn waits for it after its progress events
+        self.reading: asyncio.Event | None = None  # a turn (or a read ahead) waits for it after its progress events
+        self.prefill_progress: tuple = ()  # PrefillProgress events a read ahead reports
+        self.forks: list = []  # (source id, fork id, messages) of each cache copied for a fork
         self.servers: dict = {}  # name -> ServerInfo
 
     @property
@@ -221,9 +224,18 @@ class FakeEngine:
             raise ChinwagError("no model is loaded")
         return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
-    async def prefill(self, conv_id, messages, params=None):
+    async def prefill(self, conv_id, messages, params=None, progress=None):
         self.prefills.append((conv_id, list(messages), params))
+        for event in self.prefill_progress:
+            if progress is not None:
+                progress(event)
+        if self.prefill_progress and self.reading is not None:
+            await self.reading.wait()
         return BackgroundPrefill(len(messages), 0, len(messages), True)
+
+    def fork(self, source_id, conv_id, messages, params=None):
+        self.forks.append((source_id, conv_id, list(messages)))
+        return asyncio.sleep(0, ForkedCache(len(messages), len(messages)))
 
     def adopt(self, draft_id, conv_id):
         self.adopted.append((draft_id, conv_id))

@@ -179,6 +179,20 @@ def title_from_message(text: str) -> str:
     return cut.rstrip(" ,;:-–—") or line[:TITLE_MAX]
 
 
+FORK_SUFFIX = re.compile(r" \(fork(?: \d+)?\)$")
+
+
+def fork_title(title: str, taken) -> str:
+    """'Title (fork)', then 'Title (fork 2)'...: short, and distinct from the titles `taken`.
+    A fork of a fork is numbered from the same base, never 'Title (fork) (fork)'."""
+    base = FORK_SUFFIX.sub("", title)
+    candidate, n = f"{base} (fork)", 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base} (fork {n})"
+    return candidate
+
+
 _MARKDOWN_LEAD = re.compile(r"^(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)+")
 
 
@@ -591,9 +605,10 @@ class Store:
         if msg_id not in ids:
             raise NotFoundError(f"no message with id {msg_id} shown in conversation {conv_id}")
         now = self._now()
+        taken = {r.title for r in self.list_conversations()}
         fork = Conversation(
             "",
-            f"{conv.title} (fork)",
+            fork_title(conv.title, taken),
             now,
             now,
             conv.model_id,

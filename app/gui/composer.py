@@ -57,11 +57,17 @@ class _Editor(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+PLACEHOLDER = "Message  (Enter to send, Shift+Enter for a new line)"
+# A chat that ends with the user's message and no reply (a fork): Enter with nothing typed writes it.
+PLACEHOLDER_NO_REPLY = "Enter to write the reply to your last message, or type a new one"
+
+
 class Composer(QWidget):
     sendRequested = Signal(str)
     stopRequested = Signal()
     editCancelled = Signal()
     draftPaused = Signal(str)  # the unsent text, when typing pauses or after a paste
+    generateRequested = Signal()  # Enter (or Generate Reply) with nothing typed, after the user's last message
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -107,7 +113,7 @@ class Composer(QWidget):
         row.addWidget(self.attach_button)
         self.editor = _Editor()
         self.editor.setObjectName("composerEdit")
-        self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.editor.setPlaceholderText(PLACEHOLDER)
         self.editor.setTabChangesFocus(True)
         self.editor.enterPressed.connect(self.submit)
         self.editor.textChanged.connect(self._update_buttons)
@@ -137,6 +143,8 @@ class Composer(QWidget):
         self._queue = False  # not ready, but a message sent now waits for the model
         self._generating = False
         self._waiting = ""  # why sending waits for something else (another chat's reply)
+        self._reply_missing = False  # the chat's last message is the user's, with no reply yet
+        self._editing = False
         self._reason = ""
         self._update_buttons()
         self._fit()
@@ -189,6 +197,9 @@ class Composer(QWidget):
 
     def submit(self):
         text = self.text()
+        if self._can_generate():
+            self.generateRequested.emit()
+            return
         if not (self._ready or self._queue) or self._generating or self._waiting or not text.strip():
             return
         if self.attachments.busy():  # sent once every document is read
@@ -205,8 +216,6 @@ class Composer(QWidget):
         # Typing ahead stays possible; sending waits for a model.
         self._ready = ready
         self._queue = queue and not ready
-        self.send_button.setText("Queue" if self._queue else "Send")
-        self.send_button.setToolTip("Sent as soon as the model is ready" if self._queue else "Send (Enter)")
         self._reason = reason if not ready else ""
         self._show_reason()
         self._update_buttons()
@@ -230,6 +239,23 @@ class Composer(QWidget):
 
     def set_editing(self, on: bool):
         self.edit_bar.setVisible(on)
+        self._editing = on
+        self._update_buttons()
+
+    def set_reply_missing(self, on: bool):
+        """The chat ends with the user's message and no reply (a fork): Enter with nothing typed writes it."""
+        self._reply_missing = on
+        self.editor.setPlaceholderText(PLACEHOLDER_NO_REPLY if on else PLACEHOLDER)
+        self._update_buttons()
+
+    def _can_generate(self) -> bool:
+        return (
+            self._reply_missing
+            and self._ready
+            and not (self._generating or self._waiting or self._editing)
+            and not self.text().strip()
+            and not (self.attachments.busy() or self.attachments.ready_documents())
+        )
 
     def is_ready(self) -> bool:
         return self._ready
@@ -238,8 +264,16 @@ class Composer(QWidget):
         return self._queue
 
     def _update_buttons(self):
+        generate = self._can_generate()
+        if generate:
+            self.send_button.setText("Generate Reply")
+            self.send_button.setToolTip("Write the reply to your last message (Enter)")
+        else:
+            self.send_button.setText("Queue" if self._queue else "Send")
+            self.send_button.setToolTip("Sent as soon as the model is ready" if self._queue else "Send (Enter)")
         self.send_button.setEnabled(
-            (self._ready or self._queue)
+            generate
+            or (self._ready or self._queue)
             and not self._generating
             and not self._waiting
             and bool(self.text().strip())

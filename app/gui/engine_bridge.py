@@ -39,6 +39,8 @@ class EngineBridge(QObject):
     turnFailed = Signal(object, str)  # conv_id, reason
     prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
     draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
+    readingAhead = Signal(object, object)  # conv_id, PrefillProgress of a read ahead (a draft, a changed chat)
+    readAheadEnded = Signal(object)  # conv_id: its read ahead ended (finished, preempted or refused)
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
@@ -250,12 +252,29 @@ class EngineBridge(QObject):
 
     async def _prefill(self, conv_id, messages, params):
         try:
-            result = await self.engine.prefill(conv_id, messages, params)
+            result = await self.engine.prefill(
+                conv_id, messages, params, progress=lambda p: self.readingAhead.emit(conv_id, p)
+            )
         except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
             log.warning("prefill %s: %s", conv_id, e)
             return None
+        finally:
+            self.readAheadEnded.emit(conv_id)
         self.draftPrefilled.emit(conv_id, result)
         return result
+
+    def fork(self, source_id, conv_id, messages: list[dict], params) -> asyncio.Task | None:
+        """Give a fork a copy of its parent's cache; queued before any later chat()."""
+        if self._engine is None or not self._started or self.current_model is None:
+            return None
+        return self.run(self._fork(self.engine.fork(source_id, conv_id, messages, params)))  # queued now
+
+    async def _fork(self, queued):
+        try:
+            return await queued
+        except ChinwagError as e:  # the fork then reads its chat on its first reply: slower, never lost
+            log.warning("copying a fork's cache: %s", e)
+            return None
 
     def adopt(self, draft_id, conv_id) -> asyncio.Task | None:
         """Hand a new chat's draft cache to the chat just created; queued before any later chat()."""

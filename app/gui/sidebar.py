@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.store import FORK_SUFFIX
+
 ID_ROLE = Qt.ItemDataRole.UserRole
 SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 1
 SPINNER = "◐◓◑◒"
@@ -34,6 +36,16 @@ def _around(snippet: str, needle: str, before: int = 12) -> str:
     if at <= before:
         return snippet
     return "…" + snippet[at - before :].lstrip("…")
+
+
+def elide_title(metrics, title: str, width: int) -> str:
+    """The title elided to fit `width`, but a fork's "(fork 2)" stays whole: it tells the chats apart."""
+    match = FORK_SUFFIX.search(title)
+    if match is None or metrics.horizontalAdvance(title) <= width:
+        return metrics.elidedText(title, Qt.TextElideMode.ElideRight, width)
+    suffix = match.group(0)
+    room = max(0, width - metrics.horizontalAdvance(suffix))
+    return metrics.elidedText(title[: match.start()], Qt.TextElideMode.ElideRight, room) + suffix
 
 
 class _RowDelegate(QStyledItemDelegate):
@@ -74,7 +86,7 @@ class _RowDelegate(QStyledItemDelegate):
             )
             rect.setRight(rect.right() - width - 4)
         painter.setPen(option.palette.color(group, text_role))
-        shown = option.fontMetrics.elidedText(title, Qt.TextElideMode.ElideRight, rect.width())
+        shown = elide_title(option.fontMetrics, title, rect.width())
         top = QRect(rect.left(), rect.top(), rect.width(), line if snippet else rect.height())
         painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
         if snippet:

@@ -24,6 +24,7 @@ from app.gui import shortcuts, theme
 from app.gui.chat.controller import ChatController
 from app.gui.chat.header import ChatHeader
 from app.gui.chat.panes import ChatPanes
+from app.gui.chat.read_ahead import INSTRUCTIONS, ReadAhead
 from app.gui.chat.view import ChatView
 from app.gui.composer import Composer
 from app.gui.engine_bridge import EngineBridge
@@ -119,6 +120,13 @@ class MainWindow(QMainWindow):
         self.sidebar.list.itemClicked.connect(lambda _item: self.keys.focus_composer())
         self.sidebar.list.itemActivated.connect(lambda _item: self.keys.focus_composer())
         self.chat.readingProgress.connect(self.status.show_reading)
+        # A changed chat (instructions, model, version, a fork) is read before the next Enter.
+        self.read_ahead = ReadAhead(store, self.bridge, self.chat, self)
+        self.read_ahead.labelChanged.connect(
+            lambda text: self.status.show_state(text) if text else self.status.show_engine_state()
+        )
+        # Preferences may change the default system prompt: the open chat is read for it (if it changed).
+        self.dialogs.appSettingsSaved.connect(lambda: self.read_ahead.reread(self.chat.conv_id, INSTRUCTIONS))
 
         self._applied_look = ("system", 0)
         self.apply_app_settings()
@@ -414,6 +422,7 @@ class MainWindow(QMainWindow):
     def _on_chat_settings_saved(self, conv_id):
         if conv_id == self.chat.conv_id:
             self._on_conversation_changed(conv_id)  # the header's system prompt marker
+        self.read_ahead.reread(conv_id, INSTRUCTIONS)  # new instructions: read now, not on Enter
 
     def _suggest_conversation_model(self):
         """A chat that last used another model offers to switch back to it (never automatic)."""

@@ -12,7 +12,12 @@ conversations each repetition:
 Timed from the caller: from Enter (the `chat` call) to the first generated token. Greedy
 replies must be identical both ways.
 
+--changes measures the second part instead (bench/history_changes.py): a history that changed
+under the chat (Fork from Here, a new system prompt, a model switch), read ahead or on Enter;
+it writes bench/results/typing_prefill_changes.json.
+
     python -m bench.figures.typing_prefill [--sizes 50,400,2000] [--reps 3] [--reply-tokens 8]
+    python -m bench.figures.typing_prefill --changes [--history-tokens 1500] [--reps 3]
 """
 
 import argparse
@@ -23,7 +28,7 @@ import uuid
 
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
-from bench.reporting import COLORS, Figure, f, model_label, pyplot, table
+from bench.reporting import COLORS, Figure, Run, f, model_label, pyplot, table
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 HISTORY = [
@@ -177,6 +182,38 @@ async def main_async(args):
     )
 
 
+async def changes_async(args):
+    from transformers import AutoTokenizer
+
+    from bench import history_changes
+    from engine import Engine, GenerationParams
+    from engine.models import registry
+
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(common.starter_path()))
+    notes = notes_text(tokenizer, args.history_tokens, seed=args.history_tokens)
+    params = GenerationParams(temperature=0.0, max_tokens=args.reply_tokens)
+    engine = Engine()
+    await engine.load_model(registry.STARTER_ID)
+    try:
+        rows, raw = await history_changes.measure(engine, notes, args.reps, params)
+    finally:
+        await engine.close()
+    for r in rows:
+        log(f"{r['kind']}: cold {r['cold_ttft_s']:.3f} s, ahead {r['ahead_ttft_s']:.3f} s, {r['speedup']:.1f}x")
+    common.save(
+        "typing_prefill_changes",
+        {
+            "params": {"history_tokens": args.history_tokens, "reps": args.reps, "reply_tokens": args.reply_tokens},
+            "rows": rows,
+            "raw": raw,
+        },
+        f"python -m bench.figures.typing_prefill --changes --history-tokens {args.history_tokens} "
+        f"--reps {args.reps} --reply-tokens {args.reply_tokens}",
+        started,
+    )
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -186,8 +223,10 @@ def main(argv=None):
     )
     p.add_argument("--reps", type=int, default=common.reps(3))
     p.add_argument("--reply-tokens", type=int, default=8)
+    p.add_argument("--changes", action="store_true", help="a changed history: fork, system prompt, model switch")
+    p.add_argument("--history-tokens", type=int, default=300 if common.QUICK else 1500)
     args = p.parse_args(argv)
-    asyncio.run(main_async(args))
+    asyncio.run(changes_async(args) if args.changes else main_async(args))
     common.finish()
 
 
@@ -197,7 +236,12 @@ def main(argv=None):
 def plot(d, res, path):
     plt = pyplot()
     rows = d["rows"]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    changes = res.get(CHANGES)
+    if changes is None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+    else:
+        fig, (ax, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [len(rows), 3]})
+        plot_changes(right, changes)
     xs = list(range(len(rows)))
     width = 0.38
     ax.bar(
@@ -228,6 +272,38 @@ def plot(d, res, path):
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_changes(ax, changes):
+    """The second panel: a changed history, re-read on Enter or read ahead."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    rows = changes["rows"]
+    xs = list(range(len(rows)))
+    width = 0.38
+    ax.bar(
+        [x - width / 2 for x in xs],
+        [r["cold_ttft_s"] for r in rows],
+        width,
+        color=COLORS["reprefill"],
+        label="re-read on Enter",
+    )
+    ax.bar(
+        [x + width / 2 for x in xs],
+        [r["ahead_ttft_s"] for r in rows],
+        width,
+        color=COLORS["chinwag"],
+        label="read ahead (engine.fork / engine.prefill)",
+    )
+    for x, r in zip(xs, rows):
+        ax.annotate(f"{r['speedup']:.0f}x", (x + width / 2, r["ahead_ttft_s"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, [r["kind"] for r in rows])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("Enter to first token, s (log)")
+    ax.set_title(f"A changed {rows[0]['prompt_tokens']:,}-token chat")
+    ax.legend(fontsize=8)
 
 
 def section(d, res):
@@ -277,10 +353,73 @@ def section(d, res):
         )
         + " With the draft read ahead, Enter computes one token (the prompt's last, whose logits start the reply) "
         "and then decodes: the time left is one forward pass and the sampling of the first token.",
+        "",
+        *changes_section(res.get(CHANGES)),
     ]
 
 
-FIGURE = Figure(name="typing_prefill", title="Prefill while typing", section=section, plot=plot)
+def changes_section(c) -> list[str]:
+    """The second part: a history changed under the chat, re-read on Enter or read ahead."""
+    if c is None:
+        return [
+            "A changed history (fork, system prompt, model switch): not measured yet: "
+            "`python -m bench.figures.typing_prefill --changes`."
+        ]
+    p = c["params"]
+    rows = [
+        [
+            r["kind"],
+            f"{r['prompt_tokens']:,}",
+            f(r["cold_ttft_s"], 3),
+            f(r["ahead_ttft_s"], 3),
+            f"**{r['speedup']:.1f}x**",
+            f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
+            f(r["read_ahead_s"]),
+            ("yes" if r["identical_replies"] else "**no**") + ("" if r["same_prompt"] else " (other prompt ids)"),
+        ]
+        for r in c["rows"]
+    ]
+    return [
+        f"**A changed history** (the right panel): a system prompt, a first message of about "
+        f"{p['history_tokens']:,} tokens and its reply, cached; then the chat changes under the user. **Fork**: Fork "
+        "from Here at the user's second message (the parent went on past it), then Generate Reply; read ahead, "
+        "`engine.fork` copies the parent's cache up to the fork point. **System prompt**: Chat Settings › a preset › "
+        "OK, then a question; read ahead, `engine.prefill(conv, messages)` reads the chat under the new instructions "
+        "the moment they are accepted. **Model switch**: the only model here is the starter, so the switch is the "
+        "starter loaded again with this chat's saved cache dropped (the new model has no cache of the chat); read "
+        "ahead, `engine.prefill` once it is loaded. Cold: Enter re-reads the chat, the previous behaviour. Timed "
+        f"from the `chat` call to the first token; greedy replies of {p['reply_tokens']} tokens; "
+        f"{p['reps']} repetition{'s' if p['reps'] != 1 else ''} in fresh conversations, the two sides interleaved; "
+        "medians.",
+        "",
+        table(
+            [
+                "change",
+                "prompt tokens",
+                "re-read on Enter s",
+                "read ahead s",
+                "speed-up",
+                "prefilled on Enter (cold / ahead)",
+                "read-ahead time s",
+                "identical replies",
+            ],
+            rows,
+        ),
+        "",
+        "Exactness is unchanged: the re-read still happens, before Enter instead of after it, and the next prompt's "
+        "ids are the ones the cache then holds. A fork read cold re-tokenizes its replies' text, which may give "
+        'other ids than the ones the model generated (marked "other prompt ids"); the copy keeps the generated ids.',
+    ]
+
+
+CHANGES = "typing_prefill_changes"
+FIGURE = Figure(
+    name="typing_prefill",
+    title="Prefill while typing",
+    section=section,
+    plot=plot,
+    extra_runs=(Run(CHANGES, ("--changes",), "A changed history"),),
+)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,17 @@ class WindowPlan:
     prompt: Prompt  # its pieces and tail (for recording the reply)
 
 
+def history_ids(plan: WindowPlan, messages) -> int:
+    """The ids of the messages before the last one: what a changed history makes a turn read again.
+
+    0 when those are system messages only: a new chat's first read is no re-read.
+    """
+    earlier = plan.prompt.keep[:-1]
+    if all(messages[i]["role"] == "system" for i in earlier):
+        return 0
+    return sum(plan.prompt.lengths[: len(earlier)])
+
+
 def starts(messages) -> list:
     """Where a window may start: 0 (everything), or at a user message (roles keep alternating)."""
     last = len(messages) - 1

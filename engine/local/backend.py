@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from engine.backend import ChatEvent, StopSignal
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import BackgroundPrefill, GenerationParams, MemoryReport, ModelInfo
+from engine.types import BackgroundPrefill, ForkedCache, GenerationParams, MemoryReport, ModelInfo
 
 if TYPE_CHECKING:
     from engine.local.session import Session
@@ -193,10 +193,24 @@ class LocalBackend:
 
     # --- background work ----------------------------------------------------
 
-    async def prefill(self, conversation_id: str, messages: list, params: GenerationParams) -> BackgroundPrefill:
+    async def prefill(
+        self, conversation_id: str, messages: list, params: GenerationParams, progress=None
+    ) -> BackgroundPrefill:
+        """`progress`, if given, gets PrefillProgress events on the engine thread."""
         await self.start()
-        future = self.start_background(self.session_prefill, conversation_id, messages, params)
+        future = self.start_background(self.session_prefill, conversation_id, messages, params, progress)
         return await asyncio.wrap_future(future)
+
+    def fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> Awaitable[ForkedCache]:
+        """A normal job, not background work: queued now, so the fork's first `chat` finds the copy."""
+        if self.thread is None:
+            return asyncio.sleep(0, ForkedCache(0, 0, "the engine has not started"))
+        return asyncio.wrap_future(self.running()[0].submit(self._session_fork, src_id, dst_id, messages, params))
+
+    def _session_fork(self, src_id, dst_id, messages, params):
+        from engine.local.fork import fork
+
+        return fork(self.queued_session(), src_id, dst_id, messages, params)
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
         if self.thread is None:
@@ -238,10 +252,10 @@ class LocalBackend:
         future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
         return future
 
-    def session_prefill(self, conv_id, messages, params, should_stop):
+    def session_prefill(self, conv_id, messages, params, progress, should_stop):
         from engine.local.background import prefill_draft
 
-        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop)
+        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop, progress)
 
     def session_prepare(self, conv_id, messages, params, should_stop):
         from engine.local.background import prepare_next_window

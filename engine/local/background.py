@@ -6,36 +6,65 @@ computed stays in the conversation's cache, which always holds exactly its `toke
 the turn that follows reuses it through the longest common prefix.
 """
 
-from engine.context.policy import expected_next_tokens, needs_slide, plan_next_window, reply_room
+from engine.context.policy import expected_next_tokens, history_ids, needs_slide, plan_next_window, reply_room
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError
 from engine.local.generation import prefill_ahead
-from engine.types import BackgroundPrefill, GenerationParams
+from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress
 
 # Tokens a chat template may add after a reply (end of turn, next role header): a generous bound.
 TEMPLATE_SLACK = 32
 
 
-def _run(session, conv_id, conv, history, turn, target, params, should_stop) -> BackgroundPrefill:
+def _run(
+    session, conv_id, conv, history, turn, target, params, should_stop, progress=None, history_ids=0
+) -> BackgroundPrefill:
     if conv is None:
         conv = session.new_cache(conv_id, history, turn, params)
-    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop)
+    report = None
+    if progress is not None:
+        limit = session.context_limit(params)
+
+        def report(done, total):
+            earlier = max(0, history_ids - (len(target) - total))  # the earlier messages' ids still to read
+            progress(PrefillProgress(done, total, len(target), limit, earlier))
+
+    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop, report)
     session.caches.enforce(keep=conv_id)
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 
 
-def prefill_draft(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
-    """Compute the prompt whose last user message is the unsent draft, all but its last token.
+def ahead_ids(messages, plan) -> list:
+    """What reading ahead computes of a prompt, all of it a prefix of the next turn's prompt.
 
-    The turn computes that last token itself (it needs its logits), so it reuses all of
-    this without trimming, which some caches cannot do. The window's start is not
+    Ending with the user's message (a draft, a fork): all but its last token, which the turn
+    computes itself for its logits (so it reuses all of this without trimming, which some caches
+    cannot do). Ending with a reply (a changed system prompt or model, another version): the
+    messages' own pieces, since the next prompt goes on with a user message, not this
+    prompt's generation prompt.
+    """
+    if messages[-1]["role"] == "assistant":
+        return plan.prompt_ids[: sum(plan.prompt.lengths)]
+    return plan.prompt_ids[:-1]
+
+
+def prefill_draft(
+    session, conv_id: str, messages, params: GenerationParams, should_stop, progress=None
+) -> BackgroundPrefill:
+    """Read the prompt up to the last message ahead (`ahead_ids`): an unsent draft, or the chat
+    as it stands after its system prompt, model or branch changed.
+
+    `progress` gets PrefillProgress events on the engine thread. The window's start is not
     committed: the turn plans it again from the same messages.
     """
     try:
-        conv, history, _plan, turn = session.turn_input(conv_id, messages, params)
+        conv, history, plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
-    return _run(session, conv_id, conv, history, turn, turn.prompt_ids[:-1], params, should_stop)
+    messages = check_messages(messages)
+    target = ahead_ids(messages, plan)
+    earlier = len(target) if messages[-1]["role"] == "assistant" else history_ids(plan, messages)
+    return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 
 def next_window(session, conv_id: str, messages, params: GenerationParams):

@@ -106,8 +106,10 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
     return logits, reused, len(rest)
 
 
-def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop) -> tuple:
+def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop, progress=None) -> tuple:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
+
+    `progress(done, total)` is called after each chunk (`total`: the ids not reused).
 
     Caches that cannot be trimmed are left alone: a draft that then changed would cost
     the turn a re-prefill of the whole chat instead of its new tokens.
@@ -115,8 +117,10 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop)
     if should_stop() or not conv.trimmable():
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
+    rest = target_ids[reused:]
+    report = (lambda done: progress(done, len(rest))) if progress is not None and rest else None
     try:
-        done = extend(model, conv, target_ids[reused:], should_stop)
+        done = extend(model, conv, rest, should_stop, report)
     except Exception:
         conv.repair()  # a failed chunk: the cache goes back to exactly its token_ids
         raise

@@ -19,7 +19,7 @@ from engine.context.conversation import (
     supports_contiguous_cache,
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
-from engine.context.policy import plan_window, reply_room
+from engine.context.policy import history_ids, plan_window, reply_room
 from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
 from engine.context.tool_calls import parse_tool_calls
 from engine.errors import ChinwagError
@@ -111,10 +111,17 @@ class Session:
         """
         if self.model is None:
             raise ChinwagError("no model is loaded: load one before chatting")
-        messages = check_messages(messages)
-        limit = self.context_limit(params)
         conv = self.caches.get(conv_id)
         history = conv.history if conv else History()
+        plan, turn = self.plan(messages, params, history)
+        return conv, history, plan, turn
+
+    def plan(self, messages, params: GenerationParams, history: History):
+        """(WindowPlan, TurnInput) of `messages` given the pieces `history` remembers (it learns the new ones)."""
+        if self.model is None:
+            raise ChinwagError("no model is loaded: load one before chatting")
+        messages = check_messages(messages)
+        limit = self.context_limit(params)
         plan = plan_window(
             self.prompt_tokenizer(params),
             messages,
@@ -123,7 +130,7 @@ class Session:
             reply_room(params.max_tokens, limit),
             params.low_water,
         )
-        return conv, history, plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+        return plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
 
     def prompt_tokenizer(self, params: GenerationParams):
         """The tokenizer whose chat template renders the prompt: given the tools if the model can call them."""
@@ -162,7 +169,12 @@ class Session:
             emit(delta)
 
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
-        turn.progress = lambda done, total: emit(PrefillProgress(done, total, n_prompt, limit))
+        earlier = history_ids(plan, messages)
+
+        def reading(done, total):  # the earlier messages' ids among those not reused are read first
+            emit(PrefillProgress(done, total, n_prompt, limit, max(0, earlier - (n_prompt - total))))
+
+        turn.progress = reading
         drafter = None
         if params.draft_model and params.speculative is not False:
             drafter = self.drafter(conv_id, params.draft_model)

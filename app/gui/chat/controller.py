@@ -32,8 +32,10 @@ DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
 
 
 def reading_text(progress) -> str:
-    """'Reading your message… 43%' from a PrefillProgress."""
-    return f"Reading your message… {int(100 * progress.fraction)}%"
+    """'Reading your message… 43%' from a PrefillProgress; 'Re-reading the chat… 43%' while the
+    earlier messages are read again (a changed system prompt, model or version not read ahead)."""
+    what = "Re-reading the chat…" if progress.rereading else "Reading your message…"
+    return f"{what} {int(100 * progress.fraction)}%"
 
 
 @dataclass
@@ -54,6 +56,8 @@ class ChatController(QObject):
     error = Signal(str)
     deletedUndoable = Signal(object, str)  # conv id, title
     readingProgress = Signal(object)  # PrefillProgress while the prompt is read, then None
+    forked = Signal(object, object)  # parent conv id, fork's conv id: its cache is copied (read_ahead.py)
+    versionSwitched = Signal(object)  # conv id: another version is shown, the chat is read ahead
 
     def __init__(self, store, bridge, view: ChatWindowView, parent=None):
         super().__init__(parent)
@@ -478,11 +482,13 @@ class ChatController(QObject):
         shown = [m.id for m in conv.messages]
         if ids[i] not in shown:
             self.open_conversation(self.conv_id)
+            self.versionSwitched.emit(self.conv_id)
             return True
         self.view.replace_messages_from(msg_id, conv.messages[shown.index(ids[i]) :])
         last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
         self.statsChanged.emit(last)
         self.refresh_list()
+        self.versionSwitched.emit(self.conv_id)
         return True
 
     def fork(self, msg_id) -> bool:
@@ -494,6 +500,7 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
+        self.forked.emit(self.conv_id, new.id)  # before anything can ask the fork for a reply
         self.refresh_list()
         self.open_conversation(new.id)
         return True

@@ -109,6 +109,8 @@ class ChatPanes:
         chat_view.promptChosen.connect(chat.send)
         chat_view.versionRequested.connect(chat.switch_version)
         chat_view.forkRequested.connect(chat.fork)
+        chat_view.replyMissing.connect(composer.set_reply_missing)
+        composer.generateRequested.connect(chat.regenerate)  # a chat ending with the user's message
         sidebar.conversationSelected.connect(chat.open_conversation)
         sidebar.newRequested.connect(chat.new_conversation)
         sidebar.renameRequested.connect(chat.rename)

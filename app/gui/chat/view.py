@@ -23,6 +23,7 @@ class ChatView(QScrollArea):
     promptChosen = Signal(str)  # an example prompt of the welcome state was clicked
     versionRequested = Signal(object, int)  # message id, step
     forkRequested = Signal(object)
+    replyMissing = Signal(bool)  # the last message shown is the user's, without a reply (a fork's)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -79,6 +80,7 @@ class ChatView(QScrollArea):
         self._hidden = []
         self.more_button.setVisible(False)
         self.welcome.setVisible(True)
+        self._update_regenerate()
 
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
@@ -190,6 +192,7 @@ class ChatView(QScrollArea):
         last = self._widgets[-1] if self._widgets else None
         for widget in self._widgets:
             widget.set_can_regenerate(widget is last and widget.role == "assistant")
+        self.replyMissing.emit(last is not None and last.role == "user")
 
     # --- streaming ------------------------------------------------------
     def begin_stream(self, widget: MessageWidget):

@@ -63,6 +63,19 @@ def test_fork_copies_the_shown_path_up_to_a_message(store):
         store.fork_conversation(c.id, 10_000)
 
 
+def test_forks_are_named_apart_from_each_other_and_from_their_parent(store):
+    c = store.create_conversation()
+    q = store.add_message(c.id, "user", "How do tides work?")
+    first = store.fork_conversation(c.id, q.id)
+    second = store.fork_conversation(c.id, q.id)
+    of_fork = store.fork_conversation(first.id, store.get_conversation(first.id).messages[0].id)
+    assert [first.title, second.title, of_fork.title] == [
+        "How do tides work? (fork)",
+        "How do tides work? (fork 2)",
+        "How do tides work? (fork 3)",  # a fork of a fork: numbered from the same base
+    ]
+
+
 def test_unknown_parent_is_refused(store):
     c = store.create_conversation()
     with pytest.raises(NotFoundError):

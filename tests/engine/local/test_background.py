@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from engine import BackgroundPrefill, Engine, GenerationParams
+from engine import BackgroundPrefill, Engine, GenerationParams, PrefillProgress
 from engine.context.conversation import common_prefix
 from engine.local import generation
 from tests.engine.test_api import GREEDY, reference, turn
@@ -348,3 +348,64 @@ def test_close_right_after_a_chat_near_its_limit_logs_no_bug(tiny_model_path, ch
     assert all(job is not None and job.done() and job.exception() is None for job in jobs)
     text = path.read_text()
     assert "Traceback" not in text and "bug" not in text.lower(), text
+
+
+def test_a_changed_system_prompt_is_read_ahead_and_the_next_turn_reuses_it_exactly(engine_with, tiny_model):
+    """Issue 15 §1: the history under new instructions is read before Enter, with progress; the
+    reply then equals a fresh computation of the same prompt."""
+    model, tokenizer = tiny_model
+    question = {"role": "user", "content": "And the dog?"}
+
+    async def body(engine):
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}]
+        text, _ = await turn(engine, "c", chat)
+        await turn(engine, "unread", chat)  # the same chat, whose change is not read ahead
+        chat.append({"role": "assistant", "content": text})
+        changed = [{"role": "system", "content": "Answer like a pirate, always."}] + chat[1:]
+        seen = []
+        ahead = await engine.prefill("c", changed, GREEDY, seen.append)
+        _, sent = await turn(engine, "c", changed + [question])
+        _, unread = await turn(engine, "unread", changed + [question])
+        return ahead, seen, sent, unread
+
+    ahead, seen, sent, unread = engine_with(body, idle_work=False)
+    assert ahead.finished and ahead.computed_tokens > 100  # the chat was re-read, not just the system prompt
+    # Progress on this loop, every id of the earlier messages: it says "re-reading the chat".
+    assert seen and seen[-1].done == seen[-1].total == ahead.computed_tokens
+    assert all(p.history_tokens == p.total for p in seen) and seen[0].rereading
+    # Enter then reads only the new question (and the template around it).
+    assert sent.reused_tokens == ahead.prompt_tokens
+    assert (
+        sent.prefilled_tokens == len(sent.prompt_ids) - ahead.prompt_tokens < 40
+    )  # a dozen characters, tiny vocabulary
+    assert list(sent.reply_ids) == reference(model, list(sent.prompt_ids), 12, tokenizer.eos_token_ids)
+    # Reading ahead changes only when the work is done: the same prompt, the same reply.
+    assert sent.prompt_ids == unread.prompt_ids and sent.reply_ids == unread.reply_ids
+    assert unread.prefilled_tokens > 100
+
+
+def test_a_turn_that_rereads_the_chat_says_so_in_its_progress(engine_with):
+    async def body(engine):
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}]
+        text, _ = await turn(engine, "c", chat)
+        changed = [{"role": "system", "content": "Be long."}, chat[1], {"role": "assistant", "content": text}]
+        events = []
+        async for ev in engine.chat("c", changed + [{"role": "user", "content": "More?"}], GREEDY):
+            events.append(ev)
+        return [e for e in events if isinstance(e, PrefillProgress)]
+
+    progress = engine_with(body, idle_work=False)
+    assert progress[0].rereading and 0 < progress[0].history_tokens < progress[0].total
+    assert not progress[-1].rereading  # the new message is read last
+
+
+def test_a_new_chats_first_read_is_not_called_a_re_read(engine_with):
+    async def body(engine):
+        events = []
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}]
+        async for ev in engine.chat("new", chat, GREEDY):
+            events.append(ev)
+        return [e for e in events if isinstance(e, PrefillProgress)]
+
+    progress = engine_with(body, idle_work=False)
+    assert len(progress) > 1 and not any(p.rereading or p.history_tokens for p in progress)
