@@ -68,12 +68,15 @@ async def run_call(
     return ToolRun(call, spec.server, await host.call(spec, arguments), True)
 
 
+def tool_message(run: ToolRun) -> dict:
+    """The `tool` message that gives the model one call's result."""
+    return {"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name}
+
+
 def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
     """The assistant message that made the calls (its text as generated) and one `tool` message per call."""
     out: list = [{"role": "assistant", "content": text, "tool_calls": [c.to_openai() for c in stats.tool_calls]}]
-    for run in runs:
-        out.append({"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name})
-    return out
+    return out + [tool_message(run) for run in runs]
 
 
 def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:

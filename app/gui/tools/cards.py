@@ -72,6 +72,14 @@ class ApprovalCard(QFrame):
         self.status.show()
         self.answered.emit(answer)
 
+    def cancel(self) -> None:
+        """Stop came while the card waited: no answer, and it says so."""
+        if self.result is None:
+            for button in self.buttons.values():
+                button.hide()
+            self.status.setText("Stopped: the call did not run")
+            self.status.show()
+
 
 class ToolResultBlock(QFrame):
     """One call's result, collapsed to a line (tool · server · time or error); a click shows arguments and result."""

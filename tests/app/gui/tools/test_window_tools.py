@@ -1,0 +1,147 @@
+"""Replies in the window call tools: the tiny tools model (scripted) calls a real MCP server's tool; the
+approval card shows the call, Allow runs it, the result block appears and the reply goes on; Deny;
+a tool whose policy is allow runs without asking; Stop during a hanging call; reopening shows the blocks."""
+
+import dataclasses
+
+import pytest
+
+from app.gui.tools.cards import ApprovalCard, ToolResultBlock
+from app.gui.tools.messages import ToolMessage
+from app.gui.tools.turns import STOPPED_RESULT
+from app.tools import config
+from app.tools.config import Policy
+from app.tools.policy import Answer
+from tests.app.tools.scripted import Script, tool_call_ids
+from tests.app_helpers import dispose
+from tests.tools_servers.launch import stdio_entry
+
+pytestmark = pytest.mark.qt
+
+
+def open_window(qtbot, monkeypatch, model_path, processor, kind="calculator", policy=Policy.ASK, max_tokens=48):
+    """The real window on the tiny tools model, one MCP server in mcp.json, replies scripted by `processor`."""
+    from app.core.settings import DEFAULTS_KEY
+    from app.core.store import Store
+    from app.gui.chat import controller
+    from app.gui.window import MainWindow
+    from engine.api import Engine
+
+    entry = stdio_entry(kind)
+    config.add_server("calc", entry["command"], entry["args"])
+    config.set_policy("calc", policy)
+    real = controller.params_from_settings
+    monkeypatch.setattr(
+        controller, "params_from_settings", lambda v: dataclasses.replace(real(v), logits_processors=(processor,))
+    )
+    store = Store()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": max_tokens, "temperature": 0.0, "speculative": False})
+    window = MainWindow(store, Engine())
+    window.show()
+    task = window.start_engine(str(model_path))
+    qtbot.waitUntil(task.done, timeout=120_000)
+    qtbot.waitUntil(lambda: window.tools.servers == ["calc"], timeout=60_000)
+    return store, window
+
+
+def idle(window):
+    return window.chat.gen is None and not window.bridge.is_generating()
+
+
+def cards(window):
+    return window.chat_view.findChildren(ApprovalCard)
+
+
+def roles(store, conv_id):
+    return [m.role for m in store.get_conversation(conv_id).messages]
+
+
+def forced_call(tiny_tools_model, name="add", arguments='{"a": 2, "b": 3}'):
+    return tool_call_ids(tiny_tools_model[1], name, arguments)
+
+
+def test_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it(
+    qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model
+):
+    forced = forced_call(tiny_tools_model)
+    store, window = open_window(qtbot, monkeypatch, tiny_tools_model_path, Script(forced), max_tokens=len(forced) + 4)
+    try:
+        assert window.tools_button.isVisible() and window.tools_button.text().startswith("Tools: 2")
+        window.chat.send("What is 2 plus 3?")
+        qtbot.waitUntil(lambda: len(cards(window)) == 1, timeout=60_000)
+        (card,) = cards(window)
+        assert (
+            "add" in card.findChild(object, "toolApprovalTitle").text()
+            and "calc" in card.findChild(object, "toolApprovalTitle").text()
+        )
+        assert card.arguments.toPlainText() == '{\n  "a": 2,\n  "b": 3\n}'
+        assert not window.chat.tool_reply.task.done()  # nothing ran before the answer
+        card.buttons[Answer.ONCE].click()
+        qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        conv_id = window.chat.conv_id
+        messages = store.get_conversation(conv_id).messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        call_msg, result, final = messages[1], messages[2], messages[3]
+        assert call_msg.stats["tool_calls"][0]["function"]["name"] == "add"
+        assert result.content == "5.0" and result.stats["server"] == "calc" and result.stats["allowed"]
+        assert final.status == "complete" and final.stats["generated_tokens"] >= 1
+        # The call's markup is not left as text; its result is a collapsed block.
+        widgets = window.chat_view.message_widgets()
+        assert "<tool_call>" not in widgets[1].text()
+        block = window.chat_view.findChild(ToolResultBlock)
+        assert block.toggle.text().startswith("add · calc · ") and not block.details.isVisible()
+        assert block.result_view.toPlainText() == "5.0"
+        assert window.tools.costs.get(conv_id, 0) > 0  # what the definitions cost, from the turn
+        assert "tokens" in window.tools_button.text()
+
+        window.chat.new_conversation()
+        window.chat.open_conversation(conv_id)
+        shown = window.chat_view.message_widgets()
+        assert [type(w) for w in shown][2] is ToolMessage and shown[2].block.result_view.toPlainText() == "5.0"
+        assert "<tool_call>" not in shown[1].text()
+        qtbot.waitUntil(lambda: not cards(window))  # the answered card was the live reply's only
+    finally:
+        dispose(qtbot, window, store)
+
+
+def test_deny_does_not_run_the_call(qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model):
+    forced = forced_call(tiny_tools_model)
+    store, window = open_window(qtbot, monkeypatch, tiny_tools_model_path, Script(forced), max_tokens=len(forced) + 2)
+    try:
+        window.chat.send("What is 2 plus 3?")
+        qtbot.waitUntil(lambda: len(cards(window)) == 1, timeout=60_000)
+        cards(window)[0].buttons[Answer.DENY].click()
+        qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        messages = store.get_conversation(window.chat.conv_id).messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[2].content == "error: the user did not allow this call" and not messages[2].stats["allowed"]
+        assert cards(window)[0].status.text() == "Denied"
+    finally:
+        dispose(qtbot, window, store)
+
+
+def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
+    qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model
+):
+    forced = forced_call(tiny_tools_model, "wait_forever", "{}")
+    store, window = open_window(
+        qtbot, monkeypatch, tiny_tools_model_path, Script(forced), "slow", Policy.ALLOW, max_tokens=len(forced) + 2
+    )
+    try:
+        window.chat.send("Wait for me.")
+        qtbot.waitUntil(
+            lambda: window.chat.tool_reply is not None and window.chat.tool_reply.phase == "call", timeout=60_000
+        )
+        assert not cards(window)  # allowed by its policy: never asked
+        window.stop_action.trigger()
+        qtbot.waitUntil(lambda: idle(window), timeout=30_000)
+        conv_id = window.chat.conv_id
+        assert roles(store, conv_id) == ["user", "assistant", "tool"]
+        stopped = store.get_conversation(conv_id).messages[-1]
+        assert stopped.content == STOPPED_RESULT and stopped.stats["is_error"]
+        assert window.chat_view.message_widgets()[-1].note.text() == "Stopped."
+        # The chat goes on: the next reply sees the stopped round in its history.
+        window.chat.send("Never mind.")
+        qtbot.waitUntil(lambda: idle(window) and roles(store, conv_id)[-1] == "assistant", timeout=60_000)
+    finally:
+        dispose(qtbot, window, store)
