@@ -5,6 +5,7 @@ a tool whose policy is allow runs without asking; Stop during a hanging call; re
 import dataclasses
 
 import pytest
+from PySide6.QtGui import QAction
 
 from app.gui.tools.cards import ApprovalCard, ToolResultBlock
 from app.gui.tools.messages import ToolMessage
@@ -12,7 +13,7 @@ from app.gui.tools.turns import STOPPED_RESULT
 from app.tools import config
 from app.tools.config import Policy
 from app.tools.policy import Answer
-from tests.app.tools.scripted import Script, tool_call_ids
+from tests.app.tools.scripted import Repeat, Script, tool_call_ids
 from tests.app_helpers import dispose
 from tests.tools_servers.launch import stdio_entry
 
@@ -143,5 +144,60 @@ def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
         # The chat goes on: the next reply sees the stopped round in its history.
         window.chat.send("Never mind.")
         qtbot.waitUntil(lambda: idle(window) and roles(store, conv_id)[-1] == "assistant", timeout=60_000)
+    finally:
+        dispose(qtbot, window, store)
+
+
+def test_round_limit_ends_the_reply_with_a_line_and_a_chat_can_switch_its_servers_off(
+    qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model
+):
+    forced = forced_call(tiny_tools_model, "add", '{"a": 1, "b": 1}')
+    config.set_max_rounds(2)
+    store, window = open_window(
+        qtbot, monkeypatch, tiny_tools_model_path, Repeat(forced), policy=Policy.ALLOW, max_tokens=len(forced)
+    )
+    try:
+        window.chat.send("Add forever.")
+        qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        conv_id = window.chat.conv_id
+        assert roles(store, conv_id) == ["user", "assistant", "tool", "assistant", "tool"]
+        assert window.chat_view.message_widgets()[-1].note.text().startswith("Stopped after 2 tool rounds")
+        # This chat turns its calculator off: the next reply has no tools (the call is only text).
+        action = window.tools_button.menu_.findChild(QAction, "chatTools_calc")
+        action.trigger()
+        assert window.tools.off_in(conv_id) == {"calc"} and window.tools_button.text() == "Tools: off"
+        window.chat.send("Again.")
+        qtbot.waitUntil(lambda: idle(window) and roles(store, conv_id)[-1] == "assistant", timeout=60_000)
+        assert roles(store, conv_id).count("tool") == 2 and not cards(window)
+    finally:
+        dispose(qtbot, window, store)
+
+
+def test_stop_at_the_approval_card_runs_nothing(qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model):
+    forced = forced_call(tiny_tools_model)
+    store, window = open_window(qtbot, monkeypatch, tiny_tools_model_path, Script(forced), max_tokens=len(forced) + 2)
+    try:
+        window.chat.send("What is 2 plus 3?")
+        qtbot.waitUntil(lambda: len(cards(window)) == 1, timeout=60_000)
+        window.stop_action.trigger()
+        qtbot.waitUntil(lambda: idle(window), timeout=30_000)
+        messages = store.get_conversation(window.chat.conv_id).messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool"]
+        assert messages[2].content == STOPPED_RESULT and not messages[2].stats["allowed"]
+        assert cards(window)[0].status.text() == "Stopped: the call did not run"
+    finally:
+        dispose(qtbot, window, store)
+
+
+def test_a_model_without_tool_support_says_so_once(qtbot, qloop, monkeypatch, tiny_model_path):
+    store, window = open_window(qtbot, monkeypatch, tiny_model_path, Script([]), max_tokens=3)
+    try:
+        for text in ("Hello.", "Again."):
+            window.chat.send(text)
+            qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        said = [t for t in window.notices.texts() if "no tool support" in t]
+        assert said == ["This model's chat template has no tool support: tools are off for it."]
+        assert window.tools.said_off == {window.chat.conv_id}
+        assert store.get_conversation(window.chat.conv_id).messages[-1].status == "complete"
     finally:
         dispose(qtbot, window, store)
