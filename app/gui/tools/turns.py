@@ -42,15 +42,25 @@ class ToolReply:
 
     def stop(self) -> bool:
         """Stop: a waiting card or a running call is cancelled here (True); a streaming turn is the engine's."""
-        if self.phase == "engine" or self.task.done():
+        if self.task.done() or (self.phase == "engine" and self.controller.bridge.is_generating(self.conv_id)):
             return False
         self.task.cancel()
         return True
 
     def abandon(self) -> None:
-        self.abandoned = True
-        if not self.task.done():
-            self.task.cancel()
+        """The window closes: the calls without a result get the stopped one now (the store closes after)."""
+        if self.task.done():
+            return
+        self._record_stopped()
+        self.abandoned = True  # nothing more is written
+        self.task.cancel()
+
+    def _record_stopped(self) -> None:
+        """Every call of the round gets a result, so the history the next reply reads stays whole."""
+        pending, self.pending = self.pending, []
+        for call in pending:
+            run = ToolRun(call, "", _stopped(), False)
+            self._save(tool_message(run), stored_stats(tool_message(run), run))
 
     def reshow(self) -> None:
         """The chat was opened again while a card waits: the card is shown again."""
@@ -152,9 +162,7 @@ class ToolReply:
                 self.card.cancel()
             if self.abandoned:
                 return
-            for call in self.pending:  # every call of the round gets a result: the history stays whole
-                run = ToolRun(call, "", _stopped(), False)
-                self._save(tool_message(run), stored_stats(tool_message(run), run))
+            self._record_stopped()
             self._finish(MessageStatus.STOPPED, "Stopped.")
         except Exception as e:  # a bug: its traceback to the log, one line to the user
             c.error.emit(report_bug(e, "a reply with tools"))

@@ -201,3 +201,24 @@ def test_a_model_without_tool_support_says_so_once(qtbot, qloop, monkeypatch, ti
         assert store.get_conversation(window.chat.conv_id).messages[-1].status == "complete"
     finally:
         dispose(qtbot, window, store)
+
+
+def test_closing_the_window_while_a_card_waits_keeps_the_history_whole(
+    qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model
+):
+    from app.core.store import Store
+
+    forced = forced_call(tiny_tools_model)
+    store, window = open_window(qtbot, monkeypatch, tiny_tools_model_path, Script(forced), max_tokens=len(forced) + 2)
+    window.chat.send("What is 2 plus 3?")
+    qtbot.waitUntil(lambda: len(cards(window)) == 1, timeout=60_000)
+    conv_id, tools = window.chat.conv_id, window.tools
+    dispose(qtbot, window, store)
+    assert tools.host is None  # its servers were stopped with the window
+    again = Store()
+    try:
+        messages = again.get_conversation(conv_id).messages
+        assert [m.role for m in messages] == ["user", "assistant", "tool"]
+        assert messages[2].content == STOPPED_RESULT
+    finally:
+        again.close()
