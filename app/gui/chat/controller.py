@@ -400,7 +400,7 @@ class ChatController(QObject):
         if conv is None:
             messages = engine_messages([], str(values.get("system_prompt") or ""))
             messages.append({"role": MessageRole.USER.value, "content": text})
-            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
+            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, self._tool_params(None, values))
             self._new_draft_read = self._new_draft_read or task is not None
             return task
         history = conv.messages
@@ -409,7 +409,14 @@ class ChatController(QObject):
             history = history[: ids.index(self.editing)] if self.editing in ids else history
         messages = engine_messages(history, str(values.get("system_prompt") or ""))
         messages.append({"role": MessageRole.USER.value, "content": text})
-        return self.bridge.prefill(conv.id, messages, params_from_settings(values))
+        return self.bridge.prefill(conv.id, messages, self._tool_params(conv.id, values))
+
+    def _tool_params(self, conv_id, values):
+        """A read-ahead's params: with the chat's tool definitions, so it reads the prompt the reply will have."""
+        from app.tools.loop import with_tools
+
+        host = self.tools.host_for(conv_id) if self.tools is not None else None
+        return with_tools(params_from_settings(values), host)
 
     def _on_prefill_progress(self, conv_id, progress):
         gen = self.gen

@@ -61,7 +61,7 @@ def forced_call(tiny_tools_model, name="add", arguments='{"a": 2, "b": 3}'):
     return tool_call_ids(tiny_tools_model[1], name, arguments)
 
 
-def test_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it(
+def test_always_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it(
     qtbot, qloop, monkeypatch, tiny_tools_model_path, tiny_tools_model
 ):
     forced = forced_call(tiny_tools_model)
@@ -77,8 +77,11 @@ def test_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it(
         )
         assert card.arguments.toPlainText() == '{\n  "a": 2,\n  "b": 3\n}'
         assert not window.chat.tool_reply.task.done()  # nothing ran before the answer
-        card.buttons[Answer.ONCE].click()
+        card.buttons[Answer.ALWAYS].click()
         qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        assert card.status.text() == "Always allowed"
+        assert config.load().server("calc").policy_for("add") == Policy.ALLOW  # saved as the tool's policy
+        assert config.load().server("calc").policy_for("multiply") == Policy.ASK
         conv_id = window.chat.conv_id
         messages = store.get_conversation(conv_id).messages
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
@@ -222,3 +225,26 @@ def test_closing_the_window_while_a_card_waits_keeps_the_history_whole(
         assert messages[2].content == STOPPED_RESULT
     finally:
         again.close()
+
+
+def test_a_draft_read_ahead_carries_the_tools_so_enter_computes_one_token(
+    qtbot, qloop, monkeypatch, tiny_tools_model_path
+):
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    store, window = open_window(qtbot, monkeypatch, tiny_tools_model_path, Script([]), max_tokens=3)
+    try:
+        window.chat.send("Hello there")
+        qtbot.waitUntil(lambda: idle(window), timeout=60_000)
+        with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as read:
+            window.composer.set_text("And a second question, please.")
+            window.chat.prefill_draft(window.composer.text())
+        assert read.args[1].finished
+        QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: idle(window) and len(roles(store, window.chat.conv_id)) == 4, timeout=60_000)
+        stats = store.get_conversation(window.chat.conv_id).messages[-1].stats
+        assert stats["tools_tokens"] > 0  # the reply had the tools: the read-ahead had them too
+        assert stats["prefilled_tokens"] == 1 and stats["reused_tokens"] == stats["prompt_tokens"] - 1
+    finally:
+        dispose(qtbot, window, store)
