@@ -37,6 +37,7 @@ class ChatToolsButton(QToolButton):
 
     def _forget_costs(self) -> None:
         self.tools.costs.clear()  # another model, another tokenizer
+        self.tools.estimated.clear()
         self.refresh()
 
     def summary(self) -> str:
@@ -52,8 +53,8 @@ class ChatToolsButton(QToolButton):
             return "Tools: off"
         host = tools.host_for(self.conv_id)
         count = len(host.tools) if host else 0
-        cost = tools.costs.get(self.conv_id)
-        return f"Tools: {count}" + (f" · {cost:,} tokens" if cost else "")
+        cost = tools.cost_text(self.conv_id)
+        return f"Tools: {count}" + (f" · {cost}" if cost else "")
 
     def refresh(self) -> None:
         text = self.summary()
@@ -83,9 +84,9 @@ class ChatToolsButton(QToolButton):
         for name, why in tools.failed.items():
             action = menu.addAction(f"{name}: did not start ({one_line(why)[:80]})")
             action.setEnabled(False)
-        cost = tools.costs.get(self.conv_id)
+        cost = tools.cost_text(self.conv_id)
         if cost:
             menu.addSeparator()
-            menu.addAction(f"The tool definitions take {cost:,} tokens of context").setEnabled(False)
+            menu.addAction(f"The tool definitions take {cost} of context").setEnabled(False)
         menu.addSeparator()
         menu.addAction("MCP Servers…").triggered.connect(self.serversRequested)

@@ -29,6 +29,7 @@ class WindowTools(QObject):
         self.failed: dict = {}  # server -> why it is not running
         self.starting = False
         self.costs: dict = {}  # conversation id -> tokens the chat's tool definitions take
+        self.estimated: set = set()  # chats whose cost is counted from the definitions' JSON, not the template
         self.said_off: set = set()  # chats already told that the model cannot call tools
         self._task: asyncio.Task | None = None  # qasync keeps no reference: we do
         self._closed = False
@@ -149,6 +150,11 @@ class WindowTools(QObject):
         host = self.host_for(conv_id)
         return [t.to_openai() for t in host.tools] if host else []
 
+    def cost_text(self, conv_id) -> str:
+        """'645 tokens', or '~477 tokens' until a reply counts them in the model's own template ("": unknown)."""
+        cost = self.costs.get(conv_id)
+        return f"{'~' if conv_id in self.estimated else ''}{cost:,} tokens" if cost else ""
+
     async def count_cost(self, engine, conv_id) -> int:
         """About what this chat's tool definitions take in the current model's tokens (0: none or no model)."""
         definitions = self.definitions(conv_id)
@@ -159,8 +165,10 @@ class WindowTools(QObject):
         except ChinwagError as e:
             log.info("counting the tools' tokens: %s", e)
             return 0
-        self.costs[conv_id] = counted.tokens
-        self.changed.emit()
+        if conv_id not in self.costs:  # a turn's exact count came first: keep it
+            self.costs[conv_id] = counted.tokens
+            self.estimated.add(conv_id)
+            self.changed.emit()
         return counted.tokens
 
     def turn_ended(self, conv_id, stats) -> None:
@@ -169,6 +177,7 @@ class WindowTools(QObject):
             return
         if stats.tools_tokens:
             self.costs[conv_id] = stats.tools_tokens
+            self.estimated.discard(conv_id)
             self.changed.emit()
         if stats.tools_off and conv_id not in self.said_off:
             self.said_off.add(conv_id)
