@@ -55,6 +55,7 @@ class ToolMessage(MessageWidget):
         self.note.setWordWrap(True)
         self.note.hide()
         self.layout().addWidget(self.note)
+        self.set_note(str(stats.get("note", "")) if isinstance(stats, dict) else "")  # the round limit, Stop
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.hide()

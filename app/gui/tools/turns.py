@@ -33,7 +33,8 @@ class ToolReply:
         self.pending: list = []  # the round's calls that have no result yet
         self.asking = None  # (call, spec, future) while a card waits
         self.card = None
-        self.last_tool_id = None  # the last `tool` message saved
+        self.last_tool_id = None  # the last `tool` message saved, and its stats
+        self.last_tool_stats: dict = {}
         self.abandoned = False  # the window closed: write nothing more
         self.turns = 0
         self.task = asyncio.ensure_future(self._run(messages, params))
@@ -127,14 +128,19 @@ class ToolReply:
         except ChinwagError as e:
             c.error.emit(str(e))
             return
-        self.last_tool_id = saved.id
+        self.last_tool_id, self.last_tool_stats = saved.id, stats
         if self.conv_id == c.conv_id:
             c.view.add_tool_result(saved.id, saved.content, stats)
 
     def _finish(self, status, note: str = "") -> None:
         c = self.controller
-        if note and self.last_tool_id is not None and self.conv_id == c.conv_id:
-            c.view.set_tool_note(self.last_tool_id, note)
+        if note and self.last_tool_id is not None:
+            try:  # kept with the result, so the chat shows it when reopened
+                c.store.update_message(self.last_tool_id, stats={**self.last_tool_stats, "note": note})
+            except ChinwagError as e:
+                c.error.emit(str(e))
+            if self.conv_id == c.conv_id:
+                c.view.set_tool_note(self.last_tool_id, note)
         c.end_tool_reply(self.conv_id, status)
 
     # --- the reply ------------------------------------------------------------------------

@@ -168,6 +168,9 @@ def test_round_limit_ends_the_reply_with_a_line_and_a_chat_can_switch_its_server
         conv_id = window.chat.conv_id
         assert roles(store, conv_id) == ["user", "assistant", "tool", "assistant", "tool"]
         assert window.chat_view.message_widgets()[-1].note.text().startswith("Stopped after 2 tool rounds")
+        window.chat.new_conversation()
+        window.chat.open_conversation(conv_id)  # the line is kept with the last result
+        assert window.chat_view.message_widgets()[-1].note.text().startswith("Stopped after 2 tool rounds")
         # This chat turns its calculator off: the next reply has no tools (the call is only text).
         action = window.tools_button.menu_.findChild(QAction, "chatTools_calc")
         action.trigger()
