@@ -12,7 +12,7 @@ import logging
 
 from app.core.store import MessageStatus
 from app.tools import config
-from app.tools.loop import RoundLimit, ToolRun, stored_stats, tool_message
+from app.tools.loop import RoundLimit, ToolRun, ToolStarted, stored_stats, tool_message
 from app.tools.loop import reply as tool_reply
 from app.tools.policy import Answer, Approvals
 from engine.errors import ChinwagError
@@ -60,7 +60,8 @@ class ToolReply:
         """Every call of the round gets a result, so the history the next reply reads stays whole."""
         pending, self.pending = self.pending, []
         for call in pending:
-            run = ToolRun(call, "", _stopped(), False)
+            spec = self.host.find(call.name)
+            run = ToolRun(call, spec.server if spec else "", _stopped(), False)
             self._save(tool_message(run), stored_stats(tool_message(run), run))
 
     def reshow(self) -> None:
@@ -89,6 +90,7 @@ class ToolReply:
 
     async def _ask(self, call, spec) -> Answer:
         self.phase = "ask"
+        self.card = None
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.asking = (call, spec, future)
         self._show_card(call, spec, future)
@@ -114,7 +116,19 @@ class ToolReply:
         self.controller.view.focus_composer()  # the card's buttons go: the focus returns to the composer
 
     def _show(self, event) -> None:
-        if isinstance(event, ToolRun):
+        if isinstance(event, ToolStarted):
+            self.phase = "call"
+            if not event.asked:  # allowed by its policy: shown all the same, without the question
+                self.card = None
+                future: asyncio.Future = asyncio.get_running_loop().create_future()
+                self._show_card(event.call, event.spec, future)
+                if self.card is not None:
+                    self.card.allowed_by_policy()
+            if self.card is not None:
+                self.card.set_running(True)
+        elif isinstance(event, ToolRun):
+            if self.card is not None and self.card.running:
+                self.card.set_running(False)
             self.pending = [call for call in self.pending if call.id != event.call.id]
             self._save(tool_message(event), stored_stats(tool_message(event), event))
             self.phase = "call"

@@ -139,13 +139,16 @@ def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
         qtbot.waitUntil(
             lambda: window.chat.tool_reply is not None and window.chat.tool_reply.phase == "call", timeout=60_000
         )
-        assert not cards(window)  # allowed by its policy: never asked
+        (card,) = cards(window)  # allowed by its policy: never asked, but shown as it runs
+        assert not any(b.isVisible() for b in card.buttons.values())
+        assert card.status.text() == "Allowed by its policy · running…"
         window.stop_action.trigger()
         qtbot.waitUntil(lambda: idle(window), timeout=30_000)
+        assert card.status.text() == "Allowed by its policy · stopped while it ran"
         conv_id = window.chat.conv_id
         assert roles(store, conv_id) == ["user", "assistant", "tool"]
         stopped = store.get_conversation(conv_id).messages[-1]
-        assert stopped.content == STOPPED_RESULT and stopped.stats["is_error"]
+        assert stopped.content == STOPPED_RESULT and stopped.stats["is_error"] and stopped.stats["server"] == "calc"
         assert window.chat_view.message_widgets()[-1].note.text() == "Stopped."
         # The chat goes on: the next reply sees the stopped round in its history.
         window.chat.send("Never mind.")
@@ -172,12 +175,14 @@ def test_round_limit_ends_the_reply_with_a_line_and_a_chat_can_switch_its_server
         window.chat.open_conversation(conv_id)  # the line is kept with the last result
         assert window.chat_view.message_widgets()[-1].note.text().startswith("Stopped after 2 tool rounds")
         # This chat turns its calculator off: the next reply has no tools (the call is only text).
+        assert [c.status.text() for c in cards(window)] == ["Allowed by its policy"] * 2
         action = window.tools_button.menu_.findChild(QAction, "chatTools_calc")
         action.trigger()
         assert window.tools.off_in(conv_id) == {"calc"} and window.tools_button.text() == "Tools: off"
         window.chat.send("Again.")
         qtbot.waitUntil(lambda: idle(window) and roles(store, conv_id)[-1] == "assistant", timeout=60_000)
-        assert roles(store, conv_id).count("tool") == 2 and not cards(window)
+        assert roles(store, conv_id).count("tool") == 2
+        qtbot.waitUntil(lambda: not cards(window))  # the reopened chat's cards went; the tool-less reply added none
     finally:
         dispose(qtbot, window, store)
 
