@@ -21,6 +21,7 @@ from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs
 
 DEFAULTS_KEY = "default_settings"
+TOOL_ROLE = "tool"  # a tool's result in the store (app/tools/loop.py stored_stats says which call)
 # Each key's type and range come from GenerationParams, the one source (engine/types.py).
 SPECS = {spec.name: spec for spec in param_specs()}
 # Read the message while it is typed (engine.prefill); its default is in default_settings.json.
@@ -124,16 +125,33 @@ def params_from_settings(values: dict) -> GenerationParams:
 
 
 def engine_messages(messages, system_prompt: str) -> list[dict]:
-    """What the engine gets: the system prompt first, then the turns that have text."""
+    """What the engine gets: the system prompt first, then the turns that have text, and tool rounds
+    (a reply's `tool_calls`, each `tool` result) as the terminal chat and the window store them."""
     out = []
     if system_prompt.strip():
         out.append({"role": MessageRole.SYSTEM.value, "content": system_prompt})
     for m in messages:
+        stats = m.stats if isinstance(m.stats, dict) else {}
+        if m.role == TOOL_ROLE and stats.get("tool_call_id"):  # a tool's result, answering a call before it
+            out.append(
+                {
+                    "role": TOOL_ROLE,
+                    "content": m.content,
+                    "tool_call_id": str(stats.get("tool_call_id", "")),
+                    "name": str(stats.get("name", "")),
+                }
+            )
+            continue
         if m.role not in (MessageRole.USER, MessageRole.ASSISTANT) or m.status == MessageStatus.FAILED:
             continue
-        if m.role == MessageRole.ASSISTANT and not m.content:
+        calls = stats.get("tool_calls") if m.role == MessageRole.ASSISTANT else None
+        calls = calls if isinstance(calls, list) and all(isinstance(c, dict) for c in calls) else None
+        if m.role == MessageRole.ASSISTANT and not m.content and not calls:
             continue
-        out.append({"role": str(m.role), "content": message_text(m)})  # with its documents' blocks
+        message = {"role": str(m.role), "content": message_text(m)}  # with its documents' blocks
+        if calls:  # a tool round: the calls as the model made them
+            message["tool_calls"] = calls
+        out.append(message)
     return out
 
 

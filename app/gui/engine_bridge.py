@@ -243,6 +243,7 @@ class EngineBridge(QObject):
             self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
         else:
             self.turnFinished.emit(conv_id, stats)
+        return stats  # a reply with tools awaits each turn (app/gui/tools/turns.py)
 
     def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
         """Read an unsent draft ahead in the background; only when idle with a model loaded."""

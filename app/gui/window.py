@@ -86,6 +86,12 @@ class MainWindow(QMainWindow):
         column.setSpacing(0)
         column.addWidget(self.header)
         column.addWidget(self.notices)
+        from app.gui.tools.chat_menu import ChatToolsButton
+        from app.gui.tools.host import WindowTools
+
+        self.tools = WindowTools(store, self)  # the MCP servers replies can call: start with the engine
+        self.tools_button = ChatToolsButton(self.tools, self.bridge)  # this chat's servers and their cost
+        self.header.add_widget(self.tools_button)
         self.model_picker = ModelPicker(self.models)  # the chat header's model picker, at its right end
         self.header.add_widget(self.model_picker)
         column.addWidget(self.chat_view, 1)
@@ -102,6 +108,14 @@ class MainWindow(QMainWindow):
         self.chat_panes = ChatPanes(self.chat_view, self.composer, self.sidebar)  # what the controller drives
         self.chat = ChatController(store, self.bridge, self.chat_panes, self)
         self.chat_panes.wire(self.chat)
+        self.chat.tools = self.tools
+        self.tools.notice.connect(lambda text: self.notices.show_notice("tools", text, "info", timeout_ms=15000))
+        self.tools_button.serversRequested.connect(self.open_tools)
+        self.chat.conversationChanged.connect(
+            lambda c: self.tools_button.set_conversation(
+                c, c is not None and c == self.chat.conv_id and self._is_new(c)
+            )
+        )
         self.keys = WindowKeys(self, self.composer, self.sidebar, self.chat_view, self.chat, self.status)
         self.dialogs = WindowDialogs(self, store, self.bridge, self.chat, self.models, self.status)
         self.dialogs.error.connect(self.show_error)
@@ -214,9 +228,7 @@ class MainWindow(QMainWindow):
         )
         chat_menu.addSeparator()
         self.chat_settings_action = self._action(chat_menu, "Chat Settings…", dialogs.chat_settings_dialog)
-        from app.gui.tools.dialog import open_tools_dialog
-
-        self.tools_action = self._action(chat_menu, "MCP Servers…", lambda: open_tools_dialog(self))
+        self.tools_action = self._action(chat_menu, "MCP Servers…", self.open_tools)
 
         self.model_menu = ModelMenu(self.models, self)
         bar.addMenu(self.model_menu)
@@ -246,8 +258,26 @@ class MainWindow(QMainWindow):
         b.taskFailed.connect(self._on_task_failed)
 
     # --- engine ---------------------------------------------------------
+    def open_tools(self):
+        """Chat › MCP Servers…; when it closes, the servers restart if they changed."""
+        from app.gui.tools.dialog import open_tools_dialog
+
+        dialog = open_tools_dialog(self)
+        if not dialog.property("toolsWired"):
+            dialog.setProperty("toolsWired", True)
+            dialog.finished.connect(lambda _r: self.tools.restart_if_changed())
+        return dialog
+
+    def _is_new(self, conv_id) -> bool:
+        """A chat whose first message is being sent (it has no reply yet)."""
+        try:
+            return not any(m.role != "user" for m in self.store.get_conversation(conv_id).messages)
+        except ChinwagError:
+            return False
+
     def start_engine(self, model_spec: str | None = None):
         """Start the engine in the background and load the last used model (or the starter)."""
+        self.tools.start()  # the MCP servers start beside it, in the background
         default = STARTER_ID
         chosen = load_app_settings(self.store)["default_model"]
         spec = model_spec or chosen or self.store.get_state("last_model") or default
@@ -478,5 +508,6 @@ class MainWindow(QMainWindow):
     async def shutdown(self):
         """Close the engine (after the window closed); run it on the loop."""
         self.chat.abandon()
+        await self.tools.close()  # stdio MCP servers end with the window
         await self.server_control.aclose()  # before the engine closes
         await self.bridge.aclose()

@@ -250,6 +250,12 @@ class ToolHost:
             for server, t in pairs
         ]
 
+    def subset(self, names) -> "ToolHost":
+        """The same running connections, only those named (one chat's choice); close the full host, not this."""
+        part = ToolHost(())
+        part.connections = {n: c for n, c in self.connections.items() if n in names}
+        return part
+
     def find(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 

@@ -24,6 +24,15 @@ class ToolRun:
 
 
 @dataclass(frozen=True)
+class ToolStarted:
+    """A call about to run, allowed by the user (`asked`) or by its policy: front ends can say that it runs."""
+
+    call: ToolCall
+    spec: ToolSpec
+    asked: bool
+
+
+@dataclass(frozen=True)
 class RoundLimit:
     """The reply stopped calling tools because it reached the limit of rounds."""
 
@@ -48,7 +57,11 @@ def with_tools(params: GenerationParams, host: ToolHost | None) -> GenerationPar
 
 
 async def run_call(
-    host: ToolHost, approvals: Approvals, call: ToolCall, ask: Callable[[ToolCall, ToolSpec], Awaitable[Answer]]
+    host: ToolHost,
+    approvals: Approvals,
+    call: ToolCall,
+    ask: Callable[[ToolCall, ToolSpec], Awaitable[Answer]],
+    show: Callable[[object], None] = lambda event: None,
 ) -> ToolRun:
     spec = host.find(call.name)
     if spec is None:
@@ -65,15 +78,19 @@ async def run_call(
     )
     if not allowed:
         return ToolRun(call, spec.server, ToolResult("error: the user did not allow this call", True), False)
+    show(ToolStarted(call, spec, policy == Policy.ASK))
     return ToolRun(call, spec.server, await host.call(spec, arguments), True)
+
+
+def tool_message(run: ToolRun) -> dict:
+    """The `tool` message that gives the model one call's result."""
+    return {"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name}
 
 
 def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
     """The assistant message that made the calls (its text as generated) and one `tool` message per call."""
     out: list = [{"role": "assistant", "content": text, "tool_calls": [c.to_openai() for c in stats.tool_calls]}]
-    for run in runs:
-        out.append({"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name})
-    return out
+    return out + [tool_message(run) for run in runs]
 
 
 def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
@@ -113,7 +130,7 @@ async def reply(
             return added, stats
         runs = []
         for call in stats.tool_calls:
-            run = await run_call(host, approvals, call, ask)
+            run = await run_call(host, approvals, call, ask, show)
             show(run)
             runs.append(run)
         added += tool_messages(text, stats, runs)

@@ -77,6 +77,9 @@ class ChatController(QObject):
         # The composer's documents (app/gui/chat/attachments.py AttachmentTray), set by ChatPanes.wire;
         # None: messages without documents (the controller's unit tests).
         self.documents = None
+        # The window's MCP host (app/gui/tools/host.py WindowTools), set by the window; None: no tools.
+        self.tools = None
+        self.tool_reply = None  # the reply with tools under way (app/gui/tools/turns.py ToolReply)
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
@@ -147,6 +150,8 @@ class ChatController(QObject):
             self.view.begin_stream(gen.msg_id)
         if self.queued == conv.id and conv.messages:
             self._mark_queued(conv.messages[-1].id)
+        if self.tool_reply is not None and self.tool_reply.conv_id == conv.id:
+            self.tool_reply.reshow()  # a call that waits for its answer
         self.view.set_draft(self.drafts.get(conv.id))
         self._sync_generation()
         self.view.select_conversation(conv.id)
@@ -298,8 +303,78 @@ class ChatController(QObject):
         self._sync_generation()
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv.id, messages, params)
+        if not self._reply_with_tools(conv.id, messages, params):
+            self.bridge.chat(conv.id, messages, params)
         return True
+
+    def _reply_with_tools(self, conv_id, messages, params) -> bool:
+        """The chat's tools are on: the reply runs the tool loop (app/gui/tools/turns.py), which streams each turn."""
+        from app.gui.tools.turns import ToolReply
+
+        host = self.tools.host_for(conv_id) if self.tools is not None else None
+        if host is None:
+            return False
+        self.tool_reply = ToolReply(self, host, conv_id, messages, params)
+        return True
+
+    def next_round(self) -> bool:
+        """After a round's results the reply goes on: a new assistant message streams below them."""
+        gen, model = self.gen, self.bridge.current_model
+        if gen is None or model is None:
+            return False
+        try:
+            reply = self.store.add_message(
+                gen.conv_id, MessageRole.ASSISTANT, "", status=MessageStatus.STREAMING, model_id=model.id
+            )
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            self.end_tool_reply(gen.conv_id, MessageStatus.FAILED)
+            return False
+        self.gen = Generation(gen.conv_id, reply.id, started=time.monotonic())
+        if gen.conv_id == self.conv_id:
+            self.view.add_message(
+                reply.id, MessageRole.ASSISTANT, "", MessageStatus.STREAMING, model.name or model.id, model_id=model.id
+            )
+            self.view.begin_stream(reply.id)
+        return True
+
+    def _end_round(self, conv_id, stats):
+        """A turn ended with tool calls: saved as the round's message (the calls in its stats); the reply goes on."""
+        from app.gui.tools.messages import visible_text
+        from app.tools.loop import stored_stats
+
+        gen = self.gen
+        if gen is None or gen.conv_id != conv_id:
+            return
+        self._done_reading(gen)
+        calls = {"role": "assistant", "tool_calls": [c.to_openai() for c in stats.tool_calls]}
+        try:
+            self.store.update_message(
+                gen.msg_id,
+                content=gen.text,
+                status=MessageStatus.COMPLETE,
+                stats={**stats_dict(stats), **stored_stats(calls)},
+            )
+            gen.saved = gen.text
+        except ChinwagError as e:
+            self.error.emit(str(e))
+        if conv_id == self.conv_id:
+            self.view.end_stream(MessageStatus.COMPLETE, stats, "")
+            self.view.set_message_text(gen.msg_id, visible_text(gen.text))  # the calls show as their cards and blocks
+        self.statsChanged.emit(stats)
+
+    def end_tool_reply(self, conv_id, status):
+        """A reply with tools ended between turns (the round limit, Stop at a card or a call, a failure)."""
+        gen = self.gen
+        self.tool_reply = None
+        if gen is None or gen.conv_id != conv_id:
+            return
+        self.gen = None
+        self.last_status = status
+        self._save_timer.stop()
+        self._sync_generation()
+        self.generatingChanged.emit(False)
+        self.refresh_list()
 
     def _documents_for(self, conv_id: str, question: str) -> list:
         """The documents the message carries: the composer's, or passages of the chat's too-big ones."""
@@ -329,7 +404,7 @@ class ChatController(QObject):
         if conv is None:
             messages = engine_messages([], str(values.get("system_prompt") or ""))
             messages.append({"role": MessageRole.USER.value, "content": text})
-            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, params_from_settings(values))
+            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, self._tool_params(None, values))
             self._new_draft_read = self._new_draft_read or task is not None
             return task
         history = conv.messages
@@ -338,7 +413,14 @@ class ChatController(QObject):
             history = history[: ids.index(self.editing)] if self.editing in ids else history
         messages = engine_messages(history, str(values.get("system_prompt") or ""))
         messages.append({"role": MessageRole.USER.value, "content": text})
-        return self.bridge.prefill(conv.id, messages, params_from_settings(values))
+        return self.bridge.prefill(conv.id, messages, self._tool_params(conv.id, values))
+
+    def _tool_params(self, conv_id, values):
+        """A read-ahead's params: with the chat's tool definitions, so it reads the prompt the reply will have."""
+        from app.tools.loop import with_tools
+
+        host = self.tools.host_for(conv_id) if self.tools is not None else None
+        return with_tools(params_from_settings(values), host)
 
     def _on_prefill_progress(self, conv_id, progress):
         gen = self.gen
@@ -376,6 +458,10 @@ class ChatController(QObject):
             self.error.emit(str(e))
 
     def _on_finished(self, conv_id, stats):
+        reply = self.tool_reply
+        if stats.finish_reason == FinishReason.TOOL_CALLS and reply is not None and reply.conv_id == conv_id:
+            self._end_round(conv_id, stats)
+            return
         self._end(conv_id, status_of(stats), stats, stats.error)
 
     def _on_failed(self, conv_id, reason):
@@ -388,6 +474,8 @@ class ChatController(QObject):
             return
         self._done_reading(gen)
         self.gen = None
+        if self.tool_reply is not None and self.tool_reply.conv_id == conv_id:
+            self.tool_reply = None  # its last turn ended (or failed, or was stopped)
         self.last_status = status
         self._save_timer.stop()
         try:
@@ -423,11 +511,15 @@ class ChatController(QObject):
             self.drafts.put(self.conv_id, self.view.composer_text())
 
     def stop(self):
+        if self.tool_reply is not None and self.tool_reply.stop():
+            return  # a call waited for its answer or was running: cancelled
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
 
     def abandon(self):
         """The window is closing: save what was generated as stopped, now."""
+        if self.tool_reply is not None:
+            self.tool_reply.abandon()
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
             self._end(self.gen.conv_id, MessageStatus.STOPPED, None)

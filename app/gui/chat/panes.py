@@ -64,6 +64,16 @@ class ChatWindowView(Protocol):
 
     def set_message_actions_enabled(self, on: bool) -> None: ...
 
+    # --- tool rounds (app/gui/tools/turns.py) ---------------------------------------------
+    def add_approval(self, msg_id: int, call, server: str, tool: str):
+        """Show a call's ApprovalCard in the reply msg_id; returns the card (its `answered` signal), or None."""
+
+    def add_tool_result(self, msg_id: int, text: str, stats: dict) -> None:
+        """Show a stored `tool` message (its result block) at the end of the chat."""
+
+    def set_tool_note(self, msg_id: int, text: str) -> None:
+        """A line under a tool message (the round limit was reached, Stop)."""
+
     # --- the composer -------------------------------------------------------------
     def composer_text(self) -> str: ...
 
@@ -180,6 +190,17 @@ class ChatPanes:
 
     def set_message_actions_enabled(self, on):
         self.chat_view.set_actions_enabled(on)
+
+    def add_approval(self, msg_id, call, server, tool):
+        return self.chat_view.add_approval(msg_id, call, server, tool)
+
+    def add_tool_result(self, msg_id, text, stats):
+        self.chat_view.add_message(msg_id, "tool", text, MessageStatus.COMPLETE, stats=stats)
+
+    def set_tool_note(self, msg_id, text):
+        widget = self.chat_view.widget_for(msg_id)
+        if widget is not None and hasattr(widget, "set_note"):
+            widget.set_note(text)
 
     # --- the composer -------------------------------------------------------------
     def composer_text(self):

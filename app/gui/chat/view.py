@@ -136,13 +136,33 @@ class ChatView(QScrollArea):
         return widget
 
     def _make(self, message_id, role, text, status, model, stats, model_id) -> MessageWidget:
-        widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
+        from app.gui.tools.messages import ToolMessage, visible_text
+
+        if role == "tool":  # a tool's result: its collapsed block
+            widget: MessageWidget = ToolMessage(message_id, text, stats)
+        else:
+            if isinstance(stats, dict) and stats.get("tool_calls"):  # the calls show as the blocks below
+                text = visible_text(text)
+            widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
         widget.versionRequested.connect(self.versionRequested)
         widget.forkRequested.connect(self.forkRequested)
         return widget
+
+    def add_approval(self, message_id, call, server: str, tool: str):
+        """The approval card of a call, inline in the reply that made it (None: that reply is not shown)."""
+        from app.gui.tools.cards import ApprovalCard
+
+        widget = self.widget_for(message_id)
+        if widget is None:
+            return None
+        card = ApprovalCard(call, server, tool)
+        layout = widget.layout()
+        layout.insertWidget(layout.indexOf(widget.stats_label), card)
+        self._stick = True
+        return card
 
     def replace_from(self, message_id, messages):
         """Show messages (stored Message objects) in place of message_id and every later one:

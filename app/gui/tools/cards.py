@@ -28,6 +28,9 @@ def _label(text: str, name: str) -> QLabel:
     return label
 
 
+ANSWERED = {Answer.ONCE: "Allowed once", Answer.ALWAYS: "Always allowed", Answer.DENY: "Denied"}
+
+
 class ApprovalCard(QFrame):
     """Asks before a call runs; `answered(Answer)` once, then the buttons go."""
 
@@ -38,7 +41,9 @@ class ApprovalCard(QFrame):
         self.setObjectName("toolApproval")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QVBoxLayout(self)
-        layout.addWidget(_label(f"Run the tool {tool} on the server {server}?", "toolApprovalTitle"))
+        self.server, self.tool = server, tool
+        self.title = _label(f"Run the tool {tool} on the server {server}?", "toolApprovalTitle")
+        layout.addWidget(self.title)
         self.arguments = _plain(pretty_arguments(call), "toolApprovalArguments", lines=12)
         layout.addWidget(self.arguments)
         row = QHBoxLayout()
@@ -59,18 +64,41 @@ class ApprovalCard(QFrame):
         self.status.hide()
         layout.addWidget(self.status)
         self.result: Answer | None = None
+        self._base = ""  # what the status says once answered
+        self.running = False
 
     def answer(self, answer: Answer) -> None:
         if self.result is not None:
             return
         self.result = answer
+        self._base = ANSWERED[answer]
+        self._say(self._base)
+        self.answered.emit(answer)
+
+    def allowed_by_policy(self) -> None:
+        """The tool's policy allowed it: no question, but the call is shown all the same."""
+        self.result = Answer.ONCE
+        self.title.setText(f"The tool {self.tool} on the server {self.server}")
+        self._base = "Allowed by its policy"
+        self._say(self._base)
+
+    def set_running(self, on: bool) -> None:
+        self.running = on
+        self._say(f"{self._base} · running…" if on else self._base)
+
+    def cancel(self) -> None:
+        """Stop came while the card waited (the call did not run) or while its call ran."""
+        if self.result is None:
+            self._say("Stopped: the call did not run")
+        elif self.running:
+            self.running = False
+            self._say(f"{self._base} · stopped while it ran")
+
+    def _say(self, text: str) -> None:
         for button in self.buttons.values():
             button.hide()
-        self.status.setText(
-            {Answer.ONCE: "Allowed once", Answer.ALWAYS: "Always allowed", Answer.DENY: "Denied"}[answer]
-        )
+        self.status.setText(text)
         self.status.show()
-        self.answered.emit(answer)
 
 
 class ToolResultBlock(QFrame):

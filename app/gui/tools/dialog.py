@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -102,6 +103,21 @@ class ToolsDialog(QDialog):
         row.addWidget(self.list_button)
         row.addStretch(1)
         layout.addLayout(row)
+
+        rounds = QFormLayout()
+        self.rounds_box = QSpinBox()
+        self.rounds_box.setObjectName("mcpMaxRounds")
+        self.rounds_box.setRange(1, 100)
+        self.rounds_box.setToolTip(
+            "A reply that keeps calling tools stops after this many rounds, with a line saying so"
+        )
+        try:
+            self.rounds_box.setValue(config.load().max_rounds)
+        except ChinwagError:
+            self.rounds_box.setValue(config.DEFAULT_MAX_ROUNDS)
+        self.rounds_box.valueChanged.connect(lambda n: self._do(lambda: config.set_max_rounds(n)))
+        rounds.addRow("Tool rounds per reply", self.rounds_box)
+        layout.addLayout(rounds)
 
         self.tools_box = QWidget()
         self.tools_form = QFormLayout(self.tools_box)

@@ -5,7 +5,7 @@ import sys
 
 from app.tools.client import ToolHost
 from app.tools.config import Policy, ServerConfig, ToolsConfig
-from app.tools.loop import RoundLimit, ToolRun, reply
+from app.tools.loop import RoundLimit, ToolRun, ToolStarted, reply
 from app.tools.policy import Answer, Approvals
 from engine import GenerationParams, TextDelta, TurnStats
 from tests.app.tools.scripted import Repeat, Script, tool_call_ids
@@ -60,7 +60,8 @@ def test_approved_call_runs_and_the_model_continues(tools_engine_with, tiny_tool
 
     added, stats, asked, events = tools_engine_with(body)
     assert asked == [("add", "calc")]
-    (run,) = events
+    started, run = events  # said before the call runs, then its result
+    assert isinstance(started, ToolStarted) and started.asked and started.call == run.call
     assert isinstance(run, ToolRun) and run.allowed and run.result.text == "5.0" and run.server == "calc"
     assert [m["role"] for m in added] == ["assistant", "tool", "assistant"]
     assert added[0]["tool_calls"][0]["function"]["name"] == "add"
@@ -80,7 +81,7 @@ def test_denied_call_does_not_run(tools_engine_with, tiny_tools_model):
         return added, asked, events
 
     added, asked, events = tools_engine_with(body)
-    assert asked and not events[0].allowed
+    assert asked and [type(e) for e in events] == [ToolRun] and not events[0].allowed
     assert added[1]["content"] == "error: the user did not allow this call"
 
 
@@ -95,6 +96,7 @@ def test_round_limit_ends_a_loop_with_a_clear_line(tools_engine_with, tiny_tools
 
     added, asked, events = tools_engine_with(body)
     assert asked == []  # allowed by the server's policy: never asked
-    assert [type(e) for e in events] == [ToolRun, ToolRun, RoundLimit]
+    assert [type(e) for e in events] == [ToolStarted, ToolRun, ToolStarted, ToolRun, RoundLimit]
+    assert not events[0].asked
     assert "stopped after 2 tool rounds" in events[-1].text
     assert [m["role"] for m in added] == ["assistant", "tool", "assistant", "tool"]

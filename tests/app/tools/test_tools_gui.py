@@ -63,6 +63,9 @@ def test_tools_dialog_adds_edits_enables_imports_and_sets_policies(qtbot, qloop,
     assert not config.load().server("calc").enabled
     dialog.name_edit.setText("")
     assert not dialog.save_server() and "needs a name" in dialog.status.text()
+    assert dialog.rounds_box.value() == config.DEFAULT_MAX_ROUNDS
+    dialog.rounds_box.setValue(3)
+    assert config.load().max_rounds == 3
 
     source = tmp_path / "claude_desktop_config.json"
     source.write_text(json.dumps({"mcpServers": {"web": {"url": "http://127.0.0.1:9/mcp"}}}))

@@ -1,0 +1,40 @@
+"""The window's MCP host: servers start with the window, restart when the Tools dialog changed them
+(not for a policy), and stop when it closes; a chat's choice of servers is its own."""
+
+import pytest
+
+from app.tools import config
+from app.tools.config import Policy
+from tests.tools_servers.launch import stdio_entry
+
+pytestmark = pytest.mark.qt
+
+
+@pytest.mark.qt_log_ignore("does not support raise")  # the offscreen platform cannot raise the dialog
+def test_the_tools_dialog_restarts_the_servers_only_when_they_changed(qtbot, window):
+    tools = window.tools
+    qtbot.waitUntil(lambda: tools._task is not None and tools._task.done())
+    assert tools.host is None and not window.tools_button.isVisible()  # no mcp.json: no Tools button
+
+    dialog = window.open_tools()
+    entry = stdio_entry("calculator")
+    config.add_server("calc", entry["command"], entry["args"])
+    dialog.reject()
+    qtbot.waitUntil(lambda: tools.servers == ["calc"], timeout=60_000)
+    assert window.tools_button.isVisible() and window.tools_button.text().startswith("Tools: 2")
+    host = tools.host
+
+    dialog = window.open_tools()
+    config.set_policy("calc", Policy.ALLOW)  # a policy is read at each call: no restart
+    dialog.reject()
+    assert tools.host is host
+
+    # A chat's choice: off in this chat only, and a new chat starts with every server on.
+    window.tools.set_on("some-chat", "calc", False)
+    assert tools.host_for("some-chat") is None and tools.host_for("other-chat") is not None
+
+    dialog = window.open_tools()
+    config.set_enabled("calc", False)
+    dialog.reject()
+    qtbot.waitUntil(lambda: tools.servers == [] and not tools.starting, timeout=60_000)
+    assert not host.connections["calc"].running  # the old server was stopped
