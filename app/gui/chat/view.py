@@ -178,7 +178,7 @@ class ChatView(QScrollArea):
     def refresh_model_names(self):
         for widget in self._widgets:
             if widget.role == "assistant" and widget.model_id:
-                widget.who_label.setText(self.model_name(widget.model_id))
+                widget.who_label.set_full_text(self.model_name(widget.model_id))
 
     def set_actions_enabled(self, on: bool):
         for widget in self._widgets:

@@ -1,0 +1,83 @@
+"""The transcript at any window size: the reading column reflows to the space it has (nothing
+clipped at the right edge, every action in reach), and a version switch keeps its place."""
+
+import pytest
+from PySide6.QtCore import QPoint
+
+from tests.app_helpers import run
+
+pytestmark = pytest.mark.qt
+
+LONG_STATS = {
+    "generated_tokens": 512,
+    "decode_tps": 9.7,
+    "ttft_s": 0.65,
+    "reused_tokens": 12_345,
+    "dropped_messages": 3,
+    "finish_reason": "length",
+}
+
+
+def open_window(qtbot, store, engine):
+    from app.gui.window import MainWindow
+
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    run(qtbot, w.start_engine("fake-small"))
+    return w
+
+
+def in_viewport(view, widget) -> bool:
+    """The widget is drawn whole inside the chat view's visible width."""
+    left = widget.mapTo(view.viewport(), QPoint(0, 0)).x()
+    return widget.isVisible() and 0 <= left and left + widget.width() <= view.viewport().width()
+
+
+def test_the_column_reflows_at_every_width_from_the_minimum(qtbot, qloop, store, engine):
+    from app.gui.window import MIN_SIZE
+
+    conv = store.create_conversation("A chat with long lines")
+    store.add_message(conv.id, "user", "Look at " + "this word " * 40 + "https://example.com/" + "a" * 150)
+    reply = "Some prose.\n\n```python\ndef is_prime(n):\n    return n > 1\n```\n\n" + "More prose. " * 30
+    store.add_message(conv.id, "assistant", reply, model_id="a-model-with-a-very-long-name-" * 3, stats=LONG_STATS)
+    store.set_state("last_conversation", conv.id)
+    w = open_window(qtbot, store, engine)
+    view = w.chat_view
+    assert w.sidebar.isVisible()
+    for width in (MIN_SIZE[0], 800, 900, 1100):
+        w.resize(width, MIN_SIZE[1])
+        qtbot.waitUntil(lambda width=width: w.width() == width)
+        qtbot.waitUntil(lambda: view.widget().width() <= view.viewport().width())
+        for message in view.message_widgets():
+            assert in_viewport(view, message), (width, message.role)
+            for button in (message.copy_button, message.edit_button, message.regen_button):
+                if not button.isHidden():
+                    assert in_viewport(view, button), (width, button.objectName())
+            stats = message.stats_label
+            if not stats.isHidden():  # the whole stats line, wrapped if it must be
+                assert in_viewport(view, stats) and stats.height() >= stats.heightForWidth(stats.width())
+    assert "prompt tokens reused" in view.message_widgets()[-1].stats_label.text()
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def test_the_welcome_fits_the_minimum_window(qtbot, qloop, store, engine):
+    from app.gui.window import MIN_SIZE
+
+    w = open_window(qtbot, store, engine)
+    view = w.chat_view
+    w.resize(*MIN_SIZE)
+    qtbot.waitUntil(lambda: w.width() == MIN_SIZE[0])
+    qtbot.waitUntil(lambda: view.widget().width() <= view.viewport().width())
+    welcome = view.welcome
+    assert in_viewport(view, welcome)
+    for button in welcome.prompt_buttons:
+        assert in_viewport(view, button) and button.width() >= button.sizeHint().width()
+    keys = welcome.keys
+    assert in_viewport(view, keys) and len(keys.lines()) > 1  # too narrow for one line: whole items wrap
+    for line in keys.lines():
+        assert not line.strip().startswith("·") and not line.strip().endswith("·")
+        assert keys.fontMetrics().horizontalAdvance(line) <= keys.width()
+    w.close()
+    run(qtbot, w.shutdown())
