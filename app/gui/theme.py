@@ -80,5 +80,12 @@ def apply(theme: str = "system", font_size: int = 0) -> None:
     app.setFont(font)
 
 
+def system_point_size() -> int:
+    """The font size the app started with (what Preferences calls "System size")."""
+    app = QApplication.instance()
+    font = _system.get("font") or (app.font() if app is not None else QFont())
+    return font.pointSize() if font.pointSize() > 0 else 10
+
+
 def is_dark(palette: QPalette) -> bool:
     return palette.color(QPalette.ColorRole.Base).lightness() < 128

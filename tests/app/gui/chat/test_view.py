@@ -34,7 +34,21 @@ def in_viewport(view, widget) -> bool:
     return widget.isVisible() and 0 <= left and left + widget.width() <= view.viewport().width()
 
 
+def fits(view, width):
+    assert view.widget().width() <= view.viewport().width()
+    for message in view.message_widgets():
+        assert in_viewport(view, message), (width, message.role)
+        for button in (message.copy_button, message.edit_button, message.regen_button):
+            if not button.isHidden():
+                assert in_viewport(view, button), (width, button.objectName())
+        stats = message.stats_label
+        if not stats.isHidden():  # the whole stats line, wrapped if it must be
+            assert in_viewport(view, stats) and stats.height() >= stats.heightForWidth(stats.width())
+
+
 def test_the_column_reflows_at_every_width_from_the_minimum(qtbot, qloop, store, engine):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
     from app.gui.window import MIN_SIZE
 
     conv = store.create_conversation("A chat with long lines")
@@ -45,19 +59,16 @@ def test_the_column_reflows_at_every_width_from_the_minimum(qtbot, qloop, store,
     w = open_window(qtbot, store, engine)
     view = w.chat_view
     assert w.sidebar.isVisible()
-    for width in (MIN_SIZE[0], 800, 900, 1100):
-        w.resize(width, MIN_SIZE[1])
-        qtbot.waitUntil(lambda width=width: w.width() == width)
-        qtbot.waitUntil(lambda: view.widget().width() <= view.viewport().width())
-        for message in view.message_widgets():
-            assert in_viewport(view, message), (width, message.role)
-            for button in (message.copy_button, message.edit_button, message.regen_button):
-                if not button.isHidden():
-                    assert in_viewport(view, button), (width, button.objectName())
-            stats = message.stats_label
-            if not stats.isHidden():  # the whole stats line, wrapped if it must be
-                assert in_viewport(view, stats) and stats.height() >= stats.heightForWidth(stats.width())
-    assert "prompt tokens reused" in view.message_widgets()[-1].stats_label.text()
+    try:
+        for font_size, width in ((0, MIN_SIZE[0]), (0, 800), (0, 900), (0, 1100), (14, MIN_SIZE[0]), (14, 900)):
+            store.set_state(APP_KEY, {"theme": "system", "font_size": font_size, "default_model": ""})
+            w.apply_app_settings()
+            w.resize(width, MIN_SIZE[1])
+            qtbot.waitUntil(lambda width=width: w.width() == width)
+            qtbot.waitUntil(lambda width=width: fits(view, width))  # once the layout has settled
+        assert "prompt tokens reused" in view.message_widgets()[-1].stats_label.text()
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
     w.close()
     run(qtbot, w.shutdown())
 
