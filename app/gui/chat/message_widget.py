@@ -131,6 +131,10 @@ class MessageWidget(QFrame):
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
         self.edit_button.setVisible(role == MessageRole.USER)
         self.regen_button.setVisible(False)
+        # A reply keeps Regenerate's room when it is not the last: ‹ › stay put across versions.
+        room = self.regen_button.sizePolicy()
+        room.setRetainSizeWhenHidden(role != MessageRole.USER)
+        self.regen_button.setSizePolicy(room)
         self._expanded = False  # a long user message shows all of its text
 
         if role == MessageRole.USER:

@@ -108,6 +108,9 @@ class ChatPanes:
         chat_view.regenerateRequested.connect(chat.regenerate)
         chat_view.promptChosen.connect(chat.send)
         chat_view.versionRequested.connect(chat.switch_version)
+        # After ‹ › or Regenerate the keys still go to the message box (the clicked widget may be gone).
+        chat_view.versionRequested.connect(lambda *_: self.focus_composer())
+        chat_view.regenerateRequested.connect(lambda *_: self.focus_composer())
         chat_view.forkRequested.connect(chat.fork)
         sidebar.conversationSelected.connect(chat.open_conversation)
         sidebar.newRequested.connect(chat.new_conversation)

@@ -4,7 +4,7 @@ Streaming text goes to the live message only. Deltas are buffered and a single-s
 QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 """
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.gui.chat.attachments import show_on_message
@@ -14,6 +14,7 @@ from app.gui.theme import READING_WIDTH
 
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
+HOLD_MS = 500  # a switched version is held in place this long while its branch lays out
 
 
 class ChatView(QScrollArea):
@@ -57,8 +58,14 @@ class ChatView(QScrollArea):
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
         self._stick = True
+        self._held = None  # (message id, its top in the view) kept while the layout settles
+        self._hold_timer = QTimer(self)
+        self._hold_timer.setSingleShot(True)
+        self._hold_timer.setInterval(HOLD_MS)
+        self._hold_timer.timeout.connect(lambda: setattr(self, "_held", None))
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+        self.verticalScrollBar().actionTriggered.connect(self._on_user_scroll)
 
         self._live: MessageWidget | None = None
         self._live_text = ""
@@ -72,6 +79,7 @@ class ChatView(QScrollArea):
     # --- messages -------------------------------------------------------
     def clear(self):
         self.end_stream()
+        self._held = None
         for widget in self._widgets:
             self._layout.removeWidget(widget)
             widget.deleteLater()
@@ -144,13 +152,18 @@ class ChatView(QScrollArea):
 
     def replace_from(self, message_id, messages):
         """Show messages (stored Message objects) in place of message_id and every later one:
-        another version and the branch below it."""
+        another version and the branch below it. The new version stays where the old one was
+        on screen (its ‹ › under the mouse), however long the branches are."""
+        old = self.widget_for(message_id)
+        top = old.mapTo(self.viewport(), QPoint(0, 0)).y() if old is not None else None
         self.remove_from(message_id)
         for m in messages:
             widget = self.add_message(
                 m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
             )
             show_on_message(widget, m.attachments)
+        if top is not None and messages:
+            self._hold(messages[0].id, top)
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""
@@ -194,6 +207,7 @@ class ChatView(QScrollArea):
     # --- streaming ------------------------------------------------------
     def begin_stream(self, widget: MessageWidget):
         self.end_stream()
+        self._held = None
         self._live = widget
         self._live_text = widget.text()
         self._stick = True
@@ -231,12 +245,36 @@ class ChatView(QScrollArea):
 
     # --- scrolling ------------------------------------------------------
     def scroll_to_bottom(self):
+        self._held = None
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
+    def _hold(self, message_id, top: int):
+        """Keep that message's top `top` pixels below the view's top while the layout settles
+        (until the user scrolls, a reply starts, or HOLD_MS pass)."""
+        self._held = (message_id, top)
+        self._stick = False
+        self._keep_held()
+        self._hold_timer.start()
+
+    def _keep_held(self):
+        widget = self.widget_for(self._held[0]) if self._held else None
+        if widget is None:
+            return False
+        self._inner.layout().activate()
+        self.column.layout().activate()
+        y = widget.mapTo(self._inner, QPoint(0, 0)).y()
+        self.verticalScrollBar().setValue(y - self._held[1])
+        return True
+
     def _on_range(self, _lo, hi):
+        if self._keep_held():
+            return
         if self._stick:
             self.verticalScrollBar().setValue(hi)
 
     def _on_scroll(self, value):
-        self._stick = value >= self.verticalScrollBar().maximum() - 4
+        self._stick = value >= self.verticalScrollBar().maximum() - 4 and self._held is None
+
+    def _on_user_scroll(self, _action):
+        self._held = None  # the user moves the view: stop holding the message in place

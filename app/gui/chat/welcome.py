@@ -97,6 +97,7 @@ class Welcome(QWidget):
             # The grid decides the width (one column or two): a prompt's text never widens the chat.
             button.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
             button.clicked.connect(lambda _c=False, t=text: self.promptChosen.emit(t))
+            button.installEventFilter(self)
             self.prompt_buttons.append(button)
         self.columns = 0
         self._place_prompts(2)
@@ -115,12 +116,21 @@ class Welcome(QWidget):
         for i, button in enumerate(self.prompt_buttons):
             self.grid.addWidget(button, i // columns, i % columns)
 
-    def resizeEvent(self, event):
-        super().resizeEvent(event)
+    def _reflow(self):
         margins = self.layout().contentsMargins()
-        room = event.size().width() - margins.left() - margins.right()
+        room = self.width() - margins.left() - margins.right()
         widest = max(b.sizeHint().width() for b in self.prompt_buttons)
         self._place_prompts(2 if 2 * widest + self.grid.horizontalSpacing() <= room else 1)
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._reflow()
+
+    def eventFilter(self, obj, event):
+        # A prompt's size is known once the style sheet has polished it (or the font changed).
+        if event.type() in (QEvent.Type.Polish, QEvent.Type.StyleChange, QEvent.Type.FontChange):
+            self._reflow()
+        return False
 
     def _scale_heading(self):
         font = QFont(QApplication.font())

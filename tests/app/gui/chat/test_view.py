@@ -2,7 +2,7 @@
 clipped at the right edge, every action in reach), and a version switch keeps its place."""
 
 import pytest
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, Qt
 
 from tests.app_helpers import run
 
@@ -80,15 +80,59 @@ def test_the_welcome_fits_the_minimum_window(qtbot, qloop, store, engine):
     view = w.chat_view
     w.resize(*MIN_SIZE)
     qtbot.waitUntil(lambda: w.width() == MIN_SIZE[0])
-    qtbot.waitUntil(lambda: view.widget().width() <= view.viewport().width())
     welcome = view.welcome
-    assert in_viewport(view, welcome)
-    for button in welcome.prompt_buttons:
-        assert in_viewport(view, button) and button.width() >= button.sizeHint().width()
-    keys = welcome.keys
-    assert in_viewport(view, keys) and len(keys.lines()) > 1  # too narrow for one line: whole items wrap
-    for line in keys.lines():
-        assert not line.strip().startswith("·") and not line.strip().endswith("·")
-        assert keys.fontMetrics().horizontalAdvance(line) <= keys.width()
+
+    def fits():
+        assert view.widget().width() <= view.viewport().width() and in_viewport(view, welcome)
+        for button in welcome.prompt_buttons:
+            assert in_viewport(view, button) and button.width() >= button.sizeHint().width()
+        keys = welcome.keys
+        assert in_viewport(view, keys) and len(keys.lines()) > 1  # too narrow for one line: whole items wrap
+        for line in keys.lines():
+            assert not line.strip().startswith("·") and not line.strip().endswith("·")
+            assert keys.fontMetrics().horizontalAdvance(line) <= keys.width()
+
+    qtbot.waitUntil(fits)  # once the layout has settled
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def test_a_version_switch_keeps_the_message_where_it_was(qtbot, qloop, store, engine):
+    from PySide6.QtTest import QTest
+
+    conv = store.create_conversation("Versions")
+    for i in range(3):  # the chat scrolls before the switch as after it
+        store.add_message(conv.id, "user", f"earlier question {i}")
+        store.add_message(conv.id, "assistant", f"earlier answer {i}. " * 30)
+    question = store.add_message(conv.id, "user", "first question")
+    store.add_message(conv.id, "assistant", "first answer. " * 40)
+    for i in range(8):  # a long branch below the first answer
+        store.add_message(conv.id, "user", f"question {i}")
+        store.add_message(conv.id, "assistant", f"answer {i}. " * 30)
+    store.add_message(conv.id, "assistant", "a shorter second answer", parent_id=question.id)
+    store.set_state("last_conversation", conv.id)
+    w = open_window(qtbot, store, engine)
+    view = w.chat_view
+    w.resize(900, 600)
+    reply = view.message_widgets()[7]
+    assert reply.version_switcher.label.text() == "2/2"
+
+    def top(widget):
+        return widget.mapTo(view.viewport(), QPoint(0, 0)).y()
+
+    bar = view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum())
+    place = top(reply)
+    arrows = [reply.version_switcher.prev_button.mapTo(w, QPoint(0, 0))]
+    arrows.append(reply.version_switcher.next_button.mapTo(w, QPoint(0, 0)))
+    QTest.mouseClick(reply.version_switcher.prev_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(view.message_widgets()) == 24)
+    switched = view.message_widgets()[7]
+    assert switched.text().startswith("first answer") and switched.version_switcher.label.text() == "1/2"
+    qtbot.waitUntil(lambda: view._held is None, timeout=3000)  # the long branch has laid out below it
+    assert top(switched) == place  # not scrolled to the bottom: the message stays where it was
+    now = [switched.version_switcher.prev_button, switched.version_switcher.next_button]
+    assert [b.mapTo(w, QPoint(0, 0)) for b in now] == arrows  # ‹ › stay under the mouse
+    assert w.focusWidget() is w.composer.editor  # typing still goes to the message box
     w.close()
     run(qtbot, w.shutdown())
