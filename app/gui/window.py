@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
         self.chat.readingProgress.connect(self.status.show_reading)
 
         self._applied_look = ("system", 0)
+        theme.install_style()
         self.apply_app_settings()
         self._build_menus()
         self._connect_bridge()

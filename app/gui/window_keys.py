@@ -77,7 +77,9 @@ class WindowKeys(QObject):
             focused.undo()
         elif isinstance(focused, (QPlainTextEdit, QTextEdit)) and focused.document().isUndoAvailable():
             focused.undo()
-        elif not self.chat.undo_last_delete():
+        elif self.chat.undo_last_delete():
+            self.window.notices.dismiss("undo")  # the chat is back: its Undo offer is done
+        else:
             self.status.showMessage("Nothing to undo", 3000)
 
     @staticmethod

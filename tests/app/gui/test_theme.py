@@ -1,0 +1,40 @@
+"""The dark theme: an unchecked check box is still visible on the dark window."""
+
+import pytest
+from PySide6.QtGui import QColor, QPalette
+
+pytestmark = pytest.mark.qt
+
+
+def contrast(image, rect, background: QColor) -> int:
+    """The largest lightness difference from the background inside rect."""
+    return max(
+        abs(image.pixelColor(x, y).lightness() - background.lightness())
+        for x in range(rect.left(), rect.right() + 1)
+        for y in range(rect.top(), rect.bottom() + 1)
+    )
+
+
+def test_an_unchecked_box_shows_on_the_dark_theme(qtbot):
+    from PySide6.QtWidgets import QCheckBox, QStyle, QStyleOptionButton
+
+    from app.gui import theme
+
+    try:
+        theme.apply("dark", 0)
+        box = QCheckBox("Read my message ahead while I type")
+        qtbot.addWidget(box)
+        box.show()
+        qtbot.waitExposed(box)
+        option = QStyleOptionButton()
+        box.initStyleOption(option)
+        indicator = box.style().subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, option, box)
+        image = box.grab().toImage()
+        window = box.palette().color(QPalette.ColorRole.Window)
+        box.setChecked(True)
+        checked = box.grab().toImage()
+        # The empty box stands out from the window about as much as the checked one does.
+        assert contrast(image, indicator, window) >= 40
+        assert contrast(checked, indicator, window) >= 40
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
