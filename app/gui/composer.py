@@ -25,6 +25,7 @@ class _Editor(QPlainTextEdit):
     enterPressed = Signal()
     pasted = Signal()
     filesPasted = Signal(list)  # copied (or dropped) files: attachments, not their paths as text
+    upInEmpty = Signal()
 
     def insertFromMimeData(self, source):
         files = local_files(source)
@@ -47,6 +48,9 @@ class _Editor(QPlainTextEdit):
 
     def keyPressEvent(self, event):
         key = event.key()
+        if key == Qt.Key.Key_Up and not event.modifiers() and not self.document().characterCount() > 1:
+            self.upInEmpty.emit()  # Up in an empty box: edit the last message (as in a terminal)
+            return
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             mods = event.modifiers()
             if mods & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
@@ -62,6 +66,7 @@ class Composer(QWidget):
     stopRequested = Signal()
     editCancelled = Signal()
     draftPaused = Signal(str)  # the unsent text, when typing pauses or after a paste
+    editLastRequested = Signal()  # Up in the empty message box
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -82,7 +87,11 @@ class Composer(QWidget):
         self.reason_label.setVisible(False)
         outer.addWidget(self.reason_label)
         edit_row = QHBoxLayout()
-        self.edit_label = QLabel("Editing a message: sending replaces it and every later message.")
+        self.edit_label = QLabel(
+            "Editing a message: sending makes a new version of it, with a new reply; "
+            "the earlier version and what followed it stay (‹ › on the message)."
+        )
+        self.edit_label.setWordWrap(True)
         self.edit_label.setObjectName("composerEditing")
         self.cancel_edit_button = QPushButton("Cancel Edit")
         self.cancel_edit_button.clicked.connect(self.editCancelled)
@@ -110,6 +119,7 @@ class Composer(QWidget):
         self.editor.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
         self.editor.setTabChangesFocus(True)
         self.editor.enterPressed.connect(self.submit)
+        self.editor.upInEmpty.connect(self.editLastRequested)
         self.editor.textChanged.connect(self._update_buttons)
         self.editor.textChanged.connect(self._fit)
         self._pause = QTimer(self)

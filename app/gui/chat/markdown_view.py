@@ -190,6 +190,9 @@ class ProseView(QTextBrowser):
     def context_menu(self, pos):
         """Qt's Copy/Select All, then the actions of the message this text belongs to."""
         menu = self.createStandardContextMenu(pos)
+        for action in menu.actions():  # "Copy Link Location" only over a link, never greyed out
+            if action.objectName() == "link-copy" and not action.isEnabled():
+                menu.removeAction(action)
         owner = self.parent()
         while owner is not None and not hasattr(owner, "extend_context_menu"):
             owner = owner.parent()

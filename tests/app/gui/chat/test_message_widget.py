@@ -22,3 +22,17 @@ def test_a_pasted_page_is_folded_by_characters_and_by_lines(qtbot):
     assert widget.body.toPlainText() == head + "…" and widget.text() == words  # Copy gets all of it
     widget.more_button.click()
     assert widget.body.toPlainText() == words and widget.more_button.text() == "Show less"
+
+
+def test_the_context_menu_has_no_greyed_link_entry(qtbot):
+    from PySide6.QtCore import QPoint
+
+    from app.core.store import MessageRole
+    from app.gui.chat.message_widget import MessageWidget
+
+    widget = MessageWidget(1, MessageRole.ASSISTANT, "Plain words, and a [link](https://example.com).")
+    qtbot.addWidget(widget)
+    prose = widget.body.widgets()[0]
+    names = [a.text().replace("&", "") for a in prose.context_menu(QPoint(1, 1)).actions() if not a.isSeparator()]
+    assert "Copy Link Location" not in names
+    assert "Copy Message" in names and "Fork from Here" in names
