@@ -120,6 +120,7 @@ class Composer(QWidget):
         self.editor.setTabChangesFocus(True)
         self.editor.enterPressed.connect(self.submit)
         self.editor.upInEmpty.connect(self.editLastRequested)
+        self.editor.installEventFilter(self)
         self.editor.textChanged.connect(self._update_buttons)
         self.editor.textChanged.connect(self._fit)
         self._pause = QTimer(self)
@@ -169,6 +170,16 @@ class Composer(QWidget):
         dialog.finished.connect(lambda *_: self.editor.setFocus())  # back to typing
         dialog.open()  # never a nested event loop
         return dialog
+
+    def eventFilter(self, obj, event):
+        if obj is self.editor and event.type() == QEvent.Type.FontChange:
+            QTimer.singleShot(0, self._fit)  # Preferences' font size: room for two lines of it
+        return super().eventFilter(obj, event)
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self.attach_button.setIcon(icon("attach"))  # drawn in the new theme's text colour
 
     def _fit(self):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""

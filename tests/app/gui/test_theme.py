@@ -38,3 +38,24 @@ def test_an_unchecked_box_shows_on_the_dark_theme(qtbot):
         assert contrast(checked, indicator, window) >= 40
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
+
+
+def test_the_attach_icon_follows_the_theme(qtbot):
+    from app.gui import theme
+    from app.gui.composer import Composer
+
+    def ink(button) -> int:
+        """The lightness of the icon's drawn (opaque) pixels."""
+        image = button.icon().pixmap(16, 16).toImage()
+        seen = [image.pixelColor(x, y) for x in range(image.width()) for y in range(image.height())]
+        return max(c.lightness() for c in seen if c.alpha() > 200)
+
+    composer = Composer()
+    qtbot.addWidget(composer)
+    try:
+        theme.apply("light", 0)
+        qtbot.waitUntil(lambda: ink(composer.attach_button) < 128)
+        theme.apply("dark", 0)  # dark ink on a dark window would be invisible
+        qtbot.waitUntil(lambda: ink(composer.attach_button) > 128)
+    finally:
+        theme.apply("system", 0)

@@ -131,6 +131,8 @@ def test_the_font_size_scales_every_text_in_the_chat(qtbot, qloop, window, store
             store.set_state(APP_KEY, {"theme": "system", "font_size": size, "default_model": ""})
             window.apply_app_settings()
             looks[size] = sizes()
+            editor = window.composer.editor  # the message box keeps room for two lines of the new size
+            qtbot.waitUntil(lambda editor=editor: editor.height() >= 2 * editor.fontMetrics().lineSpacing() + 8)
         for text in looks[8]:
             assert looks[14][text] > looks[8][text], text  # every text follows the preference
         for size in (8, 14):  # code reads at the prose's size, not the system's fixed font size
