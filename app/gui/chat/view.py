@@ -59,6 +59,7 @@ class ChatView(QScrollArea):
         self._widgets: list[MessageWidget] = []
         self._stick = True
         self._held = None  # (message id, its top in the view) kept while the layout settles
+        self._slack = 0  # room added below the last message so a held one can stay in place
         self._hold_timer = QTimer(self)
         self._hold_timer.setSingleShot(True)
         self._hold_timer.setInterval(HOLD_MS)
@@ -80,6 +81,7 @@ class ChatView(QScrollArea):
     def clear(self):
         self.end_stream()
         self._held = None
+        self._set_slack(0)
         for widget in self._widgets:
             self._layout.removeWidget(widget)
             widget.deleteLater()
@@ -246,35 +248,48 @@ class ChatView(QScrollArea):
     # --- scrolling ------------------------------------------------------
     def scroll_to_bottom(self):
         self._held = None
+        self._set_slack(0)
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
     def _hold(self, message_id, top: int):
         """Keep that message's top `top` pixels below the view's top while the layout settles
-        (until the user scrolls, a reply starts, or HOLD_MS pass)."""
+        (until the user scrolls, a reply starts, or HOLD_MS pass). A shorter branch below it
+        leaves room at the bottom (slack) rather than pulling the message down."""
         self._held = (message_id, top)
         self._stick = False
-        self._keep_held()
+        self._keep_held(self.verticalScrollBar().maximum())
         self._hold_timer.start()
 
-    def _keep_held(self):
+    def _keep_held(self, hi: int) -> bool:
         widget = self.widget_for(self._held[0]) if self._held else None
         if widget is None:
             return False
         self._inner.layout().activate()
         self.column.layout().activate()
-        y = widget.mapTo(self._inner, QPoint(0, 0)).y()
-        self.verticalScrollBar().setValue(y - self._held[1])
+        want = widget.mapTo(self._inner, QPoint(0, 0)).y() - self._held[1]
+        if want > hi:  # the view cannot scroll that far yet: room below, then again
+            self._set_slack(self._slack + want - hi)
+        self.verticalScrollBar().setValue(want)
         return True
 
+    def _set_slack(self, slack: int):
+        slack = max(0, slack)
+        if slack != self._slack:
+            self._slack = slack
+            self._layout.setContentsMargins(16, 12, 16, 12 + slack)
+
     def _on_range(self, _lo, hi):
-        if self._keep_held():
+        if self._keep_held(hi):
             return
         if self._stick:
             self.verticalScrollBar().setValue(hi)
 
     def _on_scroll(self, value):
-        self._stick = value >= self.verticalScrollBar().maximum() - 4 and self._held is None
+        bar = self.verticalScrollBar()
+        if self._held is None and self._slack:  # room left below the view is not kept
+            self._set_slack(self._slack - (bar.maximum() - value))
+        self._stick = value >= bar.maximum() - 4 and self._held is None
 
     def _on_user_scroll(self, _action):
         self._held = None  # the user moves the view: stop holding the message in place

@@ -134,5 +134,17 @@ def test_a_version_switch_keeps_the_message_where_it_was(qtbot, qloop, store, en
     now = [switched.version_switcher.prev_button, switched.version_switcher.next_button]
     assert [b.mapTo(w, QPoint(0, 0)) for b in now] == arrows  # ‹ › stay under the mouse
     assert w.focusWidget() is w.composer.editor  # typing still goes to the message box
+    # Back to the short version: nothing below it now, and still it stays where it was.
+    QTest.mouseClick(switched.version_switcher.next_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(view.message_widgets()) == 8)
+    back = view.message_widgets()[7]
+    assert back.text() == "a shorter second answer"
+    qtbot.waitUntil(lambda: view._held is None, timeout=3000)
+    assert top(back) == place
+    # Scrolling up takes away the room left below it: no blank page to scroll back down to.
+    room = view._slack
+    assert room > 0
+    bar.triggerAction(bar.SliderAction.SliderPageStepSub)
+    qtbot.waitUntil(lambda: view._slack < room and (view._slack == 0 or bar.value() == bar.maximum()))
     w.close()
     run(qtbot, w.shutdown())
