@@ -18,12 +18,16 @@ HEADING_SCALE = 1.6  # the heading, relative to the window's font size (Preferen
 SEPARATOR = "  ·  "
 
 
-def pack_lines(items: list[str], width: int, advance) -> list[str]:
-    """Items joined by SEPARATOR into lines no wider than width (advance: a text's width);
-    a line never ends or starts with a separator, and an item is never cut."""
+def pack_lines(items: list[str], width: int, advance, separator: str = SEPARATOR) -> list[str]:
+    """Items joined by separator into lines no wider than width (advance: a text's width);
+    a line never ends or starts with a separator; an item is cut (between its words) only when
+    it is wider than a line alone."""
     lines: list[str] = []
     for item in items:
-        joined = lines[-1] + SEPARATOR + item if lines else item
+        if separator != " " and " " in item and advance(item) > width:  # too wide alone: its words wrap
+            lines.extend(pack_lines(item.split(" "), width, advance, " "))
+            continue
+        joined = lines[-1] + separator + item if lines else item
         if lines and advance(joined) <= width:
             lines[-1] = joined
         else:
@@ -117,10 +121,21 @@ class Welcome(QWidget):
             self.grid.addWidget(button, i // columns, i % columns)
 
     def _reflow(self):
+        """Two columns of prompts if they fit, else one; a prompt wider than its column wraps."""
         margins = self.layout().contentsMargins()
         room = self.width() - margins.left() - margins.right()
-        widest = max(b.sizeHint().width() for b in self.prompt_buttons)
-        self._place_prompts(2 if 2 * widest + self.grid.horizontalSpacing() <= room else 1)
+        sample = self.prompt_buttons[0]
+        metrics = sample.fontMetrics()
+        lines = sample.text().split("\n")
+        pad = sample.sizeHint().width() - max(metrics.horizontalAdvance(line) for line in lines)  # its frame
+        natural = max(metrics.horizontalAdvance(text) for text in EXAMPLE_PROMPTS) + pad
+        spacing = self.grid.horizontalSpacing()
+        self._place_prompts(2 if 2 * natural + spacing <= room else 1)
+        column = (room - spacing * (self.columns - 1)) // self.columns - pad
+        for button, text in zip(self.prompt_buttons, EXAMPLE_PROMPTS):
+            wrapped = "\n".join(pack_lines(text.split(" "), column, metrics.horizontalAdvance, " "))
+            if wrapped != button.text():
+                button.setText(wrapped)
 
     def resizeEvent(self, event):
         super().resizeEvent(event)

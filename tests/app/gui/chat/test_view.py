@@ -74,6 +74,9 @@ def test_the_column_reflows_at_every_width_from_the_minimum(qtbot, qloop, store,
 
 
 def test_the_welcome_fits_the_minimum_window(qtbot, qloop, store, engine):
+    from app.gui import theme
+    from app.gui.chat.welcome import EXAMPLE_PROMPTS
+    from app.gui.settings.preferences import APP_KEY
     from app.gui.window import MIN_SIZE
 
     w = open_window(qtbot, store, engine)
@@ -93,6 +96,14 @@ def test_the_welcome_fits_the_minimum_window(qtbot, qloop, store, engine):
             assert keys.fontMetrics().horizontalAdvance(line) <= keys.width()
 
     qtbot.waitUntil(fits)  # once the layout has settled
+    try:  # at a big font size a prompt wraps inside its button rather than being cut
+        store.set_state(APP_KEY, {"theme": "system", "font_size": 16, "default_model": ""})
+        w.apply_app_settings()
+        qtbot.waitUntil(fits)
+        assert any("\n" in button.text() for button in welcome.prompt_buttons)
+        assert [b.text().replace("\n", " ") for b in welcome.prompt_buttons] == list(EXAMPLE_PROMPTS)
+    finally:
+        theme.apply("system", 0)
     w.close()
     run(qtbot, w.shutdown())
 
