@@ -57,7 +57,7 @@ class ChatView(QScrollArea):
         self._hidden: list = []  # older stored messages not turned into widgets yet
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
-        self._stick = True
+        self._stick = False  # follow the end of the chat (not while the welcome shows)
         self._held = None  # (message id, its top in the view) kept while the layout settles
         self._slack = 0  # room added below the last message so a held one can stay in place
         self._hold_timer = QTimer(self)
@@ -89,6 +89,8 @@ class ChatView(QScrollArea):
         self._hidden = []
         self.more_button.setVisible(False)
         self.welcome.setVisible(True)
+        self._stick = False  # the welcome is read from its top (its heading), not scrolled to its end
+        self.verticalScrollBar().setValue(0)
 
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
@@ -139,6 +141,8 @@ class ChatView(QScrollArea):
         widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
+        if self.welcome.isVisibleTo(self):
+            self._stick = True  # the first message: from now on the view follows the chat's end
         self.welcome.setVisible(False)
         self._update_regenerate()
         return widget
