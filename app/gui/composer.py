@@ -87,10 +87,7 @@ class Composer(QWidget):
         self.reason_label.setVisible(False)
         outer.addWidget(self.reason_label)
         edit_row = QHBoxLayout()
-        self.edit_label = QLabel(
-            "Editing a message: sending makes a new version of it, with a new reply; "
-            "the earlier version and what followed it stay (‹ › on the message)."
-        )
+        self.edit_label = QLabel("Editing: sending makes a new version; the earlier one stays (‹ › on the message).")
         self.edit_label.setWordWrap(True)
         self.edit_label.setObjectName("composerEditing")
         self.cancel_edit_button = QPushButton("Cancel Edit")
@@ -185,7 +182,8 @@ class Composer(QWidget):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""
         line = self.editor.fontMetrics().lineSpacing()
         lines = min(8, max(2, int(self.editor.document().size().height())))
-        height = lines * line + 16
+        frame = self.editor.height() - self.editor.viewport().height()  # border and padding (style sheet)
+        height = lines * line + 2 * int(self.editor.document().documentMargin()) + max(frame, 8) + 4  # + rounding
         if height != self.editor.height():
             self.editor.setFixedHeight(height)
 

@@ -44,6 +44,6 @@ def test_up_in_an_empty_message_box_edits_the_last_message(qtbot, window, store,
     assert window.chat.editing == last.id and window.composer.text() == "second question"
     label = window.composer.edit_label
     assert window.composer.edit_bar.isVisible() and "replaces" not in label.text()
-    assert "new version" in label.text() and "stay" in label.text()  # the earlier one is kept
+    assert "new version" in label.text() and "stays" in label.text()  # the earlier one is kept
     QTest.keyClick(editor, Qt.Key.Key_Escape)
     assert window.chat.editing is None and not window.composer.edit_bar.isVisible()

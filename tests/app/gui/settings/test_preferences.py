@@ -132,7 +132,14 @@ def test_the_font_size_scales_every_text_in_the_chat(qtbot, qloop, window, store
             window.apply_app_settings()
             looks[size] = sizes()
             editor = window.composer.editor  # the message box keeps room for two lines of the new size
-            qtbot.waitUntil(lambda editor=editor: editor.height() >= 2 * editor.fontMetrics().lineSpacing() + 8)
+            window.composer.set_draft("line one\nline two")
+            qtbot.waitUntil(
+                lambda editor=editor: (
+                    editor.viewport().height() >= 2 * editor.fontMetrics().lineSpacing()
+                    and not editor.verticalScrollBar().isVisible()
+                )
+            )
+            window.composer.set_draft("")
         for text in looks[8]:
             assert looks[14][text] > looks[8][text], text  # every text follows the preference
         for size in (8, 14):  # code reads at the prose's size, not the system's fixed font size
