@@ -22,7 +22,7 @@ class AboutDialog(QDialog):
         font.setBold(True)
         title.setFont(font)
         layout.addWidget(title)
-        layout.addWidget(QLabel("A desktop chat for language models on your own computer, built on MLX."))
+        layout.addWidget(QLabel("A desktop chat for language models, built on MLX."))
         self.folder = paths.data_dir_path()
         self.log_path = self.folder / LOG_FILE
         where = QLabel(f"Your conversations, models and settings are in\n{self.folder}")
