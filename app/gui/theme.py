@@ -53,14 +53,21 @@ _LIGHT = {
 
 _system = {}  # the palette and font the app started with, to go back to "system"
 _INDICATORS = (QStyle.PrimitiveElement.PE_IndicatorCheckBox, QStyle.PrimitiveElement.PE_IndicatorRadioButton)
+_MENU_EDGES = (QStyle.PrimitiveElement.PE_PanelMenu, QStyle.PrimitiveElement.PE_FrameMenu)
 
 
 class VisibleIndicators(QProxyStyle):
-    """The app's style, with an outline around check boxes and radio buttons on a dark palette
-    (Fusion outlines them in a darker shade of the window: invisible when it is already dark)."""
+    """The app's style, with an outline around check boxes, radio buttons and menus on a dark
+    palette (Fusion outlines them in a darker shade of the window: invisible when it is already dark)."""
 
     def drawPrimitive(self, element, option, painter, widget=None):
         super().drawPrimitive(element, option, painter, widget)
+        if element in _MENU_EDGES and is_dark(option.palette):
+            painter.save()  # a menu's edge, which is as dark as the window behind it otherwise
+            painter.setPen(option.palette.color(QPalette.ColorRole.Mid))
+            painter.drawRect(option.rect.adjusted(0, 0, -1, -1))
+            painter.restore()
+            return
         if element not in _INDICATORS or not is_dark(option.palette):
             return
         painter.save()

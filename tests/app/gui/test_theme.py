@@ -59,3 +59,24 @@ def test_the_attach_icon_follows_the_theme(qtbot):
         qtbot.waitUntil(lambda: ink(composer.attach_button) > 128)
     finally:
         theme.apply("system", 0)
+
+
+def test_a_menu_has_a_visible_edge_on_the_dark_theme(qtbot):
+    from PySide6.QtCore import QRect
+    from PySide6.QtWidgets import QMenu
+
+    from app.gui import theme
+
+    try:
+        theme.apply("dark", 0)
+        menu = QMenu()
+        qtbot.addWidget(menu)
+        menu.addAction("Copy Message")
+        menu.addAction("Fork from Here")
+        menu.adjustSize()
+        image = menu.grab().toImage()  # drawn as it would pop up (a popup grabs the keyboard)
+        window = menu.palette().color(QPalette.ColorRole.Window)
+        edge = QRect(0, image.height() // 2, 1, 1)  # the left edge, half-way down
+        assert contrast(image, edge, window) >= 40
+    finally:
+        theme.apply("system", 0)
