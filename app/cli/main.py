@@ -396,12 +396,9 @@ async def _replay(args) -> int:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from app.core.version import app_version
 
-    try:
-        return version("chinwag")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "(not installed)"
+    return app_version()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -232,14 +232,28 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _snippet(text: str, needle: str, width: int = 80) -> str:
+    """About `width` characters around the first match, cut between words, "…" where cut."""
     flat = " ".join(text.split())
     i = flat.casefold().find(needle)
     if i < 0:
-        return flat[:width] + ("…" if len(flat) > width else "")
+        end = _word_end(flat, width, width // 2)
+        return flat[:end] + ("…" if end < len(flat) else "")
     start = max(0, i - width // 3)
     end = min(len(flat), start + width)
     start = max(0, min(start, end - width))
+    if start and flat[start - 1] != " ":  # never start inside a word: from the next one (up to the match's)
+        space = flat.find(" ", start, i)
+        start = space + 1 if space >= 0 else flat.rfind(" ", 0, i) + 1
+    end = _word_end(flat, end, i + len(needle))
     return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+def _word_end(flat: str, end: int, keep: int) -> int:
+    """end moved back to the end of a word, but not before keep."""
+    if end >= len(flat) or flat[end] == " ":
+        return end
+    space = flat.rfind(" ", keep, end)
+    return space if space > 0 else end
 
 
 class Store:

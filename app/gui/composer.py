@@ -25,6 +25,7 @@ class _Editor(QPlainTextEdit):
     enterPressed = Signal()
     pasted = Signal()
     filesPasted = Signal(list)  # copied (or dropped) files: attachments, not their paths as text
+    upInEmpty = Signal()
 
     def insertFromMimeData(self, source):
         files = local_files(source)
@@ -47,6 +48,9 @@ class _Editor(QPlainTextEdit):
 
     def keyPressEvent(self, event):
         key = event.key()
+        if key == Qt.Key.Key_Up and not event.modifiers() and not self.document().characterCount() > 1:
+            self.upInEmpty.emit()  # Up in an empty box: edit the last message (as in a terminal)
+            return
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             mods = event.modifiers()
             if mods & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier):
@@ -68,6 +72,7 @@ class Composer(QWidget):
     editCancelled = Signal()
     draftPaused = Signal(str)  # the unsent text, when typing pauses or after a paste
     generateRequested = Signal()  # Enter (or Generate Reply) with nothing typed, after the user's last message
+    editLastRequested = Signal()  # Up in the empty message box
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -88,7 +93,8 @@ class Composer(QWidget):
         self.reason_label.setVisible(False)
         outer.addWidget(self.reason_label)
         edit_row = QHBoxLayout()
-        self.edit_label = QLabel("Editing a message: sending replaces it and every later message.")
+        self.edit_label = QLabel("Editing: sending makes a new version; the earlier one stays (‹ › on the message).")
+        self.edit_label.setWordWrap(True)
         self.edit_label.setObjectName("composerEditing")
         self.cancel_edit_button = QPushButton("Cancel Edit")
         self.cancel_edit_button.clicked.connect(self.editCancelled)
@@ -116,6 +122,8 @@ class Composer(QWidget):
         self.editor.setPlaceholderText(PLACEHOLDER)
         self.editor.setTabChangesFocus(True)
         self.editor.enterPressed.connect(self.submit)
+        self.editor.upInEmpty.connect(self.editLastRequested)
+        self.editor.installEventFilter(self)
         self.editor.textChanged.connect(self._update_buttons)
         self.editor.textChanged.connect(self._fit)
         self._pause = QTimer(self)
@@ -168,11 +176,22 @@ class Composer(QWidget):
         dialog.open()  # never a nested event loop
         return dialog
 
+    def eventFilter(self, obj, event):
+        if obj is self.editor and event.type() == QEvent.Type.FontChange:
+            QTimer.singleShot(0, self._fit)  # Preferences' font size: room for two lines of it
+        return super().eventFilter(obj, event)
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self.attach_button.setIcon(icon("attach"))  # drawn in the new theme's text colour
+
     def _fit(self):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""
         line = self.editor.fontMetrics().lineSpacing()
         lines = min(8, max(2, int(self.editor.document().size().height())))
-        height = lines * line + 16
+        frame = self.editor.height() - self.editor.viewport().height()  # border and padding (style sheet)
+        height = lines * line + 2 * int(self.editor.document().documentMargin()) + max(frame, 8) + 4  # + rounding
         if height != self.editor.height():
             self.editor.setFixedHeight(height)
 

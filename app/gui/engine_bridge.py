@@ -38,6 +38,7 @@ class EngineBridge(QObject):
     turnFinished = Signal(object, object)  # conv_id, TurnStats
     turnFailed = Signal(object, str)  # conv_id, reason
     prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
+    draftReading = Signal(object)  # conv_id: a draft is being read ahead
     draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
     readingAhead = Signal(object, object)  # conv_id, PrefillProgress of a read ahead (a draft, a changed chat)
     readAheadEnded = Signal(object)  # conv_id: its read ahead ended (finished, preempted or refused)
@@ -249,6 +250,7 @@ class EngineBridge(QObject):
         """Read an unsent draft ahead in the background; only when idle with a model loaded."""
         if self.state != EngineStatus.READY or self._generating or self.current_model is None:
             return None
+        self.draftReading.emit(conv_id)
         return self.run(self._prefill(conv_id, messages, params))
 
     async def _prefill(self, conv_id, messages, params):
@@ -258,6 +260,7 @@ class EngineBridge(QObject):
             )
         except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
             log.warning("prefill %s: %s", conv_id, e)
+            self.draftPrefilled.emit(conv_id, None)
             return None
         finally:
             self.readAheadEnded.emit(conv_id)

@@ -14,6 +14,9 @@ REGENERATE = "Ctrl+R"
 COPY_LAST_REPLY = "Ctrl+Shift+C"
 TOGGLE_SIDEBAR = "Ctrl+Shift+S"
 RENAME = "F2"
+NEXT_CHAT = ["Ctrl+Tab", "Ctrl+PgDown"]  # the next chat down the list (the first: Ctrl+Tab)
+PREVIOUS_CHAT = ["Ctrl+Shift+Tab", "Ctrl+PgUp"]
+EDIT_LAST = "Up"  # in an empty message box: edit your last message
 EXPORT = "Ctrl+Shift+E"
 UNDO = QKeySequence.StandardKey.Undo
 PREFERENCES = "Ctrl+,"
@@ -29,6 +32,9 @@ SHEET = [
     ("Copy the last reply", COPY_LAST_REPLY),
     ("Show or hide the chat list", TOGGLE_SIDEBAR),
     ("Rename the chat", RENAME),
+    ("Next chat in the list", NEXT_CHAT),
+    ("Previous chat in the list", PREVIOUS_CHAT),
+    ("Edit your last message (in an empty message box)", EDIT_LAST),
     ("Undo deleting a chat", UNDO),
     ("Export the conversation", EXPORT),
     ("Preferences", PREFERENCES),
@@ -40,6 +46,8 @@ WELCOME = [SHEET[0], SHEET[1], SHEET[2], SHEET[3], SHEET[4]]
 
 
 def key_text(key) -> str:
-    """How the key reads on this platform (Ctrl+N, or ⌘N on macOS)."""
+    """How the key reads on this platform (Ctrl+N, or ⌘N on macOS); a list of keys: the first ones."""
+    if isinstance(key, list):
+        return " or ".join(key_text(k) for k in key)
     seq = QKeySequence(key)
     return seq.toString(QKeySequence.SequenceFormat.NativeText) or str(key)

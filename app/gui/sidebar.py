@@ -31,11 +31,43 @@ SPINNER_MS = 150
 
 
 def _around(snippet: str, needle: str, before: int = 12) -> str:
-    """The snippet from a few characters before the match, so a narrow row still shows it."""
+    """The snippet from the word a few characters before the match, so a narrow row still shows it."""
     at = snippet.casefold().find(needle.strip().casefold()) if needle.strip() else -1
     if at <= before:
         return snippet
-    return "…" + snippet[at - before :].lstrip("…")
+    word = snippet.rfind(" ", 0, at) + 1  # where the matched word starts
+    space = snippet.find(" ", at - before, word)
+    start = space + 1 if space >= 0 else word
+    return snippet if start <= 1 else "…" + snippet[start:].lstrip("…")
+
+
+def match_parts(text: str, needle: str) -> tuple[str, str, str]:
+    """text cut around the first match of needle (any case): before, the match, after."""
+    needle = needle.strip()
+    at = text.casefold().find(needle.casefold()) if needle else -1
+    if at < 0 or len(text.casefold()) != len(text):  # no match, or case folding moved the letters
+        return text, "", ""
+    return text[:at], text[at : at + len(needle)], text[at + len(needle) :]
+
+
+def _draw_marked(painter, rect, text: str, needle: str, font):
+    """Draw text left-aligned in rect with its match in bold (the search term shows where it is)."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    before, match, after = match_parts(text, needle)
+    flags = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    if not match:
+        painter.drawText(rect, flags, text)
+        return
+    bold = QFont(font)
+    bold.setBold(True)
+    x = rect.left()
+    for part, part_font in ((before, font), (match, bold), (after, font)):
+        painter.setFont(part_font)
+        width = QFontMetrics(part_font).horizontalAdvance(part)
+        painter.drawText(QRect(x, rect.top(), max(0, rect.right() - x + 1), rect.height()), flags, part)
+        x += width
+    painter.setFont(font)
 
 
 def elide_title(metrics, title: str, width: int) -> str:
@@ -88,20 +120,25 @@ class _RowDelegate(QStyledItemDelegate):
         painter.setPen(option.palette.color(group, text_role))
         shown = elide_title(option.fontMetrics, title, rect.width())
         top = QRect(rect.left(), rect.top(), rect.width(), line if snippet else rect.height())
-        painter.drawText(top, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
+        search = self.sidebar.search_text
+        _draw_marked(painter, top, shown, search, option.font)
         if snippet:
-            snippet = _around(snippet, self.sidebar.search_text)
             dim = option.palette.color(
                 group, QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText
             )
             painter.setPen(dim)
             below = QRect(rect.left(), rect.top() + line, rect.width(), line)
-            painter.drawText(
-                below,
-                Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                option.fontMetrics.elidedText(snippet, Qt.TextElideMode.ElideRight, rect.width()),
+            # Elided a little short: the bold match is a little wider than the text measured.
+            shown = self.shown_snippet(
+                snippet, option.fontMetrics, rect.width() - option.fontMetrics.averageCharWidth()
             )
+            _draw_marked(painter, below, shown, search, option.font)
         painter.restore()
+
+    def shown_snippet(self, snippet: str, metrics, width: int) -> str:
+        """What a row shows of its snippet: from just before the match, elided to the row's width."""
+        around = _around(snippet, self.sidebar.search_text)
+        return metrics.elidedText(around, Qt.TextElideMode.ElideRight, width)
 
 
 class Sidebar(QWidget):
@@ -206,6 +243,17 @@ class Sidebar(QWidget):
         return [self.list.item(i).data(SNIPPET_ROLE) or "" for i in range(self.list.count())]
 
     def eventFilter(self, obj, event):
+        # Esc in a search box with text clears the search (not the window's Esc, Stop).
+        if obj is self.search and event.type() == QEvent.Type.ShortcutOverride:
+            if event.key() == Qt.Key.Key_Escape and self.search.text():
+                event.accept()
+                return True
+        if obj is self.search and event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
+            if self.search.text():
+                self.search.clear()
+                self._debounce.stop()
+                self.searchChanged.emit("")  # the whole list again at once
+                return True
         # Down (or Return) in the search box moves into the results.
         if obj is self.search and event.type() == QEvent.Type.KeyPress:
             if event.key() == Qt.Key.Key_Down and self.list.count():

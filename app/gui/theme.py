@@ -3,8 +3,9 @@
 Applied to the whole QApplication from Preferences (store state "app_settings").
 """
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle
 
 READING_WIDTH = 760  # px: the transcript and composer column; wider lines are hard to read
 THEMES = ("system", "light", "dark")
@@ -51,6 +52,34 @@ _LIGHT = {
 }
 
 _system = {}  # the palette and font the app started with, to go back to "system"
+_INDICATORS = (QStyle.PrimitiveElement.PE_IndicatorCheckBox, QStyle.PrimitiveElement.PE_IndicatorRadioButton)
+_MENU_EDGES = (QStyle.PrimitiveElement.PE_PanelMenu, QStyle.PrimitiveElement.PE_FrameMenu)
+
+
+class VisibleIndicators(QProxyStyle):
+    """The app's style, with an outline around check boxes, radio buttons and menus on a dark
+    palette (Fusion outlines them in a darker shade of the window: invisible when it is already dark)."""
+
+    def drawPrimitive(self, element, option, painter, widget=None):
+        super().drawPrimitive(element, option, painter, widget)
+        if element in _MENU_EDGES and is_dark(option.palette):
+            painter.save()  # a menu's edge, which is as dark as the window behind it otherwise
+            painter.setPen(option.palette.color(QPalette.ColorRole.Mid))
+            painter.drawRect(option.rect.adjusted(0, 0, -1, -1))
+            painter.restore()
+            return
+        if element not in _INDICATORS or not is_dark(option.palette):
+            return
+        painter.save()
+        painter.setRenderHint(painter.RenderHint.Antialiasing)
+        painter.setPen(option.palette.color(QPalette.ColorRole.Light))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        box = option.rect.adjusted(1, 1, -1, -1)
+        if element == QStyle.PrimitiveElement.PE_IndicatorRadioButton:
+            painter.drawEllipse(box)
+        else:
+            painter.drawRoundedRect(box, 2, 2)
+        painter.restore()
 
 
 def palette_for(theme: str) -> QPalette:
@@ -66,6 +95,13 @@ def palette_for(theme: str) -> QPalette:
     return palette
 
 
+def install_style() -> None:
+    """Wrap the app's style once in VisibleIndicators (a dark system palette needs it too)."""
+    app = QApplication.instance()
+    if app is not None and not isinstance(app.style(), VisibleIndicators):
+        app.setStyle(VisibleIndicators(app.style().name()))
+
+
 def apply(theme: str = "system", font_size: int = 0) -> None:
     """Set the app's palette and base font size (0: the system's size)."""
     app = QApplication.instance()
@@ -73,11 +109,19 @@ def apply(theme: str = "system", font_size: int = 0) -> None:
         return
     _system.setdefault("palette", QPalette(app.palette()))
     _system.setdefault("font", QFont(app.font()))
+    install_style()
     app.setPalette(palette_for(theme))
     font = QFont(_system["font"])
     if font_size:
         font.setPointSize(int(font_size))
     app.setFont(font)
+
+
+def system_point_size() -> int:
+    """The font size the app started with (what Preferences calls "System size")."""
+    app = QApplication.instance()
+    font = _system.get("font") or (app.font() if app is not None else QFont())
+    return font.pointSize() if font.pointSize() > 0 else 10
 
 
 def is_dark(palette: QPalette) -> bool:

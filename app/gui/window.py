@@ -143,6 +143,7 @@ class MainWindow(QMainWindow):
         self.dialogs.appSettingsSaved.connect(lambda: self.read_ahead.reread(self.chat.conv_id, INSTRUCTIONS))
 
         self._applied_look = ("system", 0)
+        theme.install_style()
         self.apply_app_settings()
         self._build_menus()
         self._connect_bridge()
@@ -222,6 +223,11 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(False)
         self.regen_action = self._action(chat_menu, "Regenerate Reply", self.chat.regenerate, shortcuts.REGENERATE)
         chat_menu.addSeparator()
+        self.next_chat_action = self._action(chat_menu, "Next Chat", lambda: keys.step_chat(1), shortcuts.NEXT_CHAT)
+        self.previous_chat_action = self._action(
+            chat_menu, "Previous Chat", lambda: keys.step_chat(-1), shortcuts.PREVIOUS_CHAT
+        )
+        chat_menu.addSeparator()
         self._action(chat_menu, "Rename Chat", lambda: self.sidebar.start_rename(self.chat.conv_id), shortcuts.RENAME)
         self._action(
             chat_menu, "Delete Chat", lambda: self.chat.delete(self.chat.conv_id) if self.chat.conv_id else None
@@ -243,6 +249,10 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         self.shortcuts_action = self._action(
             help_menu, "Keyboard Shortcuts", dialogs.shortcuts_dialog, shortcuts.SHORTCUTS_SHEET
+        )
+        help_menu.addSeparator()
+        self.about_action = self._action(
+            help_menu, "About Chinwag", dialogs.about_dialog, role=QAction.MenuRole.AboutRole
         )
 
     def _connect_bridge(self):

@@ -201,3 +201,8 @@ class WindowDialogs(QObject):
 
     def shortcuts_dialog(self):
         return self.keep(ShortcutsDialog(self.window))
+
+    def about_dialog(self):
+        from app.gui.about import AboutDialog
+
+        return self.keep(AboutDialog(self.window, open_url=lambda url: open_url(url)))

@@ -61,6 +61,22 @@ class WindowKeys(QObject):
         if not shown:
             self.focus_composer()
 
+    def step_chat(self, step: int) -> bool:
+        """Open the next (+1) or previous (-1) chat in the list, round the ends (Ctrl+Tab, Ctrl+PgDn)."""
+        ids = self.sidebar.ids()
+        if not ids:
+            return False
+        current = self.chat.conv_id
+        if current in ids:
+            target = ids[(ids.index(current) + step) % len(ids)]
+        else:  # a new chat, not in the list yet: the first chat (or the last, going back)
+            target = ids[0] if step > 0 else ids[-1]
+        if target == current:
+            return False
+        self.chat.open_conversation(target)
+        self.focus_composer()
+        return True
+
     # --- focus and the Edit menu -------------------------------------------
     def focus_composer(self):
         self.composer.editor.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -77,7 +93,9 @@ class WindowKeys(QObject):
             focused.undo()
         elif isinstance(focused, (QPlainTextEdit, QTextEdit)) and focused.document().isUndoAvailable():
             focused.undo()
-        elif not self.chat.undo_last_delete():
+        elif self.chat.undo_last_delete():
+            self.window.notices.dismiss("undo")  # the chat is back: its Undo offer is done
+        else:
             self.status.showMessage("Nothing to undo", 3000)
 
     @staticmethod

@@ -39,6 +39,8 @@ class StatusBar(QStatusBar):
         self.addWidget(self.progress)
         for label in (self.context_label, self.kv_label, self.state_label):
             self.addPermanentWidget(label)
+        bridge.draftReading.connect(lambda _conv: self.show_draft_reading())
+        bridge.draftPrefilled.connect(lambda _conv, result: self.show_draft_read(result))
 
     def show_state(self, text: str):
         self.state_label.setText(text)
@@ -82,8 +84,33 @@ class StatusBar(QStatusBar):
             self.progress.setValue(int(1000 * min(1.0, p.done / p.total)))
         self.showMessage(p.stage, 5000)
 
+    def _limit(self) -> int:
+        get = (
+            (self.stats.get if isinstance(self.stats, dict) else lambda k, d=0: getattr(self.stats, k, d))
+            if self.stats
+            else None
+        )
+        model = self.bridge.current_model
+        return (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+
+    def show_draft_reading(self):
+        """The message being typed is read ahead: the context it fills is not known yet (not "0")."""
+        limit = self._limit()
+        self.context_label.setText(f"Context … / {limit:,}" if limit else "")
+        self.context_label.setToolTip("Reading the message you are typing ahead, so the reply starts sooner")
+
+    def show_draft_read(self, result):
+        """The draft was read ahead: the context the chat fills with it (None: the read was refused)."""
+        limit = self._limit()
+        if result is None or not result.prompt_tokens or not limit:
+            self.refresh_stats()
+            return
+        self.context_label.setText(f"Context {result.prompt_tokens:,} / {limit:,}")
+        self.context_label.setToolTip("With the message you are typing (read ahead)")
+
     def show_stats(self, stats):
         self.stats = stats
+        self.context_label.setToolTip("")
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
         model = self.bridge.current_model
         limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)

@@ -56,8 +56,14 @@ def open_link(url) -> bool:
 
 
 def mono_font():
+    """The system's fixed-pitch family at the window's text size (Preferences' font size)."""
     font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
     font.setStyleHint(QFont.StyleHint.TypeWriter)
+    size = QGuiApplication.font()
+    if size.pointSizeF() > 0:
+        font.setPointSizeF(size.pointSizeF())
+    elif size.pixelSize() > 0:
+        font.setPixelSize(size.pixelSize())
     return font
 
 
@@ -184,6 +190,9 @@ class ProseView(QTextBrowser):
     def context_menu(self, pos):
         """Qt's Copy/Select All, then the actions of the message this text belongs to."""
         menu = self.createStandardContextMenu(pos)
+        for action in menu.actions():  # "Copy Link Location" only over a link, never greyed out
+            if action.objectName() == "link-copy" and not action.isEnabled():
+                menu.removeAction(action)
         owner = self.parent()
         while owner is not None and not hasattr(owner, "extend_context_menu"):
             owner = owner.parent()
@@ -276,6 +285,9 @@ class CodeBlock(QFrame):
         super().changeEvent(event)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange) and self._final:
             self._highlight(final=True)  # light ↔ dark: the other palette's colours
+        if event.type() == QEvent.Type.ApplicationFontChange:
+            self.editor.setFont(mono_font())  # Preferences' font size, code included
+            self._fit()
 
     def copy(self):
         QGuiApplication.clipboard().setText(self._text)

@@ -8,12 +8,15 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
 
 from app.core.store import MessageRole, MessageStatus
+from app.gui.chat.header import ElidedLabel
 from app.gui.chat.markdown_view import MarkdownView, ProseView
 from app.gui.chat.version_switcher import VersionSwitcher
 from engine.types import FinishReason
 
 # Longer user messages show their start, with Show more; Copy and the engine always get all of it.
-USER_DISPLAY_LIMIT = 3_000
+# A paste of a few hundred words is already a wall: fold by characters and by lines.
+USER_DISPLAY_LIMIT = 1_000  # characters shown folded
+USER_DISPLAY_LINES = 12  # lines shown folded
 
 QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
 STATUS_NOTES = {
@@ -32,6 +35,19 @@ def format_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} GB"
+
+
+def folded(text: str) -> str:
+    """The start of a long user message: at most USER_DISPLAY_LINES lines and USER_DISPLAY_LIMIT
+    characters, cut at a word; the text itself if it is short enough to show whole."""
+    lines = text.split("\n")
+    if len(text) <= USER_DISPLAY_LIMIT and len(lines) <= USER_DISPLAY_LINES:
+        return text
+    head = "\n".join(lines[:USER_DISPLAY_LINES])[:USER_DISPLAY_LIMIT]
+    if len(head) < len(text) and not text[len(head)].isspace():
+        cut = max(head.rfind(" "), head.rfind("\n"))
+        head = head[:cut] if cut > len(head) // 2 else head  # a word, unless it is one long run
+    return head.rstrip()
 
 
 def format_stats(stats) -> str:
@@ -103,10 +119,9 @@ class MessageWidget(QFrame):
         head = QHBoxLayout()
         layout.addLayout(head)  # first: a widget shown before it has a parent becomes a window
         who = "You" if role == MessageRole.USER else (model or "Assistant")
-        self.who_label = QLabel(who)
+        self.who_label = ElidedLabel(who)  # a long model name must not widen the column
         self.who_label.setObjectName("messageAuthor")
-        head.addWidget(self.who_label)
-        head.addStretch(1)
+        head.addWidget(self.who_label, 1)
         self.version_switcher = VersionSwitcher()
         self.version_switcher.stepRequested.connect(lambda step: self.versionRequested.emit(self.message_id, step))
         head.addWidget(self.version_switcher)
@@ -116,6 +131,10 @@ class MessageWidget(QFrame):
         self.regen_button = self._action(head, "Regenerate", "Write this reply again", self.regenerateRequested)
         self.edit_button.setVisible(role == MessageRole.USER)
         self.regen_button.setVisible(False)
+        # A reply keeps Regenerate's room when it is not the last: ‹ › stay put across versions.
+        room = self.regen_button.sizePolicy()
+        room.setRetainSizeWhenHidden(role != MessageRole.USER)
+        self.regen_button.setSizePolicy(room)
         self._expanded = False  # a long user message shows all of its text
 
         if role == MessageRole.USER:
@@ -133,6 +152,7 @@ class MessageWidget(QFrame):
         self.stats_label = QLabel()
         self.stats_label.setObjectName("messageStats")
         self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stats_label.setWordWrap(True)  # the whole line, on two if the column is narrow
         layout.addWidget(self.stats_label)
         self._render()
         self.set_stats(stats)
@@ -162,10 +182,11 @@ class MessageWidget(QFrame):
     def _render(self):
         if self.role == MessageRole.USER:
             text = self._text
-            long = len(text) > USER_DISPLAY_LIMIT
+            head = folded(text)
+            long = head != text
             if long and not self._expanded:
-                more = len(text) - USER_DISPLAY_LIMIT
-                text = text[:USER_DISPLAY_LIMIT] + "…"
+                more = len(text) - len(head)
+                text = head + "…"
                 self.more_button.setText(f"Show more ({more:,} more characters)")
             elif long:
                 self.more_button.setText("Show less")

@@ -10,11 +10,17 @@ from typing import Protocol
 
 from PySide6.QtCore import Qt
 
-from app.core.store import MessageStatus
+from app.core.store import MessageRole, MessageStatus
 from app.gui.chat.attachments import show_on_message
 
 
 class ChatWindowView(Protocol):
+    def _edit_last(self, chat):
+        """Up in the empty message box: edit the last message you sent (if there is one)."""
+        mine = [w for w in self.chat_view.message_widgets() if w.role == MessageRole.USER]
+        if mine and chat.editing is None:
+            chat.edit_message(mine[-1].message_id)
+
     # --- the chat list ------------------------------------------------------
     def show_conversations(self, rows: list, current_id: str | None, search: str) -> None: ...
 
@@ -113,11 +119,15 @@ class ChatPanes:
         composer.sendRequested.connect(chat.send)
         composer.stopRequested.connect(chat.stop)
         composer.editCancelled.connect(chat.cancel_edit)
+        composer.editLastRequested.connect(lambda: self._edit_last(chat))
         chat_view.copyRequested.connect(chat.copy_message)
         chat_view.editRequested.connect(chat.edit_message)
         chat_view.regenerateRequested.connect(chat.regenerate)
         chat_view.promptChosen.connect(chat.send)
         chat_view.versionRequested.connect(chat.switch_version)
+        # After ‹ › or Regenerate the keys still go to the message box (the clicked widget may be gone).
+        chat_view.versionRequested.connect(lambda *_: self.focus_composer())
+        chat_view.regenerateRequested.connect(lambda *_: self.focus_composer())
         chat_view.forkRequested.connect(chat.fork)
         chat_view.replyMissing.connect(composer.set_reply_missing)
         composer.generateRequested.connect(chat.regenerate)  # a chat ending with the user's message
@@ -126,6 +136,12 @@ class ChatPanes:
         sidebar.renameRequested.connect(chat.rename)
         sidebar.deleteRequested.connect(chat.delete)
         sidebar.searchChanged.connect(chat.set_search)
+
+    def _edit_last(self, chat):
+        """Up in the empty message box: edit the last message you sent (if there is one)."""
+        mine = [w for w in self.chat_view.message_widgets() if w.role == MessageRole.USER]
+        if mine and chat.editing is None:
+            chat.edit_message(mine[-1].message_id)
 
     # --- the chat list ------------------------------------------------------
     def show_conversations(self, rows, current_id, search):

@@ -1,6 +1,6 @@
 """`‹ 2/3 ›` on a message with several versions (regenerated replies, edited messages)."""
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 
@@ -35,6 +35,9 @@ class VersionSwitcher(QWidget):
     def set_versions(self, version: int, versions: int):
         self.version, self.versions = version, versions
         self.label.setText(f"{version}/{versions}")
+        widest = self.label.fontMetrics().horizontalAdvance(f"{versions}/{versions}")
+        self.label.setMinimumWidth(widest)  # "9/10" and "10/10" leave the arrows where they were
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.label.setToolTip(f"Version {version} of {versions}")
         self.label.setAccessibleName(f"Version {version} of {versions}")
         self.setVisible(versions > 1)

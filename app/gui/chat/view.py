@@ -4,7 +4,7 @@ Streaming text goes to the live message only. Deltas are buffered and a single-s
 QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 """
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.gui.chat.attachments import show_on_message
@@ -14,6 +14,7 @@ from app.gui.theme import READING_WIDTH
 
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
+HOLD_MS = 500  # a switched version is held in place this long while its branch lays out
 
 
 class ChatView(QScrollArea):
@@ -57,9 +58,16 @@ class ChatView(QScrollArea):
         self._hidden: list = []  # older stored messages not turned into widgets yet
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
-        self._stick = True
+        self._stick = False  # follow the end of the chat (not while the welcome shows)
+        self._held = None  # (message id, its top in the view) kept while the layout settles
+        self._slack = 0  # room added below the last message so a held one can stay in place
+        self._hold_timer = QTimer(self)
+        self._hold_timer.setSingleShot(True)
+        self._hold_timer.setInterval(HOLD_MS)
+        self._hold_timer.timeout.connect(lambda: setattr(self, "_held", None))
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+        self.verticalScrollBar().actionTriggered.connect(self._on_user_scroll)
 
         self._live: MessageWidget | None = None
         self._live_text = ""
@@ -73,6 +81,8 @@ class ChatView(QScrollArea):
     # --- messages -------------------------------------------------------
     def clear(self):
         self.end_stream()
+        self._held = None
+        self._set_slack(0)
         for widget in self._widgets:
             self._layout.removeWidget(widget)
             widget.deleteLater()
@@ -81,6 +91,8 @@ class ChatView(QScrollArea):
         self.more_button.setVisible(False)
         self.welcome.setVisible(True)
         self._update_regenerate()
+        self._stick = False  # the welcome is read from its top (its heading), not scrolled to its end
+        self.verticalScrollBar().setValue(0)
 
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
@@ -131,6 +143,8 @@ class ChatView(QScrollArea):
         widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
+        if self.welcome.isVisibleTo(self):
+            self._stick = True  # the first message: from now on the view follows the chat's end
         self.welcome.setVisible(False)
         self._update_regenerate()
         return widget
@@ -166,13 +180,18 @@ class ChatView(QScrollArea):
 
     def replace_from(self, message_id, messages):
         """Show messages (stored Message objects) in place of message_id and every later one:
-        another version and the branch below it."""
+        another version and the branch below it. The new version stays where the old one was
+        on screen (its ‹ › under the mouse), however long the branches are."""
+        old = self.widget_for(message_id)
+        top = old.mapTo(self.viewport(), QPoint(0, 0)).y() if old is not None else None
         self.remove_from(message_id)
         for m in messages:
             widget = self.add_message(
                 m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
             )
             show_on_message(widget, m.attachments)
+        if top is not None and messages:
+            self._hold(messages[0].id, top)
 
     def remove_from(self, message_id):
         """Remove that message's widget and every later one."""
@@ -200,7 +219,7 @@ class ChatView(QScrollArea):
     def refresh_model_names(self):
         for widget in self._widgets:
             if widget.role == "assistant" and widget.model_id:
-                widget.who_label.setText(self.model_name(widget.model_id))
+                widget.who_label.set_full_text(self.model_name(widget.model_id))
 
     def set_actions_enabled(self, on: bool):
         for widget in self._widgets:
@@ -217,6 +236,7 @@ class ChatView(QScrollArea):
     # --- streaming ------------------------------------------------------
     def begin_stream(self, widget: MessageWidget):
         self.end_stream()
+        self._held = None
         self._live = widget
         self._live_text = widget.text()
         self._stick = True
@@ -254,12 +274,49 @@ class ChatView(QScrollArea):
 
     # --- scrolling ------------------------------------------------------
     def scroll_to_bottom(self):
+        self._held = None
+        self._set_slack(0)
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
 
+    def _hold(self, message_id, top: int):
+        """Keep that message's top `top` pixels below the view's top while the layout settles
+        (until the user scrolls, a reply starts, or HOLD_MS pass). A shorter branch below it
+        leaves room at the bottom (slack) rather than pulling the message down."""
+        self._held = (message_id, top)
+        self._stick = False
+        self._keep_held(self.verticalScrollBar().maximum())
+        self._hold_timer.start()
+
+    def _keep_held(self, hi: int) -> bool:
+        widget = self.widget_for(self._held[0]) if self._held else None
+        if widget is None:
+            return False
+        self._inner.layout().activate()
+        self.column.layout().activate()
+        want = widget.mapTo(self._inner, QPoint(0, 0)).y() - self._held[1]
+        if want > hi:  # the view cannot scroll that far yet: room below, then again
+            self._set_slack(self._slack + want - hi)
+        self.verticalScrollBar().setValue(want)
+        return True
+
+    def _set_slack(self, slack: int):
+        slack = max(0, slack)
+        if slack != self._slack:
+            self._slack = slack
+            self._layout.setContentsMargins(16, 12, 16, 12 + slack)
+
     def _on_range(self, _lo, hi):
+        if self._keep_held(hi):
+            return
         if self._stick:
             self.verticalScrollBar().setValue(hi)
 
     def _on_scroll(self, value):
-        self._stick = value >= self.verticalScrollBar().maximum() - 4
+        bar = self.verticalScrollBar()
+        if self._held is None and self._slack:  # room left below the view is not kept
+            self._set_slack(self._slack - (bar.maximum() - value))
+        self._stick = value >= bar.maximum() - 4 and self._held is None
+
+    def _on_user_scroll(self, _action):
+        self._held = None  # the user moves the view: stop holding the message in place

@@ -5,10 +5,10 @@ the key `prefill_while_typing`).
 App settings live in the store's state table under APP_KEY; APP_DEFAULTS is their one source.
 """
 
-from PySide6.QtWidgets import QComboBox, QSpinBox
+from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QSpinBox
 
 from app.gui.settings.dialog import SettingsDialog
-from app.gui.theme import THEMES
+from app.gui.theme import THEMES, system_point_size
 from engine.errors import ChinwagError
 from engine.types import ModelStatus
 
@@ -34,6 +34,21 @@ def load_app_settings(store) -> dict:
     return values
 
 
+class FontSizeBox(QSpinBox):
+    """Points, with "System size" below the range: a step from it starts at the system's size."""
+
+    def stepBy(self, steps: int):
+        if self.value() == self.minimum() and steps:
+            self.setValue(max(FONT_SIZE_RANGE[0], min(FONT_SIZE_RANGE[1], system_point_size() + steps)))
+            return
+        super().stepBy(steps)
+
+    def stepEnabled(self):
+        if self.value() == self.minimum():  # both ways lead away from "System size"
+            return QAbstractSpinBox.StepEnabledFlag.StepUpEnabled | QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
+        return super().stepEnabled()
+
+
 class PreferencesDialog(SettingsDialog):
     def __init__(self, chat_defaults: dict, app_values: dict, models, parent=None):
         super().__init__(chat_defaults, chat_defaults, "Preferences", parent)
@@ -45,7 +60,7 @@ class PreferencesDialog(SettingsDialog):
         for name in THEMES:
             self.theme_box.addItem(name.capitalize() if name != "system" else "Same as the system", name)
         self.theme_box.setToolTip("Light or dark, or follow the system's choice")
-        self.font_box = QSpinBox()
+        self.font_box = FontSizeBox()
         self.font_box.setObjectName("fontSize")
         self.font_box.setRange(FONT_SIZE_RANGE[0] - 1, FONT_SIZE_RANGE[1])
         self.font_box.setSpecialValueText("System size")  # shown at the minimum, stored as 0

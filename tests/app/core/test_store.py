@@ -409,3 +409,13 @@ def test_deleted_messages_are_gone_from_the_files(store, chinwag_home):
     store.delete_messages_from(conv.id, reply.id)
     for name, data in db_files(chinwag_home).items():
         assert marker.encode() not in data, f"marker left in {name}"
+
+
+def test_snippet_starts_and_ends_between_words(store):
+    conv = store.create_conversation(title="t")
+    words = " ".join(f"word{i}" for i in range(60))
+    store.add_message(conv.id, "user", words + " the spaghetti recipe " + words)
+    snippet = store.list_conversations("spaghetti")[0].snippet
+    assert "spaghetti" in snippet
+    inner = snippet.strip("…")
+    assert set(inner.split()) <= set(words.split()) | {"the", "spaghetti", "recipe"}  # whole words only

@@ -118,5 +118,5 @@ def test_starter_model_loads_by_default_and_answers(qtbot, qloop):
     send(qtbot, window, "What is the capital of France?")
     reply = store.get_conversation(window.chat.conv_id).messages[-1]
     assert reply.status == "complete" and reply.content.strip() and reply.model_id == info.id
-    assert window.chat_view.message_widgets()[-1].who_label.text() == info.name
+    assert window.chat_view.message_widgets()[-1].who_label.full_text() == info.name
     close_window(qtbot, store, window)

@@ -203,10 +203,11 @@ def test_ctrl_z_undoes_a_delete_but_not_inside_text(qtbot, window, store, engine
     window.new_action.trigger()
     send(qtbot, window, "other chat")
     window.chat.delete(conv)
-    assert conv not in window.sidebar.ids()
+    assert conv not in window.sidebar.ids() and window.notices.bar("undo") is not None
     window.sidebar.list.setFocus()
     QTest.keyClick(window.sidebar.list, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert conv in window.sidebar.ids() and window.chat.conv_id == conv
+    assert window.notices.bar("undo") is None  # the chat is back: no Undo offer left over
     # Deleting the open chat puts the cursor in an empty composer: Ctrl+Z there undoes the delete.
     window.chat.delete(conv)
     assert window.focusWidget() is window.composer.editor and window.composer.text() == ""

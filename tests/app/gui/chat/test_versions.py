@@ -166,3 +166,14 @@ def test_switching_versions_reprefills_only_after_the_common_prefix(qtbot, qloop
     assert stats["prefilled_tokens"] == stats["prompt_tokens"] - stats["reused_tokens"]
     assert stats["prefilled_tokens"] < stats["prompt_tokens"] - turn1_prompt + 8
     close_window(qtbot, store, window)
+
+
+def test_clicking_regenerate_leaves_the_keyboard_in_the_composer(qtbot, window, engine):
+    numbered(engine)
+    send(qtbot, window, "question")
+    assert window.focusWidget() is window.composer.editor
+    QTest.mouseClick(window.chat_view.message_widgets()[-1].regen_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: idle(window) and shown(window)[-1] == "reply 2", timeout=5000)
+    assert window.focusWidget() is window.composer.editor
+    QTest.keyClicks(window.focusWidget(), "next")
+    assert window.composer.text() == "next"

@@ -52,3 +52,24 @@ def test_picker_download_entry_opens_the_download_dialog(qtbot, window):
 
 def test_picker_sits_in_the_chat_header(window):
     assert window.model_picker.parent() is window.header
+
+
+def test_a_server_without_models_is_named_never_listed_as_name_slash(qtbot, qloop, store):
+    down = ModelInfo(
+        "bogus/",
+        "bogus",
+        "http://127.0.0.1:9/v1",
+        status="unusable",
+        source="server",
+        server="bogus",
+        reason="unreachable: connection refused at http://127.0.0.1:9/v1 (is the server running?)",
+    )
+    w = make_window(qtbot, store, FakeEngine(models=FAKE_MODELS + [down]))
+    for menu in (w.model_menu, w.model_picker.menu_):
+        texts = [a.text() for a in menu.actions()]
+        assert "bogus" in texts and not any("bogus/" in text for text in texts)  # the server's name, a section
+        entry = menu.action_for("bogus/")
+        assert entry.text() == "Not reachable" and not entry.isEnabled() and "connection refused" in entry.toolTip()
+    assert "bogus" not in w.model_picker.text()
+    w.close()
+    run(qtbot, w.shutdown())

@@ -102,3 +102,67 @@ def test_bad_app_settings_fall_back_to_defaults(store):
     values = load_app_settings(store)
     assert values["theme"] == APP_DEFAULTS["theme"] and values["font_size"] == 0
     assert values["default_model"] == "m1"
+
+
+def test_the_font_size_scales_every_text_in_the_chat(qtbot, qloop, window, store, engine):
+    from PySide6.QtGui import QFontInfo
+
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
+
+    engine.reply = "Prose first.\n\n```python\ndef is_prime(n):\n    return n > 1\n```\n"
+    send(qtbot, window, "hi")
+
+    def sizes():
+        reply = window.chat_view.message_widgets()[-1]
+        prose, code = reply.body.widgets()
+        return {
+            "prose": QFontInfo(prose.document().defaultFont()).pointSizeF(),
+            "code": QFontInfo(code.editor.font()).pointSizeF(),
+            "code language": QFontInfo(code.lang_label.font()).pointSizeF(),
+            "author": QFontInfo(reply.who_label.font()).pointSizeF(),
+            "stats": QFontInfo(reply.stats_label.font()).pointSizeF(),
+            "welcome": QFontInfo(window.chat_view.welcome.heading.font()).pointSizeF(),
+        }
+
+    try:
+        looks = {}
+        for size in (8, 14):
+            store.set_state(APP_KEY, {"theme": "system", "font_size": size, "default_model": ""})
+            window.apply_app_settings()
+            looks[size] = sizes()
+            editor = window.composer.editor  # the message box keeps room for two lines of the new size
+            window.composer.set_draft("line one\nline two")
+            qtbot.waitUntil(
+                lambda editor=editor: (
+                    editor.viewport().height() >= 2 * editor.fontMetrics().lineSpacing()
+                    and not editor.verticalScrollBar().isVisible()
+                )
+            )
+            window.composer.set_draft("")
+        for text in looks[8]:
+            assert looks[14][text] > looks[8][text], text  # every text follows the preference
+        for size in (8, 14):  # code reads at the prose's size, not the system's fixed font size
+            assert looks[size]["code"] == pytest.approx(looks[size]["prose"], rel=0.15)
+        assert looks[14]["welcome"] > looks[14]["prose"]
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)
+
+
+def test_the_first_step_from_system_size_goes_to_the_neighbouring_size(qtbot, window):
+    from PySide6.QtWidgets import QApplication
+
+    dialog = window.dialogs.preferences_dialog()
+    box = dialog.font_box
+    system = QApplication.font().pointSize()
+    assert box.value() == box.minimum() and box.text() == "System size"
+    box.stepUp()
+    assert box.value() == system + 1  # bigger than the system's size, never the range's smallest
+    box.setValue(box.minimum())
+    box.stepDown()
+    assert box.value() == system - 1
+    box.setValue(box.minimum())
+    QTest.keyClick(box, Qt.Key.Key_Up)
+    assert box.value() == system + 1
+    dialog.reject()

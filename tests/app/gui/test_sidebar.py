@@ -1,0 +1,39 @@
+"""The chat list's search: snippets from a word's start with the match marked, Esc clears it."""
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from tests.app_helpers import send
+
+pytestmark = pytest.mark.qt
+
+
+def test_a_snippet_starts_at_a_word_and_marks_the_match(qtbot, window, store, engine):
+    from app.gui.sidebar import match_parts
+
+    send(qtbot, window, "On the banks of the river Seine, in the middle of Paris, stands a cathedral.")
+    window.sidebar.focus_search()
+    QTest.keyClicks(window.sidebar.search, "cathedral")
+    qtbot.waitUntil(lambda: window.sidebar.snippets() != [""], timeout=2000)
+    delegate = window.sidebar.list.itemDelegate()
+    metrics = window.sidebar.list.fontMetrics()
+    shown = delegate.shown_snippet(window.sidebar.snippets()[0], metrics, 200)
+    before, match, after = match_parts(shown, "cathedral")
+    assert match == "cathedral" and before.startswith("…") and before[1:2] != " "
+    words = "On the banks of the river Seine, in the middle of Paris, stands a cathedral.".split()
+    assert before[1:].split()[0] in words  # a whole word, not its tail
+    assert match_parts("Seine and seine", "SEINE") == ("", "Seine", " and seine")
+
+
+def test_esc_clears_the_search(qtbot, window, store, engine):
+    send(qtbot, window, "first chat")
+    window.new_action.trigger()
+    send(qtbot, window, "second chat")
+    window.sidebar.focus_search()
+    QTest.keyClicks(window.sidebar.search, "first")
+    qtbot.waitUntil(lambda: len(window.sidebar.titles()) == 1, timeout=2000)
+    QTest.keyClick(window.sidebar.search, Qt.Key.Key_Escape)
+    assert window.sidebar.search.text() == ""
+    qtbot.waitUntil(lambda: len(window.sidebar.titles()) == 2, timeout=2000)
+    assert window.sidebar.snippets() == ["", ""]
