@@ -88,7 +88,9 @@ def init(self, *args, **kwargs):
     timer.setInterval(10)
 
     def beat():  # the GUI thread handling events while the engine thread imports mlx_lm
-        if importing.is_set() and "mlx_lm.utils" not in sys.modules:
+        # Until mlx_lm's __init__ has run to its end (`load` is its last name): mlx_lm.utils enters
+        # sys.modules a few ms in, long before its transformers import (the second) is done.
+        if importing.is_set() and not hasattr(sys.modules.get("mlx_lm"), "load"):
             record["ticks_during_import"] += 1
         if window.bridge.state in ("ready", "error"):
             record["state"] = window.bridge.state
