@@ -191,16 +191,26 @@ class Engine:
     # --- background work ----------------------------------------------------
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> BackgroundPrefill:
         """Prefill the prompt up to an unsent draft (the last user message), in the background.
 
         Never while a reply generates or a model loads; a newer draft, any `chat`, `stop`
         or model load preempts it within one prefill chunk. The turn that sends the draft
         then computes only what is not in the cache yet (the longest common prefix).
+        `progress(held, total)`, called on this loop, tells the local model's progress
+        (tokens of the draft's prompt in the cache, of all of it) before and after each chunk.
         """
         if self._generating or self._loading or self.current_model is None:
             return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
+        if progress is not None and self._backend is self._local:
+            return await self._local.prefill(
+                conversation_id, messages, params or GenerationParams(), self._on_loop(progress)
+            )
         return await self._backend.prefill(conversation_id, messages, params or GenerationParams())
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:

@@ -58,9 +58,14 @@ class EngineAPI(Protocol):
         ...
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams | None = None,
+        /,
+        progress: Callable[[int, int], None] | None = None,
     ) -> BackgroundPrefill:
-        """Reads an unsent draft (the last user message) ahead, in the background."""
+        """Reads an unsent draft (the last user message) ahead, in the background; `progress(held, total)`."""
         ...
 
     def adopt(self, draft_id: str, conversation_id: str, /) -> Awaitable[bool]:

@@ -221,8 +221,12 @@ class FakeEngine:
             raise ChinwagError("no model is loaded")
         return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
-    async def prefill(self, conv_id, messages, params=None):
+    async def prefill(self, conv_id, messages, params=None, progress=None):
         self.prefills.append((conv_id, list(messages), params))
+        total = len(self.tokens(messages[-1]["content"])) if messages else 0
+        if progress is not None:  # the real engine reports before the first chunk and after each
+            for held in (0, total // 2, total):
+                progress(held, total)
         return BackgroundPrefill(len(messages), 0, len(messages), True)
 
     def adopt(self, draft_id, conv_id):

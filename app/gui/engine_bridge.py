@@ -39,6 +39,7 @@ class EngineBridge(QObject):
     turnFailed = Signal(object, str)  # conv_id, reason
     prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
     draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
+    draftReading = Signal(object, int, int)  # conv_id, tokens of the draft's prompt in the cache, of all of it
     taskProgress = Signal(str, object)  # "import"/"download"/"folder", LoadProgress
     taskFinished = Signal(str, object)  # kind, ModelInfo
     taskFailed = Signal(str, str)  # kind, reason
@@ -250,7 +251,9 @@ class EngineBridge(QObject):
 
     async def _prefill(self, conv_id, messages, params):
         try:
-            result = await self.engine.prefill(conv_id, messages, params)
+            result = await self.engine.prefill(
+                conv_id, messages, params, progress=lambda held, total: self.draftReading.emit(conv_id, held, total)
+            )
         except ChinwagError as e:  # background work: a refusal costs speed, never the chat (bugs: _task_done)
             log.warning("prefill %s: %s", conv_id, e)
             return None

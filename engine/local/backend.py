@@ -193,9 +193,11 @@ class LocalBackend:
 
     # --- background work ----------------------------------------------------
 
-    async def prefill(self, conversation_id: str, messages: list, params: GenerationParams) -> BackgroundPrefill:
+    async def prefill(
+        self, conversation_id: str, messages: list, params: GenerationParams, progress=None
+    ) -> BackgroundPrefill:
         await self.start()
-        future = self.start_background(self.session_prefill, conversation_id, messages, params)
+        future = self.start_background(self.session_prefill, conversation_id, messages, params, progress)
         return await asyncio.wrap_future(future)
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
@@ -238,10 +240,10 @@ class LocalBackend:
         future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
         return future
 
-    def session_prefill(self, conv_id, messages, params, should_stop):
+    def session_prefill(self, conv_id, messages, params, progress, should_stop):
         from engine.local.background import prefill_draft
 
-        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop)
+        return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop, progress)
 
     def session_prepare(self, conv_id, messages, params, should_stop):
         from engine.local.background import prepare_next_window

@@ -16,16 +16,20 @@ from engine.types import BackgroundPrefill, GenerationParams
 TEMPLATE_SLACK = 32
 
 
-def _run(session, conv_id, conv, history, turn, target, params, should_stop) -> BackgroundPrefill:
+def _run(session, conv_id, conv, history, turn, target, params, should_stop, progress=None) -> BackgroundPrefill:
     if conv is None:
         conv = session.new_cache(conv_id, history, turn, params)
-    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop)
+    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop, progress)
     session.caches.enforce(keep=conv_id)
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 
 
-def prefill_draft(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
+def prefill_draft(
+    session, conv_id: str, messages, params: GenerationParams, should_stop, progress=None
+) -> BackgroundPrefill:
     """Compute the prompt whose last user message is the unsent draft, all but its last token.
+
+    `progress(held, total)`: the target's tokens in the cache, before the first chunk and after each.
 
     The turn computes that last token itself (it needs its logits), so it reuses all of
     this without trimming, which some caches cannot do. The window's start is not
@@ -35,7 +39,7 @@ def prefill_draft(session, conv_id: str, messages, params: GenerationParams, sho
         conv, history, _plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
-    return _run(session, conv_id, conv, history, turn, turn.prompt_ids[:-1], params, should_stop)
+    return _run(session, conv_id, conv, history, turn, turn.prompt_ids[:-1], params, should_stop, progress)
 
 
 def next_window(session, conv_id: str, messages, params: GenerationParams):

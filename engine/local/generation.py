@@ -106,17 +106,22 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
     return logits, reused, len(rest)
 
 
-def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop) -> tuple:
+def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop, progress=None) -> tuple:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
     Caches that cannot be trimmed are left alone: a draft that then changed would cost
-    the turn a re-prefill of the whole chat instead of its new tokens.
+    the turn a re-prefill of the whole chat instead of its new tokens. `progress(held, total)`
+    is called before the first chunk and after each one (held: target tokens in the cache).
     """
     if should_stop() or not conv.trimmable():
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
+    total = len(target_ids)
+    report = (lambda done: progress(reused + done, total)) if progress is not None else None
+    if report is not None:
+        report(0)
     try:
-        done = extend(model, conv, target_ids[reused:], should_stop)
+        done = extend(model, conv, target_ids[reused:], should_stop, report)
     except Exception:
         conv.repair()  # a failed chunk: the cache goes back to exactly its token_ids
         raise

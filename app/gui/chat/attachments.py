@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.attachments import StoredAttachment, keep_original, original_path
+from app.core.attachments import StoredAttachment, keep_original, openable_copy, original_path
 from app.documents import limits
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
-from app.documents.retrieval import Index
+from app.documents.retrieval import Index, references
 from app.documents.turn import CHARS_PER_TOKEN
 from app.gui.icons import icon
 from engine.context.policy import reply_room
@@ -48,6 +48,7 @@ class _Doc:
     error: str = ""
     index: Index | None = None  # built off the GUI thread when the document is too big for the context
     ready: bool = False  # extracted, counted (and indexed if too big)
+    read: bool = False  # in the conversation's cache (read ahead by engine.prefill): asking computes the question
 
     @property
     def too_big(self) -> bool:
@@ -82,6 +83,7 @@ class AttachmentChip(QFrame):
 
     def show_progress(self, done: int, total: int):
         self.status.setText(f"Reading {self.name.text()}… {100 * done // max(1, total)}%")
+        self.status.setToolTip("")
 
     def show_state(self):
         doc = self.doc
@@ -91,10 +93,19 @@ class AttachmentChip(QFrame):
             self.setProperty("failed", True)
         elif doc.extracted is not None:
             self.icon.setToolTip(KIND_NAMES.get(doc.extracted.kind, "text"))
-            text = f"{doc.tokens:,} tokens"
+            text, tip = f"{doc.tokens:,} tokens", ""
             if doc.too_big:
-                text += " · too big for the context: the passages most related to each question are sent (× cancels)"
+                text += " · too big for the context: passages per question, or × to cancel"
+                tip = (
+                    f"{doc.extracted.name} does not fit in the context ({doc.limit:,} tokens). Each question is sent "
+                    "with the passages of it most related to the question (their pages or sections are shown "
+                    "under the reply); × removes it."
+                )
+            elif doc.read:
+                text += " · read"
+                tip = "Already read into the conversation: sending computes only your question."
             self.status.setText(text)
+            self.status.setToolTip(tip)
         self.style().unpolish(self)
         self.style().polish(self)
 
@@ -187,6 +198,7 @@ class AttachmentTray(QWidget):
                 task.add_done_callback(self._done)
 
     async def _recount(self, chip):
+        chip.doc.read = False  # another model: its cache holds nothing of the document yet
         try:
             await self._count(chip)
         except ChinwagError as e:
@@ -198,6 +210,30 @@ class AttachmentTray(QWidget):
         if chip in self._chips:
             chip.show_progress(done, total)
             self.status.emit(chip.status.text())
+
+    def read_progress(self, held: int, total: int) -> None:
+        """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
+        chips = [c for c in self._chips if c.doc.ready and not c.doc.error and not c.doc.too_big]
+        if not chips or not total:
+            return
+        if held >= total:
+            for chip in chips:
+                chip.doc.read = True
+                chip.show_state()
+            names = ", ".join(c.name.text() for c in chips)
+            self.status.emit(f"Read {names}: asking computes only your question")
+            return
+        for chip in chips:
+            chip.doc.read = False
+            chip.show_progress(held, total)
+        self.status.emit(chips[0].status.text())
+
+    def read_ended(self, result) -> None:
+        """A read-ahead ended early for a reason other than newer work (which reports on its own)."""
+        if not result.finished and result.reason != "preempted":
+            for chip in self._chips:
+                if chip.doc.ready and not chip.doc.error:
+                    chip.show_state()
 
     def _remove(self, chip):
         if chip in self._chips:
@@ -335,6 +371,7 @@ class MessageAttachments(QWidget):
     def __init__(self, items, parent=None):
         super().__init__(parent)
         self.setObjectName("messageAttachments")
+        self.items = list(items)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         self.buttons = []
@@ -365,17 +402,37 @@ class MessageAttachments(QWidget):
         dialog.open()  # never a nested event loop
         return dialog
 
-    def _menu(self, item, button, pos):
-        from PySide6.QtCore import QUrl
-        from PySide6.QtGui import QDesktopServices, QGuiApplication
+    def context_menu(self, item, parent=None) -> QMenu:
+        """Open the original (kept 0600 in the data directory) or copy the extracted text."""
+        from PySide6.QtGui import QGuiApplication
 
-        menu = QMenu(button)
+        menu = QMenu(parent or self)
         original = original_path(item.sha256)
         open_action = menu.addAction("Open the Original")
         open_action.setEnabled(original is not None)
-        open_action.triggered.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(original))))
+        if original is None:
+            open_action.setToolTip("The original is no longer kept (the disk budget for originals was reached)")
+        open_action.triggered.connect(lambda: self.open_original(item))
         menu.addAction("Copy the Text").triggered.connect(lambda: QGuiApplication.clipboard().setText(item.text))
-        menu.popup(button.mapToGlobal(pos))
+        menu.addAction("Show the Text").triggered.connect(lambda: self.show_text(item))
+        return menu
+
+    def open_original(self, item) -> bool:
+        """Open a copy of the original, named as it was, in the desktop's app for it."""
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        try:
+            copy = openable_copy(item.sha256, item.name)
+        except OSError as e:
+            window = self.window()
+            if hasattr(window, "statusBar"):
+                window.statusBar().showMessage(f"cannot open {item.name}: {e.strerror or e}", 5000)
+            return False
+        return copy is not None and QDesktopServices.openUrl(QUrl.fromLocalFile(str(copy)))
+
+    def _menu(self, item, button, pos):
+        self.context_menu(item, button).popup(button.mapToGlobal(pos))
 
 
 def show_on_message(widget, items) -> None:
@@ -383,3 +440,29 @@ def show_on_message(widget, items) -> None:
     if not items or widget is None or widget.findChild(MessageAttachments) is not None:
         return
     widget.layout().addWidget(MessageAttachments(items, widget))
+
+
+def passages_used(items) -> str:
+    """What a reply was given of documents too big for the context: "big.pdf: page 3, page 7"."""
+    parts = []
+    for item in items:
+        refs = references(item.passages) if getattr(item, "passages", "") else []
+        if refs:
+            parts.append(f"{item.name}: {', '.join(refs)}")
+    return "; ".join(parts)
+
+
+def show_passages_used(reply, previous) -> None:
+    """Under a reply, the passages of the documents it was given (those on the user message before it)."""
+    if reply is None or previous is None or reply.role == previous.role or reply.findChild(QLabel, "passagesUsed"):
+        return
+    shown = previous.findChild(MessageAttachments)
+    used = passages_used(shown.items) if shown is not None else ""
+    if not used:
+        return
+    label = QLabel(f"Passages used: {used}")
+    label.setObjectName("passagesUsed")
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setToolTip("The document was too big for the context: the reply was given these passages of it")
+    reply.layout().addWidget(label)

@@ -99,6 +99,8 @@ class ChatPanes:
         documents.show_sent = lambda msg_id, items: show_on_message(chat_view.widget_for(msg_id), items)
         documents.readyToRead.connect(lambda: chat.prefill_draft(composer.text()))  # read at attach
         chat.bridge.modelLoaded.connect(lambda _info: documents.recount())
+        chat.bridge.draftReading.connect(lambda _conv, held, total: documents.read_progress(held, total))
+        chat.bridge.draftPrefilled.connect(lambda _conv, result: documents.read_ended(result))
         composer.draftPaused.connect(chat.prefill_draft)
         composer.sendRequested.connect(chat.send)
         composer.stopRequested.connect(chat.stop)

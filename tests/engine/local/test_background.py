@@ -318,3 +318,28 @@ def test_a_drafts_cache_is_adopted_by_the_chat_created_for_it(engine_with):
     read, moved, missing, stats, left = engine_with(body)
     assert read.finished and moved and not missing and left == (0, 0)
     assert stats.reused_tokens == len(stats.prompt_ids) - 1 and stats.prefilled_tokens == 1
+
+
+def test_prefill_reports_progress_on_the_loop(engine_with, monkeypatch):
+    monkeypatch.setattr(generation, "PREFILL_FIRST_STEP", 16)  # several chunks for a short draft
+    monkeypatch.setattr(generation, "PREFILL_CHUNK_SECONDS", 0.0)  # chunks never grow
+
+    async def body(engine):
+        loop, seen = asyncio.get_running_loop(), []
+
+        def progress(held, total):
+            assert asyncio.get_running_loop() is loop  # called on the loop, not the engine thread
+            seen.append((held, total))
+
+        ahead = await engine.prefill("p", draft(LONG), GREEDY, progress=progress)
+        await asyncio.sleep(0)  # callbacks scheduled by the engine thread run before this resumes
+        again: list = []
+        await engine.prefill("p", draft(LONG), GREEDY, progress=lambda h, t: again.append((h, t)))
+        await asyncio.sleep(0)
+        return ahead, seen, again
+
+    ahead, seen, again = engine_with(body)
+    total = ahead.prompt_tokens
+    assert seen[0] == (0, total) and seen[-1] == (total, total) and len(seen) > 3
+    assert [h for h, _ in seen] == sorted(h for h, _ in seen) and {t for _, t in seen} == {total}
+    assert again == [(total, total)]  # already read: one report, all of it held

@@ -4,7 +4,7 @@ the draft read ahead with the document's block, the message saved with it, error
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit
 
 from app.documents.block import message_content
 from tests.app.documents.files import png_bytes, write_pdf
@@ -26,7 +26,7 @@ def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
     assert window.composer.text() == ""  # a file, not its path as text
     qtbot.waitUntil(lambda: bool(tray.ready_documents()) and "% of the context" in tray.summary.text(), timeout=10_000)
     chip = tray._chips[0]
-    assert chip.name.text() == "report.pdf" and chip.status.text().endswith(" tokens")
+    assert chip.name.text() == "report.pdf" and " tokens" in chip.status.text()
     assert tray.summary.text().startswith("report.pdf ")
     # Read at attach: the draft (the document's block alone) goes to the engine at once.
     qtbot.waitUntil(lambda: bool(engine.prefills), timeout=5000)
@@ -113,3 +113,87 @@ def test_too_big_for_the_context_sends_passages(qtbot, window, store, engine, tm
     follow = engine.calls[-1][1][-1]["content"]
     assert 'excerpts="passages related to the question"' in follow and "topic3" in follow
     assert engine.calls[-1][1][0]["content"] == sent  # the earlier message is sent exactly as before
+
+
+def test_reading_into_the_cache_shows_on_the_chip_and_in_the_status_bar(qtbot, window, engine, tmp_path):
+    pdf = write_pdf(tmp_path / "report.pdf", ["Apples are red."])
+    tray = window.composer.attachments
+    tray.add_paths([str(pdf)])
+    # The fake engine reports 0, half and all of the draft read: the chip ends "read".
+    qtbot.waitUntil(lambda: tray._chips[0].status.text().endswith(" tokens · read"), timeout=10_000)
+    assert window.statusBar().currentMessage() == "Read report.pdf: asking computes only your question"
+    window.bridge.draftReading.emit("c", 43, 100)  # the engine's progress while a long document is read
+    assert tray._chips[0].status.text() == "Reading report.pdf… 43%"
+    assert window.statusBar().currentMessage() == "Reading report.pdf… 43%"
+    from engine.types import BackgroundPrefill
+
+    window.bridge.draftPrefilled.emit("c", BackgroundPrefill(100, 0, 43, False, "preempted"))
+    assert tray._chips[0].status.text() == "Reading report.pdf… 43%"  # newer work goes on reading it
+    window.bridge.draftPrefilled.emit("c", BackgroundPrefill(0, 0, 0, False, "the engine is busy"))
+    assert tray._chips[0].status.text().endswith(" tokens")  # not read: no progress left hanging
+    send(qtbot, window, "What colour?")
+
+
+def test_a_sent_document_shows_its_text_and_offers_the_original_and_a_copy(
+    qtbot, window, store, engine, tmp_path, monkeypatch
+):
+    from unittest.mock import create_autospec
+
+    from PySide6.QtGui import QDesktopServices
+
+    from app.gui.chat.attachments import MessageAttachments
+
+    pdf = write_pdf(tmp_path / "report.pdf", ["Pears are green."])
+    tray = window.composer.attachments
+    tray.add_paths([str(pdf)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    send(qtbot, window, "What colour?")
+    shown = window.chat_view.message_widgets()[0].findChild(MessageAttachments)
+    item = shown.items[0]
+    with qtbot.waitSignal(shown.buttons[0].clicked):
+        shown.buttons[0].click()  # click: the extracted text
+    dialog = shown._dialogs[-1]
+    assert dialog.windowTitle() == "report.pdf" and "Pears are green." in dialog.findChild(QPlainTextEdit).toPlainText()
+    dialog.close()
+    menu = shown.context_menu(item)
+    actions = {a.text(): a for a in menu.actions()}
+    assert set(actions) == {"Open the Original", "Copy the Text", "Show the Text"}
+    actions["Copy the Text"].trigger()
+    assert QApplication.clipboard().text() == item.text
+    opened = []
+    open_url = create_autospec(QDesktopServices.openUrl, side_effect=lambda url: opened.append(url) or True)
+    monkeypatch.setattr(QDesktopServices, "openUrl", open_url)  # no desktop app in a test
+    assert actions["Open the Original"].isEnabled()
+    actions["Open the Original"].trigger()
+    path = opened[0].toLocalFile()
+    assert path.endswith("/report.pdf") and open(path, "rb").read() == pdf.read_bytes()
+    import os
+    import stat
+
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_passages_used_are_shown_under_the_reply(qtbot, window, store, engine, tmp_path):
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
+    pdf = write_pdf(tmp_path / "big.pdf", pages)
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600)
+    tray.add_paths([str(pdf)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    assert tray._chips[0].status.text().endswith("too big for the context: passages per question, or × to cancel")
+    send(qtbot, window, "Tell me about topic7")
+    send(qtbot, window, "And what about topic3?")
+
+    def notes():
+        return [w.findChild(QLabel, "passagesUsed") for w in window.chat_view.message_widgets()]
+
+    first, second = notes()[1], notes()[3]
+    assert first is not None and first.text().startswith("Passages used: big.pdf: page 7")
+    assert second is not None and "page 3" in second.text() and "page 7" not in second.text()
+    assert notes()[0] is None and notes()[2] is None  # under the replies, not the questions
+    conv_id = window.chat.conv_id
+    window.chat.new_conversation()
+    window.chat.open_conversation(conv_id)  # reopened: shown again
+    assert notes()[1] is not None and notes()[1].text() == first.text()
