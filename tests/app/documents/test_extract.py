@@ -10,6 +10,8 @@ from app.documents import limits
 from app.documents.extract import extract, extract_bytes
 from engine.errors import ChinwagError
 from tests.app.documents.files import (
+    BAD_INPUTS,
+    make_bad,
     png_bytes,
     write_docx,
     write_encrypted_pdf,
@@ -163,3 +165,24 @@ def test_text_bound(monkeypatch):
     monkeypatch.setattr(limits, "MAX_TEXT_CHARS", 1000)
     with pytest.raises(ChinwagError, match=r"^long\.txt holds too much text"):
         extract_bytes("long.txt", b"word " * 1000)
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_every_bad_input_is_one_line_within_a_memory_bound(tmp_path, kind):
+    """Each of the issue's bad inputs: one line naming the file, and memory bounded (a zip bomb, /dev/zero
+    or a 2 GB file never get read into memory: the peak stays far below what they would take)."""
+    import re
+    import tracemalloc
+
+    path, line = make_bad(kind, tmp_path)
+    size = os.path.getsize(path) if os.path.isfile(path) and kind != "huge" else 0
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChinwagError) as caught:
+            extract(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(caught.value)
+    assert re.match(line, message) and "\n" not in message
+    assert peak < 4 * size + (16 << 20)

@@ -7,7 +7,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit
 
 from app.documents.block import message_content
-from tests.app.documents.files import png_bytes, write_pdf
+from tests.app.documents.files import BAD_INPUTS, make_bad, png_bytes, write_pdf
 from tests.app_helpers import send
 
 pytestmark = pytest.mark.qt
@@ -197,3 +197,22 @@ def test_passages_used_are_shown_under_the_reply(qtbot, window, store, engine, t
     window.chat.new_conversation()
     window.chat.open_conversation(conv_id)  # reopened: shown again
     assert notes()[1] is not None and notes()[1].text() == first.text()
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot, window, store, engine, tmp_path, kind):
+    import re
+
+    path, line = make_bad(kind, tmp_path / "files")
+    tray = window.composer.attachments
+    tray.add_paths([path])
+    qtbot.waitUntil(lambda: bool(tray._chips[0].doc.error), timeout=20_000)
+    shown = tray._chips[0].status.text()
+    assert re.match(line, shown) and "\n" not in shown
+    assert not tray.busy() and not tray.ready_documents() and not engine.prefills
+    window.composer.set_text("Hello")
+    assert window.composer.send_button.isEnabled()  # a failed file never holds the message
+    send(qtbot, window, "Hello")
+    (message,) = [m for m in store.get_conversation(window.chat.conv_id).messages if m.role == "user"]
+    assert message.content == "Hello" and message.attachments == []
+    assert engine.calls[-1][1][-1]["content"] == "Hello"
