@@ -1,5 +1,7 @@
 """Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
@@ -96,6 +98,7 @@ class Composer(QWidget):
         self.attachments = AttachmentTray()  # documents for the next message (app/gui/chat/attachments.py)
         outer.addWidget(self.attachments)
         self._drop_filter: FileDropFilter | None = None
+        self._attach_folder = ""  # where the attach dialog opens next
         row = QHBoxLayout()
         self.attach_button = QToolButton()
         self.attach_button.setIcon(icon("attach"))
@@ -154,7 +157,10 @@ class Composer(QWidget):
     def choose_files(self):
         dialog = QFileDialog(self.window(), "Attach Files")
         dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        # The folder last attached from (this run), else the home folder: never wherever Chinwag was started.
+        dialog.setDirectory(self._attach_folder or str(Path.home()))
         dialog.filesSelected.connect(self.attachments.add_paths)
+        dialog.filesSelected.connect(lambda files: setattr(self, "_attach_folder", str(Path(files[0]).parent)))
         dialog.finished.connect(dialog.deleteLater)
         dialog.finished.connect(lambda *_: self.editor.setFocus())  # back to typing
         dialog.open()  # never a nested event loop

@@ -178,7 +178,15 @@ class AttachmentTray(QWidget):
             return
         chip.show_state()
         self._refresh()
-        if not chip.doc.error:
+        doc = chip.doc
+        if doc.error:
+            self.status.emit(doc.error)
+        elif doc.too_big and doc.extracted is not None:
+            self.status.emit(
+                f"{doc.extracted.name} is too big for the context ({doc.tokens:,} of {doc.limit:,} tokens): "
+                "each question gets its most related passages"
+            )
+        if not doc.error:
             self.readyToRead.emit()
 
     async def _count(self, chip: AttachmentChip):
@@ -250,9 +258,7 @@ class AttachmentTray(QWidget):
         self.setVisible(bool(self._chips))
         ready = [c.doc for c in self._chips if c.doc.extracted is not None and not c.doc.error]
         if ready and all(d.limit for d in ready):
-            names = ", ".join(d.extracted.name for d in ready if d.extracted)
-            tokens = sum(d.tokens for d in ready)
-            self.summary.setText(f"{names} {tokens:,} tokens · {100 * tokens / ready[0].limit:.0f}% of the context")
+            self.summary.setText(summary_line(ready))
         else:
             self.summary.setText("")
         self.summary.setVisible(bool(self.summary.text()))
@@ -279,7 +285,7 @@ class AttachmentTray(QWidget):
             assert e is not None
             passages = ""
             if d.too_big:
-                free = max(0, d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM) // 2
+                free = passages_budget(d.limit, max_tokens)
                 chars = int(free * len(e.text) / max(1, d.tokens) * 0.9)
                 index = d.index or Index(e.name, e.text, e.kind)
                 passages = index.passages(question, chars)[0].text
@@ -302,6 +308,26 @@ class AttachmentTray(QWidget):
             if d.extracted is not None:
                 keep_original(d.extracted.sha256, d.extracted.original)
         return self.stored(question) or followup_passages(history, question, context_limit)
+
+
+def passages_budget(limit: int, max_tokens: int = 512) -> int:
+    """Tokens of passages a question gets from a document too big for the context."""
+    return max(0, limit - reply_room(max_tokens, limit) - QUESTION_ROOM) // 2
+
+
+def summary_line(docs) -> str:
+    """What the message will take of the context: "report.pdf 6,812 tokens · 83% of the context"."""
+    limit = docs[0].limit
+    whole = [d for d in docs if not d.too_big]
+    big = [d for d in docs if d.too_big]
+    parts, tokens = [], sum(d.tokens for d in whole)
+    if whole:
+        parts.append(f"{', '.join(d.extracted.name for d in whole)} {tokens:,} tokens")
+    if big:
+        budget = passages_budget(limit)
+        tokens += budget
+        parts.append(f"{', '.join(d.extracted.name for d in big)}: passages, up to {budget:,} tokens per question")
+    return f"{' + '.join(parts)} · {100 * tokens / limit:.0f}% of the context"
 
 
 _INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run
@@ -447,6 +473,7 @@ def passages_used(items) -> str:
     parts = []
     for item in items:
         refs = references(item.passages) if getattr(item, "passages", "") else []
+        refs = list(dict.fromkeys(refs))  # a long page gives several chunks: named once
         if refs:
             parts.append(f"{item.name}: {', '.join(refs)}")
     return "; ".join(parts)

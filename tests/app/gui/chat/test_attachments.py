@@ -1,6 +1,8 @@
 """Documents in the window (fake engine): paste or drop a file, a chip with its size and the context share,
 the draft read ahead with the document's block, the message saved with it, errors on the chip."""
 
+import re
+
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -183,6 +185,11 @@ def test_passages_used_are_shown_under_the_reply(qtbot, window, store, engine, t
     tray.add_paths([str(pdf)])
     qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
     assert tray._chips[0].status.text().endswith("too big for the context: passages per question, or × to cancel")
+    # The composer says what the message will take: the passages' budget, not the whole document.
+    assert re.fullmatch(
+        r"big\.pdf: passages, up to [\d,]+ tokens per question · \d+% of the context", tray.summary.text()
+    )
+    assert window.statusBar().currentMessage().startswith("big.pdf is too big for the context (")
     send(qtbot, window, "Tell me about topic7")
     send(qtbot, window, "And what about topic3?")
 
@@ -201,8 +208,6 @@ def test_passages_used_are_shown_under_the_reply(qtbot, window, store, engine, t
 
 @pytest.mark.parametrize("kind", BAD_INPUTS)
 def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot, window, store, engine, tmp_path, kind):
-    import re
-
     path, line = make_bad(kind, tmp_path / "files")
     tray = window.composer.attachments
     tray.add_paths([path])
@@ -216,3 +221,11 @@ def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot,
     (message,) = [m for m in store.get_conversation(window.chat.conv_id).messages if m.role == "user"]
     assert message.content == "Hello" and message.attachments == []
     assert engine.calls[-1][1][-1]["content"] == "Hello"
+
+
+def test_passages_used_names_each_page_once():
+    from app.core.attachments import StoredAttachment
+    from app.gui.chat.attachments import passages_used
+
+    item = StoredAttachment("a.pdf", "pdf", 1, "0" * 64, "whole", "[page 4]\nx\n\n[page 4]\ny\n\n[page 9]\nz")
+    assert passages_used([item, StoredAttachment("b.txt", "text", 1, "1" * 64, "all")]) == "a.pdf: page 4, page 9"
