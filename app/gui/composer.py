@@ -5,6 +5,7 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -148,9 +149,9 @@ class Composer(QWidget):
         super().showEvent(event)
         if self._drop_filter is None:  # files dropped anywhere on the window are attached
             window = self.window()
-            self._drop_filter = FileDropFilter(self.attachments, self)
+            self._drop_filter = FileDropFilter(self.attachments, window, self, focus=self.editor)
             window.setAcceptDrops(True)
-            window.installEventFilter(self._drop_filter)
+            QApplication.instance().installEventFilter(self._drop_filter)  # every widget of the window
             if hasattr(window, "statusBar"):
                 self.attachments.status.connect(lambda text: window.statusBar().showMessage(text, 3000))
 

@@ -82,6 +82,7 @@ class AttachmentChip(QFrame):
             row.addWidget(w)
 
     def show_progress(self, done: int, total: int):
+        self.name.setVisible(False)  # the progress names the file
         self.status.setText(f"Reading {self.name.text()}… {100 * done // max(1, total)}%")
         self.status.setToolTip("")
 
@@ -92,6 +93,7 @@ class AttachmentChip(QFrame):
             self.status.setText(doc.error)
             self.setProperty("failed", True)
         elif doc.extracted is not None:
+            self.name.setVisible(True)
             self.icon.setToolTip(KIND_NAMES.get(doc.extracted.kind, "text"))
             text, tip = f"{doc.tokens:,} tokens", ""
             if doc.too_big:
@@ -361,14 +363,21 @@ def _attachment(d: _Doc) -> Attachment:
 
 
 class FileDropFilter(QObject):
-    """Files dropped anywhere on the window (or pasted) become attachments."""
+    """Files dropped anywhere on the window become attachments: installed on the application, so a
+    drop on a widget that takes text (the search field, the message box) attaches the file too,
+    never pasting its path."""
 
-    def __init__(self, tray: AttachmentTray, parent=None):
+    def __init__(self, tray: AttachmentTray, window: QWidget, parent=None, focus: QWidget | None = None):
         super().__init__(parent)
-        self.tray = tray
+        self.tray, self.window = tray, window
+        self.focus = focus  # where typing goes after a drop: the question comes next
 
     def eventFilter(self, obj, event):
         kind = event.type()
+        if kind not in (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop):
+            return False
+        if not isinstance(obj, QWidget) or obj.window() is not self.window:
+            return False  # another window (a dialog) or a QWindow: not ours to take
         if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
             if local_files(event.mimeData()):
                 event.acceptProposedAction()
@@ -378,6 +387,9 @@ class FileDropFilter(QObject):
             if files:
                 event.acceptProposedAction()
                 self.tray.add_paths(files)
+                if self.focus is not None:  # dropped from a file manager: the window takes the keyboard
+                    self.focus.window().activateWindow()
+                    self.focus.setFocus()
                 return True
         return False
 

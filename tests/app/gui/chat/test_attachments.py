@@ -229,3 +229,25 @@ def test_passages_used_names_each_page_once():
 
     item = StoredAttachment("a.pdf", "pdf", 1, "0" * 64, "whole", "[page 4]\nx\n\n[page 4]\ny\n\n[page 9]\nz")
     assert passages_used([item, StoredAttachment("b.txt", "text", 1, "1" * 64, "all")]) == "a.pdf: page 4, page 9"
+
+
+def test_a_drop_on_a_text_field_attaches_the_file_and_the_message_box_takes_the_keyboard(qtbot, window, tmp_path):
+    pdf = write_pdf(tmp_path / "report.pdf", ["Apples are red."])
+    mime = _files([pdf])
+    buttons, keys = Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    search = window.sidebar.search  # a line edit would paste the file's URL as text
+    search.setFocus()
+    assert window.focusWidget() is search
+    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, buttons, keys)
+    QApplication.sendEvent(search, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(search, QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, buttons, keys))
+    tray = window.composer.attachments
+    assert search.text() == "" and len(tray._chips) == 1
+    assert window.focusWidget() is window.composer.editor  # the question is typed next
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    # Text (no file) dropped on the search field is still the field's own business.
+    text = QMimeData()
+    text.setText("apples")
+    QApplication.sendEvent(search, QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, text, buttons, keys))
+    assert len(tray._chips) == 1
