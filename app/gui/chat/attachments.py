@@ -69,6 +69,9 @@ class AttachmentChip(QFrame):
         row.setContentsMargins(6, 2, 2, 2)
         self.icon = QLabel()
         self.icon.setPixmap(icon("document").pixmap(16, 16))
+        self.kind = QLabel()  # the file's type once read: PDF, DOCX or text (whatever the name says)
+        self.kind.setObjectName("attachmentKind")
+        self.kind.setVisible(False)
         self.name = QLabel(Path(doc.path).name)
         self.name.setObjectName("attachmentName")
         self.status = QLabel("waiting…")
@@ -78,11 +81,12 @@ class AttachmentChip(QFrame):
         self.remove_button.setToolTip(f"Remove {Path(doc.path).name}")
         self.remove_button.setAutoRaise(True)
         self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self))
-        for w in (self.icon, self.name, self.status, self.remove_button):
+        for w in (self.icon, self.kind, self.name, self.status, self.remove_button):
             row.addWidget(w)
 
     def show_progress(self, done: int, total: int):
         self.name.setVisible(False)  # the progress names the file
+        self.kind.setVisible(False)
         self.status.setText(f"Reading {self.name.text()}… {100 * done // max(1, total)}%")
         self.status.setToolTip("")
 
@@ -94,7 +98,8 @@ class AttachmentChip(QFrame):
             self.setProperty("failed", True)
         elif doc.extracted is not None:
             self.name.setVisible(True)
-            self.icon.setToolTip(KIND_NAMES.get(doc.extracted.kind, "text"))
+            self.kind.setText(KIND_NAMES.get(doc.extracted.kind, "text"))
+            self.kind.setVisible(True)
             text, tip = f"{doc.tokens:,} tokens", ""
             if doc.too_big:
                 text += " · too big for the context: passages per question, or × to cancel"

@@ -29,6 +29,7 @@ def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
     qtbot.waitUntil(lambda: bool(tray.ready_documents()) and "% of the context" in tray.summary.text(), timeout=10_000)
     chip = tray._chips[0]
     assert chip.name.text() == "report.pdf" and " tokens" in chip.status.text()
+    assert chip.kind.text() == "PDF" and not chip.kind.isHidden()  # the type, from the content
     assert tray.summary.text().startswith("report.pdf ")
     # Read at attach: the draft (the document's block alone) goes to the engine at once.
     qtbot.waitUntil(lambda: bool(engine.prefills), timeout=5000)
