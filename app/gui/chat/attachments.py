@@ -31,6 +31,7 @@ from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
 from engine.log import report_bug
+from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
 
 KIND_NAMES = {"pdf": "PDF", "docx": "DOCX", "text": "text"}
 # Room kept for the question and the template when deciding whether a document fits whole.
@@ -49,10 +50,11 @@ class _Doc:
     index: Index | None = None  # built off the GUI thread when the document is too big for the context
     ready: bool = False  # extracted, counted (and indexed if too big)
     read: bool = False  # in the conversation's cache (read ahead by engine.prefill): asking computes the question
+    whole: bool = True  # fits whole beside the documents attached before it (AttachmentTray._plan decides)
 
     @property
     def too_big(self) -> bool:
-        return bool(self.limit) and self.tokens > self.limit - QUESTION_ROOM
+        return bool(self.limit) and not self.whole
 
 
 class AttachmentChip(QFrame):
@@ -173,6 +175,7 @@ class AttachmentTray(QWidget):
         try:
             chip.doc.extracted = await loop.run_in_executor(_EXTRACTOR, extract, chip.doc.path, progress)
             await self._count(chip)
+            self._plan()
             e = chip.doc.extracted
             if chip.doc.too_big and e is not None:  # indexing a long document takes a while: not on the GUI thread
                 chip.doc.index = await loop.run_in_executor(_EXTRACTOR, Index, e.name, e.text, e.kind)
@@ -201,7 +204,7 @@ class AttachmentTray(QWidget):
         if engine is None or doc.extracted is None or getattr(engine, "current_model", None) is None:
             return
         block = document_block(Attachment(doc.extracted.name, doc.extracted.text, doc.extracted.kind))
-        count = await engine.count_tokens(block, self.params() if self.params else None)
+        count = await engine.count_tokens(block, self._params())
         doc.tokens, doc.limit = count.tokens, count.context_limit
 
     def recount(self):
@@ -261,15 +264,40 @@ class AttachmentTray(QWidget):
         for chip in list(self._chips):
             self._remove(chip)
 
+    def _params(self) -> GenerationParams:
+        return self.params() if self.params is not None else GenerationParams()
+
+    def _plan(self) -> bool:
+        """Which documents go whole: in the order attached, each one while the message (with the
+        ones before it, the question and room for the reply) still fits the context; the rest send
+        passages. True if one became whole (it can be read ahead now)."""
+        max_tokens, used, grew = self._params().max_tokens, 0, False
+        for chip in self._chips:
+            d = chip.doc
+            if d.extracted is None or d.error or not d.limit:
+                continue
+            room = d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM
+            was, d.whole = d.whole, used + d.tokens <= room
+            used += d.tokens if d.whole else 0
+            if was != d.whole:
+                grew = grew or d.whole
+                d.read = False
+                if d.ready:
+                    chip.show_state()
+        return grew
+
     def _refresh(self):
         self.setVisible(bool(self._chips))
+        grew = self._plan()
         ready = [c.doc for c in self._chips if c.doc.extracted is not None and not c.doc.error]
         if ready and all(d.limit for d in ready):
-            self.summary.setText(summary_line(ready))
+            self.summary.setText(summary_line(ready, self._params().max_tokens))
         else:
             self.summary.setText("")
         self.summary.setVisible(bool(self.summary.text()))
         self.changed.emit()
+        if grew:  # a removal left room: the document that now fits whole is read ahead
+            self.readyToRead.emit()
 
     # --- what a message gets ------------------------------------------------------
     def busy(self) -> bool:
@@ -283,10 +311,10 @@ class AttachmentTray(QWidget):
         whole = [_attachment(d) for d in self.ready_documents() if not d.too_big]
         return message_content(question, whole)
 
-    def stored(self, question: str, max_tokens: int = 512) -> list[StoredAttachment]:
+    def stored(self, question: str) -> list[StoredAttachment]:
         """The documents to save with the message; one too big for the context keeps the passages
         most related to the question (sized with the document's own characters per token)."""
-        out = []
+        out, max_tokens = [], self._params().max_tokens
         for d in self.ready_documents():
             e = d.extracted
             assert e is not None
@@ -314,15 +342,16 @@ class AttachmentTray(QWidget):
         for d in self.ready_documents():
             if d.extracted is not None:
                 keep_original(d.extracted.sha256, d.extracted.original)
-        return self.stored(question) or followup_passages(history, question, context_limit)
+        max_tokens = self._params().max_tokens
+        return self.stored(question) or followup_passages(history, question, context_limit, max_tokens)
 
 
-def passages_budget(limit: int, max_tokens: int = 512) -> int:
+def passages_budget(limit: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
     """Tokens of passages a question gets from a document too big for the context."""
     return max(0, limit - reply_room(max_tokens, limit) - QUESTION_ROOM) // 2
 
 
-def summary_line(docs) -> str:
+def summary_line(docs, max_tokens: int = DEFAULT_MAX_TOKENS) -> str:
     """What the message will take of the context: "report.pdf 6,812 tokens · 83% of the context"."""
     limit = docs[0].limit
     whole = [d for d in docs if not d.too_big]
@@ -331,16 +360,29 @@ def summary_line(docs) -> str:
     if whole:
         parts.append(f"{', '.join(d.extracted.name for d in whole)} {tokens:,} tokens")
     if big:
-        budget = passages_budget(limit)
+        budget = passages_budget(limit, max_tokens)
         tokens += budget
         parts.append(f"{', '.join(d.extracted.name for d in big)}: passages, up to {budget:,} tokens per question")
     return f"{' + '.join(parts)} · {100 * tokens / limit:.0f}% of the context"
 
 
+def chat_params(store, conv_id) -> GenerationParams:
+    """The open chat's generation settings (its context cap and max tokens size the documents)."""
+    from app.core.settings import effective, load_defaults, params_from_settings
+
+    try:
+        conv = store.get_conversation(conv_id) if conv_id is not None else None
+        return params_from_settings(effective(conv.settings if conv else None, load_defaults(store)))
+    except ChinwagError:  # a chat that cannot be read or a bad stored setting: sending will say so
+        return GenerationParams()
+
+
 _INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run
 
 
-def followup_passages(history, question: str, context_limit: int, max_tokens: int = 512) -> list[StoredAttachment]:
+def followup_passages(
+    history, question: str, context_limit: int, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> list[StoredAttachment]:
     """Passages for a follow-up from the documents of `history` that were sent as passages."""
     big: dict[str, StoredAttachment] = {}
     for m in history:

@@ -252,3 +252,51 @@ def test_a_drop_on_a_text_field_attaches_the_file_and_the_message_box_takes_the_
     text.setText("apples")
     QApplication.sendEvent(search, QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, text, buttons, keys))
     assert len(tray._chips) == 1
+
+
+def test_documents_that_fit_alone_but_not_together_and_the_reply_room(qtbot, window, store, engine, tmp_path):
+    from engine.types import GenerationParams
+
+    first = tmp_path / "first.txt"
+    first.write_text("alpha words here. " * 70)  # about 210 tokens for the fake engine
+    second = tmp_path / "second.txt"
+    second.write_text("beta words here. " * 70)
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600, max_tokens=64)  # 600 - 64 reply - 256 question = 280
+    tray.add_paths([str(first)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    tray.add_paths([str(second)])
+    qtbot.waitUntil(lambda: len(tray.ready_documents()) == 2, timeout=10_000)
+    a, b = tray._chips
+    assert not a.doc.too_big and b.doc.too_big  # each fits alone; together the second one sends passages
+    assert "too big for the context" in b.status.text() and "too big" not in a.status.text()
+    assert tray.summary.text().startswith("first.txt ") and "second.txt: passages, up to " in tray.summary.text()
+    assert "beta" not in engine.prefills[-1][1][-1]["content"]  # only what goes whole is read ahead
+    a.remove_button.click()  # now the second one fits whole: it is read ahead
+    qtbot.waitUntil(lambda: "beta" in engine.prefills[-1][1][-1]["content"], timeout=5000)
+    assert not b.doc.too_big and "too big" not in b.status.text()
+    assert tray.summary.text().startswith("second.txt ")
+    # The reply's room counts: a document that fits the context but not beside the reply is too big.
+    tray.params = lambda: GenerationParams(context_cap=600, max_tokens=150)  # 600 - 150 - 256 = 194 < 210
+    tray._refresh()
+    assert b.doc.too_big
+    send(qtbot, window, "What about beta?")
+    sent = engine.calls[-1][1][-1]["content"]
+    assert 'excerpts="passages related to the question"' in sent
+
+
+def test_sizes_follow_the_open_chats_context_cap(qtbot, window, store, engine, tmp_path):
+    doc = tmp_path / "notes.txt"
+    doc.write_text("gamma words here. " * 70)  # about 210 tokens for the fake engine
+    tray = window.composer.attachments
+    tray.add_paths([str(doc)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    assert not tray.ready_documents()[0].too_big  # the model's whole context
+    tray.clear()
+    conv = store.create_conversation()
+    store.update_settings(conv.id, {"context_cap": 400})  # Chat Settings: 400 - 100 reply - 256 < 210
+    window.chat.open_conversation(conv.id)
+    tray.add_paths([str(doc)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    d = tray.ready_documents()[0]
+    assert d.limit == 400 and d.too_big
