@@ -307,9 +307,16 @@ class AttachmentTray(QWidget):
         return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]
 
     def draft_text(self, question: str) -> str:
-        """The draft as the engine reads it ahead: the documents that fit whole, then the question."""
-        whole = [_attachment(d) for d in self.ready_documents() if not d.too_big]
-        return message_content(question, whole)
+        """The draft as the engine reads it ahead: what sending it now would send. Documents too big
+        for the context give the passages for the question typed so far (the same pick as sending
+        it: a question left as it was when typing paused is all that is left to compute)."""
+        docs = self.ready_documents()
+        if question.strip() and any(d.too_big for d in docs):
+            try:
+                return message_content(question, [s.for_message() for s in self.stored(question)])
+            except ChinwagError:  # no passage fits: sending will say so; read the whole ones ahead
+                pass
+        return message_content(question, [_attachment(d) for d in docs if not d.too_big])
 
     def stored(self, question: str) -> list[StoredAttachment]:
         """The documents to save with the message; one too big for the context keeps the passages

@@ -300,3 +300,19 @@ def test_sizes_follow_the_open_chats_context_cap(qtbot, window, store, engine, t
     qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
     d = tray.ready_documents()[0]
     assert d.limit == 400 and d.too_big
+
+
+def test_the_passages_for_the_question_typed_so_far_are_read_ahead(qtbot, window, store, engine, tmp_path):
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600)
+    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    window.composer.set_text("Tell me about topic5")
+    qtbot.waitUntil(lambda: any("topic5" in p[1][-1]["content"] for p in engine.prefills), timeout=5000)
+    ahead = engine.prefills[-1][1][-1]["content"]
+    assert 'excerpts="passages related to the question"' in ahead and "Page 5 is about" in ahead
+    send(qtbot, window, "Tell me about topic5")
+    assert engine.calls[-1][1][-1]["content"] == ahead  # what was read ahead is exactly what is sent
