@@ -134,6 +134,7 @@ class AttachmentTray(QWidget):
         self.params = None  # a callable returning the chat's GenerationParams
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
+        self._draft_passages = False  # the last draft read ahead carries passages for its question
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -232,6 +233,14 @@ class AttachmentTray(QWidget):
     def read_progress(self, held: int, total: int) -> None:
         """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
         chips = [c for c in self._chips if c.doc.ready and not c.doc.error and not c.doc.too_big]
+        big = [c.name.text() for c in self._chips if c.doc.ready and not c.doc.error and c.doc.too_big]
+        if big and self._draft_passages and total:  # the chips keep saying "too big": the status bar tells
+            names = ", ".join(big)
+            self.status.emit(
+                f"Read the passages of {names} for your question: asking computes only what you change"
+                if held >= total
+                else f"Reading the passages of {names} for your question… {100 * held // total}%"
+            )
         if not chips or not total:
             return
         if held >= total:
@@ -311,9 +320,12 @@ class AttachmentTray(QWidget):
         for the context give the passages for the question typed so far (the same pick as sending
         it: a question left as it was when typing paused is all that is left to compute)."""
         docs = self.ready_documents()
+        self._draft_passages = False
         if question.strip() and any(d.too_big for d in docs):
             try:
-                return message_content(question, [s.for_message() for s in self.stored(question)])
+                text = message_content(question, [s.for_message() for s in self.stored(question)])
+                self._draft_passages = True
+                return text
             except ChinwagError:  # no passage fits: sending will say so; read the whole ones ahead
                 pass
         return message_content(question, [_attachment(d) for d in docs if not d.too_big])

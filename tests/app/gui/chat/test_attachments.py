@@ -314,5 +314,6 @@ def test_the_passages_for_the_question_typed_so_far_are_read_ahead(qtbot, window
     qtbot.waitUntil(lambda: any("topic5" in p[1][-1]["content"] for p in engine.prefills), timeout=5000)
     ahead = engine.prefills[-1][1][-1]["content"]
     assert 'excerpts="passages related to the question"' in ahead and "Page 5 is about" in ahead
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Read the passages of big.pdf"))
     send(qtbot, window, "Tell me about topic5")
     assert engine.calls[-1][1][-1]["content"] == ahead  # what was read ahead is exactly what is sent
