@@ -131,10 +131,12 @@ class AttachmentTray(QWidget):
         self.setObjectName("attachmentTray")
         self.engine = lambda: None  # set by ChatPanes.wire: counts come from the engine
         self.show_sent = lambda msg_id, items: None  # set by ChatPanes.wire: documents under a sent message
+        self.history = lambda: ()  # set by ChatPanes.wire: the open chat's messages (its earlier documents)
         self.params = None  # a callable returning the chat's GenerationParams
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
         self._draft_passages = False  # the last draft read ahead carries passages for its question
+        self._draft_names: list[str] = []  # a follow-up's: the chat's documents it has passages of
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -234,6 +236,7 @@ class AttachmentTray(QWidget):
         """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
         chips = [c for c in self._chips if c.doc.ready and not c.doc.error and not c.doc.too_big]
         big = [c.name.text() for c in self._chips if c.doc.ready and not c.doc.error and c.doc.too_big]
+        big = big or (self._draft_names if self._draft_passages else [])
         if big and self._draft_passages and total:  # the chips keep saying "too big": the status bar tells
             names = ", ".join(big)
             self.status.emit(
@@ -321,6 +324,8 @@ class AttachmentTray(QWidget):
         it: a question left as it was when typing paused is all that is left to compute)."""
         docs = self.ready_documents()
         self._draft_passages = False
+        if not docs:
+            return self._followup_draft(question) or question
         if question.strip() and any(d.too_big for d in docs):
             try:
                 text = message_content(question, [s.for_message() for s in self.stored(question)])
@@ -361,8 +366,27 @@ class AttachmentTray(QWidget):
         for d in self.ready_documents():
             if d.extracted is not None:
                 keep_original(d.extracted.sha256, d.extracted.original)
-        max_tokens = self._params().max_tokens
-        return self.stored(question) or followup_passages(history, question, context_limit, max_tokens)
+        return self.stored(question) or self._followups(history, question, context_limit)
+
+    def _followups(self, history, question: str, context_limit: int) -> list[StoredAttachment]:
+        params = self._params()  # the chat's context cap bounds the passages, as it bounds the chips
+        limit = min(context_limit, params.context_cap or context_limit)
+        return followup_passages(history, question, limit, params.max_tokens)
+
+    def _followup_draft(self, question: str) -> str | None:
+        """A follow-up's draft in a chat whose documents were too big: with its own passages, as sent."""
+        engine = self.engine()
+        model = getattr(engine, "current_model", None)
+        if model is None or not question.strip():
+            return None
+        try:
+            items = self._followups(self.history(), question, model.context_length or 0)
+        except ChinwagError:  # the chat cannot be read: sending will say so
+            return None
+        if not items:
+            return None
+        self._draft_passages, self._draft_names = True, [s.name for s in items]
+        return message_content(question, [s.for_message() for s in items])
 
 
 def passages_budget(limit: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
@@ -394,6 +418,11 @@ def chat_params(store, conv_id) -> GenerationParams:
         return params_from_settings(effective(conv.settings if conv else None, load_defaults(store)))
     except ChinwagError:  # a chat that cannot be read or a bad stored setting: sending will say so
         return GenerationParams()
+
+
+def chat_history(store, conv_id) -> list:
+    """The open chat's messages (empty for a new chat)."""
+    return store.get_conversation(conv_id).messages if conv_id is not None else []
 
 
 _INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run

@@ -317,3 +317,24 @@ def test_the_passages_for_the_question_typed_so_far_are_read_ahead(qtbot, window
     qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Read the passages of big.pdf"))
     send(qtbot, window, "Tell me about topic5")
     assert engine.calls[-1][1][-1]["content"] == ahead  # what was read ahead is exactly what is sent
+
+
+def test_a_follow_ups_passages_are_read_ahead_too(qtbot, window, store, engine, tmp_path):
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600)
+    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    send(qtbot, window, "Tell me about topic7")
+    window.composer.set_text("And topic2?")  # no new document: the chat's big one gives its own passages
+    qtbot.waitUntil(lambda: "topic2?" in engine.prefills[-1][1][-1]["content"], timeout=5000)
+    ahead = engine.prefills[-1][1][-1]["content"]
+    assert 'excerpts="passages related to the question"' in ahead and "Page 2 is about" in ahead
+    qtbot.waitUntil(lambda: "passages of big.pdf for your question" in window.statusBar().currentMessage())
+    send(qtbot, window, "And topic2?")
+    assert engine.calls[-1][1][-1]["content"] == ahead  # read ahead exactly as sent
+    window.chat.new_conversation()  # a chat without big documents reads the question alone
+    window.composer.set_text("Hello")
+    qtbot.waitUntil(lambda: engine.prefills[-1][1][-1]["content"] == "Hello", timeout=5000)
