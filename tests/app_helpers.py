@@ -22,6 +22,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     ModelStatus,
+    PrefillProgress,
     ServerInfo,
     TextDelta,
     TokenCount,
@@ -226,7 +227,10 @@ class FakeEngine:
 
     async def prefill(self, conv_id, messages, params=None, progress=None):
         self.prefills.append((conv_id, list(messages), params))
-        for event in self.prefill_progress:
+        total = len(self.tokens(messages[-1]["content"])) if messages else 0
+        # The real engine reports before the first chunk and after each one.
+        events = self.prefill_progress or [PrefillProgress(done, total, total) for done in (0, total // 2, total)]
+        for event in events:
             if progress is not None:
                 progress(event)
         if self.prefill_progress and self.reading is not None:

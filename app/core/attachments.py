@@ -110,6 +110,21 @@ def original_path(sha256: str) -> Path | None:
     return path if len(sha256) == 64 and path.is_file() else None
 
 
+def openable_copy(sha256: str, name: str) -> Path | None:
+    """A private copy of the original under its own name (a viewer picks its app by the name), or None."""
+    import shutil
+    import tempfile
+
+    original = original_path(sha256)
+    if original is None:
+        return None
+    safe = Path(name.replace("\\", "/")).name.strip(". ") or "document"
+    copy = Path(tempfile.mkdtemp(prefix="chinwag-open-")) / safe  # 0700, only ours
+    shutil.copyfile(original, copy)
+    copy.chmod(paths.FILE_MODE)
+    return copy
+
+
 def keep_original(sha256: str, data: bytes, budget: int | None = None) -> Path:
     """Store the bytes under their hash (0600), then drop the oldest originals past the budget."""
     folder = originals_dir()

@@ -13,6 +13,8 @@ from app.documents.block import Attachment
 CHUNK_CHARS = 1_500
 _PAGE = re.compile(r"^\[page (\d+)\]$")
 _HEADING = re.compile(r"^#{1,6} (.+)$")
+# The reference line `passages` puts before each chunk (Chunk.reference in brackets).
+_REFERENCE = re.compile(r"^\[((?:page \d+)(?:, “[^\n]*”)?|“[^\n]*”|passage \d+)\]$", re.M)
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,12 @@ class Index:
         text = "\n\n".join(f"[{c.reference}]\n{c.text}" for c in chosen)
         item = Attachment(self.name, text, self.kind, passages=True, size=self.size, sha256=self.sha256)
         return item, [c.reference for c in chosen]
+
+
+def references(passages: str) -> list[str]:
+    """The references of the chunks in a `passages` text (what the reply was given), in order."""
+    return [
+        m.group(1)
+        for m in _REFERENCE.finditer(passages)
+        if m.start() == 0 or passages[m.start() - 2 : m.start()] == "\n\n"
+    ]

@@ -1,8 +1,11 @@
 """Where the user types. Enter sends, Shift+Enter is a newline, Esc stops the reply."""
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -108,6 +111,7 @@ class Composer(QWidget):
         self.attachments = AttachmentTray()  # documents for the next message (app/gui/chat/attachments.py)
         outer.addWidget(self.attachments)
         self._drop_filter: FileDropFilter | None = None
+        self._attach_folder = ""  # where the attach dialog opens next
         row = QHBoxLayout()
         self.attach_button = QToolButton()
         self.attach_button.setIcon(icon("attach"))
@@ -161,16 +165,19 @@ class Composer(QWidget):
         super().showEvent(event)
         if self._drop_filter is None:  # files dropped anywhere on the window are attached
             window = self.window()
-            self._drop_filter = FileDropFilter(self.attachments, self)
+            self._drop_filter = FileDropFilter(self.attachments, window, self, focus=self.editor)
             window.setAcceptDrops(True)
-            window.installEventFilter(self._drop_filter)
+            QApplication.instance().installEventFilter(self._drop_filter)  # every widget of the window
             if hasattr(window, "statusBar"):
                 self.attachments.status.connect(lambda text: window.statusBar().showMessage(text, 3000))
 
     def choose_files(self):
         dialog = QFileDialog(self.window(), "Attach Files")
         dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        # The folder last attached from (this run), else the home folder: never wherever Chinwag was started.
+        dialog.setDirectory(self._attach_folder or str(Path.home()))
         dialog.filesSelected.connect(self.attachments.add_paths)
+        dialog.filesSelected.connect(lambda files: setattr(self, "_attach_folder", str(Path(files[0]).parent)))
         dialog.finished.connect(dialog.deleteLater)
         dialog.finished.connect(lambda *_: self.editor.setFocus())  # back to typing
         dialog.open()  # never a nested event loop

@@ -109,7 +109,8 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
 def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop, progress=None) -> tuple:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
-    `progress(done, total)` is called after each chunk (`total`: the ids not reused).
+    `progress(done, total)` is called before the first chunk and after each one (`total`: the
+    ids not reused, so the target's ids held are `len(target_ids) - total + done`).
 
     Caches that cannot be trimmed are left alone: a draft that then changed would cost
     the turn a re-prefill of the whole chat instead of its new tokens.
@@ -118,7 +119,9 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop,
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
     rest = target_ids[reused:]
-    report = (lambda done: progress(done, len(rest))) if progress is not None and rest else None
+    report = (lambda done: progress(done, len(rest))) if progress is not None else None
+    if report is not None:
+        report(0)  # before the first chunk (also when all of it was held already: nothing left)
     try:
         done = extend(model, conv, rest, should_stop, report)
     except Exception:

@@ -21,16 +21,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.attachments import StoredAttachment, keep_original, original_path
+from app.core.attachments import StoredAttachment, keep_original, openable_copy, original_path
 from app.documents import limits
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
-from app.documents.retrieval import Index
+from app.documents.retrieval import Index, references
 from app.documents.turn import CHARS_PER_TOKEN
 from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
 from engine.log import report_bug
+from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
 
 KIND_NAMES = {"pdf": "PDF", "docx": "DOCX", "text": "text"}
 # Room kept for the question and the template when deciding whether a document fits whole.
@@ -48,10 +49,12 @@ class _Doc:
     error: str = ""
     index: Index | None = None  # built off the GUI thread when the document is too big for the context
     ready: bool = False  # extracted, counted (and indexed if too big)
+    read: bool = False  # in the conversation's cache (read ahead by engine.prefill): asking computes the question
+    whole: bool = True  # fits whole beside the documents attached before it (AttachmentTray._plan decides)
 
     @property
     def too_big(self) -> bool:
-        return bool(self.limit) and self.tokens > self.limit - QUESTION_ROOM
+        return bool(self.limit) and not self.whole
 
 
 class AttachmentChip(QFrame):
@@ -68,6 +71,9 @@ class AttachmentChip(QFrame):
         row.setContentsMargins(6, 2, 2, 2)
         self.icon = QLabel()
         self.icon.setPixmap(icon("document").pixmap(16, 16))
+        self.kind = QLabel()  # the file's type once read: PDF, DOCX or text (whatever the name says)
+        self.kind.setObjectName("attachmentKind")
+        self.kind.setVisible(False)
         self.name = QLabel(Path(doc.path).name)
         self.name.setObjectName("attachmentName")
         self.status = QLabel("waiting…")
@@ -77,11 +83,14 @@ class AttachmentChip(QFrame):
         self.remove_button.setToolTip(f"Remove {Path(doc.path).name}")
         self.remove_button.setAutoRaise(True)
         self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self))
-        for w in (self.icon, self.name, self.status, self.remove_button):
+        for w in (self.icon, self.kind, self.name, self.status, self.remove_button):
             row.addWidget(w)
 
     def show_progress(self, done: int, total: int):
+        self.name.setVisible(False)  # the progress names the file
+        self.kind.setVisible(False)
         self.status.setText(f"Reading {self.name.text()}… {100 * done // max(1, total)}%")
+        self.status.setToolTip("")
 
     def show_state(self):
         doc = self.doc
@@ -90,11 +99,22 @@ class AttachmentChip(QFrame):
             self.status.setText(doc.error)
             self.setProperty("failed", True)
         elif doc.extracted is not None:
-            self.icon.setToolTip(KIND_NAMES.get(doc.extracted.kind, "text"))
-            text = f"{doc.tokens:,} tokens"
+            self.name.setVisible(True)
+            self.kind.setText(KIND_NAMES.get(doc.extracted.kind, "text"))
+            self.kind.setVisible(True)
+            text, tip = f"{doc.tokens:,} tokens", ""
             if doc.too_big:
-                text += " · too big for the context: the passages most related to each question are sent (× cancels)"
+                text += " · too big for the context: passages per question, or × to cancel"
+                tip = (
+                    f"{doc.extracted.name} does not fit in the context ({doc.limit:,} tokens). Each question is sent "
+                    "with the passages of it most related to the question (their pages or sections are shown "
+                    "under the reply); × removes it."
+                )
+            elif doc.read:
+                text += " · read"
+                tip = "Already read into the conversation: sending computes only your question."
             self.status.setText(text)
+            self.status.setToolTip(tip)
         self.style().unpolish(self)
         self.style().polish(self)
 
@@ -111,9 +131,12 @@ class AttachmentTray(QWidget):
         self.setObjectName("attachmentTray")
         self.engine = lambda: None  # set by ChatPanes.wire: counts come from the engine
         self.show_sent = lambda msg_id, items: None  # set by ChatPanes.wire: documents under a sent message
+        self.history = lambda: ()  # set by ChatPanes.wire: the open chat's messages (its earlier documents)
         self.params = None  # a callable returning the chat's GenerationParams
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
+        self._draft_passages = False  # the last draft read ahead carries passages for its question
+        self._draft_names: list[str] = []  # a follow-up's: the chat's documents it has passages of
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -155,6 +178,7 @@ class AttachmentTray(QWidget):
         try:
             chip.doc.extracted = await loop.run_in_executor(_EXTRACTOR, extract, chip.doc.path, progress)
             await self._count(chip)
+            self._plan()
             e = chip.doc.extracted
             if chip.doc.too_big and e is not None:  # indexing a long document takes a while: not on the GUI thread
                 chip.doc.index = await loop.run_in_executor(_EXTRACTOR, Index, e.name, e.text, e.kind)
@@ -167,7 +191,15 @@ class AttachmentTray(QWidget):
             return
         chip.show_state()
         self._refresh()
-        if not chip.doc.error:
+        doc = chip.doc
+        if doc.error:
+            self.status.emit(doc.error)
+        elif doc.too_big and doc.extracted is not None:
+            self.status.emit(
+                f"{doc.extracted.name} is too big for the context ({doc.tokens:,} of {doc.limit:,} tokens): "
+                "each question gets its most related passages"
+            )
+        if not doc.error:
             self.readyToRead.emit()
 
     async def _count(self, chip: AttachmentChip):
@@ -175,7 +207,7 @@ class AttachmentTray(QWidget):
         if engine is None or doc.extracted is None or getattr(engine, "current_model", None) is None:
             return
         block = document_block(Attachment(doc.extracted.name, doc.extracted.text, doc.extracted.kind))
-        count = await engine.count_tokens(block, self.params() if self.params else None)
+        count = await engine.count_tokens(block, self._params())
         doc.tokens, doc.limit = count.tokens, count.context_limit
 
     def recount(self):
@@ -187,6 +219,7 @@ class AttachmentTray(QWidget):
                 task.add_done_callback(self._done)
 
     async def _recount(self, chip):
+        chip.doc.read = False  # another model: its cache holds nothing of the document yet
         try:
             await self._count(chip)
         except ChinwagError as e:
@@ -199,6 +232,39 @@ class AttachmentTray(QWidget):
             chip.show_progress(done, total)
             self.status.emit(chip.status.text())
 
+    def read_progress(self, held: int, total: int) -> None:
+        """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
+        chips = [c for c in self._chips if c.doc.ready and not c.doc.error and not c.doc.too_big]
+        big = [c.name.text() for c in self._chips if c.doc.ready and not c.doc.error and c.doc.too_big]
+        big = big or (self._draft_names if self._draft_passages else [])
+        if big and self._draft_passages and total:  # the chips keep saying "too big": the status bar tells
+            names = ", ".join(big)
+            self.status.emit(
+                f"Read the passages of {names} for your question: asking computes only what you change"
+                if held >= total
+                else f"Reading the passages of {names} for your question… {100 * held // total}%"
+            )
+        if not chips or not total:
+            return
+        if held >= total:
+            for chip in chips:
+                chip.doc.read = True
+                chip.show_state()
+            names = ", ".join(c.name.text() for c in chips)
+            self.status.emit(f"Read {names}: asking computes only your question")
+            return
+        for chip in chips:
+            chip.doc.read = False
+            chip.show_progress(held, total)
+        self.status.emit(chips[0].status.text())
+
+    def read_ended(self, result) -> None:
+        """A read-ahead ended early for a reason other than newer work (which reports on its own)."""
+        if not result.finished and result.reason != "preempted":
+            for chip in self._chips:
+                if chip.doc.ready and not chip.doc.error:
+                    chip.show_state()
+
     def _remove(self, chip):
         if chip in self._chips:
             self._chips.remove(chip)
@@ -210,17 +276,40 @@ class AttachmentTray(QWidget):
         for chip in list(self._chips):
             self._remove(chip)
 
+    def _params(self) -> GenerationParams:
+        return self.params() if self.params is not None else GenerationParams()
+
+    def _plan(self) -> bool:
+        """Which documents go whole: in the order attached, each one while the message (with the
+        ones before it, the question and room for the reply) still fits the context; the rest send
+        passages. True if one became whole (it can be read ahead now)."""
+        max_tokens, used, grew = self._params().max_tokens, 0, False
+        for chip in self._chips:
+            d = chip.doc
+            if d.extracted is None or d.error or not d.limit:
+                continue
+            room = d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM
+            was, d.whole = d.whole, used + d.tokens <= room
+            used += d.tokens if d.whole else 0
+            if was != d.whole:
+                grew = grew or d.whole
+                d.read = False
+                if d.ready:
+                    chip.show_state()
+        return grew
+
     def _refresh(self):
         self.setVisible(bool(self._chips))
+        grew = self._plan()
         ready = [c.doc for c in self._chips if c.doc.extracted is not None and not c.doc.error]
         if ready and all(d.limit for d in ready):
-            names = ", ".join(d.extracted.name for d in ready if d.extracted)
-            tokens = sum(d.tokens for d in ready)
-            self.summary.setText(f"{names} {tokens:,} tokens · {100 * tokens / ready[0].limit:.0f}% of the context")
+            self.summary.setText(summary_line(ready, self._params().max_tokens))
         else:
             self.summary.setText("")
         self.summary.setVisible(bool(self.summary.text()))
         self.changed.emit()
+        if grew:  # a removal left room: the document that now fits whole is read ahead
+            self.readyToRead.emit()
 
     # --- what a message gets ------------------------------------------------------
     def busy(self) -> bool:
@@ -230,20 +319,32 @@ class AttachmentTray(QWidget):
         return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]
 
     def draft_text(self, question: str) -> str:
-        """The draft as the engine reads it ahead: the documents that fit whole, then the question."""
-        whole = [_attachment(d) for d in self.ready_documents() if not d.too_big]
-        return message_content(question, whole)
+        """The draft as the engine reads it ahead: what sending it now would send. Documents too big
+        for the context give the passages for the question typed so far (the same pick as sending
+        it: a question left as it was when typing paused is all that is left to compute)."""
+        docs = self.ready_documents()
+        self._draft_passages = False
+        if not docs:
+            return self._followup_draft(question) or question
+        if question.strip() and any(d.too_big for d in docs):
+            try:
+                text = message_content(question, [s.for_message() for s in self.stored(question)])
+                self._draft_passages = True
+                return text
+            except ChinwagError:  # no passage fits: sending will say so; read the whole ones ahead
+                pass
+        return message_content(question, [_attachment(d) for d in docs if not d.too_big])
 
-    def stored(self, question: str, max_tokens: int = 512) -> list[StoredAttachment]:
+    def stored(self, question: str) -> list[StoredAttachment]:
         """The documents to save with the message; one too big for the context keeps the passages
         most related to the question (sized with the document's own characters per token)."""
-        out = []
+        out, max_tokens = [], self._params().max_tokens
         for d in self.ready_documents():
             e = d.extracted
             assert e is not None
             passages = ""
             if d.too_big:
-                free = max(0, d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM) // 2
+                free = passages_budget(d.limit, max_tokens)
                 chars = int(free * len(e.text) / max(1, d.tokens) * 0.9)
                 index = d.index or Index(e.name, e.text, e.kind)
                 passages = index.passages(question, chars)[0].text
@@ -265,13 +366,71 @@ class AttachmentTray(QWidget):
         for d in self.ready_documents():
             if d.extracted is not None:
                 keep_original(d.extracted.sha256, d.extracted.original)
-        return self.stored(question) or followup_passages(history, question, context_limit)
+        return self.stored(question) or self._followups(history, question, context_limit)
+
+    def _followups(self, history, question: str, context_limit: int) -> list[StoredAttachment]:
+        params = self._params()  # the chat's context cap bounds the passages, as it bounds the chips
+        limit = min(context_limit, params.context_cap or context_limit)
+        return followup_passages(history, question, limit, params.max_tokens)
+
+    def _followup_draft(self, question: str) -> str | None:
+        """A follow-up's draft in a chat whose documents were too big: with its own passages, as sent."""
+        engine = self.engine()
+        model = getattr(engine, "current_model", None)
+        if model is None or not question.strip():
+            return None
+        try:
+            items = self._followups(self.history(), question, model.context_length or 0)
+        except ChinwagError:  # the chat cannot be read: sending will say so
+            return None
+        if not items:
+            return None
+        self._draft_passages, self._draft_names = True, [s.name for s in items]
+        return message_content(question, [s.for_message() for s in items])
+
+
+def passages_budget(limit: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
+    """Tokens of passages a question gets from a document too big for the context."""
+    return max(0, limit - reply_room(max_tokens, limit) - QUESTION_ROOM) // 2
+
+
+def summary_line(docs, max_tokens: int = DEFAULT_MAX_TOKENS) -> str:
+    """What the message will take of the context: "report.pdf 6,812 tokens · 83% of the context"."""
+    limit = docs[0].limit
+    whole = [d for d in docs if not d.too_big]
+    big = [d for d in docs if d.too_big]
+    parts, tokens = [], sum(d.tokens for d in whole)
+    if whole:
+        parts.append(f"{', '.join(d.extracted.name for d in whole)} {tokens:,} tokens")
+    if big:
+        budget = passages_budget(limit, max_tokens)
+        tokens += budget
+        parts.append(f"{', '.join(d.extracted.name for d in big)}: passages, up to {budget:,} tokens per question")
+    return f"{' + '.join(parts)} · {100 * tokens / limit:.0f}% of the context"
+
+
+def chat_params(store, conv_id) -> GenerationParams:
+    """The open chat's generation settings (its context cap and max tokens size the documents)."""
+    from app.core.settings import effective, load_defaults, params_from_settings
+
+    try:
+        conv = store.get_conversation(conv_id) if conv_id is not None else None
+        return params_from_settings(effective(conv.settings if conv else None, load_defaults(store)))
+    except ChinwagError:  # a chat that cannot be read or a bad stored setting: sending will say so
+        return GenerationParams()
+
+
+def chat_history(store, conv_id) -> list:
+    """The open chat's messages (empty for a new chat)."""
+    return store.get_conversation(conv_id).messages if conv_id is not None else []
 
 
 _INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run
 
 
-def followup_passages(history, question: str, context_limit: int, max_tokens: int = 512) -> list[StoredAttachment]:
+def followup_passages(
+    history, question: str, context_limit: int, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> list[StoredAttachment]:
     """Passages for a follow-up from the documents of `history` that were sent as passages."""
     big: dict[str, StoredAttachment] = {}
     for m in history:
@@ -299,14 +458,21 @@ def _attachment(d: _Doc) -> Attachment:
 
 
 class FileDropFilter(QObject):
-    """Files dropped anywhere on the window (or pasted) become attachments."""
+    """Files dropped anywhere on the window become attachments: installed on the application, so a
+    drop on a widget that takes text (the search field, the message box) attaches the file too,
+    never pasting its path."""
 
-    def __init__(self, tray: AttachmentTray, parent=None):
+    def __init__(self, tray: AttachmentTray, window: QWidget, parent=None, focus: QWidget | None = None):
         super().__init__(parent)
-        self.tray = tray
+        self.tray, self.window = tray, window
+        self.focus = focus  # where typing goes after a drop: the question comes next
 
     def eventFilter(self, obj, event):
         kind = event.type()
+        if kind not in (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop):
+            return False
+        if not isinstance(obj, QWidget) or obj.window() is not self.window:
+            return False  # another window (a dialog) or a QWindow: not ours to take
         if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
             if local_files(event.mimeData()):
                 event.acceptProposedAction()
@@ -316,6 +482,9 @@ class FileDropFilter(QObject):
             if files:
                 event.acceptProposedAction()
                 self.tray.add_paths(files)
+                if self.focus is not None:  # dropped from a file manager: the window takes the keyboard
+                    self.focus.window().activateWindow()
+                    self.focus.setFocus()
                 return True
         return False
 
@@ -335,6 +504,7 @@ class MessageAttachments(QWidget):
     def __init__(self, items, parent=None):
         super().__init__(parent)
         self.setObjectName("messageAttachments")
+        self.items = list(items)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         self.buttons = []
@@ -365,17 +535,37 @@ class MessageAttachments(QWidget):
         dialog.open()  # never a nested event loop
         return dialog
 
-    def _menu(self, item, button, pos):
-        from PySide6.QtCore import QUrl
-        from PySide6.QtGui import QDesktopServices, QGuiApplication
+    def context_menu(self, item, parent=None) -> QMenu:
+        """Open the original (kept 0600 in the data directory) or copy the extracted text."""
+        from PySide6.QtGui import QGuiApplication
 
-        menu = QMenu(button)
+        menu = QMenu(parent or self)
         original = original_path(item.sha256)
         open_action = menu.addAction("Open the Original")
         open_action.setEnabled(original is not None)
-        open_action.triggered.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(original))))
+        if original is None:
+            open_action.setToolTip("The original is no longer kept (the disk budget for originals was reached)")
+        open_action.triggered.connect(lambda: self.open_original(item))
         menu.addAction("Copy the Text").triggered.connect(lambda: QGuiApplication.clipboard().setText(item.text))
-        menu.popup(button.mapToGlobal(pos))
+        menu.addAction("Show the Text").triggered.connect(lambda: self.show_text(item))
+        return menu
+
+    def open_original(self, item) -> bool:
+        """Open a copy of the original, named as it was, in the desktop's app for it."""
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        try:
+            copy = openable_copy(item.sha256, item.name)
+        except OSError as e:
+            window = self.window()
+            if hasattr(window, "statusBar"):
+                window.statusBar().showMessage(f"cannot open {item.name}: {e.strerror or e}", 5000)
+            return False
+        return copy is not None and QDesktopServices.openUrl(QUrl.fromLocalFile(str(copy)))
+
+    def _menu(self, item, button, pos):
+        self.context_menu(item, button).popup(button.mapToGlobal(pos))
 
 
 def show_on_message(widget, items) -> None:
@@ -383,3 +573,30 @@ def show_on_message(widget, items) -> None:
     if not items or widget is None or widget.findChild(MessageAttachments) is not None:
         return
     widget.layout().addWidget(MessageAttachments(items, widget))
+
+
+def passages_used(items) -> str:
+    """What a reply was given of documents too big for the context: "big.pdf: page 3, page 7"."""
+    parts = []
+    for item in items:
+        refs = references(item.passages) if getattr(item, "passages", "") else []
+        refs = list(dict.fromkeys(refs))  # a long page gives several chunks: named once
+        if refs:
+            parts.append(f"{item.name}: {', '.join(refs)}")
+    return "; ".join(parts)
+
+
+def show_passages_used(reply, previous) -> None:
+    """Under a reply, the passages of the documents it was given (those on the user message before it)."""
+    if reply is None or previous is None or reply.role == previous.role or reply.findChild(QLabel, "passagesUsed"):
+        return
+    shown = previous.findChild(MessageAttachments)
+    used = passages_used(shown.items) if shown is not None else ""
+    if not used:
+        return
+    label = QLabel(f"Passages used: {used}")
+    label.setObjectName("passagesUsed")
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setToolTip("The document was too big for the context: the reply was given these passages of it")
+    reply.layout().addWidget(label)

@@ -11,7 +11,7 @@ from typing import Protocol
 from PySide6.QtCore import Qt
 
 from app.core.store import MessageRole, MessageStatus
-from app.gui.chat.attachments import show_on_message
+from app.gui.chat.attachments import chat_history, chat_params, show_on_message
 
 
 class ChatWindowView(Protocol):
@@ -112,9 +112,15 @@ class ChatPanes:
         composer.editor.textChanged.connect(chat.draft_edited)
         documents = chat.documents = composer.attachments  # app/gui/chat/attachments.py
         documents.engine = lambda: chat.bridge.engine  # sizes in the current model's tokens
+        documents.params = lambda: chat_params(chat.store, chat.conv_id)  # and within the chat's settings
+        documents.history = lambda: chat_history(chat.store, chat.conv_id)  # a follow-up's own passages
         documents.show_sent = lambda msg_id, items: show_on_message(chat_view.widget_for(msg_id), items)
         documents.readyToRead.connect(lambda: chat.prefill_draft(composer.text()))  # read at attach
         chat.bridge.modelLoaded.connect(lambda _info: documents.recount())
+        chat.bridge.readingAhead.connect(
+            lambda _conv, p: documents.read_progress(p.prompt_tokens - p.total + p.done, p.prompt_tokens)
+        )
+        chat.bridge.draftPrefilled.connect(lambda _conv, result: documents.read_ended(result))
         composer.draftPaused.connect(chat.prefill_draft)
         composer.sendRequested.connect(chat.send)
         composer.stopRequested.connect(chat.stop)

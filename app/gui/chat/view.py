@@ -7,7 +7,7 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from app.gui.chat.attachments import show_on_message
+from app.gui.chat.attachments import show_on_message, show_passages_used
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.welcome import Welcome
 from app.gui.theme import READING_WIDTH
@@ -124,6 +124,7 @@ class ChatView(QScrollArea):
             widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
             widget.set_versions(m.version, m.versions)
             show_on_message(widget, m.attachments)
+            show_passages_used(widget, new[-1] if new else None)
             self._layout.insertWidget(first + offset, widget)
             new.append(widget)
         self._widgets[:0] = new
@@ -145,6 +146,7 @@ class ChatView(QScrollArea):
         self._widgets.append(widget)
         if self.welcome.isVisibleTo(self):
             self._stick = True  # the first message: from now on the view follows the chat's end
+        show_passages_used(widget, self._widgets[-2] if len(self._widgets) > 1 else None)
         self.welcome.setVisible(False)
         self._update_regenerate()
         return widget

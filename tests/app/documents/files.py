@@ -85,3 +85,83 @@ def write_zip_bomb_docx(path: Path, source: Path, inflated: int) -> Path:
                 f.write(block)
     path.write_bytes(buffer.getvalue())
     return path
+
+
+# Every bad input of issue 16, each with the one line it must get (a regex anchored at the start).
+BAD_INPUTS = [
+    "encrypted",
+    "scanned",
+    "corrupt_pdf",
+    "corrupt_docx",
+    "zip_bomb",
+    "cyclic_pdf",
+    "huge",
+    "dev_zero",
+    "fifo",
+    "symlink_loop",
+    "image",
+    "binary",
+    "missing",
+    "folder",
+]
+
+
+def make_bad(kind: str, tmp: Path) -> tuple[str, str]:
+    """Write one bad input (real files, the real limits); returns (its path, the line it gets)."""
+    import os
+
+    from app.documents import limits
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    if kind == "encrypted":
+        source = write_pdf(tmp / "plain.pdf", ["Secret plans."])
+        return str(write_encrypted_pdf(tmp / "report.pdf", source)), r"report\.pdf is password-protected$"
+    if kind == "scanned":
+        return str(write_scanned_pdf(tmp / "scan.pdf", tmp)), r"scan\.pdf has no text: it is a scanned image$"
+    if kind == "corrupt_pdf":
+        data = write_pdf(tmp / "whole.pdf", ["Some text."]).read_bytes()
+        (tmp / "broken.pdf").write_bytes(data[:200])
+        return str(tmp / "broken.pdf"), r"broken\.pdf is not a readable PDF: it is damaged or incomplete$"
+    if kind == "corrupt_docx":
+        data = write_docx(tmp / "whole.docx", "T", ["text"]).read_bytes()
+        (tmp / "broken.docx").write_bytes(data[: len(data) // 2])
+        return str(tmp / "broken.docx"), r"broken\.docx is not a readable DOCX: it is damaged or incomplete$"
+    if kind == "zip_bomb":
+        source = write_docx(tmp / "plain.docx", "T", ["text"])
+        path = write_zip_bomb_docx(tmp / "bomb.docx", source, limits.MAX_DOCX_UNCOMPRESSED + (1 << 20))
+        return str(path), r"bomb\.docx unpacks to [\d,]+ MB: too big to be a document \(a zip bomb\?\)$"
+    if kind == "cyclic_pdf":
+        nested = "[" * 20000 + "]" * 20000
+        body = (
+            "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /Loop 4 0 R >> endobj\n"
+            "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 /Parent 2 0 R >> endobj\n"
+            "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Deep " + nested + " >> endobj\n"
+            "4 0 obj << /Next 4 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+        )
+        (tmp / "loop.pdf").write_bytes(body.encode())
+        return str(tmp / "loop.pdf"), r"loop\.pdf (is not a readable PDF|is damaged|has no)"
+    if kind == "huge":
+        with open(tmp / "huge.txt", "wb") as f:  # sparse: 2 GB on paper, nothing on disk
+            f.truncate(2 * 1024**3)
+        return str(tmp / "huge.txt"), r"huge\.txt is too big to attach: 2,048 MB, the limit is [\d,]+ MB$"
+    if kind == "dev_zero":
+        return "/dev/zero", r"zero is a device, not a file$"
+    if kind == "fifo":
+        os.mkfifo(tmp / "pipe")
+        return str(tmp / "pipe"), r"pipe is a named pipe, not a file$"
+    if kind == "symlink_loop":
+        (tmp / "a").symlink_to(tmp / "b")
+        (tmp / "b").symlink_to(tmp / "a")
+        return str(tmp / "a"), r"cannot open a: Too many levels of symbolic links"
+    if kind == "image":
+        (tmp / "photo.png").write_bytes(png_bytes())
+        return str(tmp / "photo.png"), r"photo\.png is an image: Chinwag reads text, PDF and DOCX$"
+    if kind == "binary":
+        (tmp / "blob.dat").write_bytes(bytes(range(256)) * 40)
+        return str(tmp / "blob.dat"), r"blob\.dat is a binary file: Chinwag reads text, PDF and DOCX$"
+    if kind == "missing":
+        return str(tmp / "gone.pdf"), r"gone\.pdf is gone: it was moved or deleted"
+    if kind == "folder":
+        (tmp / "folder").mkdir()
+        return str(tmp / "folder"), r"folder is a folder: attach the files in it$"
+    raise ValueError(kind)

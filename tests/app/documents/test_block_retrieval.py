@@ -1,7 +1,7 @@
 """The document block (one per file, name and page markers) and the passages path (bm25s over chunks)."""
 
 from app.documents.block import Attachment, document_block, message_content
-from app.documents.retrieval import Index, chunk
+from app.documents.retrieval import Index, chunk, references
 
 
 def test_block_format():
@@ -35,3 +35,10 @@ def test_passages_pick_related_chunks_in_order():
     assert refs[:2] == ["page 4", "page 17"]  # document order, both related pages chosen
     assert "42 million" in item.text and len(item.text) <= 1200
     assert 'excerpts="passages related to the question"' in document_block(item)
+    assert references(item.text) == refs  # what the window shows under the reply, read back from the stored text
+
+
+def test_references_read_only_the_reference_lines():
+    text = "[page 2, “Costs”]\nThe cost [page 9]\n[1] a footnote\n\n[passage 4]\nMore.\n\n[“Intro”]\nHi."
+    assert references(text) == ["page 2, “Costs”", "passage 4", "“Intro”"]
+    assert references("") == [] and references("[page 3] inline") == []

@@ -2,11 +2,14 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+import pytest
+
 from app.cli.main import main
-from tests.app.documents.files import png_bytes, write_docx, write_pdf
+from tests.app.documents.files import BAD_INPUTS, make_bad, png_bytes, write_docx, write_pdf
 
 PAGES = [f"Page {n}: the quick brown fox jumps over the lazy dog {n} times. " * 5 for n in range(1, 4)]
 
@@ -96,3 +99,16 @@ def test_chat_attach(tmp_path, tiny_model_path, chinwag_home):
     )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "is a folder" in bad.stderr
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_chat_attach_bad_input_is_one_line_and_exit_2(tmp_path, tiny_model_path, chinwag_home, capsys, kind):
+    path, line = make_bad(kind, tmp_path / "files")
+    argv = ["chat", "--model", str(tiny_model_path), "--attach", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(r"chinwag: error: " + line, err.strip()), err
+    from app.core.store import Store
+
+    with Store() as store:  # refused before anything was saved
+        assert store.list_conversations() == []

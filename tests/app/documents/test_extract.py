@@ -10,6 +10,8 @@ from app.documents import limits
 from app.documents.extract import extract, extract_bytes
 from engine.errors import ChinwagError
 from tests.app.documents.files import (
+    BAD_INPUTS,
+    make_bad,
     png_bytes,
     write_docx,
     write_encrypted_pdf,
@@ -163,3 +165,63 @@ def test_text_bound(monkeypatch):
     monkeypatch.setattr(limits, "MAX_TEXT_CHARS", 1000)
     with pytest.raises(ChinwagError, match=r"^long\.txt holds too much text"):
         extract_bytes("long.txt", b"word " * 1000)
+
+
+@pytest.mark.parametrize("kind", BAD_INPUTS)
+def test_every_bad_input_is_one_line_within_a_memory_bound(tmp_path, kind):
+    """Each of the issue's bad inputs: one line naming the file, and memory bounded (a zip bomb, /dev/zero
+    or a 2 GB file never get read into memory: the peak stays far below what they would take)."""
+    import re
+    import tracemalloc
+
+    path, line = make_bad(kind, tmp_path)
+    size = os.path.getsize(path) if os.path.isfile(path) and kind != "huge" else 0
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChinwagError) as caught:
+            extract(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(caught.value)
+    assert re.match(line, message) and "\n" not in message
+    assert peak < 4 * size + (16 << 20)
+
+
+def test_docx_external_entities_and_pdf_javascript_are_never_resolved_or_run(tmp_path):
+    """Untrusted files: an XML external entity pointing at a local file is not read into the text, and a
+    PDF whose open action is JavaScript (writing a file if run) is extracted without running it."""
+    import zipfile
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    source = write_docx(tmp_path / "plain.docx", "Title", ["Hello &xxe; world"])
+    evil = tmp_path / "evil.docx"
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(evil, "w", zipfile.ZIP_DEFLATED) as out:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "word/document.xml":
+                text = data.decode().replace("&amp;xxe;", "&xxe;")
+                head, _, body = text.partition("?>")
+                doctype = f'<!DOCTYPE w:document [<!ENTITY xxe SYSTEM "file://{secret}">]>'
+                data = (head + "?>" + doctype + body).encode()
+            out.writestr(item, data)
+    try:
+        doc = extract(evil)
+        assert "TOP-SECRET-CONTENT" not in doc.text
+    except ChinwagError as e:  # refusing the file is fine too: one line, nothing read
+        assert str(e).startswith("evil.docx ") and "TOP-SECRET" not in str(e)
+    marker = tmp_path / "ran"
+    js = f"app.alert('x'); this.exportDataObject({{cName: '{marker}'}});"
+    body = (
+        "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /OpenAction 4 0 R >> endobj\n"
+        "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 >> endobj\n"
+        "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 5 0 R "
+        "/Resources << /Font << /F1 << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> >> >> >> endobj\n"
+        f"4 0 obj << /S /JavaScript /JS ({js}) >> endobj\n"
+        "5 0 obj << /Length 44 >> stream\nBT /F1 12 Tf 20 100 Td (Plain words) Tj ET\nendstream endobj\n"
+        "trailer << /Root 1 0 R >>\n%%EOF\n"
+    )
+    (tmp_path / "script.pdf").write_bytes(body.encode())
+    assert "Plain words" in extract(tmp_path / "script.pdf").text
+    assert not marker.exists()

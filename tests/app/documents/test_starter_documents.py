@@ -1,5 +1,6 @@
 """Exactness on the starter model: a document read at attach is reused by the question's turn, the reply
-equals a fresh computation of the same ids (greedy), and a follow-up begins with exactly the cached ids."""
+equals a fresh computation of the same ids (greedy), a follow-up begins with exactly the cached ids, and a
+window slide drops a document whole."""
 
 import pytest
 
@@ -17,9 +18,9 @@ DOC = Attachment(
 )
 
 
-async def _turn(engine, conv, messages):
+async def _turn(engine, conv, messages, params=PARAMS):
     stats = None
-    async for ev in engine.chat(conv, messages, PARAMS):
+    async for ev in engine.chat(conv, messages, params):
         if not isinstance(ev, TextDelta | PrefillProgress):
             stats = ev
     return stats
@@ -45,3 +46,32 @@ def test_read_at_attach_on_the_starter(tmp_path):
     assert after.prefilled_tokens <= after.prompt_tokens - ahead.computed_tokens + 8
     assert after.prompt_ids == fresh.prompt_ids and after.reply_ids == fresh.reply_ids
     assert follow.prompt_ids[: len(after.prompt_ids)] == after.prompt_ids
+
+
+def test_a_window_slide_drops_a_document_whole_on_the_starter():
+    """Past the context limit the window drops whole turns: the document's block is in the prompt whole or
+    not at all, and each turn after the slide equals a fresh computation of the messages it kept."""
+    from tests.conftest import run_with_engine
+
+    params = GenerationParams(temperature=0.0, max_tokens=6, speculative=False, context_cap=320)
+    doc = Attachment("notes.txt", "\n\n".join(f"Note {n}: the {n}th shelf holds {n * 3} jars." for n in range(1, 13)))
+    questions = ["Which shelf holds 9 jars?"] + [f"And shelf {n}?" for n in range(2, 7)]
+
+    async def body(engine):
+        messages, seen = [], []
+        for i, q in enumerate(questions):
+            messages.append({"role": "user", "content": message_content(q, [doc] if i == 0 else [])})
+            stats = await _turn(engine, "chat", messages, params)
+            kept = messages[stats.dropped_messages :]
+            fresh = await _turn(engine, f"fresh{i}", kept, params)
+            text = engine._local.session.tokenizer.decode(list(stats.prompt_ids))
+            seen.append((stats, fresh, text))
+            messages.append({"role": "assistant", "content": engine._local.session.tokenizer.decode(stats.reply_ids)})
+        return seen
+
+    seen = run_with_engine(registry.STARTER_ID, body, idle_work=False)
+    assert any(stats.dropped_messages for stats, _, _ in seen)  # the window did slide
+    assert "<document" in seen[0][2] and "</document>" in seen[0][2]
+    for stats, fresh, text in seen:
+        assert ("<document" in text) == ("</document>" in text) == ("Note 12:" in text) == ("Note 1:" in text)
+        assert stats.prompt_ids == fresh.prompt_ids and stats.reply_ids == fresh.reply_ids

@@ -409,3 +409,33 @@ def test_a_new_chats_first_read_is_not_called_a_re_read(engine_with):
 
     progress = engine_with(body, idle_work=False)
     assert len(progress) > 1 and not any(p.rereading or p.history_tokens for p in progress)
+
+
+def held(p: PrefillProgress) -> tuple:
+    """(the prompt's ids in the cache, all of them) from a read ahead's progress."""
+    return p.prompt_tokens - p.total + p.done, p.prompt_tokens
+
+
+def test_prefill_reports_progress_on_the_loop(engine_with, monkeypatch):
+    monkeypatch.setattr(generation, "PREFILL_FIRST_STEP", 16)  # several chunks for a short draft
+    monkeypatch.setattr(generation, "PREFILL_CHUNK_SECONDS", 0.0)  # chunks never grow
+
+    async def body(engine):
+        loop, seen = asyncio.get_running_loop(), []
+
+        def progress(p):
+            assert asyncio.get_running_loop() is loop  # called on the loop, not the engine thread
+            seen.append(held(p))
+
+        ahead = await engine.prefill("p", draft(LONG), GREEDY, progress=progress)
+        await asyncio.sleep(0)  # callbacks scheduled by the engine thread run before this resumes
+        again: list = []
+        await engine.prefill("p", draft(LONG), GREEDY, progress=lambda p: again.append(held(p)))
+        await asyncio.sleep(0)
+        return ahead, seen, again
+
+    ahead, seen, again = engine_with(body)
+    total = ahead.prompt_tokens
+    assert seen[0] == (0, total) and seen[-1] == (total, total) and len(seen) > 3
+    assert [h for h, _ in seen] == sorted(h for h, _ in seen) and {t for _, t in seen} == {total}
+    assert again == [(total, total)]  # already read: one report, all of it held
