@@ -125,11 +125,12 @@ def test_reading_into_the_cache_shows_on_the_chip_and_in_the_status_bar(qtbot, w
     # The fake engine reports 0, half and all of the draft read: the chip ends "read".
     qtbot.waitUntil(lambda: tray._chips[0].status.text().endswith(" tokens · read"), timeout=10_000)
     assert window.statusBar().currentMessage() == "Read report.pdf: asking computes only your question"
-    window.bridge.draftReading.emit("c", 43, 100)  # the engine's progress while a long document is read
+    from engine.types import BackgroundPrefill, PrefillProgress
+
+    # The engine's progress while a long document is read: 43 of its 100 ids held.
+    window.bridge.readingAhead.emit("c", PrefillProgress(3, 60, 100))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"
     assert window.statusBar().currentMessage() == "Reading report.pdf… 43%"
-    from engine.types import BackgroundPrefill
-
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(100, 0, 43, False, "preempted"))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"  # newer work goes on reading it
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(0, 0, 0, False, "the engine is busy"))
