@@ -263,11 +263,16 @@ def plot(d, res, path):
         range(len(cases)), [f"{LABELS.get(c, c)}\n{res[c]['on_over_off']:.2f}x plain" for c in cases], fontsize=8
     )
     ax.set_ylabel("decode tokens/s (median; dots: repetitions)")
-    ax.set_title("starter model, greedy: edits held out from tuning, and free chat")
+    ax.set_title("starter model, greedy: held-out edits and free chat")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _one_line(text: str) -> str:
+    """A reply's start as plain text inside a paragraph (no fences, no line breaks)."""
+    return text[:90].strip().replace("`", "'").replace("\n", " ⏎ ")
 
 
 def section(d, res):
@@ -322,8 +327,8 @@ def section(d, res):
         "",
         ("; ".join(goals) + ".") if goals else "",
         "",
-        "Replies' first words: "
-        + "; ".join(f"{LABELS.get(c, c)}: “{r['reply_start'][:80].strip()}…”" for c, r in res.items())
+        "Replies' first words (⏎: a new line): "
+        + "; ".join(f"{LABELS.get(c, c)}: “{_one_line(r['reply_start'])}…”" for c, r in res.items())
         + ".",
     ]
 
