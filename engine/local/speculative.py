@@ -102,7 +102,7 @@ class PromptLookup:
     def _remember(self, start: tuple, end: tuple) -> None:
         """ids[start[1]:end[1]] replaced the source's ids[start[0]:end[0]]."""
         old, new = tuple(self.ids[start[0] : end[0]]), tuple(self.ids[start[1] : end[1]])
-        if 0 < len(old) <= MAX_SUBSTITUTION and len(new) <= MAX_SUBSTITUTION and old != new:
+        if 0 < len(old) <= MAX_SUBSTITUTION and 0 < len(new) <= MAX_SUBSTITUTION and old != new:
             self.substitutions.pop(old, None)
             self.substitutions[old] = new  # the latest last: the oldest goes first
             if len(self.substitutions) > MAX_SUBSTITUTIONS:
