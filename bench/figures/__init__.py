@@ -27,6 +27,7 @@ FIGURES = [
     "server",
     "documents",
     "tools",
+    "speculative_edits",
 ]
 
 

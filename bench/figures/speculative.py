@@ -402,7 +402,8 @@ def section(d, res):
             )
     return [
         f"Prompt-lookup speculative decoding (`engine/local/speculative.py`): drafts copied from the tokens that followed "
-        f"the latest earlier match of the conversation's last 3-, 2- or 1-gram, verified in one forward pass, "
+        f"the latest earlier match of the conversation's last 3-, 2- or 1-gram (the drafter at the commit measured; "
+        f"since then it keeps its copy position through edits: see “Speculative decoding on held-out edits”), verified in one forward pass, "
         f"rejected positions trimmed from the cache; the draft length adapts to the acceptance rate and drops to 0 "
         f"while drafts keep failing. Greedy, {d['params']['reps']} repetitions, the three sides rotating; decode "
         f"tok/s from the caller, (tokens − 1) / (last − first token). The tiny model has random weights and copies "

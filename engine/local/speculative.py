@@ -1,17 +1,19 @@
 """Prompt-lookup speculative decoding: draft tokens from the conversation itself, verify them
 in one forward pass, keep the longest prefix the model agrees with.
 
-Drafts copy the tokens that followed the most recent earlier occurrence of the last n-gram
-(n = 3, 2, 1) of the conversation's ids (llama.cpp's lookup decoding). Verification runs
-the pending token and the draft through the model at once; with greedy sampling it accepts
-exactly the tokens plain decoding would produce, and with temperature > 0 it applies the
-speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the distribution of
-the reply is unchanged. `speculative_generate_step` yields the tokens plain decoding's
+Drafts copy the tokens that followed an earlier occurrence of the conversation's last tokens
+(llama.cpp's lookup decoding): from a copy position kept across the model's substitutions (an
+edit changes a few tokens of the text it copies), otherwise from the longest earlier match.
+Verification runs the pending token and the draft through the model at once; with greedy
+sampling it accepts exactly the tokens plain decoding would produce, and with temperature > 0
+it applies the speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the
+distribution of the reply is unchanged. `speculative_generate_step` yields the tokens plain decoding's
 `generate_step` (engine/local/decoding.py) would, and trims the rejected positions from the cache.
 
 Runs on the engine thread only.
 """
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -26,6 +28,13 @@ from engine.types import speculative_default
 
 MAX_NGRAM = 3
 MAX_DRAFT = 8
+MAX_MATCH = 64  # tokens compared when measuring how long an earlier match is
+MAX_CANDIDATES = 32  # earlier occurrences of the n-gram compared, the latest ones
+MAX_MISSES = 12  # mismatched tokens in a row before the copy position is dropped
+JUMP = 4  # tokens by which a match elsewhere must be longer than the copy's to move it
+WINDOW_BACK, WINDOW_AHEAD = 32, 64  # "near the copy position", in tokens
+MAX_SUBSTITUTION = 16  # the longest replacement remembered, in tokens
+MAX_SUBSTITUTIONS = 32  # replacements remembered at once
 # Drafting pauses while the recent acceptance rate is below this; lookups still run for
 # free on every plain step, and drafting resumes once their own hit rate reaches RESUME_RATE
 # (a few hits in a row, not one lucky guess in free text).
@@ -33,6 +42,7 @@ MIN_ACCEPT_RATE = 0.3
 RESUME_RATE = 0.5
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
 PROBE_DECAY = 0.8  # the same for the free guesses' hit rate
+RESUME_MATCH = 4  # a free guess from a match this long that hits resumes drafting at once
 DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
 DRAFTER_MAX_PAUSE = 256
 
@@ -43,38 +53,136 @@ class Verdict:
     next_token: int  # the model's own token after them (pending: not yet in the cache)
 
 
-class NgramIndex:
-    """Where each n-gram of `ids` last occurred, as the index of the token that followed it."""
+class PromptLookup:
+    """Drafts copied from earlier in the conversation, with a copy position that survives edits.
+
+    `cursor` is where the copy stands in `ids`: the position whose token is expected next. It
+    moves on with every token, matched or not, so after the model substitutes a token (a rename)
+    the draft continues from the source after the replaced one; after more than MAX_MISSES
+    mismatches in a row it is dropped. A match of the conversation's last tokens near the cursor
+    (an insertion or deletion of a few tokens) moves it there; elsewhere, the longest earlier
+    match is taken (not the latest), and it must beat the cursor by JUMP tokens to move it.
+    Once the copy is back in step, what replaced what is remembered, and later drafts apply it
+    (a rename renames every occurrence) until the model declines it.
+    """
 
     def __init__(self, ids):
-        self.ids = list(ids)
+        self.ids: list = []
+        # n-gram -> the positions of the token that followed each occurrence, in order.
         self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
-        self._indexed = 0  # n-grams ending before this position are in `follow`
-        self._index()
+        self.cursor: int | None = None
+        self.misses = 0  # tokens since the last one that matched the copy
+        self.length = 0  # how long the match of the last proposal was (0: a substitution's guess)
+        self._diverged = (0, 0)  # (source position, position in ids) of the first of those misses
+        self.substitutions: dict[tuple, tuple] = {}  # replaced source tokens -> what replaced them
+        self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
+        self.extend(ids)
 
     def extend(self, tokens) -> None:
-        self.ids.extend(tokens)
-        self._index()
-
-    def _index(self) -> None:
         ids = self.ids
-        # Only n-grams with a known follower: the last n-gram must never find itself.
-        for end in range(self._indexed, len(ids) - 1):
-            for n in range(1, MAX_NGRAM + 1):
-                if end + 1 >= n:
-                    self.follow[n][tuple(ids[end + 1 - n : end + 1])] = end + 1
-        self._indexed = max(self._indexed, len(ids) - 1)
+        for tok in tokens:
+            if self.cursor is not None:
+                if self.cursor < len(ids) and ids[self.cursor] == tok:
+                    if self.misses:
+                        self._remember(self._diverged, (self.cursor, len(ids)))
+                    self.misses = 0
+                else:
+                    if not self.misses:
+                        self._diverged = (self.cursor, len(ids))
+                    self.misses += 1  # a substitution: the copy skips the token it replaced
+                self.cursor += 1
+                if self.misses > MAX_MISSES or self.cursor > len(ids) + 1:
+                    self.cursor = None
+            ids.append(tok)
+            # The n-grams ending just before this token now have a follower (the last never does).
+            end = len(ids) - 2
+            for n in range(1, min(MAX_NGRAM, end + 1) + 1):
+                self.follow[n].setdefault(tuple(ids[end + 1 - n : end + 1]), []).append(end + 1)
 
-    def propose(self, k: int) -> list:
-        """Up to k tokens that followed the last n-gram's latest earlier occurrence."""
-        if k <= 0:
-            return []
+    def _remember(self, start: tuple, end: tuple) -> None:
+        """ids[start[1]:end[1]] replaced the source's ids[start[0]:end[0]]."""
+        old, new = tuple(self.ids[start[0] : end[0]]), tuple(self.ids[start[1] : end[1]])
+        if 0 < len(old) <= MAX_SUBSTITUTION and 0 < len(new) <= MAX_SUBSTITUTION and old != new:
+            self.substitutions.pop(old, None)
+            self.substitutions[old] = new  # the latest last: the oldest goes first
+            if len(self.substitutions) > MAX_SUBSTITUTIONS:
+                del self.substitutions[next(iter(self.substitutions))]
+
+    def _match(self, p: int) -> int:
+        """How many tokens before p equal the conversation's last tokens."""
+        ids, last, n = self.ids, len(self.ids) - 1, 0
+        while n < MAX_MATCH and n < p and ids[p - 1 - n] == ids[last - n]:
+            n += 1
+        return n
+
+    def _candidates(self, near: int | None) -> list:
+        """Follow positions of the longest n-gram that has some (within WINDOW of `near` if given)."""
         ids = self.ids
         for n in range(min(MAX_NGRAM, len(ids)), 0, -1):
-            start = self.follow[n].get(tuple(ids[-n:]))
-            if start is not None:
-                return ids[start : start + k]
+            found = self.follow[n].get(tuple(ids[-n:]), [])
+            if near is not None:
+                lo, hi = bisect_left(found, near - WINDOW_BACK), bisect_right(found, near + WINDOW_AHEAD)
+                found = found[lo:hi]
+            if found:
+                return found[-MAX_CANDIDATES:]
         return []
+
+    def _choose(self) -> tuple[int | None, int]:
+        """Where to copy from, and the length of the match there (0: the substitution's guess)."""
+        c = self.cursor if self.cursor is not None and self.cursor < len(self.ids) else None
+        choice, length = None, 0
+        if c is not None:
+            near = self._candidates(c)
+            if near:
+                # The longest match; then the nearest to the copy position.
+                length, _, p = max((self._match(p), -abs(p - c), p) for p in near)
+                # Right after a substitution, a one-token match elsewhere is weaker than the copy.
+                if length >= (2 if self.misses == 1 else 1):
+                    choice = p
+            if choice is None:
+                choice, length = c, 0
+        anywhere = self._candidates(None)
+        if anywhere:
+            best, p = max((self._match(p), p) for p in anywhere)
+            if choice is None or best >= length + JUMP:
+                choice, length = p, best
+        return choice, length
+
+    def propose(self, k: int) -> list:
+        """Up to k tokens to copy from where the conversation's last tokens occurred earlier."""
+        self._applied = []
+        if k <= 0 or not self.ids:
+            return []
+        choice, self.length = self._choose()
+        if choice is None:
+            return []
+        if self.length:
+            if self.misses and choice >= self.length:  # back in step: remember what was replaced
+                self._remember(self._diverged, (choice - self.length, len(self.ids) - self.length))
+            self.cursor, self.misses = choice, 0
+        return self._copy(choice, k)
+
+    def _copy(self, q: int, k: int) -> list:
+        """k tokens from position q on, with the remembered substitutions applied."""
+        ids, out = self.ids, list[int]()
+        while len(out) < k and q < len(ids):
+            for old, new in self.substitutions.items():
+                if ids[q] == old[0] and tuple(ids[q : q + len(old)]) == old:
+                    self._applied.append((len(out), len(out) + len(new), old))
+                    out.extend(new)
+                    q += len(old)
+                    break
+            else:
+                out.append(ids[q])
+                q += 1
+        return out[:k]
+
+    def judged(self, accepted: int) -> None:
+        """The last draft's first `accepted` tokens were right: a substitution the model declined is forgotten."""
+        for start, end, old in self._applied:
+            if start <= accepted < end:
+                self.substitutions.pop(old, None)
+        self._applied = []
 
 
 class ModelDrafter:
@@ -128,7 +236,7 @@ class Speculator:
     """One turn's drafting and verification state."""
 
     def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
-        self.index = NgramIndex(prompt_ids)
+        self.index = PromptLookup(prompt_ids)
         self.length = DraftLength(max_draft)
         self.sampling = sampling
         self.drafter = drafter
@@ -137,7 +245,9 @@ class Speculator:
         self._pause, self._paused_for = DRAFTER_PAUSE, 0
         self.drafted = self.accepted = 0
         self._guess = None  # a free lookup's guess of the next token, checked on plain steps
+        self._ahead = False  # the pending token is in the index already (draft() put it there)
         self._probe_rate = 0.0
+        self._guess_match = 0  # the length of the match the guess came from
 
     @property
     def drafting(self) -> bool:
@@ -153,22 +263,24 @@ class Speculator:
         if self.drafter is None and not self.drafting:
             hit = self._guess is not None and self._guess == tok
             self._probe_rate = PROBE_DECAY * self._probe_rate + (1 - PROBE_DECAY) * hit
-            if self._probe_rate >= RESUME_RATE:
+            # A hit from a long match is the copy back in step (after an edit): no need to wait.
+            if self._probe_rate >= RESUME_RATE or (hit and self._guess_match >= RESUME_MATCH):
                 self.length.k, self.length.rate, self._probe_rate = 1, RESUME_RATE, 0.0
-        self.index.extend([tok])
+        if self._ahead:
+            self._ahead = False
+        else:
+            self.index.extend([tok])
         guess = self.index.propose(1)
-        self._guess = guess[0] if guess else None
+        self._guess, self._guess_match = (guess[0] if guess else None), self.index.length
 
     def draft(self, pending: int, room: int) -> list:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
         k = min(self.length.k, room)
+        self.index.extend([pending])
+        self._ahead = True
         if self.drafter is not None:
-            return self.drafter.propose(self.index.ids + [pending], k) if k > 0 else []
-        self.index.ids.append(pending)
-        try:
-            return self.index.propose(k)
-        finally:
-            self.index.ids.pop()
+            return self.drafter.propose(list(self.index.ids), k) if k > 0 else []
+        return self.index.propose(k)
 
     def finish(self, ids: list) -> None:
         """The turn is over: the draft model's cache holds what the main one holds."""
@@ -183,8 +295,9 @@ class Speculator:
         self.drafted += len(draft)
         self.accepted += verdict.accepted
         self.length.record(len(draft), verdict.accepted)
-        self.index.extend([pending] + draft[: verdict.accepted])
-        self._guess = None
+        self.index.judged(verdict.accepted)
+        self.index.extend(draft[: verdict.accepted])
+        self._ahead, self._guess = False, None
         return verdict
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine.context.conversation import ConversationCache
 from engine.local.generation import TurnInput, run_turn
-from engine.local.speculative import DraftLength, NgramIndex, Sampling
+from engine.local.speculative import MAX_MISSES, RESUME_MATCH, DraftLength, PromptLookup, Sampling
 from engine.types import GenerationParams, speculative_default
 
 CODE = "def f(x): return x * 2 # comment\n" * 3 + "The quick brown fox jumps over the lazy dog. " * 4
@@ -67,15 +67,54 @@ def assert_invariant(conv, stats):
 # --- drafting ------------------------------------------------------------------------
 
 
-def test_lookup_proposes_what_followed_the_latest_earlier_match_of_the_longest_ngram():
-    index = NgramIndex([1, 2, 3, 9, 9, 2, 3, 7, 8, 5, 1, 2, 3])
-    # "1 2 3" occurred at the start, followed by 9 9; "2 3" later, followed by 7 8: n=3 wins.
-    assert index.propose(2) == [9, 9]
-    index.extend([4])  # "2 3 4", "3 4", "4": never seen
-    assert index.propose(3) == []
-    index.extend([2, 3])  # the last n-gram never matches itself: "4 2 3" unseen, "2 3" -> 4
-    assert index.propose(1) == [4]
-    assert index.propose(0) == []
+SOURCE = list(range(10, 30))  # the text being edited, then the reply's start: its first three tokens copied
+
+
+def copying(*reply):
+    """A lookup whose reply so far copied SOURCE's first three tokens, then went on with `reply`."""
+    lookup = PromptLookup(SOURCE + [0, 10, 11, 12])
+    assert lookup.propose(3) == [13, 14, 15]  # in step with the copy
+    lookup.extend(reply)
+    return lookup
+
+
+def test_lookup_prefers_the_longest_earlier_match_to_the_latest():
+    ids = [5, 6, 1, 2, 3, 40, 41, 7, 8, 9, 1, 2, 3, 30, 31, 99, 5, 6, 1, 2, 3]
+    # "1 2 3" last followed by 30 31, but "5 6 1 2 3" occurred earlier, followed by 40 41.
+    assert PromptLookup(ids).propose(2) == [40, 41]
+    lookup = PromptLookup([1, 2, 3, 9, 9, 4])
+    assert lookup.propose(3) == []  # "4" never occurred before
+    lookup.extend([2, 3])
+    assert lookup.propose(2) == [9, 9]  # the earlier "2 3"; the last n-gram never matches itself
+    assert lookup.propose(0) == []
+
+
+def test_the_copy_position_survives_a_one_token_substitution():
+    # 13 renamed to 99: the copy goes on after the token it replaced.
+    assert copying(99).propose(3) == [14, 15, 16]
+    # The copy itself, accepted on: still in step.
+    assert copying(99, 14, 15).propose(2) == [16, 17]
+
+
+def test_the_copy_position_survives_a_multi_token_substitution():
+    assert copying(98, 99).propose(3) == [15, 16, 17]  # 13 14 replaced by two tokens
+    assert copying(98, 97, 96, 13).propose(3) == [14, 15, 16]  # three tokens inserted before 13
+    assert copying(98, 17).propose(3) == [18, 19, 20]  # 13..16 replaced by one token
+    assert copying(*range(100, 100 + MAX_MISSES + 1)).cursor is None  # not an edit any more
+
+
+def test_a_rename_is_applied_to_later_occurrences_until_the_model_declines_it():
+    source = [1, 2, 50, 3, 4, 5, 6, 7, 50, 8, 9, 50, 7]
+    lookup = PromptLookup(source + [0, 1, 2])
+    lookup.propose(1)
+    lookup.extend([60, 61, 3])  # 50 renamed to 60 61, and the copy back in step
+    draft = lookup.propose(8)
+    assert lookup.substitutions == {(50,): (60, 61)}
+    assert draft == [4, 5, 6, 7, 60, 61, 8, 9]
+    lookup.judged(4)  # the model kept 50 there: the rename is forgotten
+    assert lookup.substitutions == {}
+    lookup.extend(draft[:4] + [50])
+    assert lookup.propose(3) == [8, 9, 50]
 
 
 def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
@@ -93,7 +132,7 @@ def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
 def test_paused_lookups_resume_after_a_run_of_free_hits_not_after_one():
     from engine.local.speculative import Speculator
 
-    spec = Speculator(list(range(10, 40)), Sampling(0.0, 1.0, 0, 0.0, [], 64))
+    spec = Speculator(list(range(10, 70)), Sampling(0.0, 1.0, 0, 0.0, [], 64))
     spec.length.record(2, 0)
     spec.length.record(1, 0)
     assert not spec.drafting
@@ -103,9 +142,23 @@ def test_paused_lookups_resume_after_a_run_of_free_hits_not_after_one():
             spec.observe(tok)
             assert not spec.drafting
     # Copying the prompt: four hits in a row resume drafting.
-    for tok in range(20, 25):
+    for tok in range(50, 55):
         spec.observe(tok)
-    assert spec.drafting and spec.draft(25, room=8) == [26]
+    assert spec.drafting and spec.draft(55, room=8) == [56]
+
+
+def test_one_hit_from_a_long_match_resumes_drafting():
+    from engine.local.speculative import Speculator
+
+    # The reply so far copies the prompt's 50 51 52: one more copied token makes a long match.
+    spec = Speculator(list(range(10, 70)) + [0, 50, 51, 52], Sampling(0.0, 1.0, 0, 0.0, [], 64))
+    spec.length.record(2, 0)
+    spec.length.record(1, 0)
+    for tok in range(53, 50 + RESUME_MATCH):
+        spec.observe(tok)
+        assert not spec.drafting
+    spec.observe(50 + RESUME_MATCH)  # the guess from a match of RESUME_MATCH tokens hits
+    assert spec.drafting and spec.draft(51 + RESUME_MATCH, room=8) == [52 + RESUME_MATCH]
 
 
 def test_a_failing_draft_model_pauses_with_a_doubling_back_off():
@@ -166,6 +219,41 @@ def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_
     # The kept keys and values are those plain decoding computed.
     for a, b in zip(conv.layers, plain_conv.layers):
         assert mx.allclose(a.get_kv()[0], b.get_kv()[0], atol=1e-4).item()
+
+
+def test_the_lookup_sees_the_conversation_the_cache_holds_token_by_token(looping_model):
+    """The drafter's ids follow the cache's through plain steps, drafts, rejections and pauses."""
+    from engine.local.decoding import TokenSampler, generate_step
+    from engine.local.generation import prefill
+    from engine.local.speculative import Speculator, speculative_generate_step
+
+    model, tokenizer = looping_model
+    prompt = list(prompt_of(tokenizer))
+    params = GenerationParams(temperature=0.0)
+    replies = []
+    for speculate in (False, True):
+        conv = ConversationCache.create(model, 16)
+        sampling = TokenSampler(params, prompt)
+        logits, _, _ = prefill(model, conv, prompt)
+        y = sampling.sample(logits)
+        if speculate:
+            spec = Speculator(prompt, Sampling(0.0, 1.0, 0, 0.0, [], 64))
+            tokens = speculative_generate_step(model, conv, y, sampling, spec, room=120)
+        else:
+            tokens = generate_step(model, conv, y, sampling)
+        reply = []
+        for tok in tokens:
+            reply.append(tok)
+            assert conv.token_ids == prompt + reply
+            if speculate:
+                # At most the pending token and the accepted draft not yet taken run ahead.
+                assert spec.index.ids[: len(conv.token_ids)] == conv.token_ids
+            if len(reply) == 120:
+                break
+        tokens.close()
+        replies.append(reply)
+    assert replies[0] == replies[1]
+    assert 0 < spec.accepted < spec.drafted
 
 
 def test_max_tokens_ending_inside_an_accepted_draft_keeps_the_cache_exact(looping_model):
