@@ -21,11 +21,10 @@ from app.core.settings import settings_problems
 from app.core.store import STATUSES, Conversation, Message
 from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
-
-# markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
-from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html, split_think
+from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html
 from engine.atomic import describe_kind, writable_target, write_atomic
 from engine.errors import ChinwagError
+from engine.text import split_think
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
@@ -168,10 +167,12 @@ def _markdown_body(m: Message) -> str:
         # An unclosed fence would swallow every later section.
         return _close_fences(m.content).rstrip("\n")
     parts = []
-    for kind, text in split_think(m.content):
-        text = _close_fences(text.strip("\n"))
+    for part in split_think(m.content):
+        if not part.text.strip():
+            continue
+        text = _close_fences(part.text.strip("\n"))
         # Renderers like GitHub's show this collapsed, as the html export does.
-        parts.append(f"<details><summary>Thinking</summary>\n\n{text}\n\n</details>" if kind == "think" else text)
+        parts.append(f"<details><summary>Thinking</summary>\n\n{text}\n\n</details>" if part.kind == "think" else text)
     return "\n\n".join(parts)
 
 
@@ -245,8 +246,11 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
     if m.role != "assistant":
         return markdown_blocks(m.content, inline)
     out = []
-    for kind, text in split_think(m.content):
-        if kind == "text":
+    for part in split_think(m.content):
+        text = part.text
+        if not text.strip():
+            continue
+        if part.kind == "text":
             out += markdown_blocks(text, inline)
         elif for_print:
             out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')

@@ -1,4 +1,4 @@
-"""A small Markdown → HTML converter for exported conversations, and the <think> splitter.
+"""A small Markdown → HTML converter for exported conversations.
 
 Covers what chat models write: headings, paragraphs, lists (nested, ordered, tasks),
 block quotes, fenced code, tables, rules, code spans, bold/italic/strike, links.
@@ -11,9 +11,9 @@ import html
 import re
 import unicodedata
 
+from app.transcripts.blocks import fence_start, is_fence_close
 from app.transcripts.highlight import highlight_html
 
-_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _ITEM = re.compile(r"^( *)([-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
@@ -35,47 +35,18 @@ def markdown_blocks(text: str, inline_colors: bool | None = None) -> list[str]:
     return _blocks(lines, hl=inline_colors)
 
 
-def split_think(text: str) -> list[tuple[str, str]]:
-    """[("think"|"text", part)...]; an unclosed <think> runs to the end, and a lone
-    leading </think> closes a block the chat template opened."""
-    parts = []
-    close, opening = text.find("</think>"), text.find("<think>")
-    if close >= 0 and (opening < 0 or close < opening):
-        parts.append(("think", text[:close]))
-        text = text[close + len("</think>") :]
-    pos = 0
-    for m in re.finditer(r"<think>(.*?)(?:</think>|\Z)", text, re.S):
-        parts += [("text", text[pos : m.start()]), ("think", m.group(1))]
-        pos = m.end()
-    parts.append(("text", text[pos:]))
-    return [(k, t) for k, t in parts if t.strip()]
-
-
 def _close_fences(text: str) -> str:
     """Text with any unclosed code fence closed at the end (app.transcripts.export's markdown uses it)."""
     fence = None
     for line in text.split("\n"):
-        m = _FENCE_OPEN.match(line)
         if fence is None:
-            if m and not (m.group(2)[0] == "`" and "`" in m.group(3)):
-                fence = m.group(2)
-        elif _is_fence_close(line, fence):
+            opened = fence_start(line)
+            fence = opened.mark if opened else None
+        elif is_fence_close(line, fence):
             fence = None
     if fence is None:
         return text
     return text.rstrip("\n") + "\n" + fence
-
-
-def _is_fence_close(line: str, fence: str) -> bool:
-    m = re.match(r"^ {0,3}(`+|~+)[ \t]*$", line)
-    return bool(m) and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
-
-
-def _fence_start(line: str):
-    m = _FENCE_OPEN.match(line)
-    if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
-        return None
-    return m
 
 
 def _table_start(lines, i) -> bool:
@@ -91,7 +62,7 @@ def _table_start(lines, i) -> bool:
 def _starts_block(lines, i) -> bool:
     """Whether line i interrupts a paragraph."""
     line = lines[i]
-    if _fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
+    if fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
         return True
     m = _ITEM.match(line)
     if m and m.group(3) and (not m.group(2)[0].isdigit() or m.group(2)[:-1] == "1"):
@@ -108,15 +79,14 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
         if not line.strip():
             i += 1
             continue
-        fence = _fence_start(line)
+        fence = fence_start(line)
         if fence:
-            indent, mark, info = len(fence.group(1)), fence.group(2), fence.group(3).strip()
+            indent, mark, lang = fence.indent, fence.mark, fence.lang
             body, i = [], i + 1
-            while i < n and not _is_fence_close(lines[i], mark):
+            while i < n and not is_fence_close(lines[i], mark):
                 body.append(re.sub(f"^ {{0,{indent}}}", "", lines[i]))
                 i += 1
             i += 1  # the closing fence; an unclosed block simply runs to the end
-            lang = info.split()[0] if info else ""
             cls = f' class="language-{_esc(lang)}"' if lang else ""
             out.append(f"<pre><code{cls}>{highlight_html(chr(10).join(body), lang, hl)}</code></pre>\n")
             continue

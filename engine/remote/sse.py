@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from engine.errors import ChinwagError
 from engine.remote.errors import server_message
+from engine.text import THINK_CLOSE, THINK_OPEN
 from engine.types import FinishReason, TextDelta, ToolCall, TurnStats
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d+)\s*/\s*(\d+)")
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
 FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}

@@ -1,6 +1,6 @@
 """Markdown for one message, re-rendered block by block.
 
-`split_blocks` (app/gui/chat/markdown_blocks.py) cuts a reply into prose, fenced code and `<think>` blocks.
+`split_blocks` (app/transcripts/blocks.py, no Qt) cuts a reply into prose, fenced code and `<think>` blocks.
 `MarkdownView` keeps one widget per block and, on every update, re-renders only the
 blocks whose text changed: while a reply streams that is the last one, so an update
 costs the size of the last paragraph, not of the whole reply.
@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.chat.markdown_blocks import Block, merge_prose, split_blocks  # noqa: F401 (Block: re-exported)
 from app.gui.highlight_qt import SpanHighlighter, is_dark
+from app.transcripts.blocks import Block, merge_prose, split_blocks
 from app.transcripts.highlight import resolve_language, spans
 
 MD_FEATURES = QTextDocument.MarkdownFeature(

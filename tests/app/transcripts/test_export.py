@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from app.transcripts.export import (
     export_conversation,
     import_conversation,
-    markdown_to_html,
-    split_think,
     suggested_filename,
 )
+from app.transcripts.markdown_html import markdown_to_html
 from engine.errors import ChinwagError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -434,20 +433,6 @@ def test_megabyte_of_unmatched_emphasis_is_fast():
         markdown_to_html(text)
         # ~1 s here; a quadratic scan of a megabyte takes hours: a bound no machine load reaches.
         assert time.perf_counter() - start < 60
-
-
-@pytest.mark.parametrize(
-    "text, parts",
-    [
-        ("<think>a</think>b", [("think", "a"), ("text", "b")]),
-        ("no thinking", [("text", "no thinking")]),
-        ("<think>still going", [("think", "still going")]),
-        ("opened by the template</think>answer", [("think", "opened by the template"), ("text", "answer")]),
-        ("<think></think>just text", [("text", "just text")]),
-    ],
-)
-def test_split_think(text, parts):
-    assert split_think(text) == parts
 
 
 ALLOWED_TAGS = {
