@@ -204,7 +204,8 @@ def fuzz_store(tmp_path_factory):
 @given(data=exports())
 def test_conversation_import_fuzz(fuzz_store, data):
     from app.cli.transcripts import _when
-    from app.transcripts.export import import_conversation, to_html, to_json, to_markdown
+    from app.transcripts.export import to_html, to_json, to_markdown
+    from app.transcripts.json_import import import_conversation
 
     store = fuzz_store
     before = len(store.list_conversations())

@@ -112,7 +112,7 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     try:
-        from app.transcripts.export import import_conversation
+        from app.transcripts.json_import import import_conversation
 
         store = _open_store()
         try:
