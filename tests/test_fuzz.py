@@ -111,7 +111,9 @@ def gguf_files(draw):
 
 
 def _read_and_check(path: Path):
-    from engine.models.gguf.importer import check_importable, read_gguf_header, slugify
+    from engine.models.gguf.checks import check_importable
+    from engine.models.gguf.header import read_gguf_header
+    from engine.models.gguf.importer import slugify
 
     for keep_arrays in (False, True):
         try:

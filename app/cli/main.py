@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from app.cli.progress import TerminalProgress
+from app.core.sizes import format_bytes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
 from engine.atomic import describe_kind
 from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
@@ -108,7 +109,7 @@ def cmd_models(args) -> int:
     from engine.models.gguf.header import printable
 
     for m in models:
-        size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
+        size = format_bytes(m.size_bytes) if m.size_bytes else "-"
         detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
         # A server that lists no model has no model id to show: name the server instead.
         name = f"{m.server} (server)" if m.server and m.id == f"{m.server}/" else m.id
@@ -405,7 +406,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.models.registry import STARTER_ID
+    from engine.models.folders import STARTER_ID
 
     parser = argparse.ArgumentParser(
         prog=PROG,

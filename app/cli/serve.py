@@ -7,7 +7,7 @@ import sys
 
 def add_commands(sub) -> None:
     from app.cli.main import MODEL_HELP
-    from engine.models.registry import STARTER_ID
+    from engine.models.folders import STARTER_ID
 
     p = sub.add_parser("serve", help="serve the local models over an OpenAI-compatible API")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")

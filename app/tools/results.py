@@ -7,6 +7,8 @@ are neutralised, and binary content (images, audio, blobs) is described, never d
 import json
 import re
 
+from app.core.sizes import format_bytes
+
 MAX_RESULT_CHARS = 16_000  # a result longer than this is cut (a 4K-context model could not read it anyway)
 # ANSI escape sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte ESC sequences.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
@@ -21,10 +23,6 @@ def neutralise(text: str) -> str:
     return _SURROGATE.sub("\ufffd", _CONTROLS.sub("\ufffd", text))
 
 
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
-
-
 def _b64_size(data: str) -> int:
     return len(data) * 3 // 4
 
@@ -35,7 +33,7 @@ def describe_block(block) -> str:
     if kind == "text":
         return block.text
     if kind in ("image", "audio"):
-        return f"[{kind}: {block.mime_type}, {_size(_b64_size(block.data))}, not shown]"
+        return f"[{kind}: {block.mime_type}, {format_bytes(_b64_size(block.data))}, not shown]"
     if kind == "resource_link":
         return f"[link: {block.uri}]"
     if kind == "resource":
@@ -44,7 +42,7 @@ def describe_block(block) -> str:
         if isinstance(text, str):
             return f"[resource {res.uri}]\n{text}"
         mime = getattr(res, "mime_type", None) or "binary"
-        return f"[resource {res.uri}: {mime}, {_size(_b64_size(getattr(res, 'blob', '')))}, not shown]"
+        return f"[resource {res.uri}: {mime}, {format_bytes(_b64_size(getattr(res, 'blob', '')))}, not shown]"
     return f"[{kind or 'unknown'} content, not shown]"
 
 

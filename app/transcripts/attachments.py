@@ -2,11 +2,12 @@
 
 import re
 
+from app.core.sizes import format_bytes
 from app.transcripts.markdown_html import _esc
 
 
 def _label(a) -> str:
-    size = f"{a.size / 1024:,.0f} KB" if a.size >= 1024 else f"{a.size} bytes"
+    size = format_bytes(a.size)
     return f"{a.name} ({a.kind.upper() if a.kind != 'text' else 'text'}, {size})"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from app.core import attachments as attached
 from app.core.message_tree import active_path
 from app.core.settings import settings_problems
+from app.core.sizes import format_bytes
 from app.core.store import STATUSES, Conversation, Message
 from app.transcripts.export import FORMAT_MARKER, FORMAT_VERSION, ROLE_NAMES
 from engine.atomic import describe_kind
@@ -39,7 +40,7 @@ def import_conversation(store, path) -> Conversation:
             raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
         if st.st_size > MAX_IMPORT_BYTES:
             raise ChinwagError(
-                f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, larger than any conversation export"
+                f"cannot import {path}: it is over {format_bytes(MAX_IMPORT_BYTES)}, larger than any conversation export"
             )
         raw = path.read_bytes()
     except OSError as e:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
+from engine.models.folders import inspect_mlx_folder
 from engine.types import HubModel, LoadProgress, ModelInfo
 
 ALLOW_PATTERNS = [
@@ -108,7 +109,7 @@ def download_model(repo_id: str, progress: Callable | None = None, cancel: threa
             raise
         raise error from e
     report.send(report.total, report.total, force=True)
-    info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
+    info = inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
     if info.status != "ready":
         raise ModelError(f"downloaded {repo} but it cannot be used ({info.reason}): {path}")
     return info
@@ -238,7 +239,7 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
 
     from huggingface_hub import hf_hub_download
 
-    from engine.models.registry import supported_model_type
+    from engine.models.folders import supported_model_type
 
     path = hf_hub_download(repo, "config.json", revision=sha, cache_dir=str(cache), endpoint=_endpoint())
     try:

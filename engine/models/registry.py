@@ -14,17 +14,13 @@ from typing import Any
 from engine import paths
 from engine.atomic import write_atomic
 from engine.errors import ChinwagError, ModelError
-from engine.models.folders import (  # noqa: F401 - re-exported: callers and tests use registry.X
-    STARTER_FILE,
+from engine.models.folders import (
     STARTER_ID,
     STARTER_NAME,
-    STARTER_PACKAGE,
     TMP_PREFIX,
-    TOKENIZER_FILES,
     info_for_imported,
     inspect_mlx_folder,
     starter_gguf_path,
-    supported_model_type,
 )
 from engine.models.gguf.importer import (
     REQUANT_BITS,

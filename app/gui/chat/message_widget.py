@@ -25,15 +25,6 @@ STATUS_NOTES = {
 }
 
 
-def format_bytes(n: int) -> str:
-    size = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def format_stats(stats) -> str:
     """'42 tokens · 31.5 tok/s · first token 0.21 s' from a TurnStats or its dict."""
     if not stats:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.gui.chat.message_widget import format_bytes
+from app.core.sizes import format_bytes
 from app.gui.models.model_list import ModelList
 from engine.types import ModelSource, ModelStatus
 

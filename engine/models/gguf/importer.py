@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine import paths
 from engine.errors import ModelError
-from engine.models.folders import (  # noqa: F401
+from engine.models.folders import (
     INFO_FILE,
     STARTER_ID,
     TMP_PREFIX,
@@ -26,18 +26,12 @@ from engine.models.folders import (  # noqa: F401
     read_info_file,
     starter_gguf_path,
 )
-
-# Re-exported: callers and tests import these names from engine.models.gguf.importer.
-from engine.models.gguf.checks import (  # noqa: F401
+from engine.models.gguf.checks import (
     LAYER_NAMES,
-    NATIVE_TYPES,
     REQUANT_BITS,
-    SUPPORTED_ARCHITECTURES,
-    TOKENIZER_MODELS,
     check_importable,
-    hyperparameters,
 )
-from engine.models.gguf.header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
+from engine.models.gguf.header import GGUFHeader, read_gguf_header
 
 # _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.models.gguf.tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata

@@ -4,7 +4,7 @@ equals a fresh computation of the same ids (greedy), and a follow-up begins with
 import pytest
 
 from app.documents.block import Attachment, message_content
-from engine.models import registry
+from engine.models.folders import STARTER_ID
 from engine.types import GenerationParams, PrefillProgress, TextDelta
 
 pytestmark = pytest.mark.starter
@@ -38,7 +38,7 @@ def test_read_at_attach_on_the_starter(tmp_path):
         )
         return ahead, after, fresh, follow
 
-    ahead, after, fresh, follow = run_with_engine(registry.STARTER_ID, body, idle_work=False)
+    ahead, after, fresh, follow = run_with_engine(STARTER_ID, body, idle_work=False)
     # The document's tokens are reused; only the question, the template's tail and the separator after
     # the block (retokenized with the question's first word) are computed.
     assert ahead.finished and after.reused_tokens >= ahead.computed_tokens - 8
