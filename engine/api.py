@@ -22,7 +22,6 @@ from engine.types import (
     LoadProgress,
     MemoryReport,
     ModelInfo,
-    ServerInfo,
     TokenCount,
 )
 
@@ -111,10 +110,9 @@ class Engine:
     async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = ""):
         """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
         from engine.remote import servers
-        from engine.remote.urls import display_url
 
         server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
-        return ServerInfo(server.name, display_url(server.url), bool(server.api_key))
+        return servers.server_info(server)
 
     async def remove_server(self, name: str) -> None:
         from engine.remote import servers

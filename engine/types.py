@@ -360,3 +360,4 @@ class ServerInfo:
     name: str
     url: str
     has_api_key: bool = False
+    key_storage: str = ""  # where its API key is kept: the system keychain or the 0600 file ("" without one)

@@ -21,7 +21,7 @@ def cmd_add(args) -> int:
         if not key:
             raise ChinwagError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     server = servers.add_server(args.name, args.url, key)
-    where = f"; API key kept in {servers.key_storage()}" if key else ""
+    where = f"; API key kept in {server.key_storage}" if server.key_storage else ""
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
     infos = servers.models_of(server)
     if infos and infos[0].status == "unusable":

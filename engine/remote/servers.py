@@ -24,6 +24,7 @@ from engine.types import ModelInfo, ModelStatus, ServerInfo
 SERVERS_FILE = "servers.json"
 KEYS_FILE = "server-keys.json"
 KEYRING_SERVICE = "Chinwag model servers"
+KEYCHAIN = "the system keychain"
 # mlx_lm.server serves its --model under this name, and answers GET /v1/models with an
 # empty body when it has no Hugging Face cache folder.
 DEFAULT_MODEL = "default_model"
@@ -40,6 +41,7 @@ class Server:
     name: str
     url: str  # the API base, e.g. http://127.0.0.1:8080/v1
     api_key: str = field(default="", repr=False)
+    key_storage: str = ""  # where the key is kept (KEYCHAIN or the file's description); "" without a key
 
 
 # --- the saved list -----------------------------------------------------------------------
@@ -71,17 +73,21 @@ def _load() -> list:
 
 def list_servers() -> list:
     """The saved servers, keys included (callers never print them)."""
-    return [Server(r["name"], r["url"], api_key(r["name"])) for r in _load()]
+    return [Server(r["name"], r["url"], *find_api_key(r["name"])) for r in _load()]
+
+
+def server_info(server: Server) -> ServerInfo:
+    return ServerInfo(server.name, display_url(server.url), bool(server.api_key), server.key_storage)
 
 
 def server_infos() -> list:
-    return [ServerInfo(s.name, display_url(s.url), bool(s.api_key)) for s in list_servers()]
+    return [server_info(s) for s in list_servers()]
 
 
 def get_server(name: str) -> Server | None:
     for r in _load():
         if r["name"] == name:
-            return Server(r["name"], r["url"], api_key(r["name"]))
+            return Server(r["name"], r["url"], *find_api_key(r["name"]))
     return None
 
 
@@ -106,7 +112,7 @@ def add_server(name: str, url: str, key: str | None = None, replace: str = "") -
     if replace and replace != name:
         set_api_key(replace, "")
     set_api_key(name, old_key if key is None else key)
-    return Server(name, url, api_key(name))
+    return Server(name, url, *find_api_key(name))  # where the key really is, not where it was meant to go
 
 
 def remove_server(name: str) -> None:
@@ -140,20 +146,27 @@ def keys_file() -> Path:
     return paths.data_dir() / KEYS_FILE
 
 
-def key_storage() -> str:
-    return "the system keychain" if _keyring() else f"{keys_file()} (readable only by you)"
+def key_file_storage() -> str:
+    return f"{keys_file()} (readable only by you)"
 
 
 def api_key(name: str) -> str:
+    return find_api_key(name)[0]
+
+
+def find_api_key(name: str) -> tuple[str, str]:
+    """(key, where it is kept): the keychain's, else the file's (a keychain that refused a write); ("", "")."""
     ring = _keyring()
     if ring is not None:
         try:
-            return ring.get_password(KEYRING_SERVICE, name) or ""
+            key = ring.get_password(KEYRING_SERVICE, name) or ""
         except Exception:  # a locked or broken keychain: fall back to the file
-            pass
+            key = ""
+        if key:
+            return key, KEYCHAIN
     keys = _read_json(keys_file(), {})
     value = keys.get(name, "") if isinstance(keys, dict) else ""
-    return value if isinstance(value, str) else ""
+    return (value, key_file_storage()) if isinstance(value, str) and value else ("", "")
 
 
 def set_api_key(name: str, key: str) -> None:

@@ -167,6 +167,8 @@ class ServerDialog(QDialog):
         else:
             names = ", ".join(m.id.split("/", 1)[1] for m in models[:6])
             text = f"Connected to {server.name}: {len(models)} model(s) ({names}). Pick one in the Model menu."
+        if api_key and server.key_storage:  # a key was typed: say where it really went
+            text += f" API key kept in {server.key_storage}."
         self._set_busy(False, text)
 
     def remove_selected(self):
