@@ -8,12 +8,16 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
-from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
+from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
+
+if TYPE_CHECKING:
+    from app.cli.chat_tools import TerminalTools
 
 PROG = "chinwag"
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
@@ -183,12 +187,10 @@ async def _chat(args) -> int:
                 pending, indexes = [], []
                 continue
             if line.startswith("/attach "):
-                try:
-                    pending += documents.read_all([line.removeprefix("/attach ").strip()])
-                except ChinwagError as e:
-                    fail(str(e))  # the chat goes on
-                    continue
-                reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
+                attached = _attach(line.removeprefix("/attach ").strip())
+                if attached:
+                    pending += attached
+                    reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
                 continue
             question, attached = line, []
             if pending or indexes:
@@ -200,35 +202,70 @@ async def _chat(args) -> int:
                 conv = saved.add_user(question, info.id, attached)  # committed before the engine sees it
                 if draft != conv:
                     await engine.adopt(draft, conv)  # the documents read ahead become this chat's cache
-            if tools is None:
-                reply, stats = await _stream(engine, conv, messages, _params(args))
-                added = [{"role": "assistant", "content": reply}]
-            else:
-                added, stats = await tools.reply(engine, conv, messages, _params(args))
+            added, stats = await _reply(engine, conv, messages, args, tools)
             messages += added
             if saved is not None:
-                # The final answer, unless the round limit ended the reply on a tool round.
-                final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
-                for m in added[:-1] if final else added:
-                    saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, info.id)
-                if final is not None:
-                    saved.add_reply(final["content"], stats, info.id)
+                _save_reply(saved, added, stats, tools, info.id)
             if stats is not None:
-                print(
-                    f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
-                    f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
-                    + (f" [{stats.note}]" if stats.note else "")
-                )
+                _print_stats(stats)
     finally:
-        if reading is not None and not reading.done():
-            reading.cancel()
-        if saved is None:
-            await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
-        else:
-            saved.close()
-        if tools is not None:
-            await tools.close()  # stdio MCP servers stop with the chat
-        await engine.close()
+        await _end_chat(engine, conv, saved, tools, reading)
+
+
+async def _end_chat(
+    engine: Engine,
+    conv: str,
+    saved: "TerminalChat | None",
+    tools: "TerminalTools | None",
+    reading: asyncio.Task | None,
+) -> None:
+    if reading is not None and not reading.done():
+        reading.cancel()
+    if saved is None:
+        await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
+    else:
+        saved.close()
+    if tools is not None:
+        await tools.close()  # stdio MCP servers stop with the chat
+    await engine.close()
+
+
+def _attach(path: str) -> list:
+    """The documents /attach read, or none after one line saying why (the chat goes on)."""
+    from app.documents import cli as documents
+
+    try:
+        return documents.read_all([path])
+    except ChinwagError as e:
+        fail(str(e))
+        return []
+
+
+async def _reply(engine: Engine, conv: str, messages: list, args: argparse.Namespace, tools: "TerminalTools | None"):
+    """The messages one reply adds (tool rounds, then the answer) and its stats."""
+    if tools is None:
+        reply, stats = await _stream(engine, conv, messages, _params(args))
+        return [{"role": "assistant", "content": reply}], stats
+    return await tools.reply(engine, conv, messages, _params(args))
+
+
+def _save_reply(
+    saved: "TerminalChat", added: list, stats: TurnStats | None, tools: "TerminalTools | None", model_id: str
+) -> None:
+    """The reply's messages in the store: its tool rounds, then its final answer (unless the round
+    limit ended the reply on a tool round)."""
+    final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
+    for m in added[:-1] if final else added:
+        saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, model_id)
+    if final is not None:
+        saved.add_reply(final["content"], stats, model_id)
+
+
+def _print_stats(stats: TurnStats) -> None:
+    print(
+        f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+        f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
+    )
 
 
 class TerminalChat:
@@ -351,12 +388,14 @@ async def _replay(args) -> int:
                 user, attachment_tokens = with_documents.content, with_documents.document_tokens
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
-            reply, stats = [], None
+            reply: list[str] = []
+            stats: TurnStats | None = None
             async for ev in engine.chat(conv, messages, _params(args)):
                 if isinstance(ev, TextDelta):
                     reply.append(ev.text)
                 elif not isinstance(ev, PrefillProgress):
                     stats = ev
+            assert stats is not None  # engine.chat ends every turn with its TurnStats
             if args.no_cache:
                 await engine.forget(conv)
             text = "".join(reply)
@@ -491,7 +530,7 @@ def main(argv=None) -> int:
         code = fail(str(e))
     except KeyboardInterrupt:
         code = 130
-    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+    except Exception as e:  # noqa: BLE001 - a bug, not bad input: traceback to the log, one line here
         print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
         code = 1
     if as_program:

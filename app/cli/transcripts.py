@@ -43,7 +43,7 @@ def _open_store(read_only: bool = False):
     return store
 
 
-def _fail(error: Exception) -> int:
+def _fail(error: Exception | str) -> int:
     print(f"chinwag: error: {error}", file=sys.stderr)
     return 2
 

@@ -41,7 +41,9 @@ def active_path(tree: list) -> list:
         for i, m in enumerate(siblings, 1):
             if hasattr(m, "versions"):
                 m.version, m.versions = i, len(siblings)
-    path, parent, seen = [], None, set()
+    path: list = []
+    parent = None
+    seen: set = set()
     while parent not in seen and children.get(parent):
         seen.add(parent)
         siblings = children[parent]

@@ -171,7 +171,7 @@ class WriterLock:
         self._fcntl = fcntl
         self.path = db_path.with_name(db_path.name + WRITERS_SUFFIX)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         except OSError as e:
             raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
         private_file(self.path)
@@ -184,6 +184,7 @@ class WriterLock:
 
     def share(self) -> None:
         """Hold the lock shared (after the repair, or waiting out another process's repair)."""
+        assert self.fd is not None  # open until close()
         self._fcntl.flock(self.fd, self._fcntl.LOCK_SH)
 
     def close(self) -> None:

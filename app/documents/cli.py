@@ -63,7 +63,7 @@ def script_turns(script_path, turns) -> list[tuple[str, list[Attachment]]]:
     Paths are relative to the script; every document is read before the model loads.
     """
     base = Path(script_path).parent
-    out = []
+    out: list = []
     for i, turn in enumerate(turns):
         if isinstance(turn, str):
             out.append((turn, []))

@@ -33,7 +33,8 @@ class Chunk:
 def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
     """Paragraph-aligned chunks of about `size` characters; a chunk never spans two PDF pages."""
     chunks: list[Chunk] = []
-    page, section, buf = 0, "", []
+    page, section = 0, ""
+    buf: list[str] = []
 
     def flush():
         body = "\n\n".join(buf).strip()

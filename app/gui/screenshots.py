@@ -131,6 +131,7 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
     import qasync
 
     app = QApplication.instance() or QApplication(["chinwag"])
+    assert isinstance(app, QApplication)  # a widgets app: any earlier instance is one too
     app.setApplicationName("Chinwag")
     if dark:  # the whole set in the dark theme of Preferences
         from app.gui import theme

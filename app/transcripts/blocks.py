@@ -35,7 +35,7 @@ def fence_start(line: str) -> Fence | None:
 def is_fence_close(line: str, mark: str) -> bool:
     """Whether line closes a block opened by mark: the same character, at least as many."""
     m = _FENCE_CLOSE.match(line)
-    return bool(m) and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
+    return m is not None and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable
     elif fmt == "json":
         data = to_json(conv).encode("utf-8", "replace")
     else:
-        text = {"md": to_markdown, "html": to_html, "txt": to_text}[fmt](conv, names=model_names(conv, model_name))
+        renderers: dict[str, Callable[..., str]] = {"md": to_markdown, "html": to_html, "txt": to_text}
+        text = renderers[fmt](conv, names=model_names(conv, model_name))
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
     write_atomic(path, data)
     return path

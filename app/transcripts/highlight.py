@@ -73,7 +73,7 @@ def guess_language(code: str) -> str:
             pass
     lines = text.split("\n")[:200]
     scores = {lang: sum(1 for line in lines if rx.search(line)) for lang, rx in _GUESS_RES}
-    best = max(scores, key=scores.get)
+    best = max(scores, key=scores.__getitem__)
     ranked = sorted(scores.values(), reverse=True)
     # A clear winner only: at least one hit, and more than any other language.
     if ranked[0] == 0 or ranked[0] == ranked[1]:

@@ -136,6 +136,7 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
 
 def _list(lines, i, depth, hl=None):
     first = _ITEM.match(lines[i])
+    assert first is not None  # _blocks calls this on a list item
     base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
     start = int(first.group(2)[:-1]) if ordered else 1
     items, tight, n = [], True, len(lines)
@@ -183,7 +184,7 @@ def _list(lines, i, depth, hl=None):
 
 def _same_list(line, base, ordered) -> bool:
     m = _ITEM.match(line)
-    return bool(m) and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
+    return m is not None and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
 
 
 def _cells(line: str) -> list[str]:

@@ -53,7 +53,7 @@ class CacheLayout:
         if self._dtype is None:
             try:
                 self._dtype = self.probe()
-            except Exception as e:  # an architecture the probe cannot drive: its caches are not used
+            except Exception as e:  # noqa: BLE001 - an architecture the probe cannot drive: its caches are not used
                 raise UnusableCache(f"the dtype of this model's cache is unknown ({_one_line(e)})") from None
         return self._dtype
 

@@ -266,7 +266,7 @@ class ConversationCaches:
             cache = cache_file.read(path, self.layout, conv_id)
         except UnusableCache as e:  # costs a re-prefill, never a failed turn
             log.warning("saved KV cache %s dropped, its chat is read again: %s", path.name, e)
-        except Exception as e:  # a bug, logged with its traceback; the chat is still read again
+        except Exception as e:  # noqa: BLE001 - a bug, logged with its traceback; the chat is still read again
             chinwag_log.report_bug(e, "restoring a saved KV cache")
             cache = None
         finally:

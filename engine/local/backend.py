@@ -48,7 +48,7 @@ class EngineThread:
                 continue
             try:
                 future.set_result(fn(*args))
-            except BaseException as e:  # never let a job kill the thread
+            except BaseException as e:  # noqa: BLE001 - never let a job kill the thread
                 if isinstance(e, Exception) and not isinstance(e, ChinwagError):
                     # Logged here, on the thread it happened on, even if nobody awaits the result.
                     report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")

@@ -222,7 +222,7 @@ def run_turn(
                 tokens = speculative_generate_step(model, conv, y, sampling, spec, reply.max_new)
             finish = reply.take(tokens)
         conv.eval()
-    except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
+    except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired; a bug is logged with its traceback
         finish = FinishReason.ERROR
         error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()

@@ -160,7 +160,7 @@ def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "fold
         return _inspect(folder, base)
     except (OSError, ValueError) as e:  # a listing must survive any odd folder
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read the folder ({e})")
-    except Exception as e:  # a bug: logged with its traceback, and the listing goes on
+    except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, and the listing goes on
         from engine.log import report_bug
 
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=report_bug(e, f"inspecting {folder}"))

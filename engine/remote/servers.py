@@ -135,7 +135,7 @@ def _keyring():
         from keyring.backends import fail
 
         backend = keyring.get_keyring()
-    except Exception:  # no keyring, or a backend that breaks on start-up
+    except Exception:  # noqa: BLE001 - no keyring, or a backend that breaks on start-up
         return None
     if isinstance(backend, fail.Keyring) or getattr(backend, "priority", 1) <= 0:
         return None
@@ -160,7 +160,7 @@ def find_api_key(name: str) -> tuple[str, str]:
     if ring is not None:
         try:
             key = ring.get_password(KEYRING_SERVICE, name) or ""
-        except Exception:  # a locked or broken keychain: fall back to the file
+        except Exception:  # noqa: BLE001 - a locked or broken keychain: fall back to the file
             key = ""
         if key:
             return key, KEYCHAIN
@@ -178,11 +178,11 @@ def set_api_key(name: str, key: str) -> None:
             else:
                 try:
                     ring.delete_password(KEYRING_SERVICE, name)
-                except Exception:  # nothing stored
+                except Exception:  # noqa: BLE001 - nothing stored
                     pass
             _set_file_key(name, "")
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 - a keychain that refuses the write: the key goes to the 0600 file
             pass
     _set_file_key(name, key)
 

@@ -197,6 +197,13 @@ class ProseView(QTextBrowser):
         menu.popup(event.globalPos())
 
 
+class _CodeEditor(QPlainTextEdit):
+    """A code block's text: the wheel scrolls the chat, not the block (it is as tall as its text)."""
+
+    def wheelEvent(self, event):
+        event.ignore()
+
+
 class CodeBlock(QFrame):
     """A fenced code block: monospace, no wrapping, with a Copy button."""
 
@@ -212,7 +219,8 @@ class CodeBlock(QFrame):
         head = QHBoxLayout()
         self.lang_label = QLabel(lang or "code")
         self.lang_label.setObjectName("codeLang")
-        self.copy_button = QToolButton(text="Copy")
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
         self.copy_button.setObjectName("copyCode")
         self.copy_button.setToolTip("Copy this code block")
         self.copy_button.clicked.connect(self.copy)
@@ -220,14 +228,13 @@ class CodeBlock(QFrame):
         head.addStretch(1)
         head.addWidget(self.copy_button)
         layout.addLayout(head)
-        self.editor = QPlainTextEdit()
+        self.editor = _CodeEditor()
         self.editor.setObjectName("codeText")
         self.editor.setReadOnly(True)
         self.editor.setFont(mono_font())
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
-        self.editor.wheelEvent = lambda event: event.ignore()
         layout.addWidget(self.editor)
         self.highlighter = SpanHighlighter(self.editor.document())
         self.highlights = 0  # how many times the block was highlighted (for tests)

@@ -109,13 +109,15 @@ class MessageWidget(QFrame):
         self.regen_button.setVisible(False)
         self._expanded = False  # a long user message shows all of its text
 
+        self.body: ProseView | MarkdownView
         if role == MessageRole.USER:
             self.body = ProseView()
             self.body.setObjectName("userText")
         else:
             self.body = MarkdownView()
         layout.addWidget(self.body)
-        self.more_button = QToolButton(text="Show more")
+        self.more_button = QToolButton()
+        self.more_button.setText("Show more")
         self.more_button.setObjectName("showMoreButton")
         self.more_button.setAutoRaise(True)
         self.more_button.clicked.connect(self.toggle_more)
@@ -151,7 +153,7 @@ class MessageWidget(QFrame):
         self._render()
 
     def _render(self):
-        if self.role == MessageRole.USER:
+        if isinstance(self.body, ProseView):  # a user's message
             text = self._text
             long = len(text) > USER_DISPLAY_LIMIT
             if long and not self._expanded:

@@ -3,7 +3,16 @@ with their approximate size, quantization, context and whether they fit this mac
 a Hugging Face search by name. Picking one fills the repo id; Download works as before."""
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+)
 
 from app.core.sizes import format_bytes
 from app.gui.models.menu import DownloadDialog, sentence
@@ -36,6 +45,7 @@ class CatalogueDownloadDialog(DownloadDialog):
         cpu = runs_on_cpu() if cpu is None else cpu
         self.installed = set(installed)  # registry ids already here (a download's id is its repo)
         layout = self.layout()
+        assert isinstance(layout, QVBoxLayout)  # DownloadDialog's column
         ram = format_bytes(self.ram_bytes) if self.ram_bytes else "unknown"
         intro = QLabel(
             f"Pick a model (sizes are approximate; this machine has {ram} of memory), or search Hugging Face by name."

@@ -2,6 +2,7 @@
 Hugging Face download dialog."""
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -46,7 +47,7 @@ class ModelMenu(QMenu):
         self.setObjectName("modelMenu")
         self.setToolTipsVisible(True)
         self.models = models
-        self.model_actions = []
+        self.model_actions: list[QAction] = []
         models.changed.connect(self._rebuild)
         self._rebuild()
 
