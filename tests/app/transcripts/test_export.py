@@ -266,6 +266,7 @@ def test_failed_write_keeps_the_old_file_and_no_temp(conv, out, monkeypatch):
     assert target.read_text().startswith("# ") and (target.stat().st_mode & 0o777) == 0o640
 
 
+@pytest.mark.timing
 def test_big_message_exports_quickly(store, tmp_path):
     import time
 
@@ -362,6 +363,7 @@ def test_deep_nesting_does_not_crash():
     assert "x" in markdown_to_html("".join("  " * i + "- x\n" for i in range(300)))
 
 
+@pytest.mark.timing
 def test_megabyte_of_unmatched_emphasis_is_fast():
     import time
 

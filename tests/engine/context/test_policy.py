@@ -150,6 +150,7 @@ def starter_home(tmp_path_factory):
 
 
 @pytest.mark.starter
+@pytest.mark.timing
 def test_fit_is_linear_at_a_thousand_turns_on_the_starter_tokenizer(starter_home, monkeypatch):
     from mlx_lm.utils import load_tokenizer
 

@@ -7,6 +7,7 @@ import pytest
 pytestmark = pytest.mark.qt
 
 
+@pytest.mark.timing
 def test_streaming_rerenders_only_the_last_block(qtbot):
     from app.gui.chat.markdown_view import MarkdownView, ProseView
 

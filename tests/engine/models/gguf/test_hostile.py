@@ -103,6 +103,7 @@ def cli_refuses(path: Path, capsys, *needles) -> None:
     assert [p.name for p in paths.models_dir().iterdir()] == []
 
 
+@pytest.mark.timing
 def test_block_count_bomb_is_refused_in_bounded_memory_and_time(tmp_path, capsys):
     path = write(tmp_path / "bomb.gguf", llama_meta(**{"llama.block_count": 2**32 - 1}))
     assert path.stat().st_size < 4096
@@ -163,6 +164,7 @@ def test_big_metadata_arrays_cost_little_memory(tmp_path):
         read_gguf_header(path, keep_arrays=True)
 
 
+@pytest.mark.timing
 def test_long_sentencepiece_piece_is_refused_quickly():
     from engine.models.gguf.tokenizer import build_tokenizer
 
