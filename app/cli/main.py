@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,13 @@ from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
+from engine.protocol import EngineAPI
 from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
 
 if TYPE_CHECKING:
     from app.cli.chat_tools import TerminalTools
+    from app.core.attachments import StoredAttachment
+    from app.tools.loop import ToolRun
 
 PROG = "chinwag"
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
@@ -51,8 +55,8 @@ def _capacity(value: str) -> int:
     return n
 
 
-def _flag_type(spec: ParamSpec):
-    def convert(text: str):
+def _flag_type(spec: ParamSpec) -> Callable[[str], object]:
+    def convert(text: str) -> object:
         try:
             return spec.convert(text)
         except ChinwagError as e:  # argparse prints it with the flag and exits with status 2
@@ -91,7 +95,7 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
     )
 
 
-def _params(args) -> GenerationParams:
+def _params(args: argparse.Namespace) -> GenerationParams:
     return GenerationParams(
         **{spec.name: getattr(args, spec.name) for spec in param_specs()},
         speculative=False if args.no_speculative else None,
@@ -102,7 +106,7 @@ def _params(args) -> GenerationParams:
 # --- chinwag models / import -------------------------------------------------
 
 
-def cmd_models(args) -> int:
+def cmd_models(args: argparse.Namespace) -> int:
     from engine.models import registry
     from engine.remote import servers
 
@@ -122,7 +126,7 @@ def cmd_models(args) -> int:
     return 0
 
 
-async def _import(args) -> int:
+async def _import(args: argparse.Namespace) -> int:
     engine = Engine()
     progress = TerminalProgress()
     try:
@@ -137,7 +141,7 @@ async def _import(args) -> int:
 # --- chinwag chat ------------------------------------------------------------
 
 
-async def _chat(args) -> int:
+async def _chat(args: argparse.Namespace) -> int:
     from app.documents import cli as documents
 
     pending = documents.read_all(args.attach)  # bad files fail here, before the model loads
@@ -241,7 +245,9 @@ def _attach(path: str) -> list:
         return []
 
 
-async def _reply(engine: Engine, conv: str, messages: list, args: argparse.Namespace, tools: "TerminalTools | None"):
+async def _reply(
+    engine: Engine, conv: str, messages: list, args: argparse.Namespace, tools: "TerminalTools | None"
+) -> tuple[list[dict], TurnStats | None]:
     """The messages one reply adds (tool rounds, then the answer) and its stats."""
     if tools is None:
         reply, stats = await _stream(engine, conv, messages, _params(args))
@@ -271,7 +277,7 @@ def _print_stats(stats: TurnStats) -> None:
 class TerminalChat:
     """A terminal chat kept in the store, one conversation per /new."""
 
-    def __init__(self, system: str):
+    def __init__(self, system: str) -> None:
         from app.core.store import Store
 
         self.store = Store()
@@ -281,13 +287,13 @@ class TerminalChat:
     def new(self) -> None:
         self.conv_id = ""
 
-    def add_user(self, text: str, model_id: str, attachments=()) -> str:
+    def add_user(self, text: str, model_id: str, attachments: Sequence["StoredAttachment"] = ()) -> str:
         if not self.conv_id:
             self.conv_id = self.store.create_conversation(model_id=model_id, settings=self.settings).id
         self.store.add_message(self.conv_id, "user", text, attachments=attachments)
         return self.conv_id
 
-    def add_reply(self, text: str, stats, model_id: str) -> None:
+    def add_reply(self, text: str, stats: TurnStats | None, model_id: str) -> None:
         from app.core.store import MessageStatus
         from app.core.turns import stats_dict, status_of
 
@@ -295,7 +301,7 @@ class TerminalChat:
         stats_row = stats_dict(stats) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
 
-    def add_tool_message(self, message: dict, run, model_id: str) -> None:
+    def add_tool_message(self, message: dict, run: "ToolRun | None", model_id: str) -> None:
         """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""
         from app.tools.loop import stored_stats
 
@@ -308,7 +314,9 @@ class TerminalChat:
         self.store.close()
 
 
-async def _stream(engine, conv, messages, params):
+async def _stream(
+    engine: EngineAPI, conv: str, messages: list[dict], params: GenerationParams
+) -> tuple[str, TurnStats | None]:
     reply, stats, reading = [], None, False
     try:
         async for ev in engine.chat(conv, messages, params):
@@ -365,7 +373,7 @@ def load_script(path: str) -> dict:
     return script
 
 
-async def _replay(args) -> int:
+async def _replay(args: argparse.Namespace) -> int:
     script = load_script(args.script)
     engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
     try:
@@ -511,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
     as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv

@@ -4,6 +4,7 @@ API keys come from an environment variable (never a command-line argument, which
 users can read in the process list) and are never printed.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ import sys
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
 
 
-def cmd_add(args) -> int:
+def cmd_add(args: argparse.Namespace) -> int:
     from engine.errors import ChinwagError
     from engine.remote import servers
 
@@ -59,7 +60,7 @@ def server_rows() -> list:
     return rows
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     rows = server_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -73,7 +74,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_remove(args) -> int:
+def cmd_remove(args: argparse.Namespace) -> int:
     from engine.remote import servers
 
     servers.remove_server(args.name)
@@ -81,7 +82,7 @@ def cmd_remove(args) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("servers", help="model servers (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama…)")
     ssub = p.add_subparsers(dest="servers_command", required=True)
     a = ssub.add_parser("add", help="save a server: chinwag servers add NAME URL")

@@ -6,6 +6,7 @@ the path of active children from the root.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def same_nodes(a: list, b: list) -> bool:
@@ -19,7 +20,7 @@ class Node:
     active: bool
 
 
-def _choose(siblings: list):
+def _choose(siblings: list) -> Any:  # the shown one of the siblings
     return next((m for m in reversed(siblings) if m.active), siblings[-1])
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
@@ -70,7 +71,7 @@ def _short(e: BaseException) -> str:
 class ServerConnection:
     """One MCP server: `start()` connects and lists its tools; `call()`; `stop()`."""
 
-    def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S):
+    def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S) -> None:
         self.config = config
         self.start_timeout = start_timeout
         self.tools: list = []  # mcp Tool objects
@@ -223,7 +224,7 @@ class ServerConnection:
 class ToolHost:
     """The MCP servers of one chat session: their tools under unique names, calls routed by name."""
 
-    def __init__(self, configs, start_timeout: float = START_TIMEOUT_S):
+    def __init__(self, configs: Sequence[ServerConfig], start_timeout: float = START_TIMEOUT_S) -> None:
         self.connections = {c.name: ServerConnection(c, start_timeout) for c in configs}
 
     async def start(self) -> dict:

@@ -30,7 +30,9 @@ SYSTEM_HEADING = "System prompt"
 SYSTEM_NOTE = "read before every reply; this is the chat's current one"
 
 
-def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable[[str], str] | None = None) -> Path:
+def export_conversation(
+    conv: Conversation, fmt: str, path: str | Path, model_name: Callable[[str], str] | None = None
+) -> Path:
     """Write conv to path in fmt (one of FORMATS); returns the path written.
 
     model_name shows a model id as people know it (default: the registry's names); json keeps the ids."""
@@ -96,7 +98,7 @@ def _tree_json(tree: list) -> list:
     order: list = []  # (message, whether its parent was dropped)
     placed: set = set()
 
-    def place(m, detached=False):
+    def place(m: Message, detached: bool = False) -> None:
         stack = [(m, detached)]
         while stack:
             node, cut = stack.pop()
@@ -328,7 +330,7 @@ def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
 # -- small helpers -------------------------------------------------------------
 
 
-def _one_line(text) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text or "").split()) or "Untitled"
 
 
@@ -336,7 +338,7 @@ def _role_name(role: str) -> str:
     return ROLE_NAMES.get(role, str(role).title() or "Unknown")
 
 
-def _when(ts) -> str:
+def _when(ts: float) -> str:
     try:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
     except (OverflowError, OSError, ValueError, TypeError):

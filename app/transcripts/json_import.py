@@ -12,12 +12,13 @@ import math
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 from app.core import attachments as attached
 from app.core.message_tree import active_path
 from app.core.settings import settings_problems
 from app.core.sizes import format_bytes
-from app.core.store import STATUSES, Conversation, Message
+from app.core.store import STATUSES, Conversation, Message, Store
 from app.transcripts.export import FORMAT_MARKER, FORMAT_VERSION, ROLE_NAMES
 from engine.atomic import describe_kind
 from engine.errors import ChinwagError
@@ -28,7 +29,7 @@ MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
 
-def import_conversation(store, path) -> Conversation:
+def import_conversation(store: Store, path: str | Path) -> Conversation:
     """Read a json export into the store as a new conversation (new id, all else equal).
 
     Everything is checked before anything is written, and the write is one transaction.
@@ -64,7 +65,7 @@ def import_conversation(store, path) -> Conversation:
     return store.insert_conversation(conv)
 
 
-def _conversation_from_json(data) -> Conversation:
+def _conversation_from_json(data: object) -> Conversation:
     if not isinstance(data, dict) or data.get("format") != FORMAT_MARKER:
         raise ValueError('not a Chinwag conversation export (no "format": "chinwag-conversation")')
     version = data.get("version")
@@ -103,7 +104,7 @@ def _conversation_from_json(data) -> Conversation:
     return conv
 
 
-def _message_from_json(m, where: str, index: int, now: float) -> Message:
+def _message_from_json(m: object, where: str, index: int, now: float) -> Message:
     if not isinstance(m, dict):
         raise ValueError(f"{where} is not an object")
     status = _field(m, "status", str, where, default="complete")
@@ -129,7 +130,7 @@ def _message_from_json(m, where: str, index: int, now: float) -> Message:
     )
 
 
-def _tree_from_json(tree, now: float) -> list[Message]:
+def _tree_from_json(tree: object, now: float) -> list[Message]:
     """Every version of every message; a parent must come before its children."""
     if not isinstance(tree, list):
         raise ValueError('"tree" is not a list')
@@ -151,7 +152,7 @@ def _tree_from_json(tree, now: float) -> list[Message]:
 _MISSING = object()
 
 
-def _field(obj: dict, key: str, kind: type, where: str, default=_MISSING):
+def _field(obj: dict, key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
     value = obj.get(key, _MISSING)
     if value is _MISSING or (value is None and default is not _MISSING):
         if default is _MISSING:
@@ -173,7 +174,7 @@ def _number(obj: dict, key: str, where: str, default: float) -> float:
     return value
 
 
-def _check_text(value):
+def _check_text(value: object) -> None:
     """JSON may spell lone surrogates (\\ud800) that no UTF-8 database can store; and nothing
     in an export is nested deeper than MAX_DEPTH, so reading it back from the store is safe."""
     stack = [(value, 0)]  # a loop, not recursion

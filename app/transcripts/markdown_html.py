@@ -49,7 +49,7 @@ def _close_fences(text: str) -> str:
     return text.rstrip("\n") + "\n" + fence
 
 
-def _table_start(lines, i) -> bool:
+def _table_start(lines: list[str], i: int) -> bool:
     return (
         "|" in lines[i]
         and i + 1 < len(lines)
@@ -59,7 +59,7 @@ def _table_start(lines, i) -> bool:
     )
 
 
-def _starts_block(lines, i) -> bool:
+def _starts_block(lines: list[str], i: int) -> bool:
     """Whether line i interrupts a paragraph."""
     line = lines[i]
     if fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
@@ -134,7 +134,7 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
     return out
 
 
-def _list(lines, i, depth, hl=None):
+def _list(lines: list[str], i: int, depth: int, hl: bool | None = None) -> tuple[str, int]:
     first = _ITEM.match(lines[i])
     assert first is not None  # _blocks calls this on a list item
     base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
@@ -182,7 +182,7 @@ def _list(lines, i, depth, hl=None):
     return f"<{tag}{attr}>\n{''.join(parts)}</{tag}>\n", i
 
 
-def _same_list(line, base, ordered) -> bool:
+def _same_list(line: str, base: int, ordered: bool) -> bool:
     m = _ITEM.match(line)
     return m is not None and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
 
@@ -213,7 +213,7 @@ def _cells(line: str) -> list[str]:
     return cells
 
 
-def _table(lines, i):
+def _table(lines: list[str], i: int) -> tuple[str, int]:
     header, seps = _cells(lines[i]), _cells(lines[i + 1])
     aligns = []
     for s in seps:
@@ -222,7 +222,7 @@ def _table(lines, i):
 
     styles = [f' style="text-align:{a}"' if a else "" for a in aligns]
 
-    def row(cells, tag):
+    def row(cells: list[str], tag: str) -> str:
         cells = (cells + [""] * len(aligns))[: len(aligns)]
         return "<tr>" + "".join(f"<{tag}{st}>{_inline(c)}</{tag}>" for c, st in zip(cells, styles)) + "</tr>\n"
 
@@ -252,7 +252,7 @@ def _punct(ch: str) -> bool:
 class _Run:
     """A run of *, _ or ~ that may open or close emphasis."""
 
-    def __init__(self, char: str, count: int, index: int):
+    def __init__(self, char: str, count: int, index: int) -> None:
         self.char, self.count, self.index = char, count, index
         self.opens: list[str] = []
         self.closes: list[str] = []
@@ -351,5 +351,5 @@ def _inline(text: str, links: bool = True) -> str:
     return re.sub(r"\x00(\d+)\x00", lambda m: stash[int(m.group(1))], out)
 
 
-def _esc(text) -> str:
+def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)

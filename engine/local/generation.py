@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import closing
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 
@@ -55,7 +56,12 @@ def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
 
 
 def extend(
-    model, conv: ConversationCache, ids: list, should_stop=lambda: False, progress=None, check_first: bool = True
+    model: Any,
+    conv: ConversationCache,
+    ids: list,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+    check_first: bool = True,
 ) -> int:
     """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
 
@@ -80,7 +86,13 @@ def extend(
     return start
 
 
-def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False, progress=None):
+def prefill(
+    model: Any,
+    conv: ConversationCache,
+    prompt_ids: list,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[mx.array | None, int, int]:
     """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
 
     Logits are None if `should_stop` said so between chunks. `progress(done, total)` is
@@ -106,7 +118,7 @@ def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda
     return logits, reused, len(rest)
 
 
-def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop) -> tuple:
+def prefill_ahead(model: Any, conv: ConversationCache, target_ids: list, should_stop: Callable[[], bool]) -> tuple:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
     Caches that cannot be trimmed are left alone: a draft that then changed would cost
@@ -126,7 +138,15 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop)
 class _Reply:
     """The consumer: takes tokens from a generator, emits their text, decides when the turn ends."""
 
-    def __init__(self, tokenizer, turn: TurnInput, params: GenerationParams, should_stop, emit, started: float):
+    def __init__(
+        self,
+        tokenizer: Any,
+        turn: TurnInput,
+        params: GenerationParams,
+        should_stop: Callable[[], bool],
+        emit: Callable[[Any], None],
+        started: float,
+    ) -> None:
         self.eos = set(tokenizer.eos_token_ids)
         self.detok = tokenizer.detokenizer
         self.detok.reset()
@@ -177,7 +197,9 @@ class _Reply:
         return max(0, len(self.emitted) - 1) / decode_time if decode_time > 0 else 0.0
 
 
-def _speculator(params: GenerationParams, drafter, conv: ConversationCache, prompt_ids: list, sampling: TokenSampler):
+def _speculator(
+    params: GenerationParams, drafter: Any, conv: ConversationCache, prompt_ids: list, sampling: TokenSampler
+) -> Speculator | None:
     """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
     if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
         return None
@@ -188,14 +210,14 @@ def _speculator(params: GenerationParams, drafter, conv: ConversationCache, prom
 
 
 def run_turn(
-    model,
-    tokenizer,
+    model: Any,
+    tokenizer: Any,
     conv: ConversationCache,
     turn: TurnInput,
     params: GenerationParams,
     should_stop: Callable[[], bool],
     emit: Callable[[TextDelta], None],
-    drafter=None,
+    drafter: Any = None,  # a ModelDrafter, or None
 ) -> TurnStats:
     """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
 

@@ -12,8 +12,9 @@ the reply is unchanged. `speculative_generate_step` yields the tokens plain deco
 Runs on the engine thread only.
 """
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
@@ -22,7 +23,7 @@ from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
 from engine.local.decoding import TokenSampler, plain_step
-from engine.types import speculative_default
+from engine.types import GenerationParams, speculative_default
 
 MAX_NGRAM = 3
 MAX_DRAFT = 8
@@ -46,13 +47,13 @@ class Verdict:
 class NgramIndex:
     """Where each n-gram of `ids` last occurred, as the index of the token that followed it."""
 
-    def __init__(self, ids):
+    def __init__(self, ids: list[int]) -> None:
         self.ids = list(ids)
         self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
         self._indexed = 0  # n-grams ending before this position are in `follow`
         self._index()
 
-    def extend(self, tokens) -> None:
+    def extend(self, tokens: list[int]) -> None:
         self.ids.extend(tokens)
         self._index()
 
@@ -81,7 +82,7 @@ class ModelDrafter:
     """Greedy drafts from a smaller model with the same tokenizer, on its own per-conversation
     cache; the cache follows the main one (common prefix kept, the rest recomputed)."""
 
-    def __init__(self, model, conv, prefill):
+    def __init__(self, model: Any, conv: ConversationCache, prefill: Callable[..., Any]) -> None:
         self.model, self.conv, self.prefill = model, conv, prefill
 
     def propose(self, ids: list, k: int) -> list:
@@ -107,7 +108,7 @@ class ModelDrafter:
 class DraftLength:
     """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
 
-    def __init__(self, max_draft: int = MAX_DRAFT):
+    def __init__(self, max_draft: int = MAX_DRAFT) -> None:
         self.max_draft = max_draft
         self.rate = 0.5
         self.k = 2
@@ -127,7 +128,13 @@ class DraftLength:
 class Speculator:
     """One turn's drafting and verification state."""
 
-    def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        sampling: "Sampling",
+        max_draft: int = MAX_DRAFT,
+        drafter: "ModelDrafter | None" = None,
+    ) -> None:
         self.index = NgramIndex(prompt_ids)
         self.length = DraftLength(max_draft)
         self.sampling = sampling
@@ -175,7 +182,7 @@ class Speculator:
         if self.drafter is not None:
             self.drafter.follow(ids)
 
-    def verify(self, model, layers, pending: int, draft: list, history) -> Verdict:
+    def verify(self, model: Any, layers: list, pending: int, draft: list, history: mx.array) -> Verdict:
         """Run pending + draft through the model (writing k+1 positions); judge the draft."""
         logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
         rows = self.sampling.process(logits, history, [pending] + draft)
@@ -191,7 +198,9 @@ class Speculator:
 class Sampling:
     """The distribution plain decoding samples from, row by row, and the acceptance rule."""
 
-    def __init__(self, temperature: float, top_p: float, top_k: int, min_p: float, processors, context: int):
+    def __init__(
+        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list, context: int
+    ) -> None:
         self.temperature = temperature
         self.filters = []
         # The order and arguments of mlx-lm's make_sampler, which plain decoding uses.
@@ -204,7 +213,7 @@ class Sampling:
         self.processors = processors
         self.context = context
 
-    def process(self, logits, history, fed: list):
+    def process(self, logits: mx.array, history: mx.array, fed: list) -> mx.array:
         """Log-probabilities of each row, processed as plain decoding would at that position."""
         if not self.processors:
             return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -218,7 +227,7 @@ class Sampling:
             rows.append(row - mx.logsumexp(row, axis=-1, keepdims=True))
         return mx.concatenate(rows, axis=0)
 
-    def judge(self, logprobs, draft: list) -> Verdict:
+    def judge(self, logprobs: mx.array, draft: list) -> Verdict:
         if self.temperature == 0:
             best = mx.argmax(logprobs, axis=-1).tolist()
             n = 0
@@ -245,7 +254,7 @@ class Sampling:
 
 
 def speculative_generate_step(
-    model, conv: ConversationCache, y, sampling: TokenSampler, spec: Speculator, room: int
+    model: Any, conv: ConversationCache, y: mx.array, sampling: TokenSampler, spec: Speculator, room: int
 ) -> Generator[int, None, None]:
     """The tokens of plain decoding from y, several per pass while drafts are accepted, forever.
 
@@ -279,7 +288,7 @@ def speculative_generate_step(
         y = mx.array([verdict.next_token])
 
 
-def speculation_enabled(params, draft_model=None) -> bool:
+def speculation_enabled(params: GenerationParams, draft_model: Any | None = None) -> bool:
     """The params' switch; else on with a draft model, or the default of this thread's backend."""
     if params.speculative is not None:
         return bool(params.speculative)
@@ -288,7 +297,7 @@ def speculation_enabled(params, draft_model=None) -> bool:
     return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
 
 
-def check_vocabularies(tokenizer, draft_tokenizer, name: str, draft_name: str) -> None:
+def check_vocabularies(tokenizer: Any, draft_tokenizer: Any, name: str, draft_name: str) -> None:
     """A draft model must tokenize exactly as the main model does."""
     a, b = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
     if a != b:
@@ -296,6 +305,6 @@ def check_vocabularies(tokenizer, draft_tokenizer, name: str, draft_name: str) -
         raise ChinwagError(f"draft model {draft_name} cannot draft for {name}: their vocabularies differ ({detail})")
 
 
-def can_speculate(layers) -> bool:
+def can_speculate(layers: list) -> bool:
     """Only contiguous caches trim back exactly; sliding windows and SSM state cannot."""
     return all(isinstance(c, ContiguousAttentionKVCache) for c in layers)

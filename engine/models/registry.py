@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from engine.models.folders import (
     inspect_mlx_folder,
     starter_gguf_path,
 )
+from engine.models.gguf.header import GGUFHeader
 from engine.models.gguf.importer import (
     REQUANT_BITS,
     check_importable,
@@ -30,7 +32,7 @@ from engine.models.gguf.importer import (
     read_gguf_header,
 )
 from engine.paths import FILE_MODE
-from engine.types import ModelInfo, ModelStatus
+from engine.types import LoadProgress, ModelInfo, ModelStatus
 
 FOLDERS_FILE = "folders.json"
 
@@ -73,17 +75,17 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
     )
 
 
-def _stat_key(path: Path):
+def _stat_key(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_size, st.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=16)
-def _gguf_header(path: str, size: int, mtime_ns: int):
+def _gguf_header(path: str, size: int, mtime_ns: int) -> GGUFHeader:
     return read_gguf_header(path)
 
 
-def _gguf_mlx_label(header) -> str:
+def _gguf_mlx_label(header: GGUFHeader) -> str:
     """The quantization label the import will produce."""
     bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, **REQUANT_BITS}
     quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors if t.type_name in bits and len(t.shape) == 2}
@@ -188,7 +190,7 @@ def _folder_models() -> list:
     return [inspect_mlx_folder(Path(f), source="folder") for f in _load_folders()]
 
 
-def add_model_folder(path) -> ModelInfo:
+def add_model_folder(path: str | Path) -> ModelInfo:
     """Validate an MLX model folder and remember it; an unusable folder is refused with its reason."""
     folder = Path(path).expanduser()
     folder = folder.resolve() if folder.exists() else folder.absolute()
@@ -230,7 +232,7 @@ def list_models() -> list:
     return out
 
 
-def display_name(spec: str, models=()) -> str:
+def display_name(spec: str, models: Sequence[ModelInfo] = ()) -> str:
     """The name a model id is shown by: its listed name, else the readable end of the id
     (a server's URL#MODEL or NAME/MODEL gives MODEL, a folder or repo its last part)."""
     spec = str(spec)
@@ -244,7 +246,7 @@ def display_name(spec: str, models=()) -> str:
     return Path(spec.rstrip("/\\")).name or spec
 
 
-def resolve_model(spec: str, progress=None) -> tuple:
+def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = None) -> tuple[Path, ModelInfo]:
     """(folder for mlx_lm.load, ModelInfo) for a registry id, an MLX folder or a .gguf path.
 
     Imports a GGUF (or the starter, on first use) when needed: this can take a while.
@@ -255,7 +257,9 @@ def resolve_model(spec: str, progress=None) -> tuple:
     if spec == STARTER_ID:
         info = _starter_info()
         if info.status == "needs-import":
-            info = import_gguf(starter_gguf_path(), progress=progress, model_id=STARTER_ID)
+            gguf = starter_gguf_path()
+            assert gguf is not None  # needs-import means the starter package is installed
+            info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
         return _ready(info)
     known = {m.id: m for m in list_models()}
     if spec in known:

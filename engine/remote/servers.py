@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine import paths
 from engine.atomic import write_atomic
@@ -51,12 +52,12 @@ def _servers_path() -> Path:
     return paths.data_dir() / SERVERS_FILE
 
 
-def _write_private(path: Path, data) -> None:
+def _write_private(path: Path, data: object) -> None:
     """Only you can read it (0600): one holds API keys, the other says where your servers are."""
     write_atomic(path, json.dumps(data, indent=2), mode=0o600)
 
 
-def _read_json(path: Path, default):
+def _read_json(path: Path, default: Any) -> Any:
     try:
         return json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
@@ -126,7 +127,7 @@ def remove_server(name: str) -> None:
 # --- API keys: the keychain when there is one, else a 0600 file -----------------------------
 
 
-def _keyring():
+def _keyring() -> Any:  # the keyring module, or None
     """The keyring module when a real backend is available (CHINWAG_KEYRING=0 turns it off)."""
     if os.environ.get("CHINWAG_KEYRING", "1") == "0":
         return None

@@ -25,7 +25,7 @@ FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls"
 class EventLines:
     """The lines of a text/event-stream, one at a time; each event's data once the event ends."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._data: list[str] = []
 
     def feed(self, line: str) -> str | None:
@@ -118,7 +118,7 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
         turn.finish = FINISH.get(choice["finish_reason"], FinishReason.STOP)
 
 
-def _tool_delta(turn: Turn, call) -> None:
+def _tool_delta(turn: Turn, call: dict) -> None:
     """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
     if not isinstance(call, dict):
         return
@@ -186,5 +186,5 @@ def without_reasoning(text: str) -> str:
     return text
 
 
-def _int(value) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0
