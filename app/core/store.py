@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from app.core import attachments as attached
 from app.core.message_tree import Node, active_path, chosen_versions, same_nodes
@@ -59,6 +59,7 @@ class MessageRole(StrEnum):
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
@@ -185,12 +186,12 @@ def title_from_message(text: str) -> str:
 _MARKDOWN_LEAD = re.compile(r"^(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)+")
 
 
-def _db_errors(method: Callable[..., T]) -> Callable[..., T]:
+def _db_errors(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate[Store, P], T]:
     """Turn sqlite environment failures (locked, disk full, I/O, read-only) into one-line
     ChinwagErrors; a programming error (ProgrammingError, a bad statement) stays a bug."""
 
     @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+    def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as e:

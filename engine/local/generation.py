@@ -20,6 +20,7 @@ from engine.context.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
 from engine.local.decoding import REPETITION_CONTEXT, TokenSampler, generate_step
 from engine.local.speculative import (
+    ModelDrafter,
     Sampling,
     Speculator,
     can_speculate,
@@ -198,7 +199,11 @@ class _Reply:
 
 
 def _speculator(
-    params: GenerationParams, drafter: Any, conv: ConversationCache, prompt_ids: list, sampling: TokenSampler
+    params: GenerationParams,
+    drafter: ModelDrafter | None,
+    conv: ConversationCache,
+    prompt_ids: list,
+    sampling: TokenSampler,
 ) -> Speculator | None:
     """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
     if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
@@ -217,7 +222,7 @@ def run_turn(
     params: GenerationParams,
     should_stop: Callable[[], bool],
     emit: Callable[[TextDelta], None],
-    drafter: Any = None,  # a ModelDrafter, or None
+    drafter: ModelDrafter | None = None,
 ) -> TurnStats:
     """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
 
