@@ -16,7 +16,7 @@ from app.core.sizes import format_bytes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.protocol import EngineAPI
-from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
 
 if TYPE_CHECKING:
     from app.cli.chat_tools import TerminalTools
@@ -118,7 +118,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     for m in models:
         size = format_bytes(m.size_bytes) if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
+        detail = m.reason if m.status == ModelStatus.UNUSABLE else (m.quantization or (m.path if m.server else ""))
         # A server that lists no model has no model id to show: name the server instead.
         name = f"{m.server} (server)" if m.server and m.id == f"{m.server}/" else m.id
         # Folder names come from disk: no escape sequence of theirs reaches the terminal.

@@ -10,6 +10,7 @@ import os
 import sys
 
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
+from engine.types import ModelStatus
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     where = f"; API key kept in {server.key_storage}" if server.key_storage else ""
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
     infos = servers.models_of(server)
-    if infos and infos[0].status == "unusable":
+    if infos and infos[0].status == ModelStatus.UNUSABLE:
         print(
             f"warning: {printable(server.name)} is not reachable now "
             f"({printable(infos[0].reason.removeprefix('unreachable: '), 500)})",
@@ -46,7 +47,7 @@ def server_rows() -> list:
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(saved)))) as pool:  # ask them all at once
         answers = list(pool.map(servers.models_of, saved))
     for server, infos in zip(saved, answers):
-        down = infos and infos[0].status == "unusable"
+        down = infos and infos[0].status == ModelStatus.UNUSABLE
         rows.append(
             {
                 "name": server.name,

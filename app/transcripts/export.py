@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.core.store import Conversation, Message
+from app.core.store import Conversation, Message, MessageRole, MessageStatus
 from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
 from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html
@@ -157,7 +157,7 @@ def to_markdown(conv: Conversation, names: dict | None = None) -> str:
 
 
 def _markdown_body(m: Message) -> str:
-    if m.role != "assistant" or "think>" not in m.content:
+    if m.role != MessageRole.ASSISTANT or "think>" not in m.content:
         # An unclosed fence would swallow every later section.
         return _close_fences(m.content).rstrip("\n")
     parts = []
@@ -237,7 +237,7 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
     """The message's HTML, one string per top-level block (a thinking section is one)."""
     # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
     inline = False if for_print else None
-    if m.role != "assistant":
+    if m.role != MessageRole.ASSISTANT:
         return markdown_blocks(m.content, inline)
     out = []
     for part in split_think(m.content):
@@ -393,9 +393,9 @@ def _tool_meta(role: str, stats: dict) -> list:
 def _message_meta(m: Message, names: dict) -> str:
     """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
     bits = []
-    if m.role == "assistant" and m.model_id:
+    if m.role == MessageRole.ASSISTANT and m.model_id:
         bits.append(names.get(m.model_id, m.model_id))
-    if m.status != "complete":
+    if m.status != MessageStatus.COMPLETE:
         bits.append(m.status)
     if m.versions > 1:  # the export shows this one; JSON keeps the others
         bits.append(f"version {m.version} of {m.versions}")

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
 from engine.models.folders import inspect_mlx_folder
-from engine.types import HubModel, LoadProgress, ModelInfo
+from engine.types import HubModel, LoadProgress, ModelInfo, ModelStatus
 
 ALLOW_PATTERNS = [
     "*.json",
@@ -111,7 +111,7 @@ def download_model(repo_id: str, progress: Callable | None = None, cancel: threa
         raise error from e
     report.send(report.total, report.total, force=True)
     info = inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
-    if info.status != "ready":
+    if info.status != ModelStatus.READY:
         raise ModelError(f"downloaded {repo} but it cannot be used ({info.reason}): {path}")
     return info
 

@@ -45,7 +45,7 @@ def _starter_info() -> ModelInfo:
     gguf = starter_gguf_path()
     if (folder / "config.json").exists():
         info = info_for_imported(folder)
-        if info.status == "ready" or gguf is None:
+        if info.status == ModelStatus.READY or gguf is None:
             return info
     base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
@@ -197,7 +197,7 @@ def add_model_folder(path: str | Path) -> ModelInfo:
     if folder.is_file() and folder.suffix.lower() == ".gguf":
         raise ModelError(f"{folder.name} is a GGUF file: import it instead of adding it: {folder}")
     info = inspect_mlx_folder(folder, source="folder")
-    if info.status != "ready":
+    if info.status != ModelStatus.READY:
         raise ModelError(f"not a usable model folder ({info.reason}): {folder}")
     folders = _load_folders()
     if str(folder) not in folders:
@@ -256,7 +256,7 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
         raise ChinwagError("no model given")
     if spec == STARTER_ID:
         info = _starter_info()
-        if info.status == "needs-import":
+        if info.status == ModelStatus.NEEDS_IMPORT:
             gguf = starter_gguf_path()
             assert gguf is not None  # needs-import means the starter package is installed
             info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
@@ -282,6 +282,6 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
 
 
 def _ready(info: ModelInfo) -> tuple:
-    if info.status != "ready":
+    if info.status != ModelStatus.READY:
         raise ModelError(f"cannot use {info.name} ({info.reason}): {info.path}")
     return Path(info.path), info

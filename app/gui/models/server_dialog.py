@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
+from engine.types import ModelStatus
 
 HINT = (
     "An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
@@ -161,7 +162,7 @@ class ServerDialog(QDialog):
         self.save_button.setText("Save")
         await self._reload(select=server.name)
         models = [m for m in await self.bridge.refresh_models() if m.server == server.name]
-        down = next((m for m in models if m.status == "unusable"), None)
+        down = next((m for m in models if m.status == ModelStatus.UNUSABLE), None)
         if down is not None:
             text = f"Saved {server.name}, but it is not reachable: {down.reason.removeprefix('unreachable: ')}"
         else:

@@ -36,7 +36,7 @@ from engine.models.gguf.header import GGUFHeader, read_gguf_header
 
 # _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.models.gguf.tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
-from engine.types import LoadProgress, ModelInfo
+from engine.types import LoadProgress, ModelInfo, ModelStatus
 
 Progress = Callable[[LoadProgress], None] | None
 
@@ -85,7 +85,7 @@ def import_gguf(
     dest, existing = _destination(root, src, header, model_id)
     if existing is not None and _same_source(existing, src, st):
         info = info_from_folder(dest)
-        if info.status == "ready":
+        if info.status == ModelStatus.READY:
             report("Imported", 5)
             return info
 
