@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from engine.local import blas
+from engine.models.folders import STARTER_ID
 
 blas.preload_openblas()
 
@@ -85,7 +86,7 @@ def starter_path() -> Path:
     """The starter model's MLX folder (imported from its GGUF on first use)."""
     from engine.models import registry
 
-    path, _info = registry.resolve_model(registry.STARTER_ID)
+    path, _info = registry.resolve_model(STARTER_ID)
     return path
 
 

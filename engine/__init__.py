@@ -3,6 +3,8 @@
 Importing this package is cheap: MLX and mlx-lm are imported on the engine thread.
 """
 
+from typing import TYPE_CHECKING
+
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
     BackgroundPrefill,
@@ -19,6 +21,9 @@ from engine.types import (
     TextDelta,
     TurnStats,
 )
+
+if TYPE_CHECKING:  # mypy sees the class; importing engine stays cheap
+    from engine.api import Engine
 
 __all__ = [
     "ChinwagError",
@@ -41,7 +46,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     if name == "Engine":
         from engine.api import Engine
 

@@ -35,7 +35,7 @@ class Engine:
         kv_initial_capacity: int | None = None,
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
-    ):
+    ) -> None:
         if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
             raise ChinwagError(
                 f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
@@ -77,13 +77,13 @@ class Engine:
         return EngineState(name, self.current_model, kv_bytes_total=self._local.kv_bytes)
 
     @staticmethod
-    def _on_loop(callback):
+    def _on_loop(callback: Callable | None) -> Callable | None:
         """Wrap a callback so the engine thread can call it and it runs on this loop."""
         if callback is None:
             return None
         loop = asyncio.get_running_loop()
 
-        def call(*args):
+        def call(*args: object) -> None:
             try:
                 loop.call_soon_threadsafe(callback, *args)
             except RuntimeError:  # the loop has closed; nobody is listening
@@ -110,13 +110,12 @@ class Engine:
 
         return await asyncio.to_thread(servers.server_infos)
 
-    async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = ""):
+    async def save_server(self, name: str, url: str, api_key: str | None = None, replace: str = "") -> ServerInfo:
         """Add a server, or update the one named `replace`; api_key None keeps the stored key."""
         from engine.remote import servers
-        from engine.remote.urls import display_url
 
         server = await asyncio.to_thread(servers.add_server, name, url, api_key, replace)
-        return ServerInfo(server.name, display_url(server.url), bool(server.api_key))
+        return servers.server_info(server)
 
     async def remove_server(self, name: str) -> None:
         from engine.remote import servers
@@ -145,7 +144,7 @@ class Engine:
         finally:
             self._loading = False
 
-    async def import_gguf(self, path: str, progress=None) -> ModelInfo:
+    async def import_gguf(self, path: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         from engine.models.gguf.importer import import_gguf
 
         return await self._local.call(import_gguf, str(path), self._on_loop(progress))
@@ -155,7 +154,12 @@ class Engine:
 
         return await asyncio.to_thread(registry.add_model_folder, str(path))
 
-    async def download_model(self, repo_id: str, progress=None, cancel: threading.Event | None = None) -> ModelInfo:
+    async def download_model(
+        self,
+        repo_id: str,
+        progress: Callable[[LoadProgress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ModelInfo:
         from engine.models.download import download_model
 
         # Network only, no MLX: its own thread, so chats go on while it downloads.
@@ -252,7 +256,7 @@ class Engine:
             return TokenCount((len(text) + 3) // 4, limit, exact=False)
         return await self._local.call(self._session_count, text, params or GenerationParams())
 
-    def _session_count(self, text, params):
+    def _session_count(self, text: str, params: GenerationParams) -> TokenCount:
         session = self._local.queued_session()
         return TokenCount(session.count_tokens(text), session.context_limit(params))
 

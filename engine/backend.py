@@ -19,7 +19,7 @@ ChatEvent = PrefillProgress | TextDelta | TurnStats
 class StopSignal:
     """One turn's stop: `Engine.stop()` sets it from any thread; it also cancels a watched request at once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._event = threading.Event()
         self._request: concurrent.futures.Future | None = None
 

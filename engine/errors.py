@@ -6,7 +6,7 @@ import re
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-def one_line(text) -> str:
+def one_line(text: object) -> str:
     """text on one line, without control characters, for a terminal or a banner."""
     return " ".join(_CONTROLS.sub(" ", str(text)).split())
 
@@ -14,7 +14,7 @@ def one_line(text) -> str:
 class ChinwagError(Exception):
     """A user-facing failure: the message says what went wrong and where, in one line."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str) -> None:
         super().__init__(one_line(message))
 
 

@@ -6,12 +6,14 @@ which says a bug happened and where the log is. No Qt here; the window and the C
 """
 
 import errno
+import io
 import logging
 import logging.handlers
 import os
 import stat
 import sys
 from pathlib import Path
+from typing import cast
 
 from engine import paths
 from engine.errors import ChinwagError, one_line
@@ -33,7 +35,7 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
 
     _complained = False
 
-    def _open(self):
+    def _open(self) -> io.TextIOWrapper:
         # O_NOFOLLOW: a symlink planted as the log is not followed to some other file.
         # O_NONBLOCK: a FIFO planted as the log would block the open until someone read it.
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -48,12 +50,13 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
                 raise OSError(errno.EINVAL, f"{self.baseFilename} is not a regular file")
             os.set_blocking(fd, True)
             os.fchmod(fd, FILE_MODE)  # an older log made before this rule
-            return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+            stream = os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+            return cast(io.TextIOWrapper, stream)  # self.mode is a text mode ("a")
         except BaseException:
             os.close(fd)
             raise
 
-    def doRollover(self):
+    def doRollover(self) -> None:
         # Another process may have rotated the log a moment ago: its files are gone or moved.
         try:
             super().doRollover()
@@ -61,7 +64,7 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
             if self.stream is None:
                 self.stream = self._open()
 
-    def handleError(self, record):
+    def handleError(self, record: logging.LogRecord) -> None:
         # Not the stdlib's traceback on stderr for every record: one line, once per process.
         if not _PrivateRotatingHandler._complained:
             _PrivateRotatingHandler._complained = True
@@ -104,7 +107,7 @@ def setup(verbose: bool = False) -> Path | None:
     return path
 
 
-def _replace(kind: str, handler) -> None:
+def _replace(kind: str, handler: logging.Handler | None) -> None:
     root = logging.getLogger()
     old = _handlers.pop(kind, None)
     if old is not None:

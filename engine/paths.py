@@ -96,7 +96,7 @@ def kv_file_name(conv_id: str) -> str:
     return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
 
 
-def forget_saved_caches(conv_id: str, folder=None) -> None:
+def forget_saved_caches(conv_id: str, folder: Path | None = None) -> None:
     """Delete a conversation's saved KV caches under every model: its text decodes from them.
     Needs no MLX, so a chat deleted before the engine has started is erased too."""
     folder = Path(folder) if folder is not None else data_dir_path() / "kv"

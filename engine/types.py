@@ -70,7 +70,7 @@ class EngineStatus(StrEnum):
     ERROR = "error"  # the engine could not start
 
 
-def _param(default, help: str, lo: float, hi: float, tiny: float = 0.0) -> Any:
+def _param(default: float | None, help: str, lo: float, hi: float, tiny: float = 0.0) -> Any:
     """A sampling setting: its CLI flag, settings key and dialog field are all made from this.
     tiny: the smallest value above lo that is allowed (lo itself stays allowed)."""
     return field(default=default, metadata={"help": help, "range": (lo, hi), "tiny": tiny})
@@ -116,7 +116,7 @@ class GenerationParams:
     # repetition penalty (tests script a reply with one; never sent to a server).
     logits_processors: tuple = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Every front end (CLI flags, settings, the window, servers) builds these: one check for all.
         for spec in param_specs():
             value = getattr(self, spec.name)
@@ -377,3 +377,4 @@ class ServerInfo:
     name: str
     url: str
     has_api_key: bool = False
+    key_storage: str = ""  # where its API key is kept: the system keychain or the 0600 file ("" without one)

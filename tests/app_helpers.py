@@ -276,7 +276,7 @@ class FakeEngine:
 
     async def save_server(self, name, url, api_key=None, replace=""):
         self.servers.pop(replace, None)
-        self.servers[name] = ServerInfo(name, url, bool(api_key))
+        self.servers[name] = ServerInfo(name, url, bool(api_key), "the fake engine's memory" if api_key else "")
         return self.servers[name]
 
     async def remove_server(self, name):

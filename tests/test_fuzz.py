@@ -111,7 +111,9 @@ def gguf_files(draw):
 
 
 def _read_and_check(path: Path):
-    from engine.models.gguf.importer import check_importable, read_gguf_header, slugify
+    from engine.models.gguf.checks import check_importable
+    from engine.models.gguf.header import read_gguf_header
+    from engine.models.gguf.importer import slugify
 
     for keep_arrays in (False, True):
         try:
@@ -204,7 +206,8 @@ def fuzz_store(tmp_path_factory):
 @given(data=exports())
 def test_conversation_import_fuzz(fuzz_store, data):
     from app.cli.transcripts import _when
-    from app.transcripts.export import import_conversation, to_html, to_json, to_markdown
+    from app.transcripts.export import to_html, to_json, to_markdown
+    from app.transcripts.json_import import import_conversation
 
     store = fuzz_store
     before = len(store.list_conversations())

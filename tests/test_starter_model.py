@@ -11,6 +11,7 @@ import pytest
 from app.cli.main import main
 from engine.local import loading
 from engine.models import registry
+from engine.models.folders import STARTER_ID
 
 pytestmark = pytest.mark.starter
 
@@ -34,15 +35,13 @@ def test_three_turn_greedy_chat_from_16_positions_matches_fresh_mlx_lm(starter_h
             }
         )
     )
-    code = main(
-        ["replay", str(script), "--model", registry.STARTER_ID, "--max-tokens", "10", "--kv-initial-capacity", "16"]
-    )
+    code = main(["replay", str(script), "--model", STARTER_ID, "--max-tokens", "10", "--kv-initial-capacity", "16"])
     assert code == 0
     turns = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(turns) == 3
     assert "Paris" in turns[0]["reply"]
 
-    path, _ = registry.resolve_model(registry.STARTER_ID)
+    path, _ = registry.resolve_model(STARTER_ID)
     model, tokenizer = loading.load(path)
     for i, t in enumerate(turns):
         fresh = []
@@ -61,9 +60,9 @@ def test_three_turn_greedy_chat_from_16_positions_matches_fresh_mlx_lm(starter_h
 
 def test_models_json_shows_the_imported_starter(starter_home, monkeypatch, capsys):
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
-    registry.resolve_model(registry.STARTER_ID)
+    registry.resolve_model(STARTER_ID)
     assert main(["models", "--json"]) == 0
-    starter = next(m for m in json.loads(capsys.readouterr().out) if m["id"] == registry.STARTER_ID)
+    starter = next(m for m in json.loads(capsys.readouterr().out) if m["id"] == STARTER_ID)
     assert starter["status"] == "ready"
     assert (starter_home / "models").exists() and starter["path"].startswith(str(starter_home / "models"))
 
@@ -86,7 +85,7 @@ def test_command_line_answers_on_this_platform(starter_home, tmp_path):
             "replay",
             str(script),
             "--model",
-            registry.STARTER_ID,
+            STARTER_ID,
             "--max-tokens",
             "10",
         ],
@@ -125,7 +124,7 @@ def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starte
     async def run():
         engine = Engine()
         try:
-            await engine.load_model(registry.STARTER_ID)
+            await engine.load_model(STARTER_ID)
             read = await engine.prefill("ahead", messages, params)
             return read, await reply(engine, "ahead"), await reply(engine, "cold")
         finally:

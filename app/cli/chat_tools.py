@@ -4,15 +4,20 @@ call (unless --allow-tools), results in short blocks. No Qt."""
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 
 from app.tools import config
-from app.tools.client import ToolHost
+from app.tools.client import ToolHost, ToolSpec
 from app.tools.loop import RoundLimit, ToolRun, pretty_arguments
 from app.tools.loop import reply as tool_reply
 from app.tools.policy import Answer, Approvals
 from app.tools.results import neutralise
 from engine.errors import one_line
+from engine.protocol import EngineAPI
+from engine.types import GenerationParams, ToolCall, TurnStats
 
+# chinwag chat's streaming of one turn: (engine, conv, messages, params) -> (reply text, its stats)
+Stream = Callable[[EngineAPI, str, list[dict], GenerationParams], Awaitable[tuple[str, TurnStats | None]]]
 SHOWN_RESULT_CHARS = 600  # the terminal shows this much of a result; the model reads it all
 
 
@@ -29,13 +34,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 class TerminalTools:
-    def __init__(self, host: ToolHost, approvals: Approvals, rounds: int, stream):
+    def __init__(self, host: ToolHost, approvals: Approvals, rounds: int, stream: Stream) -> None:
         self.host, self.approvals, self.rounds, self.stream = host, approvals, rounds, stream
         self.said_off = False  # the tools-off or cost line was printed
         self.runs: dict = {}  # call id -> ToolRun, for the store
 
     @classmethod
-    async def start(cls, args, stream) -> "TerminalTools | None":
+    async def start(cls, args: argparse.Namespace, stream: Stream) -> "TerminalTools | None":
         cfg = config.load()
         if not cfg.enabled:
             return None
@@ -47,8 +52,10 @@ class TerminalTools:
         rounds = args.max_tool_rounds or cfg.max_rounds
         return cls(host, Approvals(cfg, allow_all=args.allow_tools), rounds, stream)
 
-    async def reply(self, engine, conv, messages, params) -> tuple:
-        async def turn(msgs, p):
+    async def reply(
+        self, engine: EngineAPI, conv: str, messages: list[dict], params: GenerationParams
+    ) -> tuple[list[dict], TurnStats | None]:
+        async def turn(msgs: list[dict], p: GenerationParams) -> tuple[str, TurnStats | None]:
             return await self.stream(engine, conv, msgs, p)
 
         added, stats = await tool_reply(
@@ -61,7 +68,7 @@ class TerminalTools:
             self.said_off = True
         return added, stats
 
-    async def ask(self, call, spec) -> Answer:
+    async def ask(self, call: ToolCall, spec: ToolSpec) -> Answer:
         print(f"\n[tool call: {spec.tool} on {spec.server}]\n{neutralise(pretty_arguments(call))}")
         loop = asyncio.get_running_loop()
         while True:
@@ -77,7 +84,7 @@ class TerminalTools:
             if answer is not None:
                 return answer
 
-    def show(self, event) -> None:
+    def show(self, event: object) -> None:
         if isinstance(event, RoundLimit):
             print(f"\n[{event.text}]")
         elif isinstance(event, ToolRun):

@@ -7,12 +7,21 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.cli.progress import TerminalProgress
-from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta
+from app.core.sizes import format_bytes
+from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
-from engine.types import MAX_KV_INITIAL_CAPACITY, ParamSpec, param_specs
+from engine.protocol import EngineAPI
+from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
+
+if TYPE_CHECKING:
+    from app.cli.chat_tools import TerminalTools
+    from app.core.attachments import StoredAttachment
+    from app.tools.loop import ToolRun
 
 PROG = "chinwag"
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
@@ -46,8 +55,8 @@ def _capacity(value: str) -> int:
     return n
 
 
-def _flag_type(spec: ParamSpec):
-    def convert(text: str):
+def _flag_type(spec: ParamSpec) -> Callable[[str], object]:
+    def convert(text: str) -> object:
         try:
             return spec.convert(text)
         except ChinwagError as e:  # argparse prints it with the flag and exits with status 2
@@ -86,7 +95,7 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
     )
 
 
-def _params(args) -> GenerationParams:
+def _params(args: argparse.Namespace) -> GenerationParams:
     return GenerationParams(
         **{spec.name: getattr(args, spec.name) for spec in param_specs()},
         speculative=False if args.no_speculative else None,
@@ -97,7 +106,7 @@ def _params(args) -> GenerationParams:
 # --- chinwag models / import -------------------------------------------------
 
 
-def cmd_models(args) -> int:
+def cmd_models(args: argparse.Namespace) -> int:
     from engine.models import registry
     from engine.remote import servers
 
@@ -108,8 +117,8 @@ def cmd_models(args) -> int:
     from engine.models.gguf.header import printable
 
     for m in models:
-        size = f"{m.size_bytes / 1e6:.0f} MB" if m.size_bytes else "-"
-        detail = m.reason if m.status == "unusable" else (m.quantization or (m.path if m.server else ""))
+        size = format_bytes(m.size_bytes) if m.size_bytes else "-"
+        detail = m.reason if m.status == ModelStatus.UNUSABLE else (m.quantization or (m.path if m.server else ""))
         # A server that lists no model has no model id to show: name the server instead.
         name = f"{m.server} (server)" if m.server and m.id == f"{m.server}/" else m.id
         # Folder names come from disk: no escape sequence of theirs reaches the terminal.
@@ -117,7 +126,7 @@ def cmd_models(args) -> int:
     return 0
 
 
-async def _import(args) -> int:
+async def _import(args: argparse.Namespace) -> int:
     engine = Engine()
     progress = TerminalProgress()
     try:
@@ -132,7 +141,7 @@ async def _import(args) -> int:
 # --- chinwag chat ------------------------------------------------------------
 
 
-async def _chat(args) -> int:
+async def _chat(args: argparse.Namespace) -> int:
     from app.documents import cli as documents
 
     pending = documents.read_all(args.attach)  # bad files fail here, before the model loads
@@ -182,12 +191,10 @@ async def _chat(args) -> int:
                 pending, indexes = [], []
                 continue
             if line.startswith("/attach "):
-                try:
-                    pending += documents.read_all([line.removeprefix("/attach ").strip()])
-                except ChinwagError as e:
-                    fail(str(e))  # the chat goes on
-                    continue
-                reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
+                attached = _attach(line.removeprefix("/attach ").strip())
+                if attached:
+                    pending += attached
+                    reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
                 continue
             question, attached = line, []
             if pending or indexes:
@@ -199,41 +206,78 @@ async def _chat(args) -> int:
                 conv = saved.add_user(question, info.id, attached)  # committed before the engine sees it
                 if draft != conv:
                     await engine.adopt(draft, conv)  # the documents read ahead become this chat's cache
-            if tools is None:
-                reply, stats = await _stream(engine, conv, messages, _params(args))
-                added = [{"role": "assistant", "content": reply}]
-            else:
-                added, stats = await tools.reply(engine, conv, messages, _params(args))
+            added, stats = await _reply(engine, conv, messages, args, tools)
             messages += added
             if saved is not None:
-                # The final answer, unless the round limit ended the reply on a tool round.
-                final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
-                for m in added[:-1] if final else added:
-                    saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, info.id)
-                if final is not None:
-                    saved.add_reply(final["content"], stats, info.id)
+                _save_reply(saved, added, stats, tools, info.id)
             if stats is not None:
-                print(
-                    f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
-                    f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]"
-                    + (f" [{stats.note}]" if stats.note else "")
-                )
+                _print_stats(stats)
     finally:
-        if reading is not None and not reading.done():
-            reading.cancel()
-        if saved is None:
-            await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
-        else:
-            saved.close()
-        if tools is not None:
-            await tools.close()  # stdio MCP servers stop with the chat
-        await engine.close()
+        await _end_chat(engine, conv, saved, tools, reading)
+
+
+async def _end_chat(
+    engine: Engine,
+    conv: str,
+    saved: "TerminalChat | None",
+    tools: "TerminalTools | None",
+    reading: asyncio.Task | None,
+) -> None:
+    if reading is not None and not reading.done():
+        reading.cancel()
+    if saved is None:
+        await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
+    else:
+        saved.close()
+    if tools is not None:
+        await tools.close()  # stdio MCP servers stop with the chat
+    await engine.close()
+
+
+def _attach(path: str) -> list:
+    """The documents /attach read, or none after one line saying why (the chat goes on)."""
+    from app.documents import cli as documents
+
+    try:
+        return documents.read_all([path])
+    except ChinwagError as e:
+        fail(str(e))
+        return []
+
+
+async def _reply(
+    engine: Engine, conv: str, messages: list, args: argparse.Namespace, tools: "TerminalTools | None"
+) -> tuple[list[dict], TurnStats | None]:
+    """The messages one reply adds (tool rounds, then the answer) and its stats."""
+    if tools is None:
+        reply, stats = await _stream(engine, conv, messages, _params(args))
+        return [{"role": "assistant", "content": reply}], stats
+    return await tools.reply(engine, conv, messages, _params(args))
+
+
+def _save_reply(
+    saved: "TerminalChat", added: list, stats: TurnStats | None, tools: "TerminalTools | None", model_id: str
+) -> None:
+    """The reply's messages in the store: its tool rounds, then its final answer (unless the round
+    limit ended the reply on a tool round)."""
+    final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
+    for m in added[:-1] if final else added:
+        saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, model_id)
+    if final is not None:
+        saved.add_reply(final["content"], stats, model_id)
+
+
+def _print_stats(stats: TurnStats) -> None:
+    print(
+        f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
+        f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
+    )
 
 
 class TerminalChat:
     """A terminal chat kept in the store, one conversation per /new."""
 
-    def __init__(self, system: str):
+    def __init__(self, system: str) -> None:
         from app.core.store import Store
 
         self.store = Store()
@@ -243,13 +287,13 @@ class TerminalChat:
     def new(self) -> None:
         self.conv_id = ""
 
-    def add_user(self, text: str, model_id: str, attachments=()) -> str:
+    def add_user(self, text: str, model_id: str, attachments: Sequence["StoredAttachment"] = ()) -> str:
         if not self.conv_id:
             self.conv_id = self.store.create_conversation(model_id=model_id, settings=self.settings).id
         self.store.add_message(self.conv_id, "user", text, attachments=attachments)
         return self.conv_id
 
-    def add_reply(self, text: str, stats, model_id: str) -> None:
+    def add_reply(self, text: str, stats: TurnStats | None, model_id: str) -> None:
         from app.core.store import MessageStatus
         from app.core.turns import stats_dict, status_of
 
@@ -257,7 +301,7 @@ class TerminalChat:
         stats_row = stats_dict(stats) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
 
-    def add_tool_message(self, message: dict, run, model_id: str) -> None:
+    def add_tool_message(self, message: dict, run: "ToolRun | None", model_id: str) -> None:
         """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""
         from app.tools.loop import stored_stats
 
@@ -270,7 +314,9 @@ class TerminalChat:
         self.store.close()
 
 
-async def _stream(engine, conv, messages, params):
+async def _stream(
+    engine: EngineAPI, conv: str, messages: list[dict], params: GenerationParams
+) -> tuple[str, TurnStats | None]:
     reply, stats, reading = [], None, False
     try:
         async for ev in engine.chat(conv, messages, params):
@@ -327,7 +373,7 @@ def load_script(path: str) -> dict:
     return script
 
 
-async def _replay(args) -> int:
+async def _replay(args: argparse.Namespace) -> int:
     script = load_script(args.script)
     engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
     try:
@@ -350,12 +396,14 @@ async def _replay(args) -> int:
                 user, attachment_tokens = with_documents.content, with_documents.document_tokens
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
-            reply, stats = [], None
+            reply: list[str] = []
+            stats: TurnStats | None = None
             async for ev in engine.chat(conv, messages, _params(args)):
                 if isinstance(ev, TextDelta):
                     reply.append(ev.text)
                 elif not isinstance(ev, PrefillProgress):
                     stats = ev
+            assert stats is not None  # engine.chat ends every turn with its TurnStats
             if args.no_cache:
                 await engine.forget(conv)
             text = "".join(reply)
@@ -402,7 +450,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.models.registry import STARTER_ID
+    from engine.models.folders import STARTER_ID
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -468,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the `chinwag` command; returns its exit status (2: bad input, 1: a bug, logged)."""
     as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
@@ -487,7 +535,7 @@ def main(argv=None) -> int:
         code = fail(str(e))
     except KeyboardInterrupt:
         code = 130
-    except Exception as e:  # a bug, not bad input: traceback to the log, one line here
+    except Exception as e:  # noqa: BLE001 - a bug, not bad input: traceback to the log, one line here
         print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
         code = 1
     if as_program:

@@ -1,12 +1,15 @@
 """`chinwag mcp add|remove|list`: the MCP servers whose tools models can call. No Qt, no MLX."""
 
+import argparse
 import asyncio
 import json
+from collections.abc import Sequence
 
+from app.tools.config import ServerConfig
 from engine.errors import one_line
 
 
-def cmd_add(args) -> int:
+def cmd_add(args: argparse.Namespace) -> int:
     from app.tools import config
 
     command = list(args.server_command or [])
@@ -35,7 +38,7 @@ def _env_pair(text: str) -> tuple:
     return key, value
 
 
-def cmd_remove(args) -> int:
+def cmd_remove(args: argparse.Namespace) -> int:
     from app.tools import config
 
     config.remove_server(args.name)
@@ -43,11 +46,11 @@ def cmd_remove(args) -> int:
     return 0
 
 
-async def server_rows(configs) -> list:
+async def server_rows(configs: Sequence[ServerConfig]) -> list:
     """Start each enabled server, list its tools, stop it: one row per server."""
     from app.tools.client import ServerConnection
 
-    async def probe(c):
+    async def probe(c: ServerConfig) -> dict:
         row = {
             "name": c.name,
             "transport": c.transport,
@@ -78,7 +81,7 @@ async def server_rows(configs) -> list:
     return list(await asyncio.gather(*(probe(c) for c in configs)))
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     from app.tools import config
 
     cfg = config.load()
@@ -97,7 +100,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mcp", help="MCP servers whose tools models can call (mcp.json in the data folder)")
     msub = p.add_subparsers(dest="mcp_command", required=True)
     a = msub.add_parser(

@@ -14,7 +14,7 @@ MIN_INTERVAL_S = 0.1  # a terminal line redrawn faster than this only flickers
 class TerminalProgress:
     """A progress callback: `progress=TerminalProgress()`; call `.finish()` when it is over."""
 
-    def __init__(self, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.live = self.stream.isatty()

@@ -1,13 +1,18 @@
 """`chinwag serve`: the OpenAI-compatible API on the local models, headless (app/server/). No Qt."""
 
+import argparse
 import asyncio
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.server.run import ApiServer
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     from app.cli.main import MODEL_HELP
-    from engine.models.registry import STARTER_ID
+    from engine.models.folders import STARTER_ID
 
     p = sub.add_parser("serve", help="serve the local models over an OpenAI-compatible API")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
@@ -23,7 +28,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=lambda a: asyncio.run(_serve(a)))
 
 
-async def _serve(args) -> int:
+async def _serve(args: argparse.Namespace) -> int:
     from app.server.api import ServerConfig
     from app.server.run import check_config, serve_forever
     from engine import Engine
@@ -39,7 +44,7 @@ async def _serve(args) -> int:
     )
     check_config(config)  # before the model loads: a refused address fails at once
 
-    def ready(server) -> None:
+    def ready(server: "ApiServer") -> None:
         model = server.engine.current_model
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
 

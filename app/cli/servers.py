@@ -4,14 +4,16 @@ API keys come from an environment variable (never a command-line argument, which
 users can read in the process list) and are never printed.
 """
 
+import argparse
 import json
 import os
 import sys
 
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
+from engine.types import ModelStatus
 
 
-def cmd_add(args) -> int:
+def cmd_add(args: argparse.Namespace) -> int:
     from engine.errors import ChinwagError
     from engine.remote import servers
     from engine.remote.errors import check_key
@@ -23,10 +25,10 @@ def cmd_add(args) -> int:
             raise ChinwagError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
         key = check_key(key, f"the API key in ${args.api_key_env}")  # a trailing newline is stripped
     server = servers.add_server(args.name, args.url, key)
-    where = f"; API key kept in {servers.key_storage()}" if key else ""
+    where = f"; API key kept in {server.key_storage}" if server.key_storage else ""
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
     infos = servers.models_of(server)
-    if infos and infos[0].status == "unusable":
+    if infos and infos[0].status == ModelStatus.UNUSABLE:
         print(
             f"warning: {printable(server.name)} is not reachable now "
             f"({printable(infos[0].reason.removeprefix('unreachable: '), 500)})",
@@ -47,7 +49,7 @@ def server_rows() -> list:
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(saved)))) as pool:  # ask them all at once
         answers = list(pool.map(servers.models_of, saved))
     for server, infos in zip(saved, answers):
-        down = infos and infos[0].status == "unusable"
+        down = infos and infos[0].status == ModelStatus.UNUSABLE
         rows.append(
             {
                 "name": server.name,
@@ -61,7 +63,7 @@ def server_rows() -> list:
     return rows
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     rows = server_rows()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -75,7 +77,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_remove(args) -> int:
+def cmd_remove(args: argparse.Namespace) -> int:
     from engine.remote import servers
 
     servers.remove_server(args.name)
@@ -83,7 +85,7 @@ def cmd_remove(args) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("servers", help="model servers (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama…)")
     ssub = p.add_subparsers(dest="servers_command", required=True)
     a = ssub.add_parser("add", help="save a server: chinwag servers add NAME URL")

@@ -12,12 +12,16 @@ import sys
 import time
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.transcripts.export import FORMATS  # cheap: app.transcripts.export loads Qt only to write a pdf
 from engine.errors import ChinwagError
 
+if TYPE_CHECKING:
+    from app.core.store import Store
 
-def add_commands(subparsers) -> None:
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("conversations", help="list saved conversations")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--search", metavar="TEXT", default="", help="only those whose title or text contains TEXT")
@@ -34,7 +38,7 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=cmd_import)
 
 
-def _open_store(read_only: bool = False):
+def _open_store(read_only: bool = False) -> Store:
     from app.core.store import Store
 
     store = Store(read_only=read_only)
@@ -43,12 +47,12 @@ def _open_store(read_only: bool = False):
     return store
 
 
-def _fail(error: Exception) -> int:
+def _fail(error: Exception | str) -> int:
     print(f"chinwag: error: {error}", file=sys.stderr)
     return 2
 
 
-def cmd_conversations(args) -> int:
+def cmd_conversations(args: argparse.Namespace) -> int:
     try:
         store = _open_store(read_only=True)
         try:
@@ -91,7 +95,7 @@ def cmd_conversations(args) -> int:
     return 0
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     fmt = args.format or Path(args.output).suffix.lower().lstrip(".").replace("markdown", "md")
     if fmt not in FORMATS:
         return _fail(f"cannot tell the format from {args.output}; pass --format ({'|'.join(FORMATS)})")
@@ -110,9 +114,9 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_import(args) -> int:
+def cmd_import(args: argparse.Namespace) -> int:
     try:
-        from app.transcripts.export import import_conversation
+        from app.transcripts.json_import import import_conversation
 
         store = _open_store()
         try:
@@ -169,7 +173,7 @@ def _pad(text: str, width: int, right: bool = False) -> str:
     return space + text if right else text + space
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run these commands alone: `python -m app.cli.transcripts conversations`."""
     parser = argparse.ArgumentParser(prog="chinwag")
     add_commands(parser.add_subparsers(dest="command", required=True))

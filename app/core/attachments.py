@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.documents import limits
 from app.documents.block import Attachment
@@ -163,14 +164,14 @@ def drop_unreferenced(db: sqlite3.Connection) -> int:
     return dropped
 
 
-def message_text(message) -> str:
+def message_text(message: Any) -> str:  # a store Message (or anything with content and attachments)
     """What the engine gets for a stored message: its documents' blocks, then its text."""
     from app.documents.block import message_content
 
     return message_content(message.content, [a.for_message() for a in getattr(message, "attachments", ())])
 
 
-def from_json(value, where: str) -> list[StoredAttachment]:
+def from_json(value: object, where: str) -> list[StoredAttachment]:
     """A message's "attachments" in a JSON export; ValueError naming `where` if malformed."""
     if value is None:
         return []
@@ -197,7 +198,7 @@ def from_json(value, where: str) -> list[StoredAttachment]:
     return out
 
 
-def _typed(item: dict, key: str, kind: type, where: str, default=None):
+def _typed(item: dict, key: str, kind: type, where: str, default: Any = None) -> Any:
     if key not in item:
         if default is None:
             raise KeyError(key)

@@ -1,13 +1,18 @@
 """Unsent text, per chat, kept in the store's state table so it survives a restart."""
 
+from typing import TYPE_CHECKING
+
 from engine.errors import ChinwagError
+
+if TYPE_CHECKING:
+    from app.core.store import Store
 
 DRAFTS_KEY = "drafts"
 NEW_CHAT = ""  # the key of the blank chat's draft (it has no id until its first message)
 
 
 class Drafts:
-    def __init__(self, store):
+    def __init__(self, store: "Store") -> None:
         self.store = store
         try:
             saved = store.get_state(DRAFTS_KEY, {})
@@ -15,10 +20,10 @@ class Drafts:
             saved = {}
         self._drafts = {str(k): str(v) for k, v in saved.items()} if isinstance(saved, dict) else {}
 
-    def get(self, conv_id) -> str:
+    def get(self, conv_id: str | None) -> str:
         return self._drafts.get(conv_id or NEW_CHAT, "")
 
-    def put(self, conv_id, text: str) -> None:
+    def put(self, conv_id: str | None, text: str) -> None:
         key = conv_id or NEW_CHAT
         if text.strip():
             if self._drafts.get(key) == text:
@@ -28,7 +33,7 @@ class Drafts:
             return
         self._save()
 
-    def _save(self):
+    def _save(self) -> None:
         if self.store.read_only:
             return
         try:

@@ -6,6 +6,7 @@ the path of active children from the root.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def same_nodes(a: list, b: list) -> bool:
@@ -19,7 +20,7 @@ class Node:
     active: bool
 
 
-def _choose(siblings: list):
+def _choose(siblings: list) -> Any:  # the shown one of the siblings
     return next((m for m in reversed(siblings) if m.active), siblings[-1])
 
 
@@ -41,7 +42,9 @@ def active_path(tree: list) -> list:
         for i, m in enumerate(siblings, 1):
             if hasattr(m, "versions"):
                 m.version, m.versions = i, len(siblings)
-    path, parent, seen = [], None, set()
+    path: list = []
+    parent = None
+    seen: set = set()
     while parent not in seen and children.get(parent):
         seen.add(parent)
         siblings = children[parent]

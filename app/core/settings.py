@@ -13,10 +13,12 @@ Chinwag falls back to the default instead of breaking every send.
 """
 
 import json
+from collections.abc import Sequence
 from importlib import resources as importlib_resources
+from typing import Any
 
 from app.core.attachments import message_text
-from app.core.store import MessageRole, MessageStatus
+from app.core.store import Message, MessageRole, MessageStatus, Store
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs
 
@@ -32,7 +34,7 @@ BOOL_KEYS = ("speculative",)
 
 
 # --- what stored settings may hold ---------------------------------------------
-def _problem(key, value):
+def _problem(key: str, value: object) -> str | None:
     if key in TEXT_KEYS:
         return None if isinstance(value, str) else "is not text"
     if key in BOOL_KEYS:
@@ -50,7 +52,7 @@ def _problem(key, value):
     return None
 
 
-def settings_problems(settings) -> list:
+def settings_problems(settings: object) -> list:
     """What is wrong with a settings object, one phrase per bad key ([] if nothing)."""
     if not isinstance(settings, dict):
         return ["settings is not an object"]
@@ -62,7 +64,7 @@ def settings_problems(settings) -> list:
     return out
 
 
-def valid_settings(settings) -> dict:
+def valid_settings(settings: object) -> dict:
     """The keys of settings whose values are usable; the rest fall back to the defaults."""
     if not isinstance(settings, dict):
         return {}
@@ -81,7 +83,7 @@ def builtin_defaults() -> dict:
     }
 
 
-def load_defaults(store) -> dict:
+def load_defaults(store: Store) -> dict:
     defaults = builtin_defaults()
     try:
         saved = store.get_state(DEFAULTS_KEY, {}) or {}
@@ -102,7 +104,7 @@ def overrides(values: dict, defaults: dict) -> dict:
     return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
 
 
-def setting_value(spec: ParamSpec, values: dict):
+def setting_value(spec: ParamSpec, values: dict) -> Any:
     """One sampling key's value from a settings dict (None: off), converted to its type."""
     value = values.get(spec.name, spec.default)
     if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
@@ -124,7 +126,7 @@ def params_from_settings(values: dict) -> GenerationParams:
     )
 
 
-def engine_messages(messages, system_prompt: str) -> list[dict]:
+def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dict]:
     """What the engine gets: the system prompt first, then the turns that have text, and tool rounds
     (a reply's `tool_calls`, each `tool` result) as the terminal chat and the window store them."""
     out = []

@@ -18,10 +18,12 @@ import sqlite3
 import time
 import unicodedata
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from app.core import attachments as attached
 from app.core.message_tree import Node, active_path, chosen_versions, same_nodes
@@ -56,6 +58,8 @@ class MessageRole(StrEnum):
     SYSTEM = "system"
 
 
+T = TypeVar("T")
+P = ParamSpec("P")
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
@@ -196,12 +200,12 @@ def fork_title(title: str, taken) -> str:
 _MARKDOWN_LEAD = re.compile(r"^(#{1,6}\s+|>\s*|[-*+]\s+|\d+[.)]\s+)+")
 
 
-def _db_errors(method):
+def _db_errors(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatenate[Store, P], T]:
     """Turn sqlite environment failures (locked, disk full, I/O, read-only) into one-line
     ChinwagErrors; a programming error (ProgrammingError, a bad statement) stays a bug."""
 
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as e:
@@ -213,12 +217,12 @@ def _db_errors(method):
     return wrapper
 
 
-def _contains(haystack, needle) -> bool:
+def _contains(haystack: str | None, needle: str) -> bool:
     # Python's casefold handles non-ASCII case (Ä/ä, Σ/σ) that SQLite's LIKE does not.
     return haystack is not None and needle in haystack.casefold()
 
 
-def _clean(text) -> str:
+def _clean(text: object) -> str:
     """Text SQLite can store: lone surrogates (which UTF-8 cannot encode) become U+FFFD."""
     text = str(text)
     try:
@@ -263,7 +267,7 @@ class Store:
     another process's write lock, and works on a database it may not write.
     """
 
-    def __init__(self, path=None, read_only=False):
+    def __init__(self, path: str | Path | None = None, read_only: bool = False) -> None:
         self.requested_path = Path(path) if path else paths.data_dir_path() / "chinwag.db"
         self.path = self.requested_path  # the file in use (a recovered one if unreadable)
         self.read_only = False
@@ -355,17 +359,17 @@ class Store:
         return conn
 
     @staticmethod
-    def _register(conn):
+    def _register(conn: sqlite3.Connection) -> None:
         conn.create_function("chinwag_contains", 2, _contains, deterministic=True)
 
     @staticmethod
-    def _migrate(conn):
+    def _migrate(conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         for number in range(version, SCHEMA_VERSION):
             # executescript commits first, so wrap each step in its own transaction.
             conn.executescript(f"BEGIN IMMEDIATE; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;")
 
-    def close(self):
+    def close(self) -> None:
         if self._conn is not None:
             if self._scrub_pending:
                 self._try_scrub()
@@ -375,10 +379,10 @@ class Store:
             self._writer.close()
             self._writer = None
 
-    def __enter__(self):
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- helpers ---------------------------------------------------------------
@@ -388,13 +392,13 @@ class Store:
             raise ChinwagError(f"conversation database {self.path} is closed")
         return self._conn
 
-    def _write(self):
+    def _write(self) -> _Transaction:
         """A write transaction; refused on a read-only store."""
         if self.read_only:
             raise ChinwagError(f"cannot save changes: {self.notice or 'conversations were opened read-only'}")
         return _Transaction(self._db(), self._after_commit)
 
-    def _after_commit(self):
+    def _after_commit(self) -> None:
         if self._scrub_pending:
             self._try_scrub()
 
@@ -406,7 +410,9 @@ class Store:
     # -- conversations ---------------------------------------------------------
 
     @_db_errors
-    def create_conversation(self, title=DEFAULT_TITLE, model_id="", settings=None) -> Conversation:
+    def create_conversation(
+        self, title: str = DEFAULT_TITLE, model_id: str = "", settings: dict | None = None
+    ) -> Conversation:
         now = self._now()
         conv = Conversation(str(uuid.uuid4()), _clean(title), now, now, model_id or "", dict(settings or {}))
         with self._write() as db:
@@ -418,7 +424,7 @@ class Store:
         return conv
 
     @_db_errors
-    def list_conversations(self, search="") -> list[ConversationSummary]:
+    def list_conversations(self, search: str = "") -> list[ConversationSummary]:
         """Newest activity first; with search, only those whose title or text contains it."""
         raw = " ".join(_clean(search or "").split())  # a lone surrogate (from argv bytes) cannot be bound
         needle = raw.casefold()
@@ -450,7 +456,7 @@ class Store:
         ]
 
     @_db_errors
-    def get_conversation(self, conv_id) -> Conversation:
+    def get_conversation(self, conv_id: str) -> Conversation:
         db = self._db()
         row = db.execute(
             "SELECT id, title, created_at, updated_at, model_id, settings FROM conversations WHERE id=?",
@@ -472,7 +478,7 @@ class Store:
         return conv
 
     @_db_errors
-    def resolve_conversation_id(self, prefix) -> str:
+    def resolve_conversation_id(self, prefix: str) -> str:
         """The id that equals or uniquely starts with prefix (for the CLI)."""
         prefix = str(prefix).strip()
         if not prefix:
@@ -492,20 +498,20 @@ class Store:
         return ids[0]
 
     @_db_errors
-    def rename_conversation(self, conv_id, title):
+    def rename_conversation(self, conv_id: str, title: str) -> None:
         with self._write() as db:
             if not db.execute("UPDATE conversations SET title=? WHERE id=?", (_clean(title), conv_id)).rowcount:
                 raise NotFoundError(f"no conversation with id {conv_id}")
 
     @_db_errors
-    def set_model(self, conv_id, model_id):
+    def set_model(self, conv_id: str, model_id: str) -> None:
         """The model a conversation last used (shown in the list, restored on open)."""
         with self._write() as db:
             if not db.execute("UPDATE conversations SET model_id=? WHERE id=?", (model_id or "", conv_id)).rowcount:
                 raise NotFoundError(f"no conversation with id {conv_id}")
 
     @_db_errors
-    def update_settings(self, conv_id, settings: dict):
+    def update_settings(self, conv_id: str, settings: dict) -> None:
         """Merge settings into the conversation's; a key set to None is removed."""
         with self._write() as db:
             row = db.execute("SELECT settings FROM conversations WHERE id=?", (conv_id,)).fetchone()
@@ -520,7 +526,7 @@ class Store:
             db.execute("UPDATE conversations SET settings=? WHERE id=?", (_dumps(merged), conv_id))
 
     @_db_errors
-    def delete_conversation(self, conv_id):
+    def delete_conversation(self, conv_id: str) -> None:
         """Delete it and its messages; the text is zeroed on disk, not just unlinked."""
         with self._write() as db:
             if not db.execute("SELECT 1 FROM conversations WHERE id=?", (conv_id,)).fetchone():
@@ -531,14 +537,14 @@ class Store:
         attached.drop_unreferenced(self._db())  # its documents' originals, unless another chat has them
         self._scrub()
 
-    def _scrub(self):
+    def _scrub(self) -> None:
         # Older copies of the deleted pages live in the WAL until a checkpoint; TRUNCATE
         # copies the zeroed pages into the database and empties the WAL file. Another
         # process reading blocks it: then it is tried again after each write and on close.
         self._scrub_pending = True
         self._try_scrub()
 
-    def _try_scrub(self):
+    def _try_scrub(self) -> None:
         db = self._db()
         db.execute(f"PRAGMA busy_timeout={SCRUB_WAIT_MS}")  # wait briefly for readers, never freeze
         try:
@@ -599,8 +605,8 @@ class Store:
                         int(id(m) in chosen),
                     ),
                 )
-                new_ids[m.id] = cur.lastrowid
-                attached.insert(db, cur.lastrowid, m.attachments)
+                new_ids[m.id] = _row_id(cur)
+                attached.insert(db, _row_id(cur), m.attachments)
             rows = db.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id=? ORDER BY position", (new.id,)
             )
@@ -612,7 +618,7 @@ class Store:
         return new
 
     @_db_errors
-    def fork_conversation(self, conv_id, msg_id) -> Conversation:
+    def fork_conversation(self, conv_id: str, msg_id: int) -> Conversation:
         """A new conversation holding the shown path up to and including msg_id."""
         conv = self.get_conversation(conv_id)
         ids = [m.id for m in conv.messages]
@@ -636,14 +642,14 @@ class Store:
     @_db_errors
     def add_message(
         self,
-        conv_id,
-        role,
-        content,
-        status=MessageStatus.COMPLETE,
-        model_id="",
-        stats=None,
-        parent_id=LAST,
-        attachments=(),
+        conv_id: str,
+        role: str,
+        content: str,
+        status: str = MessageStatus.COMPLETE,
+        model_id: str = "",
+        stats: Any = None,  # a TurnStats or its dict
+        parent_id: Any = LAST,  # a message id, None for the first, or LAST
+        attachments: Sequence[attached.StoredAttachment] = (),
     ) -> Message:
         """Add a message, committed at once, after parent_id (default: the last shown message).
         A message added beside others (same parent) is a new version and becomes the shown one.
@@ -696,7 +702,7 @@ class Store:
             versions = db.execute(
                 "SELECT count(*) FROM messages WHERE conversation_id=? AND parent_id IS ?", (conv_id, parent_id)
             ).fetchone()[0]
-            attached.insert(db, cur.lastrowid, attachments)
+            attached.insert(db, _row_id(cur), attachments)
             title = row[0]
             if (
                 role == MessageRole.USER
@@ -708,7 +714,7 @@ class Store:
                 title = title_from_message(content)
             db.execute("UPDATE conversations SET updated_at=?, title=? WHERE id=?", (now, title, conv_id))
         return Message(
-            cur.lastrowid,
+            _row_id(cur),
             conv_id,
             position,
             _clean(role),
@@ -725,7 +731,7 @@ class Store:
         )
 
     @_db_errors
-    def versions(self, msg_id) -> list[int]:
+    def versions(self, msg_id: int) -> list[int]:
         """The ids of msg_id's versions (itself and its siblings), oldest first."""
         row = self._db().execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
         if row is None:
@@ -738,7 +744,7 @@ class Store:
         ]
 
     @_db_errors
-    def select_version(self, msg_id):
+    def select_version(self, msg_id: int) -> None:
         """Show msg_id instead of its siblings; below it, the versions last shown there."""
         with self._write() as db:
             row = db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (msg_id,)).fetchone()
@@ -748,7 +754,9 @@ class Store:
             db.execute("UPDATE messages SET active=(id=?) WHERE conversation_id=? AND parent_id IS ?", (msg_id, *row))
 
     @_db_errors
-    def update_message(self, msg_id, content=None, status=None, stats=None):
+    def update_message(
+        self, msg_id: int, content: str | None = None, status: str | None = None, stats: object = None
+    ) -> None:
         """Replace a message's content/status/stats (None = keep). Cheap: call it while streaming."""
         sets, values = [], []
         if content is not None:
@@ -770,14 +778,14 @@ class Store:
             db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (self._now(), row[0]))
 
     @_db_errors
-    def get_message(self, msg_id) -> Message:
+    def get_message(self, msg_id: int) -> Message:
         row = self._db().execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id=?", (msg_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no message with id {msg_id}")
         return _message(row)
 
     @_db_errors
-    def delete_messages_from(self, conv_id, msg_id):
+    def delete_messages_from(self, conv_id: str, msg_id: int) -> None:
         """Delete that message and everything that follows it (its whole branch); a sibling
         version, if any, is shown in its place."""
         with self._write() as db:
@@ -800,12 +808,12 @@ class Store:
     # -- app state -------------------------------------------------------------
 
     @_db_errors
-    def get_state(self, key, default=None):
+    def get_state(self, key: str, default: Any = None) -> Any:
         row = self._db().execute("SELECT value FROM state WHERE key=?", (key,)).fetchone()
         return default if row is None else _loads(row[0])
 
     @_db_errors
-    def set_state(self, key, value):
+    def set_state(self, key: str, value: object) -> None:
         """Any JSON value (last model, last conversation, window geometry...)."""
         with self._write() as db:
             db.execute(
@@ -817,15 +825,17 @@ class Store:
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
 
-    def __init__(self, conn, after_commit=None):
+    def __init__(self, conn: sqlite3.Connection, after_commit: Callable[[], None] | None = None) -> None:
         self.conn = conn
         self.after_commit = after_commit
 
-    def __enter__(self):
+    def __enter__(self) -> sqlite3.Connection:
         self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         if exc_type is None:
             self.conn.execute("COMMIT")
             if self.after_commit is not None:
@@ -845,7 +855,7 @@ _BRANCH = (
 )
 
 
-def _delete_messages(db, ids: list) -> None:
+def _delete_messages(db: sqlite3.Connection, ids: list) -> None:
     """Delete exactly these messages, with no cascade: parent links into them are cut first.
 
     A message elsewhere that followed one of them (only a hand-edited database has one) stays,
@@ -878,18 +888,24 @@ _MESSAGE_COLUMNS = (
 )
 
 
-def _message(row) -> Message:
+def _row_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just added."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _message(row: tuple) -> Message:
     return Message(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]), row[9], bool(row[10])
     )
 
 
-def _check_status(status):
+def _check_status(status: object) -> None:
     if status not in STATUSES:
         raise ChinwagError(f"unknown message status {status!r} (expected one of {', '.join(STATUSES)})")
 
 
-def _stats(stats):
+def _stats(stats: object) -> Any:
     if stats is not None and dataclasses.is_dataclass(stats) and not isinstance(stats, type):
         stats = dataclasses.asdict(stats)
     return stats
@@ -899,7 +915,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _loads(text):
+def _loads(text: str | None) -> Any:
     """A stored JSON value; a damaged or hand-edited one reads as absent (and is logged), so
     one bad row cannot make a conversation unopenable."""
     if text is None:

@@ -48,14 +48,14 @@ def is_environment_error(e: sqlite3.Error) -> bool:
     return type(e) is sqlite3.OperationalError
 
 
-def user_error(e: sqlite3.Error, path) -> BaseException:
+def user_error(e: sqlite3.Error, path: Path) -> BaseException:
     """A one-line ChinwagError for an environment error; the error itself (a bug) otherwise."""
     if is_environment_error(e):
         return ChinwagError(f"conversation database {path}: {e}")
     return e
 
 
-def inspect(path: Path):
+def inspect(path: Path) -> tuple[str | None, int]:
     """(problem, user_version): problem is None for a usable (or absent/empty) file.
 
     A problem is something wrong with the file (then it is left alone and a recovered one is
@@ -165,13 +165,13 @@ class WriterLock:
     a live one may be streaming a reply right now. Taking the lock exclusively tells.
     """
 
-    def __init__(self, db_path: Path):
+    def __init__(self, db_path: Path) -> None:
         import fcntl
 
         self._fcntl = fcntl
         self.path = db_path.with_name(db_path.name + WRITERS_SUFFIX)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         except OSError as e:
             raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
         private_file(self.path)
@@ -184,6 +184,7 @@ class WriterLock:
 
     def share(self) -> None:
         """Hold the lock shared (after the repair, or waiting out another process's repair)."""
+        assert self.fd is not None  # open until close()
         self._fcntl.flock(self.fd, self._fcntl.LOCK_SH)
 
     def close(self) -> None:

@@ -7,11 +7,14 @@ from pathlib import Path
 from app.documents import limits
 from app.documents.block import Attachment, message_content
 from app.documents.extract import extract
+from app.documents.retrieval import Index
 from app.documents.turn import Turn, prepare
 from engine.errors import ChinwagError
+from engine.protocol import EngineAPI
+from engine.types import GenerationParams
 
 
-def read_all(paths) -> list[Attachment]:
+def read_all(paths: list[str]) -> list[Attachment]:
     """Extract every file now (bad input: ChinwagError, one line naming the file)."""
     if len(paths) > limits.MAX_FILES_PER_MESSAGE:
         raise ChinwagError(f"too many files for one message: {len(paths)}, the limit is {limits.MAX_FILES_PER_MESSAGE}")
@@ -22,7 +25,9 @@ def read_all(paths) -> list[Attachment]:
     return out
 
 
-async def read_ahead(engine, conv: str, messages: list, pending: list[Attachment], params) -> asyncio.Task | None:
+async def read_ahead(
+    engine: EngineAPI, conv: str, messages: list, pending: list[Attachment], params: GenerationParams
+) -> asyncio.Task | None:
     """Start reading the documents into the cache while the question is typed (if they fit whole).
 
     The caller keeps the task (asyncio holds only a weak reference); sending preempts it.
@@ -38,7 +43,14 @@ async def read_ahead(engine, conv: str, messages: list, pending: list[Attachment
     return asyncio.ensure_future(engine.prefill(conv, draft, params))
 
 
-async def turn_with_documents(engine, messages, question: str, pending, params, indexes) -> Turn:
+async def turn_with_documents(
+    engine: EngineAPI,
+    messages: list[dict],
+    question: str,
+    pending: list[Attachment],
+    params: GenerationParams,
+    indexes: list[Index],
+) -> Turn:
     turn = await prepare(engine, messages, question, pending, params, indexes)
     for note in turn.notes:
         print(f"chinwag: {note}", file=sys.stderr)
@@ -57,13 +69,13 @@ def stored(turn: Turn) -> list:
     ]
 
 
-def script_turns(script_path, turns) -> list[tuple[str, list[Attachment]]]:
+def script_turns(script_path: str | Path, turns: list) -> list[tuple[str, list[Attachment]]]:
     """Replay turns: a string, or {"content": "...", "attachments": ["relative/path.pdf", ...]}.
 
     Paths are relative to the script; every document is read before the model loads.
     """
     base = Path(script_path).parent
-    out = []
+    out: list = []
     for i, turn in enumerate(turns):
         if isinstance(turn, str):
             out.append((turn, []))

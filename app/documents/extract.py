@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.core.sizes import format_bytes
 from app.documents import limits
 from engine.atomic import describe_kind
 from engine.errors import ChinwagError
@@ -75,7 +76,7 @@ def read_bounded(path: str | os.PathLike) -> bytes:
             raise ChinwagError(f"{name} is {describe_kind(info.st_mode)}, not a file")
         if info.st_size > limits.MAX_FILE_BYTES:
             raise ChinwagError(
-                f"{name} is too big to attach: {_mb(info.st_size)}, the limit is {_mb(limits.MAX_FILE_BYTES)}"
+                f"{name} is too big to attach: {format_bytes(info.st_size)}, the limit is {format_bytes(limits.MAX_FILE_BYTES)}"
             )
         chunks, total = [], 0
         while True:
@@ -84,17 +85,13 @@ def read_bounded(path: str | os.PathLike) -> bytes:
                 break
             total += len(chunk)
             if total > limits.MAX_FILE_BYTES:  # it grew while being read
-                raise ChinwagError(f"{name} is too big to attach: the limit is {_mb(limits.MAX_FILE_BYTES)}")
+                raise ChinwagError(f"{name} is too big to attach: the limit is {format_bytes(limits.MAX_FILE_BYTES)}")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as e:
         raise ChinwagError(f"cannot read {name}: {e.strerror or e}") from None
     finally:
         os.close(fd)
-
-
-def _mb(n: int) -> str:
-    return f"{n / (1024 * 1024):,.0f} MB"
 
 
 def extract(path: str | os.PathLike, progress: Progress = None) -> Extracted:
@@ -219,7 +216,7 @@ def _docx(name: str, data: bytes) -> str:
         return _refuse(name, what)
     declared = sum(m.file_size for m in members)
     if len(members) > limits.MAX_DOCX_MEMBERS or declared > limits.MAX_DOCX_UNCOMPRESSED:
-        raise ChinwagError(f"{name} unpacks to {_mb(declared)}: too big to be a document (a zip bomb?)")
+        raise ChinwagError(f"{name} unpacks to {format_bytes(declared)}: too big to be a document (a zip bomb?)")
     import docx
     from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table

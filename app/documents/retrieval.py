@@ -35,9 +35,10 @@ class Chunk:
 def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
     """Paragraph-aligned chunks of about `size` characters; a chunk never spans two PDF pages."""
     chunks: list[Chunk] = []
-    page, section, buf = 0, "", []
+    page, section = 0, ""
+    buf: list[str] = []
 
-    def flush():
+    def flush() -> None:
         body = "\n\n".join(buf).strip()
         if body:
             chunks.append(Chunk(len(chunks), body, page, section))
@@ -71,7 +72,7 @@ def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
 class Index:
     """One document's chunks, indexed once; `passages` picks them per question."""
 
-    def __init__(self, name: str, text: str, kind: str = "text", size: int = 0, sha256: str = ""):
+    def __init__(self, name: str, text: str, kind: str = "text", size: int = 0, sha256: str = "") -> None:
         import bm25s
 
         self.name, self.kind, self.size, self.sha256 = name, kind, size, sha256

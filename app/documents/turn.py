@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.retrieval import Index
 from engine.context.policy import reply_room
+from engine.protocol import EngineAPI
 from engine.types import GenerationParams
 
 # Tokens left free for the chat template's role markers around the messages.
@@ -34,7 +35,7 @@ class Turn:
 
 
 async def prepare(
-    engine,
+    engine: EngineAPI,
     history: list[dict],
     question: str,
     documents: list[Attachment],
@@ -76,7 +77,9 @@ async def prepare(
     return turn
 
 
-async def _fit(engine, index: Index, question: str, tokens: int, params) -> tuple[Attachment, list[str]]:
+async def _fit(
+    engine: EngineAPI, index: Index, question: str, tokens: int, params: GenerationParams
+) -> tuple[Attachment, list[str]]:
     """The passages that fit in `tokens`, checked with the engine's count (shrunk until they do)."""
     chars = tokens * CHARS_PER_TOKEN
     for _ in range(6):

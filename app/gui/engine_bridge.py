@@ -120,7 +120,7 @@ class EngineBridge(QObject):
     async def _start(self, spec, fallback):
         try:
             await self.engine.start()
-        except Exception as e:  # the engine could not start at all: say why (a bug is logged)
+        except Exception as e:  # noqa: BLE001 - the engine could not start at all: say why (a bug is logged)
             self.last_error = _reason(e, "starting the engine")
             self._start_failed = True
             self.startFailed.emit(self.last_error)
@@ -142,7 +142,7 @@ class EngineBridge(QObject):
     async def _list_models(self):
         try:
             models = await self.engine.list_models()
-        except Exception as e:  # an empty menu, and the reason in the log
+        except Exception as e:  # noqa: BLE001 - an empty menu, and the reason in the log
             log.warning("listing models failed: %s", _reason(e, "listing models"))
             models = []
         self.modelsListed.emit(list(models))
@@ -156,7 +156,7 @@ class EngineBridge(QObject):
         self._set_state()
         try:
             info = await self.engine.load_model(spec, progress=self.loadProgress.emit)
-        except Exception as e:  # one line for the user; a bug's traceback goes to the log
+        except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
             self.last_error = _reason(e, "loading a model")
             self.loadFailed.emit(str(spec), self.last_error)
             return False
@@ -202,7 +202,7 @@ class EngineBridge(QObject):
             kwargs["progress"] = lambda p: self.taskProgress.emit(kind, p)
         try:
             info = await method(arg, **kwargs)
-        except Exception as e:  # one line for the user; a bug's traceback goes to the log
+        except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
             self.taskFailed.emit(kind, _reason(e, f"the model {kind}"))
             return None
         self.taskFinished.emit(kind, info)
@@ -233,7 +233,7 @@ class EngineBridge(QObject):
         except asyncio.CancelledError:
             self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
             raise
-        except Exception as e:  # one line for the user; a bug's traceback goes to the log
+        except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
             self._generating.discard(conv_id)
             self._set_state()
             self.turnFailed.emit(conv_id, _reason(e, "a reply"))
@@ -305,7 +305,7 @@ class EngineBridge(QObject):
     async def _forget(self, conv_id):
         try:
             await self.engine.forget(conv_id)
-        except Exception as e:  # deleting the chat went on; the cache's trouble goes to the log
+        except Exception as e:  # noqa: BLE001 - deleting the chat went on; the cache's trouble goes to the log
             log.warning("forget %s: %s", conv_id, _reason(e, "forgetting a chat's cache"))
 
     # --- shutdown -------------------------------------------------------

@@ -15,7 +15,7 @@ class SpanHighlighter(QSyntaxHighlighter):
     def __init__(self, document):
         super().__init__(document)
         self._starts: list[int] = []
-        self._runs: list[tuple[int, int, object]] = []  # (start, end, QTextCharFormat), UTF-16 offsets
+        self._runs: list[tuple[int, int, QTextCharFormat]] = []  # UTF-16 offsets
 
     def set_spans(self, spans, text: str):
         units = _utf16_offsets(text)

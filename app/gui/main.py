@@ -37,6 +37,7 @@ def run_app(argv=None, model: str | None = None) -> int:
     log.setup()
     qt_argv = [sys.argv[0] if sys.argv and sys.argv[0] else "chinwag"] + list(argv or [])
     app = QApplication.instance() or QApplication(qt_argv)
+    assert isinstance(app, QApplication)  # a widgets app: any earlier instance is one too
     app.setApplicationName("Chinwag")
     app.setApplicationDisplayName("Chinwag")
     app.setOrganizationName("Chinwag")
@@ -89,7 +90,7 @@ def run_app(argv=None, model: str | None = None) -> int:
         code = loop.run_forever() or 0
         try:
             loop.run_until_complete(window.shutdown())
-        except Exception as e:  # closing must not hide the window's own exit code
+        except Exception as e:  # noqa: BLE001 - closing must not hide the window's own exit code
             report_bug(e, "closing the window")
         # Delete the window here, on the GUI thread: left to the garbage collector it could
         # be collected on another thread (the engine's), which Qt does not allow.

@@ -25,7 +25,8 @@ class NoticeBar(QFrame):
             self.action_button.clicked.connect(callback)
             self.action_button.clicked.connect(self.dismiss)
             layout.addWidget(self.action_button)
-        close = QToolButton(text="✕")
+        close = QToolButton()
+        close.setText("✕")
         close.setAutoRaise(True)
         close.setToolTip("Dismiss")
         close.clicked.connect(self.dismiss)
@@ -48,7 +49,7 @@ class NoticeArea(QWidget):
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(8, 4, 8, 0)
         self._layout.setSpacing(4)
-        self._bars: dict = {}
+        self._bars: dict[str, NoticeBar] = {}
 
     def show_notice(self, key, text, kind="info", action=None, timeout_ms=0) -> NoticeBar:
         """Show text; a notice with the same key replaces the old one."""
@@ -61,7 +62,7 @@ class NoticeArea(QWidget):
             QTimer.singleShot(timeout_ms, bar, bar.dismiss)
         return bar
 
-    def _forget(self, bar):
+    def _forget(self, bar: NoticeBar) -> None:
         if self._bars.get(bar.key) is bar:
             del self._bars[bar.key]
 

@@ -4,6 +4,8 @@ block, a reply with versions (‹ 2/2 ›) and the download dialog's catalogue."
 import asyncio
 from pathlib import Path
 
+from engine.models.folders import STARTER_ID
+
 VERSIONS_QUESTION = "Give me a one-line Python function that squares a number."
 VERSIONS = [
     "Use a lambda: `square = lambda x: x * x`",
@@ -31,9 +33,7 @@ async def shoot_features(window, store, out_dir: Path, suffix: str = "") -> list
     conv = store.create_conversation("Square a number")
     question = store.add_message(conv.id, "user", VERSIONS_QUESTION)
     for text in VERSIONS:
-        store.add_message(
-            conv.id, "assistant", text, model_id="smollm2-135m-instruct", stats=SAMPLE_STATS, parent_id=question.id
-        )
+        store.add_message(conv.id, "assistant", text, model_id=STARTER_ID, stats=SAMPLE_STATS, parent_id=question.id)
     window.chat.refresh_list()
     window.chat.open_conversation(conv.id)
     window.composer.set_text("")

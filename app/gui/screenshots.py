@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.models.folders import STARTER_ID
 from engine.types import EngineStatus, FinishReason, ModelStatus
 
 SAMPLE_REPLY = """<think>The user wants to reverse a list. Mention slicing and reversed().</think>
@@ -116,7 +117,7 @@ def _fill(store):
         store.add_message(conv.id, "assistant", reply, stats=SAMPLE_STATS)
     conv = store.create_conversation()
     store.add_message(conv.id, "user", "How do I reverse a list in Python?")
-    store.add_message(conv.id, "assistant", SAMPLE_REPLY, model_id="smollm2-135m-instruct", stats=SAMPLE_STATS)
+    store.add_message(conv.id, "assistant", SAMPLE_REPLY, model_id=STARTER_ID, stats=SAMPLE_STATS)
     store.set_state("last_conversation", conv.id)
 
 
@@ -130,6 +131,7 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
     import qasync
 
     app = QApplication.instance() or QApplication(["chinwag"])
+    assert isinstance(app, QApplication)  # a widgets app: any earlier instance is one too
     app.setApplicationName("Chinwag")
     if dark:  # the whole set in the dark theme of Preferences
         from app.gui import theme
@@ -151,7 +153,7 @@ def take(out_dir: Path, dark: bool = False) -> list[Path]:
     written = []
 
     async def shoot():
-        await window.start_engine("smollm2-135m-instruct")
+        await window.start_engine(STARTER_ID)
         window.composer.set_text("Can you also show reversed()?")
         await asyncio.sleep(0.3)
         window.chat_view.scroll_to_bottom()

@@ -7,6 +7,7 @@ thread. Access from other machines needs a key: one is generated and shown in th
 
 import asyncio
 import secrets
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (
@@ -24,6 +25,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine.errors import ChinwagError
+
+if TYPE_CHECKING:
+    from app.server.run import ApiServer
 
 DEFAULT_PORT = 8080  # as `chinwag serve`
 # The window's own key, kept where the saved servers' keys are (a '/' no server name can hold).
@@ -53,7 +57,7 @@ class ServerControl(QObject):
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
         self.bridge = bridge
-        self.server = None  # app.server.run.ApiServer while running
+        self.server: ApiServer | None = None  # while running
         self._stopping = None  # the task stopping the last one: a new start waits for its port
         self.api_key = ""
 
@@ -86,7 +90,7 @@ class ServerControl(QObject):
         self.server, self.api_key = server, key
         self.changed.emit()
 
-    def _ended(self, server) -> None:
+    def _ended(self, server: "ApiServer") -> None:
         if self.server is server and server.task is not None and server.task.done():
             error = None if server.task.cancelled() else server.task.exception()
             self.server = None

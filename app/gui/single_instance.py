@@ -28,7 +28,7 @@ class WindowLock:
 
         self.path = Path(folder) / WINDOW_LOCK
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
         except OSError as e:
             raise ChinwagError(f"cannot open {self.path}: {e.strerror or e}") from e
         try:

@@ -3,6 +3,8 @@
 Applied to the whole QApplication from Preferences (store state "app_settings").
 """
 
+from typing import Any
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle
@@ -51,7 +53,7 @@ _LIGHT = {
     QPalette.ColorRole.BrightText: "#000000",
 }
 
-_system = {}  # the palette and font the app started with, to go back to "system"
+_system: dict[str, Any] = {}  # the palette and font the app started with, to go back to "system"
 _INDICATORS = (QStyle.PrimitiveElement.PE_IndicatorCheckBox, QStyle.PrimitiveElement.PE_IndicatorRadioButton)
 _MENU_EDGES = (QStyle.PrimitiveElement.PE_PanelMenu, QStyle.PrimitiveElement.PE_FrameMenu)
 
@@ -82,10 +84,15 @@ class VisibleIndicators(QProxyStyle):
         painter.restore()
 
 
-def palette_for(theme: str) -> QPalette:
+def _app() -> QApplication | None:
     app = QApplication.instance()
+    return app if isinstance(app, QApplication) else None  # a QCoreApplication has no palette
+
+
+def palette_for(theme: str) -> QPalette:
     if theme not in ("light", "dark"):
-        return QPalette(_system.get("palette", app.palette()))
+        app = _app()
+        return QPalette(_system.get("palette", app.palette() if app else QPalette()))
     palette = QPalette()
     for role, colour in (_DARK if theme == "dark" else _LIGHT).items():
         palette.setColor(role, QColor(colour))
@@ -104,7 +111,7 @@ def install_style() -> None:
 
 def apply(theme: str = "system", font_size: int = 0) -> None:
     """Set the app's palette and base font size (0: the system's size)."""
-    app = QApplication.instance()
+    app = _app()
     if app is None:
         return
     _system.setdefault("palette", QPalette(app.palette()))

@@ -510,7 +510,7 @@ class MainWindow(QMainWindow):
         self.chat.abandon()
         if not self.store.read_only:
             try:
-                self.store.set_state("window_geometry", bytes(self.saveGeometry().toBase64()).decode("ascii"))
+                self.store.set_state("window_geometry", bytes(self.saveGeometry().toBase64().data()).decode("ascii"))
             except ChinwagError:
                 pass
         super().closeEvent(event)

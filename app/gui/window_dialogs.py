@@ -17,7 +17,7 @@ from app.gui.models.download_dialog import CatalogueDownloadDialog
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.gui.window_keys import ShortcutsDialog
-from app.transcripts import export
+from app.transcripts import export, json_import
 from engine.errors import ChinwagError
 from engine.models.registry import display_name
 
@@ -121,7 +121,7 @@ class WindowDialogs(QObject):
 
     def import_from(self, path) -> bool:
         try:
-            conv = export.import_conversation(self.store, path)
+            conv = json_import.import_conversation(self.store, path)
         except ChinwagError as e:
             self.error.emit(f"Import failed: {e}")
             return False

@@ -4,8 +4,8 @@ and reads the bridge only for the loaded model and its KV memory."""
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
+from app.core.sizes import format_bytes
 from app.gui.chat.controller import reading_text
-from app.gui.chat.message_widget import format_bytes
 from engine.types import EngineStatus
 
 STATE_LABELS = {

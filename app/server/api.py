@@ -4,6 +4,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from app.server.auth import check_key
 from app.server.errors import ApiError, refuse
@@ -46,7 +48,7 @@ class ClosingStream(StreamingResponse):
     """A stream whose body is always closed when the response ends, a client disconnect included:
     closing it stops the engine's turn and frees the queue at once, not when it is garbage-collected."""
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
@@ -67,7 +69,7 @@ def _sse(data: dict | str) -> str:
 
 
 class Routes:
-    def __init__(self, service: ChatService, config: ServerConfig):
+    def __init__(self, service: ChatService, config: ServerConfig) -> None:
         self.service = service
         self.config = config
 
@@ -101,7 +103,7 @@ class Routes:
         return JSONResponse(shape.whole(text, outcome))
 
 
-async def _first(items) -> Started:
+async def _first(items: AsyncGenerator) -> Started:
     try:
         started = await anext(items)
     except BaseException:
@@ -114,7 +116,7 @@ async def _first(items) -> Started:
 class _Shape:
     """One response's JSON objects, chat or completion, whole or as stream chunks."""
 
-    def __init__(self, chat: bool, req: GenerationRequest, model: str):
+    def __init__(self, chat: bool, req: GenerationRequest, model: str) -> None:
         self.chat, self.req, self.model = chat, req, model
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
@@ -123,7 +125,7 @@ class _Shape:
     def _head(self, kind: str) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    async def collect(self, items) -> tuple[str, Outcome]:
+    async def collect(self, items: AsyncIterator) -> tuple[str, Outcome]:
         parts: list[str] = []
         async for item in items:
             if isinstance(item, Outcome):
@@ -153,7 +155,7 @@ class _Shape:
         choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         return {**self._head(self.kind), "choices": [choice]}
 
-    async def stream(self, items):
+    async def stream(self, items: AsyncGenerator) -> AsyncIterator[str]:
         async with aclosing(items):
             if self.chat:
                 yield _sse(self._chunk("", None, role=True))

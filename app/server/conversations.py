@@ -40,7 +40,7 @@ class Entry:
 
 
 class ConversationMap:
-    def __init__(self, path: Path | None = None, limit: int = MAX_CONVERSATIONS):
+    def __init__(self, path: Path | None = None, limit: int = MAX_CONVERSATIONS) -> None:
         self.path = path or paths.data_dir() / FILE_NAME
         self.limit = limit
         self.entries: OrderedDict[str, Entry] = OrderedDict()

@@ -22,7 +22,7 @@ ERROR_TYPES = {
 class ApiError(Exception):
     """A request the server refuses: its HTTP status and one line that says what and where."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -40,7 +40,7 @@ async def read_json(request: Request) -> dict:
     return body
 
 
-def depth(value) -> int:
+def depth(value: object) -> int:
     """How deeply lists and objects nest in `value` (iterative: no recursion limit to hit)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

@@ -89,7 +89,7 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _content(content, where: str) -> str:
+def _content(content: object, where: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):

@@ -5,9 +5,11 @@ window runs an `ApiServer` as a task on its own loop with its own engine.
 """
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -57,14 +59,13 @@ def bind(host: str, port: int) -> socket.socket:
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling (whoever runs it decides), stopping the engine's turns on exit."""
 
-    def __init__(self, config: uvicorn.Config, on_exit):
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
         super().__init__(config)
         self.on_exit = on_exit
 
-    def capture_signals(self):
-        import contextlib
-
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # signals stay with whoever runs the loop (chinwag serve, or the window)
 
     def request_exit(self) -> None:
         self.should_exit = True
@@ -74,7 +75,7 @@ class _Uvicorn(uvicorn.Server):
 class ApiServer:
     """The OpenAI-compatible server on an engine someone else owns (the window's, or serve_forever's)."""
 
-    def __init__(self, engine: EngineAPI, config: ServerConfig):
+    def __init__(self, engine: EngineAPI, config: ServerConfig) -> None:
         check_config(config)
         self.engine = engine
         self.config = config
@@ -128,7 +129,12 @@ class ApiServer:
         await asyncio.to_thread(self.service.conversations.save)
 
 
-async def serve_forever(config: ServerConfig, engine: EngineAPI, ready=None, stop: asyncio.Event | None = None) -> None:
+async def serve_forever(
+    config: ServerConfig,
+    engine: EngineAPI,
+    ready: Callable[[ApiServer], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
     """Load the model, serve until SIGINT/SIGTERM (or `stop` is set), then close the engine (saving caches).
 
     `ready(server)` is called once it listens.

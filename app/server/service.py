@@ -59,7 +59,7 @@ class Outcome:
 class StopScanner:
     """Cuts the reply at the first stop sequence; holds back text that may be the start of one."""
 
-    def __init__(self, stops: tuple[str, ...]):
+    def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = stops
         self.pending = ""
         self.hit = False
@@ -93,7 +93,9 @@ def finish_reason(stats: TurnStats, stopped: bool) -> str:
 
 
 class ChatService:
-    def __init__(self, engine: EngineAPI, allow_switch: bool = False, conversations: ConversationMap | None = None):
+    def __init__(
+        self, engine: EngineAPI, allow_switch: bool = False, conversations: ConversationMap | None = None
+    ) -> None:
         self.engine = engine
         self.allow_switch = allow_switch
         self.conversations = conversations or ConversationMap()
@@ -157,7 +159,9 @@ class ChatService:
             self.active = ""
             self.lock.release()
 
-    async def _turn(self, conv_id, model, request: GenerationRequest, client: str, waited: float):
+    async def _turn(
+        self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
+    ) -> AsyncGenerator[str | Outcome | Started, None]:
         scanner, reply, stats = StopScanner(request.stop), [], None
         prompt_tokens = emitted = 0
         refused = False

@@ -12,10 +12,15 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
 
 from app.tools.config import ServerConfig
 from app.tools.results import neutralise, result_text
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +71,15 @@ def _short(e: BaseException) -> str:
 class ServerConnection:
     """One MCP server: `start()` connects and lists its tools; `call()`; `stop()`."""
 
-    def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S):
+    def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S) -> None:
         self.config = config
         self.start_timeout = start_timeout
         self.tools: list = []  # mcp Tool objects
         self.error = ""  # why it is not running
-        self._session = None
+        self._session: ClientSession | None = None
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
-        self._errlog = None
+        self._errlog: TextIO | None = None
 
     @property
     def name(self) -> str:
@@ -98,7 +103,7 @@ class ServerConnection:
             return True
         except TimeoutError:
             self.error = f"did not answer within {self.start_timeout:g} s of starting"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a server that fails to start in any way is one line (its error); the chat goes on
             self.error = self._why(e)
         await self.stop()
         return False
@@ -160,7 +165,7 @@ class ServerConnection:
             if not ready.done():
                 ready.cancel()
             raise
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - the starter awaiting `ready` learns every way the connection ended
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
             else:
@@ -186,7 +191,7 @@ class ServerConnection:
             return failed(f"{self.name}/{tool} did not answer within {timeout:g} s")
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever a server does to a call is one failed tool result, not a crash of the chat
             if _closed(e) or not self.running:
                 await asyncio.sleep(0.2)  # its last words reach the stderr file
                 self.error = self.error or self._why(e)
@@ -204,7 +209,7 @@ class ServerConnection:
         self._stop.set()
         try:
             await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)
-        except (TimeoutError, Exception):
+        except (TimeoutError, Exception):  # noqa: BLE001 - a connection that ends badly is cancelled all the same
             task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, STOP_TIMEOUT_S)
@@ -219,7 +224,7 @@ class ServerConnection:
 class ToolHost:
     """The MCP servers of one chat session: their tools under unique names, calls routed by name."""
 
-    def __init__(self, configs, start_timeout: float = START_TIMEOUT_S):
+    def __init__(self, configs: Sequence[ServerConfig], start_timeout: float = START_TIMEOUT_S) -> None:
         self.connections = {c.name: ServerConnection(c, start_timeout) for c in configs}
 
     async def start(self) -> dict:

@@ -8,9 +8,11 @@ they are when it writes the file. No Qt, no MLX.
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from engine import paths
@@ -82,7 +84,7 @@ def settings_path() -> Path:
 # --- reading ------------------------------------------------------------------------------
 
 
-def _read(path: Path, default):
+def _read(path: Path, default: object) -> object:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -92,7 +94,7 @@ def _read(path: Path, default):
     return parse_json(raw, path)
 
 
-def parse_json(raw: bytes, path) -> object:
+def parse_json(raw: bytes, path: Path | str) -> object:
     """JSON text, or one line naming the file and the place where it is not JSON."""
     try:
         return json.loads(raw.decode("utf-8"))
@@ -104,7 +106,7 @@ def parse_json(raw: bytes, path) -> object:
         raise ChinwagError(f"{path} is nested too deeply") from None
 
 
-def _strings(value, where: str, path) -> dict:
+def _strings(value: object, where: str, path: Path | str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
@@ -112,7 +114,7 @@ def _strings(value, where: str, path) -> dict:
     return dict(value)
 
 
-def parse_servers(data, path) -> list:
+def parse_servers(data: object, path: Path | str) -> list:
     """The servers of an mcp.json document (without Chinwag's settings); ChinwagError naming the place."""
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
         raise ChinwagError(f'{path}: expected {{"mcpServers": {{"NAME": {{...}}}}}} at the top')
@@ -141,7 +143,7 @@ def parse_servers(data, path) -> list:
     return servers
 
 
-def _policy(value, where: str, path) -> Policy:
+def _policy(value: Any, where: str, path: Path | str) -> Policy:  # value: a JSON value
     try:
         return Policy(value)
     except ValueError:
@@ -180,12 +182,19 @@ def load() -> ToolsConfig:
 # --- writing ------------------------------------------------------------------------------
 
 
-def _write(path: Path, data) -> None:
+def _write(path: Path, data: object) -> None:
     # 0600: env and headers may hold API keys.
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=0o600)
 
 
-def add_server(name: str, command: str = "", args=(), env=None, url: str = "", headers=None) -> ServerConfig:
+def add_server(
+    name: str,
+    command: str = "",
+    args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    url: str = "",
+    headers: dict[str, str] | None = None,
+) -> ServerConfig:
     """Add (or replace) a server in mcp.json, keeping every other key of the file."""
     path = mcp_path()
     data = _read(path, {"mcpServers": {}})
@@ -217,7 +226,7 @@ def remove_server(name: str) -> None:
         _write(settings_path(), settings)
 
 
-def _update_settings(name: str, change) -> None:
+def _update_settings(name: str, change: Callable[[dict], None]) -> None:
     load().server(name)  # it exists, and both files are readable
     settings = _read(settings_path(), {})
     assert isinstance(settings, dict)
@@ -248,7 +257,7 @@ def set_max_rounds(rounds: int) -> None:
     _write(settings_path(), settings)
 
 
-def import_file(source) -> list:
+def import_file(source: str | Path) -> list:
     """Add every server of another app's mcp.json (Claude Desktop, Cursor, LM Studio); their names."""
     source = Path(source)
     servers = parse_servers(_read(source, None) if source.exists() else _missing(source), source)
@@ -257,5 +266,5 @@ def import_file(source) -> list:
     return [s.name for s in servers]
 
 
-def _missing(source: Path):
+def _missing(source: Path) -> NoReturn:
     raise ChinwagError(f"cannot read {source}: no such file")

@@ -31,7 +31,7 @@ class Approvals:
             return Policy.ALLOW
         try:
             return self.tools_config.server(server).policy_for(tool)
-        except Exception:  # a server not in the file (removed meanwhile): ask
+        except Exception:  # noqa: BLE001 - a server not in the file (removed meanwhile): ask
             return Policy.ASK
 
     def answer(self, server: str, tool: str, answer: Answer) -> bool:

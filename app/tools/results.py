@@ -6,6 +6,12 @@ are neutralised, and binary content (images, audio, blobs) is described, never d
 
 import json
 import re
+from typing import TYPE_CHECKING, Any
+
+from app.core.sizes import format_bytes
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult
 
 MAX_RESULT_CHARS = 16_000  # a result longer than this is cut (a 4K-context model could not read it anyway)
 # ANSI escape sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte ESC sequences.
@@ -21,21 +27,17 @@ def neutralise(text: str) -> str:
     return _SURROGATE.sub("\ufffd", _CONTROLS.sub("\ufffd", text))
 
 
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
-
-
 def _b64_size(data: str) -> int:
     return len(data) * 3 // 4
 
 
-def describe_block(block) -> str:
+def describe_block(block: Any) -> str:  # an mcp content block (text, image, audio, resource)
     """One content block of a CallToolResult as text."""
     kind = getattr(block, "type", "")
     if kind == "text":
         return block.text
     if kind in ("image", "audio"):
-        return f"[{kind}: {block.mime_type}, {_size(_b64_size(block.data))}, not shown]"
+        return f"[{kind}: {block.mime_type}, {format_bytes(_b64_size(block.data))}, not shown]"
     if kind == "resource_link":
         return f"[link: {block.uri}]"
     if kind == "resource":
@@ -44,7 +46,7 @@ def describe_block(block) -> str:
         if isinstance(text, str):
             return f"[resource {res.uri}]\n{text}"
         mime = getattr(res, "mime_type", None) or "binary"
-        return f"[resource {res.uri}: {mime}, {_size(_b64_size(getattr(res, 'blob', '')))}, not shown]"
+        return f"[resource {res.uri}: {mime}, {format_bytes(_b64_size(getattr(res, 'blob', '')))}, not shown]"
     return f"[{kind or 'unknown'} content, not shown]"
 
 
@@ -55,7 +57,7 @@ def bound(text: str, limit: int = MAX_RESULT_CHARS) -> tuple[str, bool]:
     return text[:limit] + f"\n[… cut: the result was {len(text)} characters, the first {limit} are shown]", True
 
 
-def result_text(result, limit: int = MAX_RESULT_CHARS) -> tuple[str, bool]:
+def result_text(result: "CallToolResult", limit: int = MAX_RESULT_CHARS) -> tuple[str, bool]:
     """A CallToolResult as (bounded, neutralised text, whether it was cut)."""
     parts = [describe_block(b) for b in result.content]
     if not parts and result.structured_content is not None:

@@ -2,15 +2,17 @@
 
 import re
 
+from app.core.attachments import StoredAttachment
+from app.core.sizes import format_bytes
 from app.transcripts.markdown_html import _esc
 
 
-def _label(a) -> str:
-    size = f"{a.size / 1024:,.0f} KB" if a.size >= 1024 else f"{a.size} bytes"
+def _label(a: StoredAttachment) -> str:
+    size = format_bytes(a.size)
     return f"{a.name} ({a.kind.upper() if a.kind != 'text' else 'text'}, {size})"
 
 
-def markdown(attachments) -> str:
+def markdown(attachments: list[StoredAttachment]) -> str:
     parts = []
     for a in attachments:
         longest = max((len(run) for run in re.findall(r"`+", a.text)), default=0)
@@ -19,14 +21,14 @@ def markdown(attachments) -> str:
     return "\n\n".join(parts)
 
 
-def text(attachments) -> list[str]:
+def text(attachments: list[StoredAttachment]) -> list[str]:
     out = []
     for a in attachments:
         out += ["", f"[Attachment: {_label(a)}]", a.text.rstrip("\n"), f"[End of {a.name}]"]
     return out
 
 
-def html(attachments, for_print: bool) -> str:
+def html(attachments: list[StoredAttachment], for_print: bool) -> str:
     out = []
     for a in attachments:
         body = f'<pre class="attachment-text">{_esc(a.text.rstrip())}</pre>'

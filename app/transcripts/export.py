@@ -1,4 +1,4 @@
-"""Export a conversation as md, json, html, txt or pdf; import the json back.
+"""Export a conversation as md, json, html, txt or pdf (app/transcripts/json_import.py reads the json back).
 
 Markdown → HTML lives in app/transcripts/markdown_html.py and the Qt pdf writer in app/transcripts/export_pdf.py,
 imported only for a pdf so that the CLI and tests of the other formats stay light.
@@ -8,24 +8,18 @@ Every file is written atomically (engine/atomic.py); a FIFO, device or folder ta
 from __future__ import annotations
 
 import json
-import math
 import re
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.core import attachments as attached
-from app.core.message_tree import active_path
-from app.core.settings import settings_problems
-from app.core.store import STATUSES, Conversation, Message
+from app.core.store import Conversation, Message, MessageRole, MessageStatus
 from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
-
-# markdown_to_html and split_think are re-exported: callers import them from app.transcripts.export.
-from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html, split_think
-from engine.atomic import describe_kind, writable_target, write_atomic
+from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html
+from engine.atomic import writable_target, write_atomic
 from engine.errors import ChinwagError
+from engine.text import split_think
 
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
@@ -34,13 +28,11 @@ FORMAT_VERSION = 1
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SYSTEM_HEADING = "System prompt"
 SYSTEM_NOTE = "read before every reply; this is the chat's current one"
-MAX_IMPORT_BYTES = 512 << 20
-MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
-MAX_DEPTH = 32  # an export is 4 levels deep; stats and settings add little
-MAX_TIMESTAMP = 253402300799  # 9999-12-31: every later display of the time still works
 
 
-def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable[[str], str] | None = None) -> Path:
+def export_conversation(
+    conv: Conversation, fmt: str, path: str | Path, model_name: Callable[[str], str] | None = None
+) -> Path:
     """Write conv to path in fmt (one of FORMATS); returns the path written.
 
     model_name shows a model id as people know it (default: the registry's names); json keeps the ids."""
@@ -56,7 +48,8 @@ def export_conversation(conv: Conversation, fmt: str, path, model_name: Callable
     elif fmt == "json":
         data = to_json(conv).encode("utf-8", "replace")
     else:
-        text = {"md": to_markdown, "html": to_html, "txt": to_text}[fmt](conv, names=model_names(conv, model_name))
+        renderers: dict[str, Callable[..., str]] = {"md": to_markdown, "html": to_html, "txt": to_text}
+        text = renderers[fmt](conv, names=model_names(conv, model_name))
         data = text.encode("utf-8", "replace")  # a lone surrogate cannot be UTF-8
     write_atomic(path, data)
     return path
@@ -105,7 +98,7 @@ def _tree_json(tree: list) -> list:
     order: list = []  # (message, whether its parent was dropped)
     placed: set = set()
 
-    def place(m, detached=False):
+    def place(m: Message, detached: bool = False) -> None:
         stack = [(m, detached)]
         while stack:
             node, cut = stack.pop()
@@ -164,14 +157,16 @@ def to_markdown(conv: Conversation, names: dict | None = None) -> str:
 
 
 def _markdown_body(m: Message) -> str:
-    if m.role != "assistant" or "think>" not in m.content:
+    if m.role != MessageRole.ASSISTANT or "think>" not in m.content:
         # An unclosed fence would swallow every later section.
         return _close_fences(m.content).rstrip("\n")
     parts = []
-    for kind, text in split_think(m.content):
-        text = _close_fences(text.strip("\n"))
+    for part in split_think(m.content):
+        if not part.text.strip():
+            continue
+        text = _close_fences(part.text.strip("\n"))
         # Renderers like GitHub's show this collapsed, as the html export does.
-        parts.append(f"<details><summary>Thinking</summary>\n\n{text}\n\n</details>" if kind == "think" else text)
+        parts.append(f"<details><summary>Thinking</summary>\n\n{text}\n\n</details>" if part.kind == "think" else text)
     return "\n\n".join(parts)
 
 
@@ -242,11 +237,14 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
     """The message's HTML, one string per top-level block (a thinking section is one)."""
     # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
     inline = False if for_print else None
-    if m.role != "assistant":
+    if m.role != MessageRole.ASSISTANT:
         return markdown_blocks(m.content, inline)
     out = []
-    for kind, text in split_think(m.content):
-        if kind == "text":
+    for part in split_think(m.content):
+        text = part.text
+        if not text.strip():
+            continue
+        if part.kind == "text":
             out += markdown_blocks(text, inline)
         elif for_print:
             out.append(f'<div class="think"><p class="think-label">Thinking</p>{markdown_to_html(text, inline)}</div>')
@@ -329,178 +327,10 @@ def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
     return html_to_pdf(to_html(conv, for_print=True, names=names), _one_line(conv.title))
 
 
-# -- import --------------------------------------------------------------------
-
-
-def import_conversation(store, path) -> Conversation:
-    """Read a json export into the store as a new conversation (new id, all else equal).
-
-    Everything is checked before anything is written, and the write is one transaction.
-    """
-    path = Path(path).expanduser()
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):  # a named pipe would wait forever, a device never ends
-            raise ChinwagError(f"cannot import {path}: it is {describe_kind(st.st_mode)}, not a file")
-        if st.st_size > MAX_IMPORT_BYTES:
-            raise ChinwagError(
-                f"cannot import {path}: it is over {MAX_IMPORT_BYTES >> 20} MB, larger than any conversation export"
-            )
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ChinwagError(f"cannot import {path}: {e.strerror or e}") from e
-    except ValueError as e:  # a NUL byte in the name
-        raise ChinwagError(f"cannot import {str(path)!r}: {e}") from e
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ChinwagError(f"cannot import {path}: not UTF-8 text (bad byte at offset {e.start})") from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ChinwagError(f"cannot import {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    except RecursionError as e:
-        raise ChinwagError(f"cannot import {path}: its JSON is nested too deeply to be a conversation export") from e
-    try:
-        conv = _conversation_from_json(data)
-    except ValueError as e:
-        raise ChinwagError(f"cannot import {path}: {e}") from e
-    return store.insert_conversation(conv)
-
-
-def _conversation_from_json(data) -> Conversation:
-    if not isinstance(data, dict) or data.get("format") != FORMAT_MARKER:
-        raise ValueError('not a Chinwag conversation export (no "format": "chinwag-conversation")')
-    version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError("missing or invalid format version")
-    if version > FORMAT_VERSION:
-        raise ValueError(f"made by a newer Chinwag (format version {version}, this one reads {FORMAT_VERSION})")
-    c = data.get("conversation")
-    if not isinstance(c, dict):
-        raise ValueError('"conversation" is missing or not an object')
-    now = time.time()
-    conv = Conversation(
-        id="",
-        title=_field(c, "title", str, "conversation", default="Imported chat"),
-        created_at=_number(c, "created_at", "conversation", now),
-        updated_at=_number(c, "updated_at", "conversation", now),
-        model_id=_field(c, "model_id", str, "conversation", default=""),
-        settings=_field(c, "settings", dict, "conversation", default={}),
-    )
-    if len(conv.title) > MAX_TITLE_CHARS or len(conv.model_id) > MAX_TITLE_CHARS:
-        raise ValueError(f"conversation.title or model_id is over {MAX_TITLE_CHARS} characters")
-    problems = settings_problems(conv.settings)
-    if problems:
-        raise ValueError("conversation." + "; ".join(problems[:3]))
-    messages = data.get("messages")
-    if not isinstance(messages, list):
-        raise ValueError('"messages" is missing or not a list')
-    tree = data.get("tree")
-    if tree is not None:
-        conv.tree = _tree_from_json(tree, now)
-    for i, m in enumerate(messages):
-        conv.messages.append(_message_from_json(m, f"messages[{i}]", i, now))
-    if conv.tree:
-        conv.messages = active_path(conv.tree)  # the tree is the whole truth; "messages" its shown path
-    _check_text(data)
-    return conv
-
-
-def _message_from_json(m, where: str, index: int, now: float) -> Message:
-    if not isinstance(m, dict):
-        raise ValueError(f"{where} is not an object")
-    status = _field(m, "status", str, where, default="complete")
-    if status not in STATUSES:
-        raise ValueError(f"{where}.status {status!r} is not one of {', '.join(STATUSES)}")
-    stats = m.get("stats")
-    if stats is not None and not isinstance(stats, dict):
-        raise ValueError(f"{where}.stats is not an object")
-    role = _field(m, "role", str, where)
-    if role not in ROLE_NAMES:
-        raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
-    return Message(
-        id=index,
-        conversation_id="",
-        position=index,
-        role=role,
-        content=_field(m, "content", str, where),
-        status=status,
-        created_at=_number(m, "created_at", where, now),
-        model_id=_field(m, "model_id", str, where, default=""),
-        stats=stats,
-        attachments=attached.from_json(m.get("attachments"), where),
-    )
-
-
-def _tree_from_json(tree, now: float) -> list[Message]:
-    """Every version of every message; a parent must come before its children."""
-    if not isinstance(tree, list):
-        raise ValueError('"tree" is not a list')
-    out = []
-    for i, m in enumerate(tree):
-        where = f"tree[{i}]"
-        msg = _message_from_json(m, where, i, now)
-        parent = m.get("parent")
-        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
-            raise ValueError(f"{where}.parent is not the index of an earlier message")
-        active = m.get("active", True)
-        if not isinstance(active, bool):
-            raise ValueError(f"{where}.active is not true or false")
-        msg.parent_id, msg.active = parent, active
-        out.append(msg)
-    return out
-
-
-_MISSING = object()
-
-
-def _field(obj: dict, key: str, kind: type, where: str, default=_MISSING):
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or (value is None and default is not _MISSING):
-        if default is _MISSING:
-            raise ValueError(f"{where}.{key} is missing")
-        return default
-    if not isinstance(value, kind):
-        raise ValueError(f"{where}.{key} is not {'text' if kind is str else 'an object'}")
-    return value
-
-
-def _number(obj: dict, key: str, where: str, default: float) -> float:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}.{key} is not a finite number")
-    if not 0 <= value <= MAX_TIMESTAMP:
-        raise ValueError(f"{where}.{key} {value!r:.40} is not a time between 1970 and 9999")
-    return value
-
-
-def _check_text(value):
-    """JSON may spell lone surrogates (\\ud800) that no UTF-8 database can store; and nothing
-    in an export is nested deeper than MAX_DEPTH, so reading it back from the store is safe."""
-    stack = [(value, 0)]  # a loop, not recursion
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ValueError(f"it is nested more than {MAX_DEPTH} levels deep")
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as e:
-                near = value[max(0, e.start - 20) : e.start]
-                raise ValueError(f"text contains an invalid character (lone surrogate) near {near!r}") from e
-        elif isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in (*value.keys(), *value.values()))
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-
-
 # -- small helpers -------------------------------------------------------------
 
 
-def _one_line(text) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text or "").split()) or "Untitled"
 
 
@@ -508,7 +338,7 @@ def _role_name(role: str) -> str:
     return ROLE_NAMES.get(role, str(role).title() or "Unknown")
 
 
-def _when(ts) -> str:
+def _when(ts: float) -> str:
     try:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
     except (OverflowError, OSError, ValueError, TypeError):
@@ -563,9 +393,9 @@ def _tool_meta(role: str, stats: dict) -> list:
 def _message_meta(m: Message, names: dict) -> str:
     """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
     bits = []
-    if m.role == "assistant" and m.model_id:
+    if m.role == MessageRole.ASSISTANT and m.model_id:
         bits.append(names.get(m.model_id, m.model_id))
-    if m.status != "complete":
+    if m.status != MessageStatus.COMPLETE:
         bits.append(m.status)
     if m.versions > 1:  # the export shows this one; JSON keeps the others
         bits.append(f"version {m.version} of {m.versions}")

@@ -6,13 +6,14 @@ a pdf, so the CLI and the other formats never load PySide6.
 
 import os
 import sys
+from typing import Any
 
 from engine.errors import ChinwagError
 
 _qt_app = None  # a QGuiApplication we had to create for pdf; kept alive for the process
 
 
-def _qt():
+def _qt() -> Any:  # the QtGui module
     """PySide6's QtGui, with an application to lay text out (offscreen when there is no display)."""
     global _qt_app
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -45,7 +46,7 @@ def html_to_pdf(page_html: str, title: str) -> bytes:
     return bytes(data.data())
 
 
-def print_document(page_html: str):
+def print_document(page_html: str) -> Any:  # a QTextDocument
     """The QTextDocument that html_to_pdf prints."""
     QtGui = _qt()
     doc = QtGui.QTextDocument()
@@ -57,7 +58,7 @@ def print_document(page_html: str):
     return doc
 
 
-def _unpaint_lines_in_cells(doc, QtGui) -> None:
+def _unpaint_lines_in_cells(doc: Any, QtGui: Any) -> None:
     """Qt's HTML import gives every line in a coloured table cell the cell's background, and each
     line painted over the one above would hide its underscores: the cell paints it once."""
     background = QtGui.QTextFormat.Property.BackgroundBrush

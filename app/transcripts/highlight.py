@@ -14,6 +14,7 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pygments.lexers import get_lexer_by_name
 from pygments.styles import get_style_by_name
@@ -73,7 +74,7 @@ def guess_language(code: str) -> str:
             pass
     lines = text.split("\n")[:200]
     scores = {lang: sum(1 for line in lines if rx.search(line)) for lang, rx in _GUESS_RES}
-    best = max(scores, key=scores.get)
+    best = max(scores, key=scores.__getitem__)
     ranked = sorted(scores.values(), reverse=True)
     # A clear winner only: at least one hit, and more than any other language.
     if ranked[0] == 0 or ranked[0] == ranked[1]:
@@ -90,7 +91,7 @@ def resolve_language(code: str, lang: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _lexer(lang: str):
+def _lexer(lang: str) -> Any:  # a Pygments lexer, or None
     try:
         # Keep the text exactly as given: offsets must line up with the original.
         return get_lexer_by_name(lang, stripnl=False, stripall=False, ensurenl=False)
@@ -116,12 +117,12 @@ def tokens(code: str, lang: str) -> list[tuple[object, str]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _style(dark: bool):
+def _style(dark: bool) -> Any:  # a Pygments style class
     return get_style_by_name(DARK_STYLE if dark else LIGHT_STYLE)
 
 
 @functools.lru_cache(maxsize=2048)
-def _look(ttype, dark: bool) -> tuple[str, bool, bool]:
+def _look(ttype: Any, dark: bool) -> tuple[str, bool, bool]:
     style = _style(dark).style_for_token(ttype)
     return ("#" + style["color"]) if style["color"] else "", bool(style["bold"]), bool(style["italic"])
 
@@ -137,7 +138,7 @@ def spans(code: str, lang: str, dark: bool = False) -> list[Span]:
     return out
 
 
-def _short(ttype) -> str:
+def _short(ttype: Any) -> str:
     while ttype not in STANDARD_TYPES:
         ttype = ttype.parent
     return STANDARD_TYPES[ttype]

@@ -1,4 +1,4 @@
-"""A small Markdown → HTML converter for exported conversations, and the <think> splitter.
+"""A small Markdown → HTML converter for exported conversations.
 
 Covers what chat models write: headings, paragraphs, lists (nested, ordered, tasks),
 block quotes, fenced code, tables, rules, code spans, bold/italic/strike, links.
@@ -11,9 +11,9 @@ import html
 import re
 import unicodedata
 
+from app.transcripts.blocks import fence_start, is_fence_close
 from app.transcripts.highlight import highlight_html
 
-_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _ITEM = re.compile(r"^( *)([-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
@@ -35,50 +35,21 @@ def markdown_blocks(text: str, inline_colors: bool | None = None) -> list[str]:
     return _blocks(lines, hl=inline_colors)
 
 
-def split_think(text: str) -> list[tuple[str, str]]:
-    """[("think"|"text", part)...]; an unclosed <think> runs to the end, and a lone
-    leading </think> closes a block the chat template opened."""
-    parts = []
-    close, opening = text.find("</think>"), text.find("<think>")
-    if close >= 0 and (opening < 0 or close < opening):
-        parts.append(("think", text[:close]))
-        text = text[close + len("</think>") :]
-    pos = 0
-    for m in re.finditer(r"<think>(.*?)(?:</think>|\Z)", text, re.S):
-        parts += [("text", text[pos : m.start()]), ("think", m.group(1))]
-        pos = m.end()
-    parts.append(("text", text[pos:]))
-    return [(k, t) for k, t in parts if t.strip()]
-
-
 def _close_fences(text: str) -> str:
     """Text with any unclosed code fence closed at the end (app.transcripts.export's markdown uses it)."""
     fence = None
     for line in text.split("\n"):
-        m = _FENCE_OPEN.match(line)
         if fence is None:
-            if m and not (m.group(2)[0] == "`" and "`" in m.group(3)):
-                fence = m.group(2)
-        elif _is_fence_close(line, fence):
+            opened = fence_start(line)
+            fence = opened.mark if opened else None
+        elif is_fence_close(line, fence):
             fence = None
     if fence is None:
         return text
     return text.rstrip("\n") + "\n" + fence
 
 
-def _is_fence_close(line: str, fence: str) -> bool:
-    m = re.match(r"^ {0,3}(`+|~+)[ \t]*$", line)
-    return bool(m) and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
-
-
-def _fence_start(line: str):
-    m = _FENCE_OPEN.match(line)
-    if not m or (m.group(2)[0] == "`" and "`" in m.group(3)):
-        return None
-    return m
-
-
-def _table_start(lines, i) -> bool:
+def _table_start(lines: list[str], i: int) -> bool:
     return (
         "|" in lines[i]
         and i + 1 < len(lines)
@@ -88,10 +59,10 @@ def _table_start(lines, i) -> bool:
     )
 
 
-def _starts_block(lines, i) -> bool:
+def _starts_block(lines: list[str], i: int) -> bool:
     """Whether line i interrupts a paragraph."""
     line = lines[i]
-    if _fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
+    if fence_start(line) or _HEADING.match(line) or _HR.match(line) or _QUOTE.match(line):
         return True
     m = _ITEM.match(line)
     if m and m.group(3) and (not m.group(2)[0].isdigit() or m.group(2)[:-1] == "1"):
@@ -108,15 +79,14 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
         if not line.strip():
             i += 1
             continue
-        fence = _fence_start(line)
+        fence = fence_start(line)
         if fence:
-            indent, mark, info = len(fence.group(1)), fence.group(2), fence.group(3).strip()
+            indent, mark, lang = fence.indent, fence.mark, fence.lang
             body, i = [], i + 1
-            while i < n and not _is_fence_close(lines[i], mark):
+            while i < n and not is_fence_close(lines[i], mark):
                 body.append(re.sub(f"^ {{0,{indent}}}", "", lines[i]))
                 i += 1
             i += 1  # the closing fence; an unclosed block simply runs to the end
-            lang = info.split()[0] if info else ""
             cls = f' class="language-{_esc(lang)}"' if lang else ""
             out.append(f"<pre><code{cls}>{highlight_html(chr(10).join(body), lang, hl)}</code></pre>\n")
             continue
@@ -164,8 +134,9 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
     return out
 
 
-def _list(lines, i, depth, hl=None):
+def _list(lines: list[str], i: int, depth: int, hl: bool | None = None) -> tuple[str, int]:
     first = _ITEM.match(lines[i])
+    assert first is not None  # _blocks calls this on a list item
     base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
     start = int(first.group(2)[:-1]) if ordered else 1
     items, tight, n = [], True, len(lines)
@@ -211,9 +182,9 @@ def _list(lines, i, depth, hl=None):
     return f"<{tag}{attr}>\n{''.join(parts)}</{tag}>\n", i
 
 
-def _same_list(line, base, ordered) -> bool:
+def _same_list(line: str, base: int, ordered: bool) -> bool:
     m = _ITEM.match(line)
-    return bool(m) and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
+    return m is not None and len(m.group(1)) == base and m.group(2)[0].isdigit() == ordered
 
 
 def _cells(line: str) -> list[str]:
@@ -242,7 +213,7 @@ def _cells(line: str) -> list[str]:
     return cells
 
 
-def _table(lines, i):
+def _table(lines: list[str], i: int) -> tuple[str, int]:
     header, seps = _cells(lines[i]), _cells(lines[i + 1])
     aligns = []
     for s in seps:
@@ -251,7 +222,7 @@ def _table(lines, i):
 
     styles = [f' style="text-align:{a}"' if a else "" for a in aligns]
 
-    def row(cells, tag):
+    def row(cells: list[str], tag: str) -> str:
         cells = (cells + [""] * len(aligns))[: len(aligns)]
         return "<tr>" + "".join(f"<{tag}{st}>{_inline(c)}</{tag}>" for c, st in zip(cells, styles)) + "</tr>\n"
 
@@ -281,7 +252,7 @@ def _punct(ch: str) -> bool:
 class _Run:
     """A run of *, _ or ~ that may open or close emphasis."""
 
-    def __init__(self, char: str, count: int, index: int):
+    def __init__(self, char: str, count: int, index: int) -> None:
         self.char, self.count, self.index = char, count, index
         self.opens: list[str] = []
         self.closes: list[str] = []
@@ -380,5 +351,5 @@ def _inline(text: str, links: bool = True) -> str:
     return re.sub(r"\x00(\d+)\x00", lambda m: stash[int(m.group(1))], out)
 
 
-def _esc(text) -> str:
+def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)

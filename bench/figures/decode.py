@@ -18,6 +18,7 @@ import uuid
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, ratio
 from bench.reporting import COLORS, Figure, Run, f, model_label, pyplot, ratio_word, table
+from engine.models.folders import STARTER_ID
 
 PROMPT = (
     "Write a long, detailed story about a lighthouse keeper who finds an old map "
@@ -89,12 +90,11 @@ def run_mlx_lm(model, tokenizer, messages, max_tokens):
 async def main_async(args):
     from engine import Engine
     from engine.local import loading
-    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()
     engine = Engine()
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     model, tokenizer = loading.load(path)  # what the engine does: float32 parameters on CPU
     messages = [{"role": "user", "content": PROMPT}]
 

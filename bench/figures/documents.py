@@ -30,6 +30,7 @@ from pathlib import Path
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
 from bench.reporting import Figure, pyplot
+from engine.models.folders import STARTER_ID
 
 REAL_PDFS = [
     "/usr/share/doc/libtasn1-doc/libtasn1.pdf",
@@ -106,7 +107,6 @@ async def main_async(args):
     from bench.figures.followup import MlxLmChat
     from engine import Engine, GenerationParams
     from engine.local import loading
-    from engine.models import registry
 
     started = time.perf_counter()
     common.temp_home()  # never the user's chats or saved caches
@@ -119,7 +119,7 @@ async def main_async(args):
 
     params = GenerationParams(temperature=0.0, max_tokens=args.reply_tokens, speculative=False)
     engine = Engine(idle_work=False)
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     model, tokenizer = loading.load(common.starter_path())
     item, doc_tokens = await document_of(engine, source, args.doc_tokens, params)
     log(f"document: {doc_tokens} tokens from {source.name}")
@@ -175,7 +175,7 @@ async def main_async(args):
     log("restart: close the engine, start a new one, ask once more")
     await engine.close()
     engine = Engine(idle_work=False)
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     after = last_history + [{"role": "user", "content": QUESTIONS[5]}]
     ttft_restart, _, stats_restart = await timed_chat(engine, last_conv, after, params)
     once = f"bench-re-{uuid.uuid4().hex[:8]}"

@@ -26,6 +26,7 @@ import uuid
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
 from bench.reporting import COLORS, Figure, f, model_label, pyplot, table
+from engine.models.folders import STARTER_ID
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -105,12 +106,11 @@ class MlxLmChat:
 async def main_async(args):
     from engine import Engine
     from engine.local import loading
-    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()
     engine = Engine()
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     model, tokenizer = loading.load(path)
     from bench.figures.decode import describe
 

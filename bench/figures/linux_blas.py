@@ -21,6 +21,7 @@ import sys
 import time
 
 from bench.reporting import COLORS, Figure, f, mb, pyplot, table
+from engine.models.folders import STARTER_ID
 
 CONFIGS = {
     "reference BLAS, quantized": {"openblas": False, "dequantize": False},
@@ -59,12 +60,11 @@ def child(tokens: int) -> dict:
 
     from bench.common import timed_chat
     from engine import Engine, GenerationParams
-    from engine.models import registry
 
     async def run():
         engine = Engine()
         t = time.perf_counter()
-        await engine.load_model(registry.STARTER_ID)
+        await engine.load_model(STARTER_ID)
         out["load_s"] = time.perf_counter() - t
         model = engine._local.session.model  # read only: how the engine loaded it
         out["quantized"] = any(hasattr(m, "bits") for _, m in model.named_modules())

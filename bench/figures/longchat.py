@@ -28,6 +28,7 @@ import time
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median
 from bench.reporting import COLORS, Figure, f, pyplot, table
+from engine.models.folders import STARTER_ID
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
 TOPICS = [
@@ -232,7 +233,6 @@ def chat(session, model, tokenizer, turns, cap, reply_tokens):
 
 async def restart(tokens, reply_tokens):
     from engine import Engine, GenerationParams, TextDelta
-    from engine.models import registry
 
     home = common.temp_home()
     params = GenerationParams(temperature=0.0, max_tokens=reply_tokens)
@@ -241,7 +241,7 @@ async def restart(tokens, reply_tokens):
 
     async def one_turn(messages):
         engine = Engine()
-        await engine.load_model(registry.STARTER_ID)
+        await engine.load_model(STARTER_ID)
         parts, stats = [], None
         async for ev in engine.chat("bench-restart", messages, params):
             if isinstance(ev, TextDelta):
@@ -315,7 +315,7 @@ def main(argv=None):
     result["fit"] = fit_times(tokenizer, [50, 200, 1000])
     if not args.skip_chat:
         session = Session()
-        session.load("smollm2-135m-instruct")
+        session.load(STARTER_ID)
         model, tok = session.model, session.tokenizer
         del loading
         result["chat"], result["chat_summary"] = chat(session, model, tok, args.turns, args.cap, args.reply_tokens)

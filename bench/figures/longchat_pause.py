@@ -17,15 +17,15 @@ from bench import common
 from bench.common import log, median
 from bench.figures.longchat import SYSTEM, question
 from bench.reporting import COLORS, Figure, f, pyplot, table
+from engine.models.folders import STARTER_ID
 
 
 async def run(turns, cap, reply_tokens, pause):
     from engine import Engine, GenerationParams, TextDelta, TurnStats
-    from engine.models import registry
 
     params = GenerationParams(temperature=0.0, max_tokens=reply_tokens, context_cap=cap)
     engine = Engine()
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     messages, rows = [{"role": "system", "content": SYSTEM}], []
     try:
         for i in range(turns):

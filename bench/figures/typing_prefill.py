@@ -29,6 +29,7 @@ import uuid
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, timed_chat
 from bench.reporting import COLORS, Figure, Run, f, model_label, pyplot, table
+from engine.models.folders import STARTER_ID
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 HISTORY = [
@@ -102,13 +103,12 @@ async def main_async(args):
 
     from engine import Engine
     from engine.local import loading
-    from engine.models import registry
 
     started = time.perf_counter()
     path = common.starter_path()
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     engine = Engine()
-    await engine.load_model(registry.STARTER_ID)
+    await engine.load_model(STARTER_ID)
     model, _ = loading.load(path)
     from bench.figures.decode import describe
 

@@ -31,6 +31,7 @@ import time
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, percentile
 from bench.reporting import COLORS, Figure, f, pyplot, table
+from engine.models.folders import STARTER_ID
 
 PROBE_MS = 5
 MESSAGES = 50
@@ -48,7 +49,7 @@ def _fill_store(home, n_messages: int):
     from app.core.store import Store
 
     store = Store()
-    conv = store.create_conversation(title="A long chat", model_id="smollm2-135m-instruct")
+    conv = store.create_conversation(title="A long chat", model_id=STARTER_ID)
     for i in range(n_messages):
         if i % 2 == 0:
             store.add_message(
@@ -69,7 +70,7 @@ def _fill_store(home, n_messages: int):
                 conv.id,
                 "assistant",
                 body,
-                model_id="smollm2-135m-instruct",
+                model_id=STARTER_ID,
                 stats={"generated_tokens": 120, "decode_tps": 8.0, "ttft_s": 0.5, "finish_reason": "stop"},
             )
     store.set_state("last_conversation", conv.id)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -53,7 +54,7 @@ class CacheLayout:
         if self._dtype is None:
             try:
                 self._dtype = self.probe()
-            except Exception as e:  # an architecture the probe cannot drive: its caches are not used
+            except Exception as e:  # noqa: BLE001 - an architecture the probe cannot drive: its caches are not used
                 raise UnusableCache(f"the dtype of this model's cache is unknown ({_one_line(e)})") from None
         return self._dtype
 
@@ -63,7 +64,7 @@ class CacheLayout:
         return per_token * self.max_tokens + MAX_METADATA_BYTES
 
 
-def layout_of(model, context_length: int) -> CacheLayout | None:
+def layout_of(model: Any, context_length: int) -> CacheLayout | None:
     """The layout a saved cache of `model` has; None for models whose caches are not saved."""
     try:
         if not supports_contiguous_cache(model):
@@ -84,7 +85,7 @@ def layout_of(model, context_length: int) -> CacheLayout | None:
     return CacheLayout(shapes, vocab, context_length, probe)
 
 
-def _vocab_size(model) -> int:
+def _vocab_size(model: Any) -> int:
     """Rows of the input embedding: an id at or past it is out of bounds for the model."""
     # Explicit `is not None`: an mlx Module is a dict, false when it holds nothing.
     for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None)):
@@ -203,7 +204,7 @@ def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -
     return n
 
 
-def _history(text, vocab_size: int) -> History:
+def _history(text: str, vocab_size: int) -> History:
     """The History in the metadata, every field checked (it decides the ids fed to the model)."""
     try:
         data = json.loads(text)
@@ -217,7 +218,7 @@ def _history(text, vocab_size: int) -> History:
     return history
 
 
-def _span(s, vocab_size: int) -> Span:
+def _span(s: dict, vocab_size: int) -> Span:
     if not isinstance(s, list) or len(s) != 5:
         raise ValueError("a span is not a list of 5")
     role, content, prefix, ids, reply = s

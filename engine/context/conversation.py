@@ -5,6 +5,7 @@ Runs on the engine thread only.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.core as mx
 
@@ -29,7 +30,7 @@ def _next_pow2(n: int) -> int:
     return p
 
 
-def layer_shapes(model) -> list[tuple[int, int]]:
+def layer_shapes(model: Any) -> list[tuple[int, int]]:
     """(n_kv_heads, head_dim) of each layer's attention, for mlx-lm llama-like models."""
     shapes = []
     args = getattr(model, "args", None)
@@ -45,7 +46,7 @@ def layer_shapes(model) -> list[tuple[int, int]]:
     return shapes
 
 
-def supports_contiguous_cache(model) -> bool:
+def supports_contiguous_cache(model: Any) -> bool:
     """Models whose mlx-lm cache is a plain KVCache per layer (no sliding windows, no SSM)."""
     if hasattr(model, "make_cache"):
         from mlx_lm.models.cache import KVCache
@@ -64,7 +65,7 @@ class ConversationCache:
     fresh_layers: Callable[[], list] | None = None
 
     @classmethod
-    def create(cls, model, capacity: int) -> "ConversationCache":
+    def create(cls, model: Any, capacity: int) -> "ConversationCache":
         if supports_contiguous_cache(model):
             layers = [ContiguousAttentionKVCache(h, d, max_seq_len=capacity) for h, d in layer_shapes(model)]
         else:
@@ -127,7 +128,7 @@ class ConversationCache:
         mx.eval([c.state for c in self.layers])
 
 
-def common_prefix(a, b) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

@@ -18,7 +18,14 @@ DEFAULT_MAX_SEQ_LEN = 4096
 
 
 class ContiguousAttentionKVCache:
-    def __init__(self, n_kv_heads, head_dim, max_seq_len=DEFAULT_MAX_SEQ_LEN, dtype=mx.float16, v_head_dim=None):
+    def __init__(
+        self,
+        n_kv_heads: int,
+        head_dim: int,
+        max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+        dtype: mx.Dtype = mx.float16,
+        v_head_dim: int | None = None,
+    ) -> None:
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be at least 1, got {max_seq_len}")
         self.n_kv_heads = n_kv_heads
@@ -34,7 +41,7 @@ class ContiguousAttentionKVCache:
 
     # --- writing -----------------------------------------------------------
 
-    def update_and_fetch(self, keys, values):
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         """Prefill path (any length); single tokens go through `write_token`."""
         n = keys.shape[2]
         self._match_dtype(keys.dtype)
@@ -48,7 +55,7 @@ class ContiguousAttentionKVCache:
             self._advance(n)
         return self.get_kv()
 
-    def write_token(self, k, v):
+    def write_token(self, k: mx.array, v: mx.array) -> None:
         """Decode path: one token of shape (1, n_kv_heads, 1, head_dim)."""
         if k.shape[2] != 1:
             raise ValueError(f"write_token takes one token, got {k.shape[2]}")
@@ -59,15 +66,15 @@ class ContiguousAttentionKVCache:
         self.values[..., pos : pos + 1, :] = v.astype(self.dtype)
         self._advance(1)
 
-    def _advance(self, n):
+    def _advance(self, n: int) -> None:
         self.offset += n
         self.peak = max(self.peak, self.offset)
 
-    def _reserve(self, required):
+    def _reserve(self, required: int) -> None:
         if required > self.max_seq_len:
             self._grow(required)
 
-    def _grow(self, required):
+    def _grow(self, required: int) -> None:
         """Double the capacity until `required` fits; copy only the valid prefix."""
         capacity = self.max_seq_len
         while capacity < required:
@@ -82,7 +89,7 @@ class ContiguousAttentionKVCache:
         self.keys, self.values = keys, values
         self.max_seq_len = capacity
 
-    def _match_dtype(self, dtype):
+    def _match_dtype(self, dtype: mx.Dtype) -> None:
         # An empty cache takes the model's dtype: storing float32 keys as float16
         # would silently change the model's outputs. Later writes are cast.
         if self.offset == 0 and dtype != self.dtype:
@@ -92,34 +99,34 @@ class ContiguousAttentionKVCache:
     # --- reading -----------------------------------------------------------
 
     @property
-    def dtype(self):
+    def dtype(self) -> mx.Dtype:
         # Read from the buffer, not kept as an attribute: an mx.Dtype cannot be pickled or deep-copied.
         return self.keys.dtype
 
-    def get_kv(self):
+    def get_kv(self) -> tuple[mx.array, mx.array]:
         """The valid prefix: (keys, values) of shape (1, heads, offset, dim)."""
         return self.keys[..., : self.offset, :], self.values[..., : self.offset, :]
 
-    def make_mask(self, N, return_array=False, window_size=None):
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> mx.array | str | None:
         return create_attention_mask(N, self.offset, return_array, window_size)
 
-    def size(self):
+    def size(self) -> int:
         return self.offset
 
-    def empty(self):
+    def empty(self) -> bool:
         return self.offset == 0
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes reserved (capacity, not just the valid prefix)."""
         return self.keys.nbytes + self.values.nbytes
 
     # --- editing -----------------------------------------------------------
 
-    def is_trimmable(self):
+    def is_trimmable(self) -> bool:
         return True
 
-    def trim(self, n) -> int:
+    def trim(self, n: int) -> int:
         """Drop the last n tokens (regenerate, edit); returns how many were dropped."""
         n = max(0, min(self.offset, n))
         self.offset -= n
@@ -128,15 +135,15 @@ class ContiguousAttentionKVCache:
     # --- saving ------------------------------------------------------------
 
     @property
-    def state(self):
+    def state(self) -> tuple[mx.array, mx.array]:
         keys, values = self.get_kv()
         return keys, values
 
     @state.setter
-    def state(self, v):
+    def state(self, v: tuple[mx.array, mx.array]) -> None:
         self.__dict__.update(type(self).from_state(v).__dict__)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict) -> "ContiguousAttentionKVCache":
         """An independent cache holding a copy of the valid prefix only (no spare capacity)."""
         copy = type(self).from_state(self.state)
         copy.initial_capacity, copy.peak, copy.bytes_copied = self.initial_capacity, self.peak, self.bytes_copied
@@ -144,7 +151,9 @@ class ContiguousAttentionKVCache:
         return copy
 
     @classmethod
-    def from_state(cls, state, max_seq_len=None):
+    def from_state(
+        cls, state: tuple[mx.array, mx.array], max_seq_len: int | None = None
+    ) -> "ContiguousAttentionKVCache":
         """Restore a cache from `state`, reserving `max_seq_len` if given."""
         keys, values = state
         _, heads, n, head_dim = keys.shape

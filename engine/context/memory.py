@@ -39,7 +39,7 @@ SAVE_ON_CLOSE_SECONDS = 5.0
 _IDENTITY_BYTES = 1 << 20
 
 
-def weights_identity(model_path) -> str:
+def weights_identity(model_path: str | Path) -> str:
     """A key for a model folder's weights: each weight file's name, size and mtime, and its first MB.
 
     A model switch or an update of the folder (same path, new weights) gives a new key.
@@ -78,7 +78,7 @@ class MemoryStats:
 
 
 class ConversationCaches:
-    def __init__(self, budget_bytes: int, save_dir: Path, disk_budget_bytes: int = DEFAULT_DISK_BUDGET_BYTES):
+    def __init__(self, budget_bytes: int, save_dir: Path, disk_budget_bytes: int = DEFAULT_DISK_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
         self.disk_budget_bytes = disk_budget_bytes
         self.save_dir = Path(save_dir)
@@ -136,13 +136,13 @@ class ConversationCaches:
             draft_caches=len(self._drafts),
         )
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._caches)
 
-    def __contains__(self, conv_id):
+    def __contains__(self, conv_id: str) -> bool:
         return conv_id in self._caches
 
-    def get(self, conv_id: str):
+    def get(self, conv_id: str) -> ConversationCache | None:
         """The conversation's cache, restored from disk if it was evicted; None if new."""
         cache = self._caches.get(conv_id)
         if cache is None:
@@ -252,7 +252,7 @@ class ConversationCaches:
         self.stats.save_seconds += time.perf_counter() - started
         return True
 
-    def _restore(self, conv_id: str):
+    def _restore(self, conv_id: str) -> ConversationCache | None:
         """The saved cache, if there is one and every check passes (engine/context/cache_file.py).
         The file is removed either way: a restored cache is saved again from memory, a bad one never."""
         path = self._path(conv_id)
@@ -266,7 +266,7 @@ class ConversationCaches:
             cache = cache_file.read(path, self.layout, conv_id)
         except UnusableCache as e:  # costs a re-prefill, never a failed turn
             log.warning("saved KV cache %s dropped, its chat is read again: %s", path.name, e)
-        except Exception as e:  # a bug, logged with its traceback; the chat is still read again
+        except Exception as e:  # noqa: BLE001 - a bug, logged with its traceback; the chat is still read again
             chinwag_log.report_bug(e, "restoring a saved KV cache")
             cache = None
         finally:

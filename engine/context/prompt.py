@@ -8,7 +8,9 @@ model generated. So a follow-up turn's prompt starts with exactly the ids the ca
 """
 
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.errors import ChinwagError
 
@@ -20,7 +22,7 @@ _MARK = "\ue000{}\ue001"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def check_messages(messages) -> list[dict]:
+def check_messages(messages: list[dict]) -> list[dict]:
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ChinwagError("the message list is empty: a chat needs at least one message")
     clean = []
@@ -36,7 +38,7 @@ def check_messages(messages) -> list[dict]:
     return clean
 
 
-def render(tokenizer, messages) -> str:
+def render(tokenizer: Any, messages: list[dict]) -> str:
     if getattr(tokenizer, "chat_template", None):
         from jinja2 import TemplateError  # installed with transformers, which mlx-lm needs
 
@@ -52,18 +54,18 @@ def render(tokenizer, messages) -> str:
 class WithTools:
     """A tokenizer whose chat template is given `tools` (OpenAI function definitions) on every render."""
 
-    def __init__(self, tokenizer, tools):
+    def __init__(self, tokenizer: Any, tools: Sequence[dict]) -> None:
         self._tokenizer = tokenizer
         self.tools = [dict(t) for t in tools]
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._tokenizer, name)
 
-    def apply_chat_template(self, messages, **kwargs):
+    def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> Any:
         return self._tokenizer.apply_chat_template(messages, tools=self.tools, **kwargs)
 
 
-def tools_off_reason(tokenizer) -> str:
+def tools_off_reason(tokenizer: Any) -> str:
     """Why this model cannot call tools ("" if it can): its template must render them and mlx-lm must parse them."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or "tools" not in template:
@@ -73,23 +75,23 @@ def tools_off_reason(tokenizer) -> str:
     return ""
 
 
-def tools_cost(tokenizer, messages, tools) -> int:
+def tools_cost(tokenizer: Any, messages: list[dict], tools: Sequence[dict]) -> int:
     """The tokens of context the tool definitions take in this chat's prompt."""
     messages = check_messages(messages)
     plain = len(encode_text(tokenizer, render(tokenizer, messages)))
     return len(encode_text(tokenizer, render(WithTools(tokenizer, tools), messages))) - plain if tools else 0
 
 
-def encode_text(tokenizer, text: str) -> list[int]:
+def encode_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
 
-def encode_many(tokenizer, texts: list) -> list:
+def encode_many(tokenizer: Any, texts: list) -> list:
     """Tokenize several texts (one place to batch them if a tokenizer offers a faster path)."""
     return [encode_text(tokenizer, t) for t in texts]
 
 
-def split_render(tokenizer, messages) -> tuple[list[str], str]:
+def split_render(tokenizer: Any, messages: list[dict]) -> tuple[list[str], str]:
     """The rendered prompt cut at each message: (prefixes, tail).
 
     `prefixes[j] + messages[j]["content"]` is message j's piece, and the pieces followed by
@@ -147,7 +149,7 @@ class History:
             and (known.prefix == prefix or known.reply is not None)
         )
 
-    def piece(self, tokenizer, index: int, message: dict, prefix: str, fresh=None) -> tuple:
+    def piece(self, tokenizer: Any, index: int, message: dict, prefix: str, fresh: list[int] | None = None) -> tuple:
         """The ids of message `index` rendered after `prefix`; tokenized once (or given as `fresh`), then remembered."""
         if self.knows(index, message, prefix):
             known = self.spans[index]
@@ -159,7 +161,9 @@ class History:
         self._put(index, Span(message["role"], message["content"], prefix, ids))
         return ids
 
-    def record_reply(self, index: int, prefix: str, prefix_ids, text: str, reply_ids, eos) -> None:
+    def record_reply(
+        self, index: int, prefix: str, prefix_ids: list[int], text: str, reply_ids: Sequence[int], eos: Collection[int]
+    ) -> None:
         """Remember the reply generated at position `index` after the prompt's tail `prefix`."""
         reply = list(reply_ids)
         while reply and reply[-1] in eos:  # the template writes the end-of-turn text itself
@@ -211,7 +215,7 @@ class Prompt:
         return len(self.lengths) == len(self.keep)
 
 
-def build(tokenizer, messages, keep: list, history: History) -> Prompt:
+def build(tokenizer: Any, messages: list[dict], keep: list, history: History) -> Prompt:
     """The prompt ids of the messages at positions `keep`, from their remembered pieces."""
     kept = [messages[i] for i in keep]
     prefixes, tail = split_render(tokenizer, kept)

@@ -6,6 +6,8 @@ for Qwen/Hermes, `[TOOL_CALLS]` for Mistral, …) and a parser for the text betw
 
 import json
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from engine.types import ToolCall
 
@@ -22,7 +24,7 @@ def _blocks(text: str, start: str, end: str) -> list:
     return blocks
 
 
-def parse_tool_calls(tokenizer, text: str, tools) -> tuple:
+def parse_tool_calls(tokenizer: Any, text: str, tools: Sequence[dict]) -> tuple:
     """The ToolCalls in `text` (a model's whole reply); a call that cannot be parsed is left out."""
     start, end = getattr(tokenizer, "tool_call_start", None), getattr(tokenizer, "tool_call_end", None)
     parser = getattr(tokenizer, "tool_parser", None)

@@ -9,13 +9,13 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from engine.backend import ChatEvent, StopSignal
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import BackgroundPrefill, ForkedCache, GenerationParams, MemoryReport, ModelInfo
+from engine.types import BackgroundPrefill, ForkedCache, GenerationParams, LoadProgress, MemoryReport, ModelInfo
 
 if TYPE_CHECKING:
     from engine.local.session import Session
@@ -28,17 +28,17 @@ IDLE_WORK = True
 class EngineThread:
     """Runs submitted callables one at a time on a single thread that owns every MLX array."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="chinwag-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, fn, *args) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((future, fn, args))
         return future
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -48,7 +48,7 @@ class EngineThread:
                 continue
             try:
                 future.set_result(fn(*args))
-            except BaseException as e:  # never let a job kill the thread
+            except BaseException as e:  # noqa: BLE001 - never let a job kill the thread
                 if isinstance(e, Exception) and not isinstance(e, ChinwagError):
                     # Logged here, on the thread it happened on, even if nobody awaits the result.
                     report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")
@@ -58,7 +58,7 @@ class EngineThread:
         """True while a job waits in the queue: background work yields to it."""
         return not self._jobs.empty()
 
-    def shutdown(self, timeout: float = 10.0):
+    def shutdown(self, timeout: float = 10.0) -> None:
         self._jobs.put(None)
         self._thread.join(timeout)
 
@@ -76,7 +76,7 @@ class LocalBackend:
         kv_initial_capacity: int | None = None,
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
-    ):
+    ) -> None:
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self.idle_work = idle_work
         # The background job (a draft's prefill, the next window) and the event that cancels it.
@@ -134,7 +134,7 @@ class LocalBackend:
         """Start the thread and import MLX there; cheap to call again."""
         await asyncio.wrap_future(self._ensure_thread())
 
-    async def call(self, fn, *args):
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn(*args) on the engine thread (started if need be); its result or its exception."""
         await self.start()
         return await asyncio.wrap_future(self.running()[0].submit(fn, *args))
@@ -148,13 +148,13 @@ class LocalBackend:
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
-    async def load(self, spec: str, progress) -> ModelInfo:
+    async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
         info = await self.call(self._session_load, spec, progress)
         self.kv_bytes = 0
         return info
 
-    def _session_load(self, spec, progress):
+    def _session_load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         return self.running()[1].load(spec, progress)
 
     # --- chat --------------------------------------------------------------
@@ -166,7 +166,7 @@ class LocalBackend:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
-        def emit(event):
+        def emit(event: Any) -> None:
             try:
                 loop.call_soon_threadsafe(events.put_nowait, event)
             except RuntimeError:  # the loop is gone: stop generating for nobody
@@ -217,7 +217,7 @@ class LocalBackend:
             return asyncio.sleep(0, False)
         return asyncio.wrap_future(self.running()[0].submit(self._session_adopt, draft_id, conversation_id))
 
-    def _session_adopt(self, draft_id, conversation_id):
+    def _session_adopt(self, draft_id: str, conversation_id: str) -> bool:
         from engine.local.background import adopt
 
         return adopt(self.queued_session(), draft_id, conversation_id)
@@ -239,7 +239,7 @@ class LocalBackend:
     def background_cancelled(self) -> bool:
         return self._cancel_background.is_set()
 
-    def start_background(self, fn, *args) -> concurrent.futures.Future:
+    def start_background(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
         self._cancel_background.set()  # a newer background job replaces the older one
         cancel = self._cancel_background = threading.Event()
@@ -257,7 +257,9 @@ class LocalBackend:
 
         return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop, progress)
 
-    def session_prepare(self, conv_id, messages, params, should_stop):
+    def session_prepare(
+        self, conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+    ) -> BackgroundPrefill:
         from engine.local.background import prepare_next_window
 
         return prepare_next_window(self.queued_session(), conv_id, messages, params, should_stop)

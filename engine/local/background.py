@@ -6,11 +6,24 @@ computed stays in the conversation's cache, which always holds exactly its `toke
 the turn that follows reuses it through the longest common prefix.
 """
 
-from engine.context.policy import expected_next_tokens, history_ids, needs_slide, plan_next_window, reply_room
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from engine.context.policy import (
+    WindowPlan,
+    expected_next_tokens,
+    history_ids,
+    needs_slide,
+    plan_next_window,
+    reply_room,
+)
 from engine.context.prompt import check_messages
 from engine.errors import ChinwagError
 from engine.local.generation import prefill_ahead
 from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress
+
+if TYPE_CHECKING:
+    from engine.local.session import Session
 
 # Tokens a chat template may add after a reply (end of turn, next role header): a generous bound.
 TEMPLATE_SLACK = 32
@@ -20,6 +33,7 @@ def _run(
     session, conv_id, conv, history, turn, target, params, should_stop, progress=None, history_ids=0
 ) -> BackgroundPrefill:
     if conv is None:
+        assert turn is not None  # a new chat (prefill_draft) always brings its turn
         conv = session.new_cache(conv_id, history, turn, params)
     report = None
     if progress is not None:
@@ -67,7 +81,7 @@ def prefill_draft(
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 
-def next_window(session, conv_id: str, messages, params: GenerationParams):
+def next_window(session: "Session", conv_id: str, messages: list[dict], params: GenerationParams) -> WindowPlan | None:
     """The WindowPlan the next turn will need if it must slide (engine/context/policy.py), else None.
 
     `messages` end with the reply just written.
@@ -85,7 +99,9 @@ def next_window(session, conv_id: str, messages, params: GenerationParams):
     return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit, room, params.low_water)
 
 
-def prepare_next_window(session, conv_id: str, messages, params: GenerationParams, should_stop) -> BackgroundPrefill:
+def prepare_next_window(
+    session: "Session", conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+) -> BackgroundPrefill:
     """After a turn near the context limit: slide and re-prefill now, not on the user's clock.
 
     The cache gives up the history that the next turn would drop anyway and holds the
@@ -101,11 +117,12 @@ def prepare_next_window(session, conv_id: str, messages, params: GenerationParam
     if plan is None or not plan.prompt_ids:
         return BackgroundPrefill(0, 0, 0, True, "the next turn fits")
     conv = session.caches.get(conv_id)
+    assert conv is not None  # next_window plans only from a cache it found
     conv.history.start = plan.start
     return _run(session, conv_id, conv, conv.history, None, plan.prompt_ids, params, should_stop)
 
 
-def adopt(session, draft_id: str, conv_id: str) -> bool:
+def adopt(session: "Session", draft_id: str, conv_id: str) -> bool:
     """Give the cache read ahead under `draft_id` (a new chat's draft) to the chat created for it."""
     cache = session.caches.get(draft_id)
     if cache is None:

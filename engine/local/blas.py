@@ -25,6 +25,7 @@ dequantized to float32, which is where OpenBLAS pays off (see the module's end).
 import ctypes
 import os
 import sys
+from typing import Any
 
 DISABLE_ENV = "CHINWAG_NO_OPENBLAS"
 # Debian/Ubuntu (libopenblas0-pthread / -openmp / -serial all provide the first),
@@ -100,7 +101,7 @@ DEQUANTIZE_MAX_RAM_FRACTION = 0.10
 DEQUANTIZE_ENV = "CHINWAG_CPU_DEQUANTIZE"  # "1" always, "0" never, unset: automatic
 
 
-def dequantized_bytes(model) -> int:
+def dequantized_bytes(model: Any) -> int:
     """The bytes the model's weights would take with every quantized layer in float32."""
     import mlx.core as mx
     import mlx.nn as nn
@@ -122,7 +123,7 @@ def dequantized_bytes(model) -> int:
     return total
 
 
-def should_dequantize(model) -> bool:
+def should_dequantize(model: Any) -> bool:
     """Dequantize on the CPU backend when OpenBLAS is loaded and the float32 model is small.
 
     Without OpenBLAS a dequantized model is slower than the quantized one (figure 6).
@@ -145,7 +146,7 @@ def should_dequantize(model) -> bool:
     return dequantized_bytes(model) <= ram * DEQUANTIZE_MAX_RAM_FRACTION
 
 
-def dequantize(model):
+def dequantize(model: Any) -> Any:
     """The model with every quantized layer replaced by its float32 equivalent (in place)."""
     import mlx.core as mx
     from mlx_lm.utils import dequantize_model

@@ -7,6 +7,7 @@ token it yields is in the cache and in `conv.token_ids`, nothing else is. Engine
 """
 
 from collections.abc import Generator
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
@@ -17,7 +18,7 @@ from engine.types import GenerationParams
 REPETITION_CONTEXT = 64
 
 
-def _sampler(params: GenerationParams):
+def _sampler(params: GenerationParams) -> Any:
     return make_sampler(
         temp=params.temperature,
         top_p=params.top_p if params.top_p < 1 else 0.0,
@@ -26,7 +27,7 @@ def _sampler(params: GenerationParams):
     )
 
 
-def _processors(params: GenerationParams):
+def _processors(params: GenerationParams) -> list:
     found = []
     if params.repetition_penalty and params.repetition_penalty != 1.0:
         found = make_logits_processors(
@@ -39,23 +40,23 @@ class TokenSampler:
     """What plain decoding samples from: the params' sampler, after logits processors that see
     the last REPETITION_CONTEXT tokens (`history`, kept only when there are processors)."""
 
-    def __init__(self, params: GenerationParams, prompt_ids: list):
+    def __init__(self, params: GenerationParams, prompt_ids: list) -> None:
         self.sampler, self.processors = _sampler(params), _processors(params)
         self.history = mx.array(prompt_ids[-REPETITION_CONTEXT:]) if self.processors else None
 
-    def sample(self, logits):
+    def sample(self, logits: mx.array) -> mx.array:
         for p in self.processors:
             logits = p(self.history, logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
         return self.sampler(logprobs)
 
-    def saw(self, tokens) -> None:
+    def saw(self, tokens: list[int]) -> None:
         """`tokens` (an mx.array) follow in the history."""
         if self.processors:
             self.history = mx.concatenate([self.history, tokens])[-REPETITION_CONTEXT:]
 
 
-def plain_step(model, conv: ConversationCache, y, sampling: TokenSampler) -> tuple[int, object]:
+def plain_step(model: Any, conv: ConversationCache, y: mx.array, sampling: TokenSampler) -> tuple[int, object]:
     """Feed y (sampled, not yet in the cache) and sample the token after it: (y's id, the next y).
 
     y is fed before it is read, so the next step overlaps the hand-off (mlx-lm's pipelining);
@@ -70,7 +71,9 @@ def plain_step(model, conv: ConversationCache, y, sampling: TokenSampler) -> tup
     return tok, next_y
 
 
-def generate_step(model, conv: ConversationCache, y, sampling: TokenSampler) -> Generator[int, None, None]:
+def generate_step(
+    model: Any, conv: ConversationCache, y: mx.array, sampling: TokenSampler
+) -> Generator[int, None, None]:
     """Plain decoding from y (the first sampled token, not yet in the cache): one token per pass, forever."""
     while True:
         tok, y = plain_step(model, conv, y, sampling)

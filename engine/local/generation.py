@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import closing
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 
@@ -19,6 +20,7 @@ from engine.context.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
 from engine.local.decoding import REPETITION_CONTEXT, TokenSampler, generate_step
 from engine.local.speculative import (
+    ModelDrafter,
     Sampling,
     Speculator,
     can_speculate,
@@ -55,7 +57,12 @@ def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
 
 
 def extend(
-    model, conv: ConversationCache, ids: list, should_stop=lambda: False, progress=None, check_first: bool = True
+    model: Any,
+    conv: ConversationCache,
+    ids: list,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] | None = None,
+    check_first: bool = True,
 ) -> int:
     """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
 
@@ -80,7 +87,13 @@ def extend(
     return start
 
 
-def prefill(model, conv: ConversationCache, prompt_ids: list, should_stop=lambda: False, progress=None):
+def prefill(
+    model: Any,
+    conv: ConversationCache,
+    prompt_ids: list,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[mx.array | None, int, int]:
     """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
 
     Logits are None if `should_stop` said so between chunks. `progress(done, total)` is
@@ -133,7 +146,15 @@ def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop,
 class _Reply:
     """The consumer: takes tokens from a generator, emits their text, decides when the turn ends."""
 
-    def __init__(self, tokenizer, turn: TurnInput, params: GenerationParams, should_stop, emit, started: float):
+    def __init__(
+        self,
+        tokenizer: Any,
+        turn: TurnInput,
+        params: GenerationParams,
+        should_stop: Callable[[], bool],
+        emit: Callable[[Any], None],
+        started: float,
+    ) -> None:
         self.eos = set(tokenizer.eos_token_ids)
         self.detok = tokenizer.detokenizer
         self.detok.reset()
@@ -184,7 +205,13 @@ class _Reply:
         return max(0, len(self.emitted) - 1) / decode_time if decode_time > 0 else 0.0
 
 
-def _speculator(params: GenerationParams, drafter, conv: ConversationCache, prompt_ids: list, sampling: TokenSampler):
+def _speculator(
+    params: GenerationParams,
+    drafter: ModelDrafter | None,
+    conv: ConversationCache,
+    prompt_ids: list,
+    sampling: TokenSampler,
+) -> Speculator | None:
     """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
     if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
         return None
@@ -195,14 +222,14 @@ def _speculator(params: GenerationParams, drafter, conv: ConversationCache, prom
 
 
 def run_turn(
-    model,
-    tokenizer,
+    model: Any,
+    tokenizer: Any,
     conv: ConversationCache,
     turn: TurnInput,
     params: GenerationParams,
     should_stop: Callable[[], bool],
     emit: Callable[[TextDelta], None],
-    drafter=None,
+    drafter: ModelDrafter | None = None,
 ) -> TurnStats:
     """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
 
@@ -229,7 +256,7 @@ def run_turn(
                 tokens = speculative_generate_step(model, conv, y, sampling, spec, reply.max_new)
             finish = reply.take(tokens)
         conv.eval()
-    except Exception as e:  # the turn ends, the cache is repaired; a bug is logged with its traceback
+    except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired; a bug is logged with its traceback
         finish = FinishReason.ERROR
         error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()

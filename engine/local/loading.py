@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine.errors import ModelError
 from engine.local import blas
@@ -27,7 +28,7 @@ def use_float32() -> bool:
     return mx.default_device() == mx.cpu and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
 
 
-def load(path: Path, progress: Callable[[str, float, float], None] | None = None):
+def load(path: Path, progress: Callable[[str, float, float], None] | None = None) -> Any:
     """(model, tokenizer) ready to run on this device; ModelError if the folder cannot load.
 
     progress(stage, done, total) is called on this thread: the tokenizer, then the weights
@@ -59,7 +60,7 @@ def load(path: Path, progress: Callable[[str, float, float], None] | None = None
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.")
 
 
-def eval_weights(model, report) -> None:
+def eval_weights(model: Any, report: Callable[[str, float, float], None]) -> None:
     """Read the weights into memory one layer at a time, reporting the bytes done."""
     import mlx.core as mx
     from mlx.utils import tree_flatten

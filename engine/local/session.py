@@ -19,7 +19,7 @@ from engine.context.conversation import (
     supports_contiguous_cache,
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
-from engine.context.policy import history_ids, plan_window, reply_room
+from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
 from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
 from engine.context.tool_calls import parse_tool_calls
 from engine.errors import ChinwagError
@@ -57,7 +57,7 @@ ONE_MESSAGE = {"role": "user", "content": "hi"}
 
 
 class Session:
-    def __init__(self, kv_initial_capacity: int | None = None, memory_budget_bytes: int | None = None):
+    def __init__(self, kv_initial_capacity: int | None = None, memory_budget_bytes: int | None = None) -> None:
         self.kv_initial_capacity = kv_initial_capacity
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
         # mlx-lm's model and tokenizer (untyped); None until a model loads.
@@ -77,7 +77,7 @@ class Session:
         report = progress or (lambda p: None)
         report(LoadProgress("Finding the model"))
 
-        def importing(p: LoadProgress):  # a GGUF (the starter's, on the first run) becomes an MLX folder
+        def importing(p: LoadProgress) -> None:  # a GGUF (the starter's, on the first run) becomes an MLX folder
             stage = p.stage[:1].lower() + p.stage[1:]
             report(LoadProgress(f"Importing the model (first time only): {stage}", p.done, p.total))
 
@@ -102,7 +102,9 @@ class Session:
             limit = max(2, min(limit, params.context_cap))
         return limit
 
-    def turn_input(self, conv_id: str, messages, params: GenerationParams):
+    def turn_input(
+        self, conv_id: str, messages: list[dict], params: GenerationParams
+    ) -> tuple[ConversationCache | None, History, WindowPlan, TurnInput]:
         """(cache or None if new, its History, WindowPlan, TurnInput): the one place a turn's prompt is built.
 
         Turns and background work (engine/local/background.py) both call it, so a prefill done
@@ -132,7 +134,7 @@ class Session:
         )
         return plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
 
-    def prompt_tokenizer(self, params: GenerationParams):
+    def prompt_tokenizer(self, params: GenerationParams) -> Any:
         """The tokenizer whose chat template renders the prompt: given the tools if the model can call them."""
         if params.tools and not tools_off_reason(self.tokenizer):
             return WithTools(self.tokenizer, params.tools)
@@ -150,7 +152,7 @@ class Session:
     def chat(
         self,
         conv_id: str,
-        messages,
+        messages: list[dict],
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
@@ -164,7 +166,7 @@ class Session:
         history.start = plan.start
         parts = []
 
-        def collect(delta: TextDelta):
+        def collect(delta: TextDelta) -> None:
             parts.append(delta.text)
             emit(delta)
 
@@ -214,7 +216,7 @@ class Session:
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
 
-    def draft_model(self, spec: str):
+    def draft_model(self, spec: str) -> Any:
         """The draft model `spec` names, loaded once; refused unless it tokenizes as the main model."""
         if self._draft is not None and self._draft[0] == spec:
             return self._draft[1]

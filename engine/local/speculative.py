@@ -14,8 +14,9 @@ Runs on the engine thread only.
 """
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
@@ -24,7 +25,7 @@ from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
 from engine.local.decoding import TokenSampler, plain_step
-from engine.types import speculative_default
+from engine.types import GenerationParams, speculative_default
 
 MAX_NGRAM = 3
 MAX_DRAFT = 8
@@ -189,7 +190,7 @@ class ModelDrafter:
     """Greedy drafts from a smaller model with the same tokenizer, on its own per-conversation
     cache; the cache follows the main one (common prefix kept, the rest recomputed)."""
 
-    def __init__(self, model, conv, prefill):
+    def __init__(self, model: Any, conv: ConversationCache, prefill: Callable[..., Any]) -> None:
         self.model, self.conv, self.prefill = model, conv, prefill
 
     def propose(self, ids: list, k: int) -> list:
@@ -215,7 +216,7 @@ class ModelDrafter:
 class DraftLength:
     """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
 
-    def __init__(self, max_draft: int = MAX_DRAFT):
+    def __init__(self, max_draft: int = MAX_DRAFT) -> None:
         self.max_draft = max_draft
         self.rate = 0.5
         self.k = 2
@@ -287,7 +288,7 @@ class Speculator:
         if self.drafter is not None:
             self.drafter.follow(ids)
 
-    def verify(self, model, layers, pending: int, draft: list, history) -> Verdict:
+    def verify(self, model: Any, layers: list, pending: int, draft: list, history: mx.array) -> Verdict:
         """Run pending + draft through the model (writing k+1 positions); judge the draft."""
         logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
         rows = self.sampling.process(logits, history, [pending] + draft)
@@ -304,7 +305,9 @@ class Speculator:
 class Sampling:
     """The distribution plain decoding samples from, row by row, and the acceptance rule."""
 
-    def __init__(self, temperature: float, top_p: float, top_k: int, min_p: float, processors, context: int):
+    def __init__(
+        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list, context: int
+    ) -> None:
         self.temperature = temperature
         self.filters = []
         # The order and arguments of mlx-lm's make_sampler, which plain decoding uses.
@@ -317,7 +320,7 @@ class Sampling:
         self.processors = processors
         self.context = context
 
-    def process(self, logits, history, fed: list):
+    def process(self, logits: mx.array, history: mx.array, fed: list) -> mx.array:
         """Log-probabilities of each row, processed as plain decoding would at that position."""
         if not self.processors:
             return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -331,7 +334,7 @@ class Sampling:
             rows.append(row - mx.logsumexp(row, axis=-1, keepdims=True))
         return mx.concatenate(rows, axis=0)
 
-    def judge(self, logprobs, draft: list) -> Verdict:
+    def judge(self, logprobs: mx.array, draft: list) -> Verdict:
         if self.temperature == 0:
             best = mx.argmax(logprobs, axis=-1).tolist()
             n = 0
@@ -358,7 +361,7 @@ class Sampling:
 
 
 def speculative_generate_step(
-    model, conv: ConversationCache, y, sampling: TokenSampler, spec: Speculator, room: int
+    model: Any, conv: ConversationCache, y: mx.array, sampling: TokenSampler, spec: Speculator, room: int
 ) -> Generator[int, None, None]:
     """The tokens of plain decoding from y, several per pass while drafts are accepted, forever.
 
@@ -392,7 +395,7 @@ def speculative_generate_step(
         y = mx.array([verdict.next_token])
 
 
-def speculation_enabled(params, draft_model=None) -> bool:
+def speculation_enabled(params: GenerationParams, draft_model: Any | None = None) -> bool:
     """The params' switch; else on with a draft model, or the default of this thread's backend."""
     if params.speculative is not None:
         return bool(params.speculative)
@@ -401,7 +404,7 @@ def speculation_enabled(params, draft_model=None) -> bool:
     return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
 
 
-def check_vocabularies(tokenizer, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:
+def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:
     """A draft model must tokenize exactly as the main model does (`draft_vocab`: its token -> id)."""
     a, b = tokenizer.get_vocab(), draft_vocab
     if a != b:
@@ -411,6 +414,6 @@ def check_vocabularies(tokenizer, draft_vocab: dict, name: str, draft_name: str,
         )
 
 
-def can_speculate(layers) -> bool:
+def can_speculate(layers: list) -> bool:
     """Only contiguous caches trim back exactly; sliding windows and SSM state cannot."""
     return all(isinstance(c, ContiguousAttentionKVCache) for c in layers)

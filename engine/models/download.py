@@ -13,11 +13,13 @@ import time
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from engine.atomic import write_atomic
 from engine.errors import CancelledDownload, ChinwagError, ModelError
-from engine.types import HubModel, LoadProgress, ModelInfo
+from engine.models.folders import inspect_mlx_folder
+from engine.types import HubModel, LoadProgress, ModelInfo, ModelStatus
 
 ALLOW_PATTERNS = [
     "*.json",
@@ -108,8 +110,8 @@ def download_model(repo_id: str, progress: Callable | None = None, cancel: threa
             raise
         raise error from e
     report.send(report.total, report.total, force=True)
-    info = registry.inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
-    if info.status != "ready":
+    info = inspect_mlx_folder(Path(path), id=repo, name=repo.split("/")[-1], source="hf-cache")
+    if info.status != ModelStatus.READY:
         raise ModelError(f"downloaded {repo} but it cannot be used ({info.reason}): {path}")
     return info
 
@@ -200,7 +202,7 @@ def network_reason(e: BaseException) -> str:
     return re.sub(r"\[Errno -?\d+\]\s*", "", text)[:200] or "the connection failed"
 
 
-def _offline(constants) -> bool:
+def _offline(constants: Any) -> bool:  # huggingface_hub.constants
     fn = getattr(constants, "is_offline_mode", None)
     return bool(fn() if callable(fn) else getattr(constants, "HF_HUB_OFFLINE", False))
 
@@ -210,20 +212,20 @@ def _endpoint() -> str | None:
     return (os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
 
 
-def _list_files(repo: str):
+def _list_files(repo: str) -> tuple[str, list[tuple[str, int]]]:
     """(commit sha, [(filename, size)]) of the repo's default branch."""
     from huggingface_hub import HfApi
 
     info = HfApi(endpoint=_endpoint()).model_info(repo, files_metadata=True)
     files = [(s.rfilename, s.size or 0) for s in (info.siblings or [])]
-    return info.sha, files
+    return cast(str, info.sha), files  # a model_info from the Hub always names its commit
 
 
 def _wanted(name: str) -> bool:
     return any(fnmatch(name, p) for p in ALLOW_PATTERNS)
 
 
-def _check_files(repo: str, files) -> None:
+def _check_files(repo: str, files: list[tuple[str, int]]) -> None:
     names = {n for n, _ in files}
     if not any(n.endswith(".safetensors") for n in names):
         hint = " (it has .gguf files: download one and import it)" if any(n.endswith(".gguf") for n in names) else ""
@@ -238,7 +240,7 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
 
     from huggingface_hub import hf_hub_download
 
-    from engine.models.registry import supported_model_type
+    from engine.models.folders import supported_model_type
 
     path = hf_hub_download(repo, "config.json", revision=sha, cache_dir=str(cache), endpoint=_endpoint())
     try:
@@ -249,7 +251,7 @@ def _check_config(repo: str, sha: str, cache: Path) -> None:
         raise ModelError(f"{repo} is a '{model_type}' model, which mlx-lm cannot run")
 
 
-def _snapshot(repo, sha, cache, report, cancel) -> str:
+def _snapshot(repo: str, sha: str, cache: Path, report: "_Reporter", cancel: threading.Event) -> str:
     from huggingface_hub import snapshot_download
 
     return snapshot_download(
@@ -274,7 +276,7 @@ def _check_cancel(cancel: threading.Event, repo: str) -> None:
         raise CancelledDownload(f"download of {repo} cancelled")
 
 
-def _cleanup(repo_dir: Path, existed: bool, snapshot: Path | None, snapshot_existed: bool):
+def _cleanup(repo_dir: Path, existed: bool, snapshot: Path | None, snapshot_existed: bool) -> None:
     """Remove what this download added, so no half model shows up in the registry."""
     if not existed:
         shutil.rmtree(repo_dir, ignore_errors=True)
@@ -313,13 +315,13 @@ def _user_error(e: BaseException, repo: str) -> BaseException:
 class _Reporter:
     """Throttled LoadProgress(stage, bytes done, bytes total) to the caller's callback."""
 
-    def __init__(self, callback, stage):
+    def __init__(self, callback: Callable[[LoadProgress], None] | None, stage: str) -> None:
         self.callback, self.stage = callback, stage
         self.total = 0
         self.last = 0.0
         self.lock = threading.Lock()
 
-    def send(self, done, total, force=False):
+    def send(self, done: int, total: int, force: bool = False) -> None:
         if self.callback is None:
             return
         now = time.monotonic()
@@ -330,7 +332,7 @@ class _Reporter:
         self.callback(LoadProgress(stage=self.stage, done=done, total=total))
 
 
-def _tqdm_class(report: _Reporter, cancel: threading.Event):
+def _tqdm_class(report: _Reporter, cancel: threading.Event) -> type:
     """A tqdm class for snapshot_download that forwards byte counts and honours cancel.
 
     snapshot_download makes a files bar and byte bars (unit "B"); all per-file downloads
@@ -341,7 +343,7 @@ def _tqdm_class(report: _Reporter, cancel: threading.Event):
     byte_bars = []
 
     class ProgressTqdm(tqdm):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True  # never draw to a terminal
             is_bytes = kwargs.get("unit") == "B"
             super().__init__(*args, **kwargs)
@@ -350,7 +352,7 @@ def _tqdm_class(report: _Reporter, cancel: threading.Event):
             if is_bytes:
                 byte_bars.append(self)
 
-        def update(self, n=1):
+        def update(self, n: int = 1) -> None:
             self.n += n or 0
             if self in byte_bars:
                 done = max(b.n for b in byte_bars)

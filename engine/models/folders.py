@@ -107,7 +107,7 @@ def supported_model_type(model_type: str) -> bool:
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
-def _safetensors_header(path: Path):
+def _safetensors_header(path: Path) -> tuple[dict | None, str | None]:
     """(header, None), or (None, why the file is unreadable: truncated download, not safetensors)."""
     try:
         size = path.stat().st_size
@@ -152,7 +152,7 @@ def _context_length(config: dict) -> int:
     return 0
 
 
-def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
+def inspect_mlx_folder(folder: str | Path, id: str = "", name: str = "", source: str = "folder") -> ModelInfo:
     """Describe a folder for mlx_lm.load: status "ready", or "unusable" with the reason."""
     folder = Path(folder)
     base: dict[str, Any] = dict(id=id or str(folder), name=name or folder.name, path=str(folder), source=source)
@@ -160,14 +160,14 @@ def inspect_mlx_folder(folder, id: str = "", name: str = "", source: str = "fold
         return _inspect(folder, base)
     except (OSError, ValueError) as e:  # a listing must survive any odd folder
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read the folder ({e})")
-    except Exception as e:  # a bug: logged with its traceback, and the listing goes on
+    except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, and the listing goes on
         from engine.log import report_bug
 
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=report_bug(e, f"inspecting {folder}"))
 
 
 def _inspect(folder: Path, base: dict) -> ModelInfo:
-    def unusable(reason, **extra):
+    def unusable(reason: str, **extra: Any) -> ModelInfo:
         return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
     if not folder.is_dir():

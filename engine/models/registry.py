@@ -8,24 +8,22 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from engine import paths
 from engine.atomic import write_atomic
 from engine.errors import ChinwagError, ModelError
-from engine.models.folders import (  # noqa: F401 - re-exported: callers and tests use registry.X
-    STARTER_FILE,
+from engine.models.folders import (
     STARTER_ID,
     STARTER_NAME,
-    STARTER_PACKAGE,
     TMP_PREFIX,
-    TOKENIZER_FILES,
     info_for_imported,
     inspect_mlx_folder,
     starter_gguf_path,
-    supported_model_type,
 )
+from engine.models.gguf.header import GGUFHeader
 from engine.models.gguf.importer import (
     REQUANT_BITS,
     check_importable,
@@ -34,7 +32,7 @@ from engine.models.gguf.importer import (
     read_gguf_header,
 )
 from engine.paths import FILE_MODE
-from engine.types import ModelInfo, ModelStatus
+from engine.types import LoadProgress, ModelInfo, ModelStatus
 
 FOLDERS_FILE = "folders.json"
 
@@ -47,7 +45,7 @@ def _starter_info() -> ModelInfo:
     gguf = starter_gguf_path()
     if (folder / "config.json").exists():
         info = info_for_imported(folder)
-        if info.status == "ready" or gguf is None:
+        if info.status == ModelStatus.READY or gguf is None:
             return info
     base: dict[str, Any] = dict(id=STARTER_ID, name=STARTER_NAME, path=str(folder), source="starter")
     if gguf is None:
@@ -77,17 +75,17 @@ def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
     )
 
 
-def _stat_key(path: Path):
+def _stat_key(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_size, st.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=16)
-def _gguf_header(path: str, size: int, mtime_ns: int):
+def _gguf_header(path: str, size: int, mtime_ns: int) -> GGUFHeader:
     return read_gguf_header(path)
 
 
-def _gguf_mlx_label(header) -> str:
+def _gguf_mlx_label(header: GGUFHeader) -> str:
     """The quantization label the import will produce."""
     bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, **REQUANT_BITS}
     quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors if t.type_name in bits and len(t.shape) == 2}
@@ -192,14 +190,14 @@ def _folder_models() -> list:
     return [inspect_mlx_folder(Path(f), source="folder") for f in _load_folders()]
 
 
-def add_model_folder(path) -> ModelInfo:
+def add_model_folder(path: str | Path) -> ModelInfo:
     """Validate an MLX model folder and remember it; an unusable folder is refused with its reason."""
     folder = Path(path).expanduser()
     folder = folder.resolve() if folder.exists() else folder.absolute()
     if folder.is_file() and folder.suffix.lower() == ".gguf":
         raise ModelError(f"{folder.name} is a GGUF file: import it instead of adding it: {folder}")
     info = inspect_mlx_folder(folder, source="folder")
-    if info.status != "ready":
+    if info.status != ModelStatus.READY:
         raise ModelError(f"not a usable model folder ({info.reason}): {folder}")
     folders = _load_folders()
     if str(folder) not in folders:
@@ -234,7 +232,7 @@ def list_models() -> list:
     return out
 
 
-def display_name(spec: str, models=()) -> str:
+def display_name(spec: str, models: Sequence[ModelInfo] = ()) -> str:
     """The name a model id is shown by: its listed name, else the readable end of the id
     (a server's URL#MODEL or NAME/MODEL gives MODEL, a folder or repo its last part)."""
     spec = str(spec)
@@ -248,7 +246,7 @@ def display_name(spec: str, models=()) -> str:
     return Path(spec.rstrip("/\\")).name or spec
 
 
-def resolve_model(spec: str, progress=None) -> tuple:
+def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = None) -> tuple[Path, ModelInfo]:
     """(folder for mlx_lm.load, ModelInfo) for a registry id, an MLX folder or a .gguf path.
 
     Imports a GGUF (or the starter, on first use) when needed: this can take a while.
@@ -258,8 +256,10 @@ def resolve_model(spec: str, progress=None) -> tuple:
         raise ChinwagError("no model given")
     if spec == STARTER_ID:
         info = _starter_info()
-        if info.status == "needs-import":
-            info = import_gguf(starter_gguf_path(), progress=progress, model_id=STARTER_ID)
+        if info.status == ModelStatus.NEEDS_IMPORT:
+            gguf = starter_gguf_path()
+            assert gguf is not None  # needs-import means the starter package is installed
+            info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
         return _ready(info)
     known = {m.id: m for m in list_models()}
     if spec in known:
@@ -305,6 +305,6 @@ def gguf_vocabulary(spec: str) -> tuple | None:
 
 
 def _ready(info: ModelInfo) -> tuple:
-    if info.status != "ready":
+    if info.status != ModelStatus.READY:
         raise ModelError(f"cannot use {info.name} ({info.reason}): {info.path}")
     return Path(info.path), info

@@ -60,7 +60,7 @@ def tool_fields(m: dict) -> dict:
 class RemoteBackend:
     """Chats with one server model. One per loaded server model; lives on the caller's loop."""
 
-    def __init__(self, target: RemoteTarget):
+    def __init__(self, target: RemoteTarget) -> None:
         self.target = target
         # Per conversation: the text shown for a reply -> the content the server sent.
         self._replies: dict = {}
@@ -97,7 +97,7 @@ class RemoteBackend:
     async def chat(
         self,
         conv_id: str,
-        messages,
+        messages: list[dict],
         params: GenerationParams,
         stop: StopSignal,
         progress: Callable[[int, int], object] | None = PrefillProgress,
@@ -126,14 +126,22 @@ class RemoteBackend:
                 dropped += end - first
                 del messages[first:end]
 
-    def _remember(self, conv_id, messages, turn: sse.Turn):
+    def _remember(self, conv_id: str, messages: list[dict], turn: sse.Turn) -> None:
         """Keep shown -> received for the replies still in the history, and this one."""
         keep = {m["content"] for m in messages if m["role"] == "assistant"}
         known = {k: v for k, v in self._replies.get(conv_id, {}).items() if k in keep}
         known["".join(turn.shown)] = "".join(turn.content)
         self._replies[conv_id] = known
 
-    async def _stream(self, wire, params, stop: StopSignal, progress, dropped, turn: sse.Turn) -> AsyncIterator:
+    async def _stream(
+        self,
+        wire: list[dict],
+        params: GenerationParams,
+        stop: StopSignal,
+        progress: Callable[[int, int], object] | None,
+        dropped: int,
+        turn: sse.Turn,
+    ) -> AsyncIterator:
         """One request: its events as they arrive, then the TurnStats (ChinwagError if there is no reply)."""
         server = self.target.server
         started = time.perf_counter()

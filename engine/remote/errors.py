@@ -47,7 +47,7 @@ class _Named(Protocol):
 class ServerError(Exception):
     """A reply other than HTTP 200: its status and (the start of) its body."""
 
-    def __init__(self, status: int, body: bytes):
+    def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"HTTP {status}")
         self.status, self.body = status, body
 

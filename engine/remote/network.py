@@ -61,7 +61,7 @@ class Relay:
     Create it on the caller's loop.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._caller = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self.task: concurrent.futures.Future | None = None

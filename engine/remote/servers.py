@@ -14,6 +14,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine import paths
 from engine.atomic import describe_kind, write_atomic
@@ -25,6 +26,7 @@ from engine.types import ModelInfo, ModelStatus, ServerInfo
 SERVERS_FILE = "servers.json"
 KEYS_FILE = "server-keys.json"
 KEYRING_SERVICE = "Chinwag model servers"
+KEYCHAIN = "the system keychain"
 # mlx_lm.server serves its --model under this name, and answers GET /v1/models with an
 # empty body when it has no Hugging Face cache folder.
 DEFAULT_MODEL = "default_model"
@@ -47,6 +49,7 @@ class Server:
     name: str
     url: str  # the API base, e.g. http://127.0.0.1:8080/v1
     api_key: str = field(default="", repr=False)
+    key_storage: str = ""  # where the key is kept (KEYCHAIN or the file's description); "" without a key
 
 
 # --- the saved list -----------------------------------------------------------------------
@@ -56,12 +59,12 @@ def _servers_path() -> Path:
     return paths.data_dir() / SERVERS_FILE
 
 
-def _write_private(path: Path, data) -> None:
+def _write_private(path: Path, data: object) -> None:
     """Only you can read it (0600): one holds API keys, the other says where your servers are."""
     write_atomic(path, json.dumps(data, indent=2), mode=0o600)
 
 
-def _read_json(path: Path, default):
+def _read_json(path: Path, default: Any) -> Any:
     """The JSON in `path`, `default` if there is none; a regular file only, opened without blocking
     (a named pipe there would hold every listing) and bounded (a link to /dev/zero never ends)."""
     try:
@@ -94,17 +97,21 @@ def _load() -> list:
 
 def list_servers() -> list:
     """The saved servers, keys included (callers never print them)."""
-    return [Server(r["name"], r["url"], api_key(r["name"])) for r in _load()]
+    return [Server(r["name"], r["url"], *find_api_key(r["name"])) for r in _load()]
+
+
+def server_info(server: Server) -> ServerInfo:
+    return ServerInfo(server.name, display_url(server.url), bool(server.api_key), server.key_storage)
 
 
 def server_infos() -> list:
-    return [ServerInfo(s.name, display_url(s.url), bool(s.api_key)) for s in list_servers()]
+    return [server_info(s) for s in list_servers()]
 
 
 def get_server(name: str) -> Server | None:
     for r in _load():
         if r["name"] == name:
-            return Server(r["name"], r["url"], api_key(r["name"]))
+            return Server(r["name"], r["url"], *find_api_key(r["name"]))
     return None
 
 
@@ -130,7 +137,7 @@ def add_server(name: str, url: str, key: str | None = None, replace: str = "") -
     if replace and replace != name:
         set_api_key(replace, "")
     set_api_key(name, old_key if key is None else key)
-    return Server(name, url, api_key(name))
+    return Server(name, url, *find_api_key(name))  # where the key really is, not where it was meant to go
 
 
 def remove_server(name: str) -> None:
@@ -145,7 +152,7 @@ def remove_server(name: str) -> None:
 # --- API keys: the keychain when there is one, else a 0600 file -----------------------------
 
 
-def _keyring():
+def _keyring() -> Any:  # the keyring module, or None
     """The keyring module when a real backend is available (CHINWAG_KEYRING=0 turns it off)."""
     if os.environ.get("CHINWAG_KEYRING", "1") == "0":
         return None
@@ -154,7 +161,7 @@ def _keyring():
         from keyring.backends import fail
 
         backend = keyring.get_keyring()
-    except Exception:  # no keyring, or a backend that breaks on start-up
+    except Exception:  # noqa: BLE001 - no keyring, or a backend that breaks on start-up
         return None
     if isinstance(backend, fail.Keyring) or getattr(backend, "priority", 1) <= 0:
         return None
@@ -165,20 +172,27 @@ def keys_file() -> Path:
     return paths.data_dir() / KEYS_FILE
 
 
-def key_storage() -> str:
-    return "the system keychain" if _keyring() else f"{keys_file()} (readable only by you)"
+def key_file_storage() -> str:
+    return f"{keys_file()} (readable only by you)"
 
 
 def api_key(name: str) -> str:
+    return find_api_key(name)[0]
+
+
+def find_api_key(name: str) -> tuple[str, str]:
+    """(key, where it is kept): the keychain's, else the file's (a keychain that refused a write); ("", "")."""
     ring = _keyring()
     if ring is not None:
         try:
-            return ring.get_password(KEYRING_SERVICE, name) or ""
-        except Exception:  # a locked or broken keychain: fall back to the file
-            pass
+            key = ring.get_password(KEYRING_SERVICE, name) or ""
+        except Exception:  # noqa: BLE001 - a locked or broken keychain: fall back to the file
+            key = ""
+        if key:
+            return key, KEYCHAIN
     keys = _read_json(keys_file(), {})
     value = keys.get(name, "") if isinstance(keys, dict) else ""
-    return value if isinstance(value, str) else ""
+    return (value, key_file_storage()) if isinstance(value, str) and value else ("", "")
 
 
 def set_api_key(name: str, key: str) -> None:
@@ -190,11 +204,11 @@ def set_api_key(name: str, key: str) -> None:
             else:
                 try:
                     ring.delete_password(KEYRING_SERVICE, name)
-                except Exception:  # nothing stored
+                except Exception:  # noqa: BLE001 - nothing stored
                     pass
             _set_file_key(name, "")
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 - a keychain that refuses the write: the key goes to the 0600 file
             pass
     _set_file_key(name, key)
 

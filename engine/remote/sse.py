@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from engine.errors import ChinwagError
 from engine.remote.errors import PastMaxTokens, StreamLimit, server_message
+from engine.text import THINK_CLOSE, THINK_OPEN
 from engine.types import FinishReason, TextDelta, ToolCall, TurnStats
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _KEEPALIVE = re.compile(r"keepalive\s+(\d{1,15})\s*/\s*(\d{1,15})")
 # Pieces of a reply a server may send past max_tokens (a piece is at least one token, but a
 # server may count differently) before the reply is cut off there.
@@ -28,7 +28,7 @@ FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls"
 class EventLines:
     """The lines of a text/event-stream, one at a time; each event's data once the event ends."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int) -> None:
         """`max_bytes`: the most one event's data lines may hold together (network.Limits)."""
         self._data: list[str] = []
         self._size = 0
@@ -163,7 +163,7 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
         turn.finish = FINISH.get(finish, FinishReason.STOP) if isinstance(finish, str) else FinishReason.STOP
 
 
-def _tool_delta(turn: Turn, call) -> None:
+def _tool_delta(turn: Turn, call: dict) -> None:
     """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
     if not isinstance(call, dict):
         return
@@ -233,5 +233,5 @@ def without_reasoning(text: str) -> str:
     return text
 
 
-def _int(value) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0

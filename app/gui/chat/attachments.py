@@ -185,7 +185,7 @@ class AttachmentTray(QWidget):
             chip.doc.ready = True
         except ChinwagError as e:
             chip.doc.error = str(e)
-        except Exception as e:  # a bug, not bad input: logged; the chip says so and sending is not held
+        except Exception as e:  # noqa: BLE001 - a bug, not bad input: logged; the chip says so and sending is not held
             chip.doc.error = report_bug(e, f"reading {Path(chip.doc.path).name}")
         if chip not in self._chips:
             return

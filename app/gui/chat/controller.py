@@ -62,7 +62,7 @@ class ChatController(QObject):
     def __init__(self, store, bridge, view: ChatWindowView, parent=None):
         super().__init__(parent)
         self.store, self.bridge, self.view = store, bridge, view
-        self.conv_id = None
+        self.conv_id: str | None = None
         self.gen: Generation | None = None
         self.editing = None  # id of the user message being edited
         self.search = ""
@@ -72,7 +72,7 @@ class ChatController(QObject):
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self.save_partial)
         self.last_status = ""  # how the last reply ended
-        self.queued = None  # conv id whose last user message waits for the model to load
+        self.queued: str | None = None  # conv id whose last user message waits for the model to load
         self.drafts = Drafts(store)
         # The composer's documents (app/gui/chat/attachments.py AttachmentTray), set by ChatPanes.wire;
         # None: messages without documents (the controller's unit tests).
@@ -696,7 +696,7 @@ class ChatController(QObject):
             self.store.delete_conversation(conv_id)
         except NotFoundError:
             pass  # deleted meanwhile (another window): its cache and draft go all the same
-        except Exception as e:  # nothing was deleted (one transaction): the chat stays whole, listed again
+        except Exception as e:  # noqa: BLE001 - nothing was deleted (one transaction): the chat stays whole, listed again
             self.error.emit(str(e) if isinstance(e, ChinwagError) else report_bug(e, "deleting a chat"))
             self.refresh_list()
             return

@@ -1,6 +1,6 @@
 """Markdown for one message, re-rendered block by block.
 
-`split_blocks` (app/gui/chat/markdown_blocks.py) cuts a reply into prose, fenced code and `<think>` blocks.
+`split_blocks` (app/transcripts/blocks.py, no Qt) cuts a reply into prose, fenced code and `<think>` blocks.
 `MarkdownView` keeps one widget per block and, on every update, re-renders only the
 blocks whose text changed: while a reply streams that is the last one, so an update
 costs the size of the last paragraph, not of the whole reply.
@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.chat.markdown_blocks import Block, merge_prose, split_blocks  # noqa: F401 (Block: re-exported)
 from app.gui.highlight_qt import SpanHighlighter, is_dark
+from app.transcripts.blocks import Block, merge_prose, split_blocks
 from app.transcripts.highlight import resolve_language, spans
 
 MD_FEATURES = QTextDocument.MarkdownFeature(
@@ -206,6 +206,13 @@ class ProseView(QTextBrowser):
         menu.popup(event.globalPos())
 
 
+class _CodeEditor(QPlainTextEdit):
+    """A code block's text: the wheel scrolls the chat, not the block (it is as tall as its text)."""
+
+    def wheelEvent(self, event):
+        event.ignore()
+
+
 class CodeBlock(QFrame):
     """A fenced code block: monospace, no wrapping, with a Copy button."""
 
@@ -221,7 +228,8 @@ class CodeBlock(QFrame):
         head = QHBoxLayout()
         self.lang_label = QLabel(lang or "code")
         self.lang_label.setObjectName("codeLang")
-        self.copy_button = QToolButton(text="Copy")
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
         self.copy_button.setObjectName("copyCode")
         self.copy_button.setToolTip("Copy this code block")
         self.copy_button.clicked.connect(self.copy)
@@ -229,14 +237,13 @@ class CodeBlock(QFrame):
         head.addStretch(1)
         head.addWidget(self.copy_button)
         layout.addLayout(head)
-        self.editor = QPlainTextEdit()
+        self.editor = _CodeEditor()
         self.editor.setObjectName("codeText")
         self.editor.setReadOnly(True)
         self.editor.setFont(mono_font())
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.editor.setFrameShape(QFrame.Shape.NoFrame)
-        self.editor.wheelEvent = lambda event: event.ignore()
         layout.addWidget(self.editor)
         self.highlighter = SpanHighlighter(self.editor.document())
         self.highlights = 0  # how many times the block was highlighted (for tests)

@@ -28,15 +28,6 @@ STATUS_NOTES = {
 }
 
 
-def format_bytes(n: int) -> str:
-    size = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
 def folded(text: str) -> str:
     """The start of a long user message: at most USER_DISPLAY_LINES lines and USER_DISPLAY_LIMIT
     characters, cut at a word; the text itself if it is short enough to show whole."""
@@ -137,13 +128,15 @@ class MessageWidget(QFrame):
         self.regen_button.setSizePolicy(room)
         self._expanded = False  # a long user message shows all of its text
 
+        self.body: ProseView | MarkdownView
         if role == MessageRole.USER:
             self.body = ProseView()
             self.body.setObjectName("userText")
         else:
             self.body = MarkdownView()
         layout.addWidget(self.body)
-        self.more_button = QToolButton(text="Show more")
+        self.more_button = QToolButton()
+        self.more_button.setText("Show more")
         self.more_button.setObjectName("showMoreButton")
         self.more_button.setAutoRaise(True)
         self.more_button.clicked.connect(self.toggle_more)
@@ -180,7 +173,7 @@ class MessageWidget(QFrame):
         self._render()
 
     def _render(self):
-        if self.role == MessageRole.USER:
+        if isinstance(self.body, ProseView):  # a user's message
             text = self._text
             head = folded(text)
             long = head != text

@@ -23,7 +23,8 @@ class VersionSwitcher(QWidget):
         self.setVisible(False)
 
     def _button(self, text, tip, step, layout):
-        button = QToolButton(text=text)
+        button = QToolButton()
+        button.setText(text)
         button.setObjectName("versionPrev" if step < 0 else "versionNext")
         button.setToolTip(tip)
         button.setAccessibleName(tip)  # "‹" alone means nothing to a screen reader

@@ -7,6 +7,7 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from app.core.store import MessageRole
 from app.gui.chat.attachments import show_on_message, show_passages_used
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.welcome import Welcome
@@ -97,7 +98,7 @@ class ChatView(QScrollArea):
     def set_messages(self, messages, model_name: str = ""):
         """Show a stored conversation (the last PAGE messages; a button shows the rest)."""
         self.clear()
-        messages = [m for m in messages if m.role != "system"]
+        messages = [m for m in messages if m.role != MessageRole.SYSTEM]
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
@@ -220,7 +221,7 @@ class ChatView(QScrollArea):
 
     def refresh_model_names(self):
         for widget in self._widgets:
-            if widget.role == "assistant" and widget.model_id:
+            if widget.role == MessageRole.ASSISTANT and widget.model_id:
                 widget.who_label.set_full_text(self.model_name(widget.model_id))
 
     def set_actions_enabled(self, on: bool):
@@ -232,8 +233,8 @@ class ChatView(QScrollArea):
     def _update_regenerate(self):
         last = self._widgets[-1] if self._widgets else None
         for widget in self._widgets:
-            widget.set_can_regenerate(widget is last and widget.role == "assistant")
-        self.replyMissing.emit(last is not None and last.role == "user")
+            widget.set_can_regenerate(widget is last and widget.role == MessageRole.ASSISTANT)
+        self.replyMissing.emit(last is not None and last.role == MessageRole.USER)
 
     # --- streaming ------------------------------------------------------
     def begin_stream(self, widget: MessageWidget):

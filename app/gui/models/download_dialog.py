@@ -3,9 +3,18 @@ with their approximate size, quantization, context and whether they fit this mac
 a Hugging Face search by name. Picking one fills the repo id; Download works as before."""
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QTreeWidget, QTreeWidgetItem
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+)
 
-from app.gui.chat.message_widget import format_bytes
+from app.core.sizes import format_bytes
 from app.gui.models.menu import DownloadDialog, sentence
 from engine.errors import ChinwagError
 from engine.models.catalogue import (
@@ -36,7 +45,8 @@ class CatalogueDownloadDialog(DownloadDialog):
         cpu = runs_on_cpu() if cpu is None else cpu
         self.installed = set(installed)  # registry ids already here (a download's id is its repo)
         layout = self.layout()
-        ram = f"{self.ram_bytes / 2**30:.0f} GB" if self.ram_bytes else "unknown"
+        assert isinstance(layout, QVBoxLayout)  # DownloadDialog's column
+        ram = format_bytes(self.ram_bytes) if self.ram_bytes else "unknown"
         intro = QLabel(
             f"Pick a model (sizes are approximate; this machine has {ram} of memory), or search Hugging Face by name."
         )

@@ -2,6 +2,7 @@
 Hugging Face download dialog."""
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -14,7 +15,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.gui.chat.message_widget import format_bytes
+from app.core.sizes import format_bytes
 from app.gui.models.model_list import ModelList
 from engine.types import ModelSource, ModelStatus
 
@@ -46,7 +47,7 @@ class ModelMenu(QMenu):
         self.setObjectName("modelMenu")
         self.setToolTipsVisible(True)
         self.models = models
-        self.model_actions = []
+        self.model_actions: list[QAction] = []
         models.changed.connect(self._rebuild)
         self._rebuild()
 

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
+from engine.types import ModelStatus
 
 HINT = (
     "An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
@@ -92,7 +93,7 @@ class ServerDialog(QDialog):
     async def _reload(self, select: str = ""):
         try:
             self._servers = await self.bridge.engine.list_servers()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one line in the dialog; _reason logs a bug with its traceback
             self.message.setText(_reason(e))
             return
         self.server_list.blockSignals(True)
@@ -128,7 +129,7 @@ class ServerDialog(QDialog):
     def new_server(self):
         self.editing = ""
         self.server_list.clearSelection()
-        self.server_list.setCurrentItem(None)
+        self.server_list.setCurrentRow(-1)  # no current item
         for edit in (self.name_edit, self.url_edit, self.key_edit):
             edit.clear()
         self.key_edit.setPlaceholderText("optional")
@@ -149,7 +150,7 @@ class ServerDialog(QDialog):
         self._set_busy(True, f"Connecting to {name or 'the server'}…")
         try:
             server = await self.bridge.engine.save_server(name, url, api_key, self.editing)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one line in the dialog; _reason logs a bug with its traceback
             self._set_busy(False, _reason(e))
             return
         self.editing = server.name
@@ -161,12 +162,14 @@ class ServerDialog(QDialog):
         self.save_button.setText("Save")
         await self._reload(select=server.name)
         models = [m for m in await self.bridge.refresh_models() if m.server == server.name]
-        down = next((m for m in models if m.status == "unusable"), None)
+        down = next((m for m in models if m.status == ModelStatus.UNUSABLE), None)
         if down is not None:
             text = f"Saved {server.name}, but it is not reachable: {down.reason.removeprefix('unreachable: ')}"
         else:
             names = ", ".join(m.id.split("/", 1)[1] for m in models[:6])
             text = f"Connected to {server.name}: {len(models)} model(s) ({names}). Pick one in the Model menu."
+        if api_key and server.key_storage:  # a key was typed: say where it really went
+            text += f" API key kept in {server.key_storage}."
         self._set_busy(False, text)
 
     def remove_selected(self):
@@ -179,7 +182,7 @@ class ServerDialog(QDialog):
         self._set_busy(True, f"Removing {name}…")
         try:
             await self.bridge.engine.remove_server(name)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one line in the dialog; _reason logs a bug with its traceback
             self._set_busy(False, _reason(e))
             return
         self.new_server()

@@ -173,7 +173,11 @@ class SettingsDialog(QDialog):
                 value = setting_value(spec, {key: values.get(key, self._defaults.get(key, spec.default))})
             except ChinwagError:  # a bad stored value shows the built-in default, to be saved over
                 value = spec.default
-            box.setValue(box.minimum() if value is None else value)
+            value = box.minimum() if value is None else value
+            if isinstance(box, QDoubleSpinBox):
+                box.setValue(float(value))
+            else:
+                box.setValue(int(value))
         self.prefill_box.setChecked(bool(values.get(PREFILL_KEY, self._defaults.get(PREFILL_KEY, True))))
         chosen = values.get("speculative", self._defaults.get("speculative"))
         self.speculative.setChecked(speculative_default() if chosen is None else bool(chosen))

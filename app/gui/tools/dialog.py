@@ -178,7 +178,7 @@ class ToolsDialog(QDialog):
 
     def new_server(self) -> None:
         self.editing = ""
-        self.server_list.setCurrentItem(None)
+        self.server_list.setCurrentRow(-1)  # no current item
         self.name_edit.clear()
         self.target_edit.clear()
         self._clear_tools()

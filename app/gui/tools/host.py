@@ -88,7 +88,7 @@ class WindowTools(QObject):
             self._task.cancel()
             try:
                 await self._task
-            except BaseException:  # cancelled or failed: the host below is closed either way
+            except BaseException:  # noqa: BLE001 - cancelled or failed: the host below is closed either way
                 pass
         host, self.host = self.host, None
         if host is not None:

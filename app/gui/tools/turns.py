@@ -184,7 +184,7 @@ class ToolReply:
                 return
             self._record_stopped()
             self._finish(MessageStatus.STOPPED, "Stopped.")
-        except Exception as e:  # a bug: its traceback to the log, one line to the user
+        except Exception as e:  # noqa: BLE001 - a bug: its traceback to the log, one line to the user
             c.error.emit(report_bug(e, "a reply with tools"))
             self._finish(MessageStatus.FAILED)
         finally:

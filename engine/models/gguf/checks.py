@@ -73,7 +73,7 @@ def check_importable(header: GGUFHeader) -> None:
     _check_shapes(header, hp)
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -81,7 +81,7 @@ def hyperparameters(header: GGUFHeader) -> dict:
     """The llama sizes from the metadata, each a positive int that fits the others; ModelError if not."""
     path, arch = header.path, header.architecture
 
-    def count(key, default=None, limit=1 << 20):
+    def count(key: str, default: int | None = None, limit: int = 1 << 20) -> int:
         value = header.arch_value(key, default)
         if not _is_int(value) or not 0 < value <= limit:
             shown = f"{value!r:.40}" if not isinstance(value, _Skipped) else "an array"

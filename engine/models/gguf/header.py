@@ -10,6 +10,7 @@ import struct
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.atomic import describe_kind
 from engine.errors import ChinwagError, ModelError
@@ -75,7 +76,7 @@ class GGUFHeader:
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", ""))
 
-    def arch_value(self, key, default=None):
+    def arch_value(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
     @property
@@ -98,7 +99,7 @@ class GGUFHeader:
         return counts
 
 
-def printable(value, limit: int = 200) -> str:
+def printable(value: object, limit: int = 200) -> str:
     """One line without control or format characters: a GGUF's text may reach a terminal."""
     if not isinstance(value, str):
         return ""
@@ -107,10 +108,10 @@ def printable(value, limit: int = 200) -> str:
 
 
 class _Reader:
-    def __init__(self, buf):
+    def __init__(self, buf: bytes | memoryview | mmap.mmap) -> None:
         self.buf, self.pos = buf, 0
 
-    def unpack(self, fmt):
+    def unpack(self, fmt: str) -> Any:
         value = struct.unpack_from(fmt, self.buf, self.pos)[0]
         self.pos += struct.calcsize(fmt)
         return value
@@ -125,7 +126,7 @@ class _Reader:
         self.pos += n
         return s
 
-    def value(self, vtype, keep_arrays):
+    def value(self, vtype: int, keep_arrays: bool) -> Any:
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
@@ -167,7 +168,7 @@ class _Skipped:
     length: int
 
 
-def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
+def read_gguf_header(path: str | Path, keep_arrays: bool = False) -> GGUFHeader:
     """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
     path = Path(path)
     try:
@@ -191,7 +192,7 @@ def read_gguf_header(path, keep_arrays: bool = False) -> GGUFHeader:
         raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from e
 
 
-def _parse_header(path, buf, size, keep_arrays) -> GGUFHeader:
+def _parse_header(path: Path, buf: bytes | memoryview | mmap.mmap, size: int, keep_arrays: bool) -> GGUFHeader:
     r = _Reader(buf)
     if bytes(buf[:4]) != b"GGUF":
         raise ValueError("no GGUF magic bytes")

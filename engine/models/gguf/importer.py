@@ -14,10 +14,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine import paths
 from engine.errors import ModelError
-from engine.models.folders import (  # noqa: F401
+from engine.models.folders import (
     INFO_FILE,
     STARTER_ID,
     TMP_PREFIX,
@@ -26,22 +27,16 @@ from engine.models.folders import (  # noqa: F401
     read_info_file,
     starter_gguf_path,
 )
-
-# Re-exported: callers and tests import these names from engine.models.gguf.importer.
-from engine.models.gguf.checks import (  # noqa: F401
+from engine.models.gguf.checks import (
     LAYER_NAMES,
-    NATIVE_TYPES,
     REQUANT_BITS,
-    SUPPORTED_ARCHITECTURES,
-    TOKENIZER_MODELS,
     check_importable,
-    hyperparameters,
 )
-from engine.models.gguf.header import GGML_TYPES, GGUFHeader, GGUFTensor, read_gguf_header  # noqa: F401
+from engine.models.gguf.header import GGUFHeader, read_gguf_header
 
 # _convert looks build_tokenizer up here at call time (a test monkeypatches it on this module).
 from engine.models.gguf.tokenizer import build_tokenizer, build_tokenizer_config, check_tokenizer_metadata
-from engine.types import LoadProgress, ModelInfo
+from engine.types import LoadProgress, ModelInfo, ModelStatus
 
 Progress = Callable[[LoadProgress], None] | None
 
@@ -63,7 +58,9 @@ def slugify(text: str) -> str:
 # --- import -------------------------------------------------------------------------------
 
 
-def import_gguf(path, progress: Progress = None, dest_root=None, model_id: str | None = None) -> ModelInfo:
+def import_gguf(
+    path: str | Path, progress: Progress = None, dest_root: Path | None = None, model_id: str | None = None
+) -> ModelInfo:
     """Convert a llama GGUF to an MLX folder under models_dir(); returns its ModelInfo.
 
     model_id: the folder's name (the registry passes the starter's); by default from the file name.
@@ -88,7 +85,7 @@ def import_gguf(path, progress: Progress = None, dest_root=None, model_id: str |
     dest, existing = _destination(root, src, header, model_id)
     if existing is not None and _same_source(existing, src, st):
         info = info_from_folder(dest)
-        if info.status == "ready":
+        if info.status == ModelStatus.READY:
             report("Imported", 5)
             return info
 
@@ -117,7 +114,7 @@ def _remove_stale_temps(root: Path, max_age_s: float = 86400) -> None:
             pass
 
 
-def _eval_with_progress(weights: dict, report, steps: int = 20) -> None:
+def _eval_with_progress(weights: dict, report: Callable[[float], None], steps: int = 20) -> None:
     """Compute the converted tensors (the import's long step) reporting the fraction done."""
     import mlx.core as mx
 
@@ -132,15 +129,15 @@ def _eval_with_progress(weights: dict, report, steps: int = 20) -> None:
             report(done / total)
 
 
-def _reporter(progress: Progress):
-    def report(stage, done):
+def _reporter(progress: Progress) -> Callable[[str, float], None]:
+    def report(stage: str, done: float) -> None:
         if progress is not None:
             progress(LoadProgress(stage=stage, done=done, total=5))
 
     return report
 
 
-def _destination(root: Path, src: Path, header: GGUFHeader, model_id: str | None = None):
+def _destination(root: Path, src: Path, header: GGUFHeader, model_id: str | None = None) -> tuple[Path, dict | None]:
     """Folder for this GGUF: same-source folder if any, else a free slug. Returns (dest, record)."""
     starter = starter_gguf_path()
     if model_id is None and starter is not None and _same_file(src, starter):
@@ -165,7 +162,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _same_source(record: dict, src: Path, st) -> bool:
+def _same_source(record: dict, src: Path, st: os.stat_result) -> bool:
     return (
         record.get("source_path") == str(src)
         and record.get("source_size") == st.st_size
@@ -189,7 +186,7 @@ def _install(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _convert(src: Path, st, out: Path, report) -> None:
+def _convert(src: Path, st: os.stat_result, out: Path, report: Callable[[str, float], None]) -> None:
     import mlx.core as mx
 
     report("Reading GGUF", 1)
@@ -252,7 +249,7 @@ def _writable_copy(src: Path, out: Path) -> Path:
     return copy
 
 
-def _write_json(path: Path, data) -> None:
+def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
@@ -273,14 +270,14 @@ def mlx_module_name(gguf_base: str) -> str | None:
     return None
 
 
-def default_float_dtype():
+def default_float_dtype() -> Any:  # an mx.Dtype
     """float16 with Metal; float32 on CPU, where float16 math is ~40x slower and less exact."""
     import mlx.core as mx
 
     return mx.float16 if mx.metal.is_available() else mx.float32
 
 
-def convert_weights(weights: dict, types: dict, src: Path, float_dtype=None):
+def convert_weights(weights: dict, types: dict, src: Path, float_dtype: Any = None) -> tuple[dict, dict]:
     """Rename GGUF tensors to mlx-lm llama names; returns (weights, per-module quantization).
 
     Quantized triples stay as they are (only scales/biases change dtype); every float

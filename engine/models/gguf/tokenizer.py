@@ -4,6 +4,8 @@
 (the registry imports gguf_import, and with it this, while listing models).
 """
 
+from typing import Any
+
 from engine.errors import ModelError
 
 # SentencePiece merges are found by splitting every piece at every position: quadratic in a
@@ -42,7 +44,7 @@ _PRE_TOKENIZERS = {
 }
 
 
-def _pre_tokenizer(pre: str):
+def _pre_tokenizer(pre: str) -> Any:  # a tokenizers PreTokenizer
     from tokenizers import Regex, pre_tokenizers
 
     kind = _PRE_TOKENIZERS.get(pre or "default", _GPT2)
@@ -59,7 +61,7 @@ def _pre_tokenizer(pre: str):
     )
 
 
-def _list(meta: dict, key: str, kinds, length=None):
+def _list(meta: dict, key: str, kinds: tuple[type, ...], length: int | None = None) -> list | None:
     """meta[key] as a list whose items are all of kinds (and of length items); ModelError if not."""
     value = meta.get(key)
     if value is None:
@@ -89,12 +91,12 @@ def check_tokenizer_metadata(meta: dict) -> list:
     return tokens
 
 
-def _token_id(meta: dict, kind: str, tokens) -> "int | None":
+def _token_id(meta: dict, kind: str, tokens: list[str]) -> "int | None":
     i = meta.get(f"tokenizer.ggml.{kind}_token_id")
     return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(tokens) else None
 
 
-def build_tokenizer(meta: dict):
+def build_tokenizer(meta: dict) -> Any:  # a tokenizers Tokenizer
     """A `tokenizers.Tokenizer` from GGUF tokenizer metadata; ModelError if the metadata is unusable."""
     from tokenizers import AddedToken, processors
 
@@ -128,14 +130,14 @@ def vocabulary(meta: dict) -> dict:
     return _vocab(check_tokenizer_metadata(meta))
 
 
-def _vocab(tokens) -> dict:
+def _vocab(tokens: list[str]) -> dict:
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
     return vocab
 
 
-def _bpe(models, **kwargs):
+def _bpe(models: Any, **kwargs: Any) -> Any:  # tokenizers.models.BPE
     """tokenizers' BPE model; ModelError for merges the vocabulary does not hold."""
     try:
         return models.BPE(**kwargs)
@@ -145,7 +147,7 @@ def _bpe(models, **kwargs):
         raise ModelError(f"tokenizer metadata does not fit together ({e})") from e
 
 
-def _byte_level_bpe(meta: dict, tokens):
+def _byte_level_bpe(meta: dict, tokens: list[str]) -> Any:
     from tokenizers import Tokenizer, decoders, models
 
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
@@ -157,7 +159,7 @@ def _byte_level_bpe(meta: dict, tokens):
     return tok
 
 
-def _sentencepiece_bpe(meta: dict, tokens):
+def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
     """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials)."""
     from tokenizers import Tokenizer, decoders, models, normalizers
 
@@ -182,7 +184,7 @@ def _sentencepiece_bpe(meta: dict, tokens):
     return tok
 
 
-def _merges_from_scores(tokens, scores, vocab) -> list:
+def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict) -> list:
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
     pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
     merges: list = []
@@ -197,7 +199,7 @@ def _merges_from_scores(tokens, scores, vocab) -> list:
 def build_tokenizer_config(meta: dict, config: dict) -> dict:
     tokens = check_tokenizer_metadata(meta)
 
-    def token(kind):
+    def token(kind: str) -> str | None:
         i = _token_id(meta, kind, tokens)
         return None if i is None else tokens[i]
 

@@ -223,6 +223,7 @@ def test_bad_input_text_round_trips(store):
 # -- streaming and crashes -----------------------------------------------------
 
 
+@pytest.mark.timing
 def test_streaming_updates_are_cheap(store):
     conv = store.create_conversation()
     store.add_message(conv.id, "user", "Write a long story")

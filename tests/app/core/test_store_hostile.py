@@ -253,6 +253,7 @@ def test_opening_never_stops_another_process_live_reply(chinwag_home):
         assert store.get_conversation(conv_id).messages[1].status == "stopped"
 
 
+@pytest.mark.timing
 def test_read_only_commands_never_wait_on_the_write_lock(chinwag_home, capsys):
     proc, conv_id = _start_writer(hold_write=True)
     try:

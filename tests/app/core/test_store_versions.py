@@ -6,7 +6,8 @@ import sqlite3
 import pytest
 
 from app.core.store import MIGRATIONS, SCHEMA_VERSION, NotFoundError, Store
-from app.transcripts.export import export_conversation, import_conversation, to_markdown
+from app.transcripts.export import export_conversation, to_markdown
+from app.transcripts.json_import import import_conversation
 
 
 def texts(conv):

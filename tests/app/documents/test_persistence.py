@@ -13,7 +13,8 @@ from app.core.settings import engine_messages
 from app.core.store import Store
 from app.documents.block import message_content
 from app.documents.extract import extract
-from app.transcripts.export import export_conversation, import_conversation, to_html, to_markdown, to_text
+from app.transcripts.export import export_conversation, to_html, to_markdown, to_text
+from app.transcripts.json_import import import_conversation
 from engine.errors import ChinwagError
 from tests.app.documents.files import write_pdf
 

@@ -5,7 +5,7 @@ window slide drops a document whole."""
 import pytest
 
 from app.documents.block import Attachment, message_content
-from engine.models import registry
+from engine.models.folders import STARTER_ID
 from engine.types import GenerationParams, PrefillProgress, TextDelta
 
 pytestmark = pytest.mark.starter
@@ -39,7 +39,7 @@ def test_read_at_attach_on_the_starter(tmp_path):
         )
         return ahead, after, fresh, follow
 
-    ahead, after, fresh, follow = run_with_engine(registry.STARTER_ID, body, idle_work=False)
+    ahead, after, fresh, follow = run_with_engine(STARTER_ID, body, idle_work=False)
     # The document's tokens are reused; only the question, the template's tail and the separator after
     # the block (retokenized with the question's first word) are computed.
     assert ahead.finished and after.reused_tokens >= ahead.computed_tokens - 8
@@ -69,7 +69,7 @@ def test_a_window_slide_drops_a_document_whole_on_the_starter():
             messages.append({"role": "assistant", "content": engine._local.session.tokenizer.decode(stats.reply_ids)})
         return seen
 
-    seen = run_with_engine(registry.STARTER_ID, body, idle_work=False)
+    seen = run_with_engine(STARTER_ID, body, idle_work=False)
     assert any(stats.dropped_messages for stats, _, _ in seen)  # the window did slide
     assert "<document" in seen[0][2] and "</document>" in seen[0][2]
     for stats, fresh, text in seen:

@@ -39,6 +39,7 @@ def send(qtbot, w, text):
     qtbot.waitUntil(lambda: w.chat.gen is None and not w.bridge.is_generating(), timeout=20_000)
 
 
+@pytest.mark.timing
 def test_one_megabyte_paste(qtbot, window, store):
     from app.gui.chat.message_widget import USER_DISPLAY_LIMIT
 

@@ -16,7 +16,7 @@ def in_thread(fn):
     def run():
         try:
             box["value"] = fn()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - everything the thread raised is re-raised in the test
             box["error"] = e
 
     threading.Thread(target=run, daemon=True).start()

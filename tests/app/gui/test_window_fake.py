@@ -47,6 +47,7 @@ def test_send_streams_saves_and_shows_stats(qtbot, window, store, engine):
     assert strays == []  # no widget was shown before it had a parent
 
 
+@pytest.mark.timing
 def test_streaming_rerenders_at_most_30_times_a_second(qtbot, window, store, engine):
     engine.reply = " ".join(f"word{i}" for i in range(3000))
     engine.token_delay = 0
@@ -62,6 +63,7 @@ def test_streaming_rerenders_at_most_30_times_a_second(qtbot, window, store, eng
     assert first.body.renders == first_renders  # finished messages are frozen
 
 
+@pytest.mark.timing
 def test_reply_is_saved_while_it_grows(qtbot, window, store, engine):
     engine.reply = " ".join(["tick"] * 400)
     engine.token_delay = 0.01

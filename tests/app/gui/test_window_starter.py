@@ -7,6 +7,7 @@ import pytest
 from app.cli.main import main
 from engine.local import loading
 from engine.models import registry
+from engine.models.folders import STARTER_ID
 from tests.engine.test_api import reference
 
 pytestmark = pytest.mark.starter
@@ -20,7 +21,7 @@ def starter_home(tmp_path_factory):
 def replay(tmp_path, capsys, system, turns, *options):
     script = tmp_path / "chat.json"
     script.write_text(json.dumps({"system": system, "turns": turns}))
-    assert main(["replay", str(script), "--model", registry.STARTER_ID, *options]) == 0
+    assert main(["replay", str(script), "--model", STARTER_ID, *options]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -47,7 +48,7 @@ def test_a_chat_that_slides_its_window_twice_stays_exact_on_every_turn(starter_h
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
     questions = ["Hi!", "A color?", "A fruit?", "A city?", "A tree?", "Thanks!", "A car?"]
     turns = replay(tmp_path, capsys, "Be brief.", questions, "--max-tokens", "4", "--context-cap", "64")
-    path, _ = registry.resolve_model(registry.STARTER_ID)
+    path, _ = registry.resolve_model(STARTER_ID)
     model, tokenizer = loading.load(path)
     slides = 0
     for i, t in enumerate(turns):

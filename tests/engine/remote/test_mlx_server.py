@@ -13,6 +13,7 @@ from PySide6.QtTest import QTest
 
 from engine import ChinwagError, Engine, GenerationParams, TextDelta, TurnStats
 from engine.models import registry
+from engine.models.folders import STARTER_ID
 from tests.app_helpers import dispose
 from tests.remote_servers import MlxServer, mlx_launch_missing
 
@@ -25,7 +26,7 @@ def starter_folder(tmp_path_factory):
     home, old = tmp_path_factory.mktemp("remote-starter-home"), os.environ.get("CHINWAG_HOME")
     os.environ["CHINWAG_HOME"] = str(home)
     try:
-        path, _ = registry.resolve_model(registry.STARTER_ID)
+        path, _ = registry.resolve_model(STARTER_ID)
     finally:
         os.environ["CHINWAG_HOME"] = old or ""
     return path

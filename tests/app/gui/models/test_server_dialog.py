@@ -153,3 +153,31 @@ def test_a_servers_reasoning_block_and_prefill_progress_show_in_the_window(qtbot
         qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=30_000)
         assert [r for r in reading if r] == [(100, 300), (200, 300), (300, 300)]
         dispose(qtbot, window, store)
+
+
+def test_server_dialog_says_where_the_key_went(qtbot, qloop, monkeypatch):
+    from app.gui.engine_bridge import EngineBridge
+    from app.gui.models.server_dialog import ServerDialog
+    from tests.keychains import LockedKeychain, MemoryKeychain, use_keychain
+
+    bridge = EngineBridge(Engine())
+    with StandIn() as s:
+        dialog = ServerDialog(bridge)
+        qtbot.addWidget(dialog)
+        settle(qtbot, dialog, bridge)
+        with use_keychain(monkeypatch, MemoryKeychain()):
+            dialog.name_edit.setText("lab")
+            dialog.url_edit.setText(s.url)
+            dialog.key_edit.setText("key-1")
+            dialog.save()
+            text = settle(qtbot, dialog, bridge)
+            assert text.startswith("Connected to lab") and text.endswith("API key kept in the system keychain.")
+        with use_keychain(monkeypatch, LockedKeychain()):
+            dialog.key_edit.setText("key-2")
+            dialog.save()
+            text = settle(qtbot, dialog, bridge)
+            assert text.endswith(f"API key kept in {servers.keys_file()} (readable only by you).")
+            assert servers.get_server("lab").api_key == "key-2"
+            # Saving again without typing a key says nothing about keys.
+            dialog.save()
+            assert "API key" not in settle(qtbot, dialog, bridge)

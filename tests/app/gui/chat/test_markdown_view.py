@@ -1,46 +1,13 @@
-"""Markdown blocks: how replies are cut up, and that streaming re-renders only what changed."""
+"""The Markdown view: streaming re-renders only what changed; links, tables and headings render."""
 
 import time
 
 import pytest
 
-from app.gui.chat.markdown_view import Block, split_blocks
-
 pytestmark = pytest.mark.qt
 
 
-def kinds(text):
-    return [(b.kind, b.text) for b in split_blocks(text)]
-
-
-def test_prose_code_and_think_blocks():
-    text = "<think>hmm\nok</think>\n\n# Title\n\nPara one.\n\n```python\nx = 1\n\ny = 2\n```\nAfter."
-    assert kinds(text) == [
-        ("think", "hmm\nok"),
-        ("prose", "# Title"),
-        ("prose", "Para one."),
-        ("code", "x = 1\n\ny = 2"),
-        ("prose", "After."),
-    ]
-    assert split_blocks(text)[3].lang == "python"
-
-
-def test_unclosed_fence_and_think_run_to_the_end():
-    assert split_blocks("a\n```js\nlet x") == [Block("prose", "a"), Block("code", "let x", "js", closed=False)]
-    assert split_blocks("<think>still going") == [Block("think", "still going", closed=False)]
-    # A reply that starts inside the reasoning (the template opened <think>).
-    assert kinds("plan it</think>answer") == [("think", "plan it"), ("prose", "answer")]
-
-
-def test_lists_and_tables_stay_whole():
-    assert kinds("1. a\n\n2. b\n\n   more of b\n\nnext") == [
-        ("prose", "1. a\n\n2. b\n\n   more of b"),
-        ("prose", "next"),
-    ]
-    assert kinds("|a|b|\n|-|-|\n|1|2|") == [("prose", "|a|b|\n|-|-|\n|1|2|")]
-    assert kinds("~~~\n```\n~~~") == [("code", "```")]
-
-
+@pytest.mark.timing
 def test_streaming_rerenders_only_the_last_block(qtbot):
     from app.gui.chat.markdown_view import MarkdownView, ProseView
 
