@@ -150,7 +150,7 @@ def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dic
         calls = calls if isinstance(calls, list) and all(isinstance(c, dict) for c in calls) else None
         if m.role == MessageRole.ASSISTANT and not m.content and not calls:
             continue
-        message = {"role": str(m.role), "content": message_text(m)}  # with its documents' blocks
+        message: dict[str, Any] = {"role": str(m.role), "content": message_text(m)}  # with its documents' blocks
         if calls:  # a tool round: the calls as the model made them
             message["tool_calls"] = calls
         out.append(message)

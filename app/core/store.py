@@ -18,7 +18,7 @@ import sqlite3
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -186,7 +186,7 @@ def title_from_message(text: str) -> str:
 FORK_SUFFIX = re.compile(r" \(fork(?: \d+)?\)$")
 
 
-def fork_title(title: str, taken) -> str:
+def fork_title(title: str, taken: Collection[str]) -> str:
     """'Title (fork)', then 'Title (fork 2)'...: short, and distinct from the titles `taken`.
     A fork of a fork is numbered from the same base, never 'Title (fork) (fork)'."""
     base = FORK_SUFFIX.sub("", title)

@@ -167,7 +167,9 @@ class Composer(QWidget):
             window = self.window()
             self._drop_filter = FileDropFilter(self.attachments, window, self, focus=self.editor)
             window.setAcceptDrops(True)
-            QApplication.instance().installEventFilter(self._drop_filter)  # every widget of the window
+            app = QApplication.instance()
+            assert app is not None  # a widget is being shown: the app exists
+            app.installEventFilter(self._drop_filter)  # every widget of the window
             if hasattr(window, "statusBar"):
                 self.attachments.status.connect(lambda text: window.statusBar().showMessage(text, 3000))
 

@@ -104,7 +104,7 @@ def palette_for(theme: str) -> QPalette:
 
 def install_style() -> None:
     """Wrap the app's style once in VisibleIndicators (a dark system palette needs it too)."""
-    app = QApplication.instance()
+    app = _app()
     if app is not None and not isinstance(app.style(), VisibleIndicators):
         app.setStyle(VisibleIndicators(app.style().name()))
 
@@ -126,7 +126,7 @@ def apply(theme: str = "system", font_size: int = 0) -> None:
 
 def system_point_size() -> int:
     """The font size the app started with (what Preferences calls "System size")."""
-    app = QApplication.instance()
+    app = _app()
     font = _system.get("font") or (app.font() if app is not None else QFont())
     return font.pointSize() if font.pointSize() > 0 else 10
 

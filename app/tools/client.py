@@ -12,7 +12,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
@@ -255,7 +255,7 @@ class ToolHost:
             for server, t in pairs
         ]
 
-    def subset(self, names) -> "ToolHost":
+    def subset(self, names: Collection[str]) -> "ToolHost":
         """The same running connections, only those named (one chat's choice); close the full host, not this."""
         part = ToolHost(())
         part.connections = {n: c for n, c in self.connections.items() if n in names}

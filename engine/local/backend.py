@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 from engine.backend import ChatEvent, StopSignal
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import BackgroundPrefill, ForkedCache, GenerationParams, LoadProgress, MemoryReport, ModelInfo
+from engine.types import (
+    BackgroundPrefill,
+    ForkedCache,
+    GenerationParams,
+    LoadProgress,
+    MemoryReport,
+    ModelInfo,
+    PrefillProgress,
+)
 
 if TYPE_CHECKING:
     from engine.local.session import Session
@@ -194,7 +202,11 @@ class LocalBackend:
     # --- background work ----------------------------------------------------
 
     async def prefill(
-        self, conversation_id: str, messages: list, params: GenerationParams, progress=None
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams,
+        progress: Callable[[PrefillProgress], None] | None = None,
     ) -> BackgroundPrefill:
         """`progress`, if given, gets PrefillProgress events on the engine thread."""
         await self.start()
@@ -207,7 +219,7 @@ class LocalBackend:
             return asyncio.sleep(0, ForkedCache(0, 0, "the engine has not started"))
         return asyncio.wrap_future(self.running()[0].submit(self._session_fork, src_id, dst_id, messages, params))
 
-    def _session_fork(self, src_id, dst_id, messages, params):
+    def _session_fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
         from engine.local.fork import fork
 
         return fork(self.queued_session(), src_id, dst_id, messages, params)
@@ -252,7 +264,14 @@ class LocalBackend:
         future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
         return future
 
-    def session_prefill(self, conv_id, messages, params, progress, should_stop):
+    def session_prefill(
+        self,
+        conv_id: str,
+        messages: list,
+        params: GenerationParams,
+        progress: Callable[[PrefillProgress], None] | None,
+        should_stop: Callable[[], bool],
+    ) -> BackgroundPrefill:
         from engine.local.background import prefill_draft
 
         return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop, progress)

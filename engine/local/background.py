@@ -9,6 +9,7 @@ the turn that follows reuses it through the longest common prefix.
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from engine.context.conversation import ConversationCache
 from engine.context.policy import (
     WindowPlan,
     expected_next_tokens,
@@ -17,9 +18,9 @@ from engine.context.policy import (
     plan_next_window,
     reply_room,
 )
-from engine.context.prompt import check_messages
+from engine.context.prompt import History, check_messages
 from engine.errors import ChinwagError
-from engine.local.generation import prefill_ahead
+from engine.local.generation import TurnInput, prefill_ahead
 from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress
 
 if TYPE_CHECKING:
@@ -30,7 +31,16 @@ TEMPLATE_SLACK = 32
 
 
 def _run(
-    session, conv_id, conv, history, turn, target, params, should_stop, progress=None, history_ids=0
+    session: "Session",
+    conv_id: str,
+    conv: ConversationCache | None,
+    history: History,
+    turn: TurnInput | None,
+    target: list,
+    params: GenerationParams,
+    should_stop: Callable[[], bool],
+    progress: Callable[[PrefillProgress], None] | None = None,
+    history_ids: int = 0,
 ) -> BackgroundPrefill:
     if conv is None:
         assert turn is not None  # a new chat (prefill_draft) always brings its turn
@@ -39,7 +49,7 @@ def _run(
     if progress is not None:
         limit = session.context_limit(params)
 
-        def report(done, total):
+        def report(done: int, total: int) -> None:
             earlier = max(0, history_ids - (len(target) - total))  # the earlier messages' ids still to read
             progress(PrefillProgress(done, total, len(target), limit, earlier))
 
@@ -48,7 +58,7 @@ def _run(
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 
 
-def ahead_ids(messages, plan) -> list:
+def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
     """What reading ahead computes of a prompt, all of it a prefix of the next turn's prompt.
 
     Ending with the user's message (a draft, a fork): all but its last token, which the turn
@@ -63,7 +73,12 @@ def ahead_ids(messages, plan) -> list:
 
 
 def prefill_draft(
-    session, conv_id: str, messages, params: GenerationParams, should_stop, progress=None
+    session: "Session",
+    conv_id: str,
+    messages: list[dict],
+    params: GenerationParams,
+    should_stop: Callable[[], bool],
+    progress: Callable[[PrefillProgress], None] | None = None,
 ) -> BackgroundPrefill:
     """Read the prompt up to the last message ahead (`ahead_ids`): an unsent draft, or the chat
     as it stands after its system prompt, model or branch changed.

@@ -7,6 +7,8 @@ of a re-read of the whole chat. The copy is exact: it holds exactly the common p
 parent's `token_ids` and what reading the fork ahead would compute (engine/local/background.py).
 """
 
+from typing import TYPE_CHECKING
+
 import mlx.core as mx
 
 from engine.context.conversation import ConversationCache, common_prefix, initial_capacity
@@ -16,8 +18,11 @@ from engine.errors import ChinwagError
 from engine.local.background import ahead_ids
 from engine.types import ForkedCache, GenerationParams
 
+if TYPE_CHECKING:
+    from engine.local.session import Session
 
-def fork(session, src_id: str, dst_id: str, messages, params: GenerationParams) -> ForkedCache:
+
+def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
     """Give `dst_id` a copy of `src_id`'s cache up to where the fork's prompt leaves it."""
     src = session.caches.get(src_id)
     if src is None or not src.token_ids:

@@ -119,7 +119,13 @@ def prefill(
     return logits, reused, len(rest)
 
 
-def prefill_ahead(model, conv: ConversationCache, target_ids: list, should_stop, progress=None) -> tuple:
+def prefill_ahead(
+    model: Any,
+    conv: ConversationCache,
+    target_ids: list,
+    should_stop: Callable[[], bool],
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, int, bool]:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
     `progress(done, total)` is called before the first chunk and after each one (`total`: the

@@ -118,7 +118,7 @@ class Session:
         plan, turn = self.plan(messages, params, history)
         return conv, history, plan, turn
 
-    def plan(self, messages, params: GenerationParams, history: History):
+    def plan(self, messages: list[dict], params: GenerationParams, history: History) -> tuple[WindowPlan, TurnInput]:
         """(WindowPlan, TurnInput) of `messages` given the pieces `history` remembers (it learns the new ones)."""
         if self.model is None:
             raise ChinwagError("no model is loaded: load one before chatting")
@@ -173,7 +173,7 @@ class Session:
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
         earlier = history_ids(plan, messages)
 
-        def reading(done, total):  # the earlier messages' ids among those not reused are read first
+        def reading(done: int, total: int) -> None:  # the earlier messages' ids among those not reused are read first
             emit(PrefillProgress(done, total, n_prompt, limit, max(0, earlier - (n_prompt - total))))
 
         turn.progress = reading

@@ -67,7 +67,7 @@ class PromptLookup:
     (a rename renames every occurrence) until the model declines it.
     """
 
-    def __init__(self, ids):
+    def __init__(self, ids: list) -> None:
         self.ids: list = []
         # n-gram -> the positions of the token that followed each occurrence, in order.
         self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
@@ -79,7 +79,7 @@ class PromptLookup:
         self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
         self.extend(ids)
 
-    def extend(self, tokens) -> None:
+    def extend(self, tokens: list) -> None:
         ids = self.ids
         for tok in tokens:
             if self.cursor is not None:
@@ -236,7 +236,9 @@ class DraftLength:
 class Speculator:
     """One turn's drafting and verification state."""
 
-    def __init__(self, prompt_ids, sampling, max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None):
+    def __init__(
+        self, prompt_ids: list, sampling: "Sampling", max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None
+    ) -> None:
         self.index = PromptLookup(prompt_ids)
         self.length = DraftLength(max_draft)
         self.sampling = sampling

@@ -96,7 +96,7 @@ def headers_for(api_key: str, server_name: str = "") -> dict:
     return {"Authorization": f"Bearer {check_key(api_key, where)}"}
 
 
-def _json(text: str):
+def _json(text: str) -> object:
     """Parsed JSON, or None for text that is not JSON (or nested deeper than the parser goes)."""
     try:
         return json.loads(text)
@@ -119,7 +119,7 @@ def server_message(body: bytes, secret: str = "") -> str:
     return redact(" ".join(text.split()), secret)[:200]
 
 
-def _dumps(value) -> str:
+def _dumps(value: object) -> str:
     try:
         return json.dumps(value)
     except (ValueError, TypeError, RecursionError):

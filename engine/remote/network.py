@@ -15,10 +15,13 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.backend import StopSignal
 from engine.remote import errors
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class Inflater:
             raise errors.StreamLimit(f"sent a damaged {self.encoding} body") from None
 
 
-async def _body(response, budget: int, what: str = "") -> AsyncIterator[bytes]:
+async def _body(response: "httpx.Response", budget: int, what: str = "") -> AsyncIterator[bytes]:
     """The decoded body in bounded pieces; past `budget` bytes StreamLimit (naming `what`), or the end
     of the body when `what` is empty (an error body: only its start is kept)."""
     inflate = Inflater(response.headers.get("content-encoding", ""))
@@ -136,7 +139,7 @@ async def _body(response, budget: int, what: str = "") -> AsyncIterator[bytes]:
             yield piece
 
 
-async def _read(response, budget: int, what: str = "") -> bytes:
+async def _read(response: "httpx.Response", budget: int, what: str = "") -> bytes:
     return b"".join([piece async for piece in _body(response, budget, what)])
 
 
@@ -199,7 +202,7 @@ class Watch:
         return errors.TimedOut(f"stopped sending for {errors.seconds(self.idle_s)} (read timed out)")
 
 
-def _client():
+def _client() -> "httpx.AsyncClient":
     import httpx
 
     # The deadlines are ours (asyncio.timeout around the whole exchange), not per read.

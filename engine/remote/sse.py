@@ -126,7 +126,7 @@ def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None], redact: C
     return False
 
 
-def _object(value, what: str) -> dict:
+def _object(value: object, what: str) -> dict:
     """`value` if it is a JSON object; nothing (null) is an empty one."""
     if value is None:
         return {}

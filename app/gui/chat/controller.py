@@ -10,6 +10,7 @@ The controller reads the conversation from the store and shows it through a Chat
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
@@ -23,6 +24,10 @@ from app.gui.chat.panes import ChatWindowView
 from engine.errors import ChinwagError
 from engine.log import report_bug
 from engine.types import FinishReason
+
+if TYPE_CHECKING:
+    from app.gui.tools.host import WindowTools
+    from app.gui.tools.turns import ToolReply
 
 SAVE_INTERVAL_MS = 1000
 # The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
@@ -78,8 +83,8 @@ class ChatController(QObject):
         # None: messages without documents (the controller's unit tests).
         self.documents = None
         # The window's MCP host (app/gui/tools/host.py WindowTools), set by the window; None: no tools.
-        self.tools = None
-        self.tool_reply = None  # the reply with tools under way (app/gui/tools/turns.py ToolReply)
+        self.tools: WindowTools | None = None
+        self.tool_reply: ToolReply | None = None  # the reply with tools under way (app/gui/tools/turns.py ToolReply)
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
@@ -348,12 +353,14 @@ class ChatController(QObject):
             return
         self._done_reading(gen)
         calls = {"role": "assistant", "tool_calls": [c.to_openai() for c in stats.tool_calls]}
+        round_stats = stored_stats(calls)
+        assert round_stats is not None  # TOOL_CALLS: the turn ended with calls
         try:
             self.store.update_message(
                 gen.msg_id,
                 content=gen.text,
                 status=MessageStatus.COMPLETE,
-                stats={**stats_dict(stats), **stored_stats(calls)},
+                stats={**stats_dict(stats), **round_stats},
             )
             gen.saved = gen.text
         except ChinwagError as e:

@@ -15,12 +15,6 @@ from app.gui.chat.attachments import chat_history, chat_params, show_on_message
 
 
 class ChatWindowView(Protocol):
-    def _edit_last(self, chat):
-        """Up in the empty message box: edit the last message you sent (if there is one)."""
-        mine = [w for w in self.chat_view.message_widgets() if w.role == MessageRole.USER]
-        if mine and chat.editing is None:
-            chat.edit_message(mine[-1].message_id)
-
     # --- the chat list ------------------------------------------------------
     def show_conversations(self, rows: list, current_id: str | None, search: str) -> None: ...
 

@@ -60,7 +60,7 @@ class ChatView(QScrollArea):
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
         self._stick = False  # follow the end of the chat (not while the welcome shows)
-        self._held = None  # (message id, its top in the view) kept while the layout settles
+        self._held: tuple[object, int] | None = None  # (message id, its top in the view) kept while the layout settles
         self._slack = 0  # room added below the last message so a held one can stay in place
         self._hold_timer = QTimer(self)
         self._hold_timer.setSingleShot(True)
@@ -120,7 +120,7 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         from_bottom = bar.maximum() - bar.value()
         first = self._layout.indexOf(self._widgets[0]) if self._widgets else self._layout.count() - 1
-        new = []
+        new: list[MessageWidget] = []
         for offset, m in enumerate(batch):
             widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
             widget.set_versions(m.version, m.versions)
@@ -177,6 +177,7 @@ class ChatView(QScrollArea):
             return None
         card = ApprovalCard(call, server, tool)
         layout = widget.layout()
+        assert isinstance(layout, QVBoxLayout)  # MessageWidget's column
         layout.insertWidget(layout.indexOf(widget.stats_label), card)
         self._stick = True
         return card
@@ -292,12 +293,17 @@ class ChatView(QScrollArea):
         self._hold_timer.start()
 
     def _keep_held(self, hi: int) -> bool:
-        widget = self.widget_for(self._held[0]) if self._held else None
+        if self._held is None:
+            return False
+        message_id, top = self._held
+        widget = self.widget_for(message_id)
         if widget is None:
             return False
-        self._inner.layout().activate()
-        self.column.layout().activate()
-        want = widget.mapTo(self._inner, QPoint(0, 0)).y() - self._held[1]
+        row = self._inner.layout()
+        assert row is not None  # the row made in __init__
+        row.activate()
+        self._layout.activate()  # the column's
+        want = widget.mapTo(self._inner, QPoint(0, 0)).y() - top
         if want > hi:  # the view cannot scroll that far yet: room below, then again
             self._set_slack(self._slack + want - hi)
         self.verticalScrollBar().setValue(want)

@@ -122,7 +122,9 @@ class Welcome(QWidget):
 
     def _reflow(self):
         """Two columns of prompts if they fit, else one; a prompt wider than its column wraps."""
-        margins = self.layout().contentsMargins()
+        layout = self.layout()
+        assert layout is not None  # the column made in __init__
+        margins = layout.contentsMargins()
         room = self.width() - margins.left() - margins.right()
         sample = self.prompt_buttons[0]
         metrics = sample.fontMetrics()

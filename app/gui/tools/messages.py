@@ -1,7 +1,7 @@
 """Tool rounds in the transcript: a stored `tool` message shown as its collapsed ToolResultBlock, and a
 reply that made calls shown without the call's markup (the blocks below it show the calls)."""
 
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QLabel, QVBoxLayout
 
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.tools.cards import ToolResultBlock
@@ -49,12 +49,14 @@ class ToolMessage(MessageWidget):
         self.version_switcher.hide()
         self.run = run_from_stored(text, stats)
         self.block = ToolResultBlock(self.run)
-        self.layout().insertWidget(1, self.block)
+        layout = self.layout()
+        assert isinstance(layout, QVBoxLayout)  # MessageWidget's column
+        layout.insertWidget(1, self.block)
         self.note = QLabel()
         self.note.setObjectName("toolNote")
         self.note.setWordWrap(True)
         self.note.hide()
-        self.layout().addWidget(self.note)
+        layout.addWidget(self.note)
         self.set_note(str(stats.get("note", "")) if isinstance(stats, dict) else "")  # the round limit, Stop
 
     def set_can_regenerate(self, on: bool):

@@ -12,12 +12,13 @@ import logging
 
 from app.core.store import MessageStatus
 from app.tools import config
+from app.tools.client import ToolSpec
 from app.tools.loop import RoundLimit, ToolRun, ToolStarted, stored_stats, tool_message
 from app.tools.loop import reply as tool_reply
 from app.tools.policy import Answer, Approvals
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import FinishReason
+from engine.types import FinishReason, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class ToolReply:
         self.controller, self.host, self.conv_id = controller, host, conv_id
         self.phase = "engine"  # "engine" (a turn streams), "ask" (a card waits) or "call" (a tool runs)
         self.pending: list = []  # the round's calls that have no result yet
-        self.asking = None  # (call, spec, future) while a card waits
+        self.asking: tuple[ToolCall, ToolSpec, asyncio.Future] | None = None  # (call, spec, future) while a card waits
         self.card = None
         self.last_tool_id = None  # the last `tool` message saved, and its stats
         self.last_tool_stats: dict = {}
@@ -62,7 +63,7 @@ class ToolReply:
         for call in pending:
             spec = self.host.find(call.name)
             run = ToolRun(call, spec.server if spec else "", _stopped(), False)
-            self._save(tool_message(run), stored_stats(tool_message(run), run))
+            self._save(run)
 
     def reshow(self) -> None:
         """The chat was opened again while a card waits: the card is shown again."""
@@ -130,12 +131,16 @@ class ToolReply:
             if self.card is not None and self.card.running:
                 self.card.set_running(False)
             self.pending = [call for call in self.pending if call.id != event.call.id]
-            self._save(tool_message(event), stored_stats(tool_message(event), event))
+            self._save(event)
             self.phase = "call"
         elif isinstance(event, RoundLimit):
             self._finish(MessageStatus.COMPLETE, event.text[:1].upper() + event.text[1:] + ".")
 
-    def _save(self, message: dict, stats: dict) -> None:
+    def _save(self, run: ToolRun) -> None:
+        """A call's result: saved as a `tool` message, and shown if its chat is open."""
+        message = tool_message(run)
+        stats = stored_stats(message, run)
+        assert stats is not None  # a `tool` message always has its stats
         c = self.controller
         try:
             saved = c.store.add_message(self.conv_id, "tool", message["content"], stats=stats)
