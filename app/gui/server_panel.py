@@ -49,6 +49,7 @@ class ServerControl(QObject):
     changed = Signal()  # started or stopped
     served = Signal(object)  # app.server.service.RequestRecord
     failed = Signal(str)  # one line
+    waiting = Signal(str)  # a request waits for the window's reply (a line), or no longer ("")
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -81,6 +82,7 @@ class ServerControl(QObject):
             self.failed.emit(str(e))
             return
         server.service.listeners.append(self.served.emit)
+        server.service.wait_listeners.append(self.waiting.emit)
         assert server.task is not None
         server.task.add_done_callback(lambda _t: self._ended(server))
         self.server, self.api_key = server, key
@@ -159,6 +161,7 @@ class ServerDialog(QDialog):
         control.changed.connect(self.refresh)
         control.served.connect(self.add_record)
         control.failed.connect(self.status_label.setText)
+        control.waiting.connect(self.status_label.setText)
         if control.server is not None:
             for record in list(control.server.service.recent)[-LISTED_REQUESTS:]:
                 self.add_record(record)

@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         )
         self.server_control = ServerControl(self.bridge, self)  # File › Server…: the OpenAI-compatible API
         self.server_action = self._action(file_menu, "Server…", lambda: open_api_server_dialog(self))
+        self.server_control.waiting.connect(lambda line: line and self.status.showMessage(line, 10_000))
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 

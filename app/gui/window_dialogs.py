@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
 from app.gui.models.download_dialog import CatalogueDownloadDialog
+from app.gui.server_panel import open_api_server_dialog
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.gui.window_keys import ShortcutsDialog
@@ -132,7 +133,18 @@ class WindowDialogs(QObject):
 
     def preferences_dialog(self):
         defaults = load_defaults(self.store)
-        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self.models.models, self.window)
+        control = getattr(self.window, "server_control", None)
+        status = ""
+        if control is not None:
+            status = f"on at {control.url()}" if control.running else "off"
+        dialog = PreferencesDialog(
+            defaults,
+            load_app_settings(self.store),
+            self.models.models,
+            self.window,
+            server_status=status,
+            open_server=(lambda: open_api_server_dialog(self.window)) if control is not None else None,
+        )
         dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
         return self.keep(dialog)
 

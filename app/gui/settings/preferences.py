@@ -5,7 +5,9 @@ the key `prefill_while_typing`).
 App settings live in the store's state table under APP_KEY; APP_DEFAULTS is their one source.
 """
 
-from PySide6.QtWidgets import QComboBox, QSpinBox
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
 
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.theme import THEMES
@@ -35,7 +37,15 @@ def load_app_settings(store) -> dict:
 
 
 class PreferencesDialog(SettingsDialog):
-    def __init__(self, chat_defaults: dict, app_values: dict, models, parent=None):
+    def __init__(
+        self,
+        chat_defaults: dict,
+        app_values: dict,
+        models,
+        parent=None,
+        server_status: str = "",
+        open_server: Callable[[], object] | None = None,
+    ):
         super().__init__(chat_defaults, chat_defaults, "Preferences", parent)
         self.extra_group.setTitle("Chinwag")
         self.extra_group.setVisible(True)
@@ -61,6 +71,19 @@ class PreferencesDialog(SettingsDialog):
         self.extra_form.addRow("Theme", self.theme_box)
         self.extra_form.addRow("Font size", self.font_box)
         self.extra_form.addRow("Default model", self.model_box)
+        if open_server is not None:  # the same File › Server… dialog: one place turns the server on and off
+            row = QWidget()
+            box = QHBoxLayout(row)
+            box.setContentsMargins(0, 0, 0, 0)
+            self.server_label = QLabel(server_status)
+            self.server_label.setObjectName("serverStatus")
+            self.server_button = QPushButton("Server…")
+            self.server_button.setObjectName("openServer")
+            self.server_button.setToolTip("Serve the loaded model to other apps over the OpenAI API")
+            self.server_button.clicked.connect(open_server)
+            box.addWidget(self.server_label, 1)
+            box.addWidget(self.server_button)
+            self.extra_form.addRow("Server", row)
         self.set_app_values(app_values)
 
     def set_app_values(self, values: dict):
