@@ -206,5 +206,10 @@ class ServerDialog(QDialog):
 
 
 def open_api_server_dialog(window) -> ServerDialog:
-    """Open File › Server… (non-modal, kept alive while open)."""
-    return window.dialogs.keep(ServerDialog(window.server_control, window))
+    """Open File › Server… beside the window (not modal: the user chats while it lists requests); one at a time."""
+    for dialog in window.dialogs.open_dialogs:
+        if isinstance(dialog, ServerDialog):
+            dialog.raise_()
+            dialog.activateWindow()
+            return dialog
+    return window.dialogs.keep(ServerDialog(window.server_control, window), modal=False)

@@ -100,6 +100,8 @@ def test_a_request_while_the_window_replies_waits_says_so_and_leaves_the_chat_in
     task = window.start_engine(str(tiny_model_path))
     qtbot.waitUntil(task.done, timeout=120_000)
     dialog = open_api_server_dialog(window)
+    # Beside the window, not modal: the user chats while it lists requests; opened again, it is the same one.
+    assert dialog.windowModality() == Qt.WindowModality.NonModal and open_api_server_dialog(window) is dialog
     dialog.port_box.setValue(_free_port())
     dialog.toggle_button.click()
     qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
@@ -137,14 +139,20 @@ def test_a_request_while_the_window_replies_waits_says_so_and_leaves_the_chat_in
     dispose(qtbot, window, store)
 
 
-def test_preferences_open_the_server_dialog(qtbot, window):
+def test_preferences_open_the_server_dialog_and_show_its_state(qtbot, window):
     from app.gui.server_panel import ServerDialog
 
     prefs = window.dialogs.preferences_dialog()
     assert prefs.server_label.text() == "off"
     prefs.server_button.click()
-    opened = [d for d in window.findChildren(ServerDialog)]
+    opened = [d for d in window.dialogs.open_dialogs if isinstance(d, ServerDialog)]
     assert len(opened) == 1 and opened[0].url_label.text() == "not running"
+    opened[0].port_box.setValue(_free_port())
+    opened[0].toggle_button.click()
+    qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
+    assert prefs.server_label.text() == f"on at {window.server_control.url()}"
+    opened[0].toggle_button.click()
+    qtbot.waitUntil(lambda: prefs.server_label.text() == "off", timeout=20_000)
     opened[0].close()
     prefs.close()
 
