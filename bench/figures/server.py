@@ -337,6 +337,8 @@ def section(d, res):
 
 
 def plot(d, res, path):
+    from matplotlib.ticker import FuncFormatter
+
     plt = pyplot()
     s = d["summary"]
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -350,6 +352,9 @@ def plot(d, res, path):
         ax.plot([max(turns) + 1], [s["restart_median_ttft"][side]], style[0], color=color, markersize=9)
     ax.axvline(max(turns) + 0.5, color="grey", linestyle=":", linewidth=1)
     ax.set_yscale("log")  # the restart's re-read is 10x and more above the rest
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.text(
         max(turns) + 0.4, s["restart_median_ttft"]["chinwag"] * 1.6, "restart", fontsize=8, color="grey", ha="right"
     )
