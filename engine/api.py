@@ -35,13 +35,16 @@ class Engine:
         kv_initial_capacity: int | None = None,
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
+        save_seconds: float | None = None,
     ) -> None:
+        """`save_seconds`: how long close() may spend saving caches (None: the window's short default,
+        engine/context/memory.py; the most recent one is saved whatever the time)."""
         if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
             raise ChinwagError(
                 f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
             )
         # The engine thread: it runs local models, imports GGUFs, and keeps every local cache.
-        self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work)
+        self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work, save_seconds)
         self._backend: Backend = self._local  # the current model's: local, or a server's
         self._stops: dict[str, StopSignal] = {}
         self._generating = 0

@@ -295,6 +295,7 @@ class TurnStats:
     accepted_tokens: int = 0
     # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
     tool_calls: tuple = ()
+    tool_text: str = ""  # the reply's text outside its tool-call blocks (what an API client shows as content)
     tools_off: str = ""
     tools_tokens: int = 0  # the context the tool definitions take in the prompt
 

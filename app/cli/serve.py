@@ -30,7 +30,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     from app.server.api import ServerConfig
-    from app.server.run import check_config, serve_forever
+    from app.server.run import SAVE_ON_STOP_S, check_config, serve_forever
     from engine import Engine
     from engine.errors import ChinwagError
 
@@ -48,6 +48,6 @@ async def _serve(args: argparse.Namespace) -> int:
         model = server.engine.current_model
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
 
-    await serve_forever(config, Engine(), ready)
+    await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S), ready)
     print("stopped; caches saved", file=sys.stderr)
     return 0

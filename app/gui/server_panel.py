@@ -53,6 +53,7 @@ class ServerControl(QObject):
     changed = Signal()  # started or stopped
     served = Signal(object)  # app.server.service.RequestRecord
     failed = Signal(str)  # one line
+    waiting = Signal(str)  # a request waits for the window's reply (a line), or no longer ("")
 
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
@@ -85,6 +86,7 @@ class ServerControl(QObject):
             self.failed.emit(str(e))
             return
         server.service.listeners.append(self.served.emit)
+        server.service.wait_listeners.append(self.waiting.emit)
         assert server.task is not None
         server.task.add_done_callback(lambda _t: self._ended(server))
         self.server, self.api_key = server, key
@@ -163,6 +165,7 @@ class ServerDialog(QDialog):
         control.changed.connect(self.refresh)
         control.served.connect(self.add_record)
         control.failed.connect(self.status_label.setText)
+        control.waiting.connect(self.status_label.setText)
         if control.server is not None:
             for record in list(control.server.service.recent)[-LISTED_REQUESTS:]:
                 self.add_record(record)
@@ -207,5 +210,10 @@ class ServerDialog(QDialog):
 
 
 def open_api_server_dialog(window) -> ServerDialog:
-    """Open File › Server… (non-modal, kept alive while open)."""
-    return window.dialogs.keep(ServerDialog(window.server_control, window))
+    """Open File › Server… beside the window (not modal: the user chats while it lists requests); one at a time."""
+    for dialog in window.dialogs.open_dialogs:
+        if isinstance(dialog, ServerDialog):
+            dialog.raise_()
+            dialog.activateWindow()
+            return dialog
+    return window.dialogs.keep(ServerDialog(window.server_control, window), modal=False)

@@ -195,6 +195,7 @@ class MainWindow(QMainWindow):
         )
         self.server_control = ServerControl(self.bridge, self)  # File › Server…: the OpenAI-compatible API
         self.server_action = self._action(file_menu, "Server…", lambda: open_api_server_dialog(self))
+        self.server_control.waiting.connect(self._show_waiting)
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 
@@ -284,6 +285,11 @@ class MainWindow(QMainWindow):
             return not any(m.role != "user" for m in self.store.get_conversation(conv_id).messages)
         except ChinwagError:
             return False
+
+    def _show_waiting(self, line: str) -> None:
+        """A request to the server waits behind this window's reply: say so for a while ("" : it began)."""
+        if line:
+            self.status.showMessage(line, 10_000)
 
     def start_engine(self, model_spec: str | None = None):
         """Start the engine in the background and load the last used model (or the starter)."""

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
 from app.gui.models.download_dialog import CatalogueDownloadDialog
+from app.gui.server_panel import open_api_server_dialog
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
 from app.gui.window_keys import ShortcutsDialog
@@ -50,13 +51,19 @@ class WindowDialogs(QObject):
         self.open_dialogs: list = []  # non-modal dialogs kept alive while open
         self.download = None  # the download dialog while it is open
 
-    def keep(self, dialog):
-        """Open a non-modal dialog and keep it alive until it closes."""
+    def keep(self, dialog, modal: bool = True):
+        """Open a dialog and keep it alive until it closes.
+
+        Modal (the default): open(), window-modal, nothing here blocks the loop. Not modal: shown
+        beside the window, which stays usable (File › Server… lists requests while the user chats)."""
         self.open_dialogs.append(dialog)
         dialog.finished.connect(lambda *_: self.open_dialogs.remove(dialog) if dialog in self.open_dialogs else None)
         dialog.finished.connect(dialog.deleteLater)
         dialog.finished.connect(lambda *_: self.closed.emit())  # back to typing
-        dialog.open()
+        if modal:
+            dialog.open()
+        else:
+            dialog.show()
         return dialog
 
     def _file_dialog(self, title, mode, filters, on_selected, save_name=""):
@@ -132,7 +139,21 @@ class WindowDialogs(QObject):
 
     def preferences_dialog(self):
         defaults = load_defaults(self.store)
-        dialog = PreferencesDialog(defaults, load_app_settings(self.store), self.models.models, self.window)
+        control = getattr(self.window, "server_control", None)
+
+        def status() -> str:
+            return f"on at {control.url()}" if control is not None and control.running else "off"
+
+        dialog = PreferencesDialog(
+            defaults,
+            load_app_settings(self.store),
+            self.models.models,
+            self.window,
+            server_status=status if control is not None else None,
+            open_server=(lambda: open_api_server_dialog(self.window)) if control is not None else None,
+        )
+        if control is not None:
+            control.changed.connect(dialog.refresh_server)  # a bound slot: disconnected when the dialog goes
         dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
         return self.keep(dialog)
 

@@ -4,7 +4,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -21,8 +21,9 @@ from app.server.auth import check_key
 from app.server.errors import ApiError, refuse
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
-from app.server.service import ChatService, Outcome, Started
+from app.server.service import ChatService, Outcome, Started, Waiting
 from engine.log import report_bug
+from engine.types import ToolCall
 
 log = logging.getLogger("chinwag.server")
 PIN_HEADER = "x-chinwag-conversation"
@@ -130,17 +131,16 @@ class _Shape:
         async for item in items:
             if isinstance(item, Outcome):
                 return "".join(parts), item
-            parts.append(item)
+            if isinstance(item, str):
+                parts.append(item)
         raise RuntimeError("a generation ended without its outcome")
 
     def whole(self, text: str, outcome: Outcome) -> dict:
         if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": outcome.finish_reason,
-                "logprobs": None,
-            }
+            message: dict = {"role": "assistant", "content": text or (None if outcome.tool_calls else "")}
+            if outcome.tool_calls:
+                message["tool_calls"] = [c.to_openai() for c in outcome.tool_calls]
+            choice = {"index": 0, "message": message, "finish_reason": outcome.finish_reason, "logprobs": None}
         else:
             choice = {"index": 0, "text": text, "finish_reason": outcome.finish_reason, "logprobs": None}
         return {**self._head(self.kind), "choices": [choice], "usage": _usage(outcome)}
@@ -155,16 +155,26 @@ class _Shape:
         choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         return {**self._head(self.kind), "choices": [choice]}
 
+    def _tool_chunk(self, calls: Sequence[ToolCall]) -> dict:
+        """The calls as one delta (OpenAI streams them in pieces; clients join pieces by index)."""
+        delta = {"tool_calls": [{"index": i, **c.to_openai()} for i, c in enumerate(calls)]}
+        choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
+        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+
     async def stream(self, items: AsyncGenerator) -> AsyncIterator[str]:
         async with aclosing(items):
             if self.chat:
                 yield _sse(self._chunk("", None, role=True))
             async for item in items:
-                if not isinstance(item, Outcome):
+                if isinstance(item, Waiting):  # an SSE comment: clients skip it, a person reading the stream sees why
+                    yield f": {item.reason}\n\n"
+                elif not isinstance(item, Outcome):
                     yield _sse(self._chunk(item, None))
                 elif item.finish_reason == "error":
                     yield _sse(ApiError(500, f"generation failed: {item.error}").body())
                 else:
+                    if item.tool_calls:
+                        yield _sse(self._tool_chunk(item.tool_calls))
                     yield _sse(self._chunk(None, item.finish_reason))
                     if self.req.include_usage:
                         kind = "chat.completion.chunk" if self.chat else self.kind

@@ -10,6 +10,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # a 20,000-token chat is about 100 KB of JSON
 MAX_MESSAGES = 4096
 MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API
+MAX_TOOLS = 128  # as the OpenAI API
 MAX_WAITING = 64  # requests queued for the engine before more get a 429
 
 

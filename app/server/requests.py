@@ -1,14 +1,15 @@
 """OpenAI request bodies -> what the engine needs, every field checked (a 400 says which one)."""
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.server.errors import ApiError
-from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES
+from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, param_specs
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # Fields that would change the answer if ignored: refused unless they hold their neutral value.
 UNSUPPORTED: dict[str, tuple] = {
     "n": (None, 1),
@@ -17,9 +18,8 @@ UNSUPPORTED: dict[str, tuple] = {
     "frequency_penalty": (None, 0, 0.0),
     "presence_penalty": (None, 0, 0.0),
     "logit_bias": (None, {}),
-    "tools": (None, []),
-    "functions": (None, []),
-    "tool_choice": (None, "none", "auto"),
+    "functions": (None, []),  # the old name of `tools`: clients that still send it get told
+    "tool_choice": (None, "none", "auto"),  # "required" or a named function would force a call
     "best_of": (None, 1),
     "echo": (None, False),
     "suffix": (None, ""),
@@ -38,6 +38,8 @@ class GenerationRequest:
     include_usage: bool = False
     stop: tuple[str, ...] = ()
     pin: str = ""  # the `user` field or X-Chinwag-Conversation header: a conversation the client names
+    # Set when `tools` were given: the reply is sent whole at its end, its calls as `tool_calls`.
+    tools: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -75,6 +77,53 @@ def _params(body: dict) -> GenerationParams:
             changes["max_tokens"] = _number(body, "max_tokens", key)
             break
     return replace(params, **changes)
+
+
+def _tools(body: dict) -> tuple:
+    """The tool definitions (OpenAI's function tools), checked; () without tools or with tool_choice "none"."""
+    tools = body.get("tools")
+    if tools is None or body.get("tool_choice") == "none":
+        return ()
+    if not isinstance(tools, list):
+        raise _bad("tools", f"must be a list of tool definitions, got {type(tools).__name__}")
+    if len(tools) > MAX_TOOLS:
+        raise _bad("tools", f"holds {len(tools)} tools, more than the limit of {MAX_TOOLS}")
+    clean = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise _bad(f"tools[{i}]", "must be {'type': 'function', 'function': {'name': ..., 'parameters': ...}}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise _bad(f"tools[{i}].function.name", "must be a non-empty string")
+        if not isinstance(fn.get("description", ""), str):
+            raise _bad(f"tools[{i}].function.description", "must be a string")
+        if not isinstance(fn.get("parameters", {}), dict):
+            raise _bad(f"tools[{i}].function.parameters", "must be a JSON Schema object")
+        keep = {k: fn[k] for k in ("name", "description", "parameters") if k in fn}
+        clean.append({"type": "function", "function": keep})
+    return tuple(clean)
+
+
+def _tool_calls(calls: Any, where: str) -> list:
+    """An assistant message's tool_calls as the client sent them back: [{'id', 'name', 'arguments'}]."""
+    if not isinstance(calls, list):
+        raise _bad(where, f"must be a list of tool calls, got {type(calls).__name__}")
+    clean = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+            raise _bad(
+                f"{where}[{i}]", "must be {'id', 'type': 'function', 'function': {'name': str, 'arguments': str}}"
+            )
+        call_id = call.get("id", "")
+        if not isinstance(call_id, str):
+            raise _bad(f"{where}[{i}].id", "must be a string")
+        try:
+            json.loads(fn["arguments"] or "{}")
+        except ValueError:
+            raise _bad(f"{where}[{i}].function.arguments", "must be JSON text") from None
+        clean.append({"id": call_id, "name": fn["name"], "arguments": fn["arguments"]})
+    return clean
 
 
 def _stop(body: dict) -> tuple[str, ...]:
@@ -119,10 +168,11 @@ def _messages(body: dict) -> list:
             raise _bad(where, f"must be an object, got {type(m).__name__}")
         role = m.get("role")
         if role not in ROLES:
-            raise _bad(f"{where}.role", f"must be one of system, developer, user, assistant; got {role!r:.40}")
-        if m.get("tool_calls"):
-            raise _bad(f"{where}.tool_calls", "tool calls are not supported")
-        clean.append({"role": ROLES[role], "content": _content(m.get("content"), where)})
+            raise _bad(f"{where}.role", f"must be one of system, developer, user, assistant, tool; got {role!r:.40}")
+        message: dict[str, Any] = {"role": ROLES[role], "content": _content(m.get("content"), where)}
+        if role == "assistant" and m.get("tool_calls"):  # the service writes the calls back as the model made them
+            message["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        clean.append(message)
     if all(m["role"] == "system" for m in clean):
         raise _bad("messages", "has no user message")
     return clean
@@ -142,14 +192,16 @@ def _common(body: dict, messages: list, pin_header: str) -> GenerationRequest:
     user = body.get("user") or ""
     if not isinstance(user, str):
         raise _bad("user", f"must be a string, got {type(user).__name__}")
+    tools = _tools(body)
     return GenerationRequest(
         messages=messages,
-        params=_params(body),
+        params=replace(_params(body), tools=tools),
         model=model,
         stream=stream,
         include_usage=bool(options.get("include_usage")),
         stop=_stop(body),
         pin=(pin_header or user)[:200],
+        tools=bool(tools),
     )
 
 
@@ -164,4 +216,6 @@ def completion_request(body: dict, pin_header: str = "") -> GenerationRequest:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise _bad("prompt", "must be a non-empty string (one prompt per request)")
+    if body.get("tools"):
+        raise _bad("tools", "tools are for /v1/chat/completions, not plain completions")
     return _common(body, [{"role": "user", "content": prompt}], pin_header)

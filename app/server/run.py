@@ -21,6 +21,9 @@ from engine.protocol import EngineAPI
 
 log = logging.getLogger("chinwag.server")
 SHUTDOWN_GRACE_S = 5  # open streams get this long to end once their turns are stopped
+# Headless, nobody waits on a window: every cache in memory is saved on stop (within the disk budget),
+# bounded below systemd's 90 s before SIGKILL. The window keeps the engine's short default.
+SAVE_ON_STOP_S = 60.0
 
 
 def is_loopback(host: str) -> bool:

@@ -5,11 +5,12 @@ each to a conversation (conversations.py), applies stop sequences, and records w
 """
 
 import asyncio
+import json
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from app.server.conversations import ConversationMap
@@ -18,9 +19,10 @@ from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
+from engine.types import EngineStatus, FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
+TOOL_REPLIES = 256  # replies with tool calls remembered, so a client's echo of them is the model's exact text
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,22 @@ class Started:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Sent before the reply when the engine is busy with someone else's (the window's) reply."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Outcome:
     """The end of a generation: why it ended and what it counted."""
 
-    finish_reason: str  # OpenAI's: stop, length, or error
+    finish_reason: str  # OpenAI's: stop, length, tool_calls, or error
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
     error: str = ""
+    tool_calls: tuple = ()  # engine.types.ToolCall, when finish_reason is tool_calls
 
 
 class StopScanner:
@@ -85,6 +95,8 @@ class StopScanner:
 
 
 def finish_reason(stats: TurnStats, stopped: bool) -> str:
+    if stats.finish_reason == FinishReason.TOOL_CALLS and not stopped:
+        return "tool_calls"
     if stopped or stats.finish_reason in (FinishReason.STOP, FinishReason.CANCELLED):
         return "stop"
     if stats.finish_reason in (FinishReason.LENGTH, FinishReason.CONTEXT):
@@ -103,8 +115,34 @@ class ChatService:
         self.waiting = 0
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[RequestRecord], None]] = []
+        self.wait_listeners: list[Callable[[str], None]] = []  # a line while a request waits for the window, then ""
         self._forget_later: list[str] = []
         self.active = ""  # the conversation generating now ("" while none)
+        # The ids of a reply's tool calls -> the reply's text as generated (its tool-call markup included).
+        self.tool_replies: OrderedDict[tuple, str] = OrderedDict()
+
+    def written_back(self, messages: list) -> list:
+        """Messages as the engine takes them: an assistant message's tool_calls back in its text.
+
+        A reply this server made is its exact generated text (so its cache is reused); one it does
+        not know (made elsewhere, or before a restart) is written in the Hermes form most tool
+        templates read, `<tool_call>{"name": ..., "arguments": ...}</tool_call>`.
+        """
+        out = []
+        for m in messages:
+            calls = m.get("tool_calls")
+            if not calls:
+                out.append(m)
+                continue
+            text = self.tool_replies.get(tuple(c["id"] for c in calls))
+            if text is None:
+                blocks = [
+                    f'<tool_call>\n{{"name": {json.dumps(c["name"])}, "arguments": {c["arguments"] or "{}"}}}\n</tool_call>'
+                    for c in calls
+                ]
+                text = "\n".join(([m["content"]] if m["content"] else []) + blocks)
+            out.append({"role": m["role"], "content": text})
+        return out
 
     async def model_ids(self) -> list[str]:
         """The local models a client may name (as `chinwag models --json` ids), the loaded one first."""
@@ -136,8 +174,11 @@ class ChatService:
 
     async def generate(
         self, request: GenerationRequest, client: str = ""
-    ) -> AsyncGenerator[Started | str | Outcome, None]:
-        """Yield Started, the reply's text pieces, then one Outcome. Waits its turn; ApiError before any text."""
+    ) -> AsyncGenerator[Started | Waiting | str | Outcome, None]:
+        """Yield Started, Waiting if the window is replying, the reply's text pieces, then one Outcome.
+
+        Waits its turn (first its turn among requests, then the engine's one thread); ApiError before any text.
+        """
         if self.waiting >= MAX_WAITING:
             raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
         queued = time.perf_counter()
@@ -148,6 +189,7 @@ class ChatService:
             self.waiting -= 1
         try:
             waited = time.perf_counter() - queued
+            request = replace(request, messages=self.written_back(request.messages))
             model = await self._ensure_model(request.model)
             conv_id = self.conversations.route(model, request.messages, request.pin)
             yield Started(model, conv_id)
@@ -159,22 +201,33 @@ class ChatService:
             self.active = ""
             self.lock.release()
 
-    async def _turn(
+    async def _turn(  # noqa: C901 - one turn's whole life (behind the window, stop sequences, a client gone, tool calls) in order
         self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
-    ) -> AsyncGenerator[str | Outcome | Started, None]:
+    ) -> AsyncGenerator[str | Outcome | Started | Waiting, None]:
         scanner, reply, stats = StopScanner(request.stop), [], None
         prompt_tokens = emitted = 0
         refused = False
+        # The lock is ours, so a reply generating now is someone else's on the same engine: the window's.
+        behind = self.engine.state.state == EngineStatus.GENERATING
+        called, began, first_text = time.perf_counter(), False, 0.0
+        if behind:
+            line = f"a request from {client or 'a client'} waits for the window's reply"
+            self._tell_waiting(line)
+            yield Waiting(line)
         try:
             async with aclosing(
                 cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
             ) as events:
                 async for event in events:
+                    if behind and not began:  # the engine has taken this turn up
+                        began = True
+                        self._tell_waiting("")
                     if isinstance(event, TextDelta):
                         emitted += 1
+                        first_text = first_text or time.perf_counter()
                         text = scanner.feed(event.text)
                         reply.append(text)
-                        if text:
+                        if text and not request.tools:  # with tools the reply goes whole: its calls are not text
                             yield text
                         if scanner.hit:
                             self.engine.stop(conv_id)  # within one token; the cache keeps what was emitted
@@ -186,6 +239,8 @@ class ChatService:
             refused = True
             raise ApiError(400, str(e)) from None
         finally:
+            if behind and not began:
+                self._tell_waiting("")
             if stats is None and not refused:  # the client went away or the server is stopping: end the turn now
                 self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
@@ -196,9 +251,16 @@ class ChatService:
         rest = scanner.flush()
         if rest:
             reply.append(rest)
-            yield rest
         reason = finish_reason(stats, scanner.hit)
-        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT)
+        calls = stats.tool_calls if reason == "tool_calls" else ()
+        shown = stats.tool_text if calls else rest if not request.tools else "".join(reply)
+        if shown:
+            yield shown
+        if calls:
+            self.tool_replies[tuple(c.id for c in calls)] = "".join(reply)
+            while len(self.tool_replies) > TOOL_REPLIES:
+                self.tool_replies.popitem(last=False)
+        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
         complete = scanner.hit or stats.finish_reason in ended
         # A finished reply (or one cut at a stop sequence) is what the client sends back next; a stopped one is not.
         seen = request.messages + ([{"role": "assistant", "content": "".join(reply)}] if complete else [])
@@ -206,6 +268,8 @@ class ChatService:
         while self._forget_later:  # conversations past the map's limit: their caches go too
             await self.engine.forget(self._forget_later.pop())
         await asyncio.to_thread(self.conversations.save)
+        if behind and first_text:  # the engine's time to first token starts when the window's reply has ended
+            waited += max(0.0, first_text - called - stats.ttft_s)
         record = RequestRecord(
             client,
             model,
@@ -217,7 +281,11 @@ class ChatService:
             waited,
         )
         self._publish(record)
-        yield Outcome(reason, stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens, stats.error)
+        yield Outcome(reason, stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens, stats.error, calls)
+
+    def _tell_waiting(self, line: str) -> None:
+        for listener in list(self.wait_listeners):
+            listener(line)
 
     def _publish(self, record: RequestRecord) -> None:
         self.recent.append(record)

@@ -24,6 +24,23 @@ def _blocks(text: str, start: str, end: str) -> list:
     return blocks
 
 
+def outside_calls(tokenizer: Any, text: str) -> str:
+    """`text` without its tool-call blocks (markers included), stripped."""
+    start, end = getattr(tokenizer, "tool_call_start", None), getattr(tokenizer, "tool_call_end", None)
+    if not start:
+        return text.strip()
+    out, at = [], 0
+    while (found := text.find(start, at)) >= 0:
+        out.append(text[at:found])
+        stop = text.find(end, found + len(start)) if end else -1
+        if stop < 0 or not end:
+            at = len(text)
+            break
+        at = stop + len(end)
+    out.append(text[at:])
+    return "".join(out).strip()
+
+
 def parse_tool_calls(tokenizer: Any, text: str, tools: Sequence[dict]) -> tuple:
     """The ToolCalls in `text` (a model's whole reply); a call that cannot be parsed is left out."""
     start, end = getattr(tokenizer, "tool_call_start", None), getattr(tokenizer, "tool_call_end", None)

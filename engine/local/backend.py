@@ -84,9 +84,11 @@ class LocalBackend:
         kv_initial_capacity: int | None = None,
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
+        save_seconds: float | None = None,
     ) -> None:
         self._options = (kv_initial_capacity, memory_budget_bytes)
         self.idle_work = idle_work
+        self.save_seconds = save_seconds
         # The background job (a draft's prefill, the next window) and the event that cancels it.
         self._background: concurrent.futures.Future | None = None
         self._cancel_background = threading.Event()
@@ -152,7 +154,7 @@ class LocalBackend:
             thread, self.thread = self.thread, None
             try:  # save the recent caches (engine/context/memory.py) so the next start reuses them
                 if self.session is not None:
-                    await asyncio.wrap_future(thread.submit(self.session.close))
+                    await asyncio.wrap_future(thread.submit(self.session.close, self.save_seconds))
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 

@@ -21,7 +21,7 @@ from engine.context.conversation import (
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
 from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
-from engine.context.tool_calls import parse_tool_calls
+from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
@@ -207,11 +207,16 @@ class Session:
         calls = parse_tool_calls(self.tokenizer, reply, params.tools)
         if not calls or stats.finish_reason not in (FinishReason.STOP, FinishReason.LENGTH):
             return stats
-        return dataclasses.replace(stats, tool_calls=calls, finish_reason=FinishReason.TOOL_CALLS)
+        return dataclasses.replace(
+            stats,
+            tool_calls=calls,
+            tool_text=outside_calls(self.tokenizer, reply),
+            finish_reason=FinishReason.TOOL_CALLS,
+        )
 
-    def close(self) -> int:
+    def close(self, seconds: float | None = None) -> int:
         """Save the most recently used conversations' caches for the next start; how many were saved."""
-        return self.caches.save_all()
+        return self.caches.save_all() if seconds is None else self.caches.save_all(seconds)
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)

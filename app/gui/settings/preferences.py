@@ -5,7 +5,9 @@ the key `prefill_while_typing`).
 App settings live in the store's state table under APP_KEY; APP_DEFAULTS is their one source.
 """
 
-from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QSpinBox
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
 
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.theme import THEMES, system_point_size
@@ -50,7 +52,15 @@ class FontSizeBox(QSpinBox):
 
 
 class PreferencesDialog(SettingsDialog):
-    def __init__(self, chat_defaults: dict, app_values: dict, models, parent=None):
+    def __init__(
+        self,
+        chat_defaults: dict,
+        app_values: dict,
+        models,
+        parent=None,
+        server_status: Callable[[], str] | None = None,
+        open_server: Callable[[], object] | None = None,
+    ):
         super().__init__(chat_defaults, chat_defaults, "Preferences", parent)
         self.extra_group.setTitle("Chinwag")
         self.extra_group.setVisible(True)
@@ -76,7 +86,27 @@ class PreferencesDialog(SettingsDialog):
         self.extra_form.addRow("Theme", self.theme_box)
         self.extra_form.addRow("Font size", self.font_box)
         self.extra_form.addRow("Default model", self.model_box)
+        self._server_status = server_status
+        if open_server is not None:  # the same File › Server… dialog: one place turns the server on and off
+            row = QWidget()
+            box = QHBoxLayout(row)
+            box.setContentsMargins(0, 0, 0, 0)
+            self.server_label = QLabel()
+            self.server_label.setObjectName("serverStatus")
+            self.server_button = QPushButton("Server…")
+            self.server_button.setObjectName("openServer")
+            self.server_button.setToolTip("Serve the loaded model to other apps over the OpenAI API")
+            self.server_button.clicked.connect(open_server)
+            box.addWidget(self.server_label, 1)
+            box.addWidget(self.server_button)
+            self.extra_form.addRow("Server", row)
+            self.refresh_server()
         self.set_app_values(app_values)
+
+    def refresh_server(self) -> None:
+        """The Server row's state (the server starts and stops in its own dialog)."""
+        if self._server_status is not None and hasattr(self, "server_label"):
+            self.server_label.setText(self._server_status())
 
     def set_app_values(self, values: dict):
         self.theme_box.setCurrentIndex(max(0, self.theme_box.findData(values.get("theme", "system"))))

@@ -82,6 +82,81 @@ def test_the_window_serves_its_engine(qtbot, qloop, tiny_model_path, monkeypatch
     dispose(qtbot, window, store)
 
 
+def test_a_request_while_the_window_replies_waits_says_so_and_leaves_the_chat_intact(qtbot, qloop, tiny_model_path):
+    import openai
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.core.settings import DEFAULTS_KEY
+    from app.core.store import Store
+    from app.gui.server_panel import open_api_server_dialog
+    from app.gui.window import MainWindow
+    from engine.api import Engine
+
+    store = Store()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 2000, "temperature": 0.0})  # long enough to be interrupted
+    window = MainWindow(store, Engine())
+    window.show()
+    task = window.start_engine(str(tiny_model_path))
+    qtbot.waitUntil(task.done, timeout=120_000)
+    dialog = open_api_server_dialog(window)
+    # Beside the window, not modal: the user chats while it lists requests; opened again, it is the same one.
+    assert dialog.windowModality() == Qt.WindowModality.NonModal and open_api_server_dialog(window) is dialog
+    dialog.port_box.setValue(_free_port())
+    dialog.toggle_button.click()
+    qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
+    client = openai.OpenAI(base_url=dialog.url_label.text(), api_key="none", max_retries=0, timeout=120)
+    said: list = []
+    window.server_control.waiting.connect(said.append)
+
+    window.composer.set_text("Tell me a story about a cat and a long journey.")
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.chat.gen is not None and len(window.chat.gen.text) > 0, timeout=60_000)
+    messages = [{"role": "user", "content": "Hello"}]
+    box = in_thread(lambda: client.chat.completions.create(model="", messages=messages, max_tokens=3, temperature=0))
+    # The request waits for the window's reply, and the window says so (dialog and status bar).
+    qtbot.waitUntil(lambda: "waits for the window's reply" in dialog.status_label.text(), timeout=30_000)
+    assert "waits for the window's reply" in window.status.currentMessage()
+    qtbot.waitUntil(lambda: bool(box) and window.chat.gen is None, timeout=120_000)
+    assert "error" not in box, box
+    assert box["value"].usage.completion_tokens == 3
+    assert said[-1] == "" and dialog.status_label.text() == ""  # cleared when its turn came
+    (record,) = window.server_control.server.service.recent
+    assert record.waited_s > 0
+
+    # The window's reply is the one it gives with nobody else on the engine: regenerated, it is the same.
+    conv_id = window.chat.conv_id
+    first = store.get_conversation(conv_id).messages[-1]
+    assert first.status == "complete" and first.stats["generated_tokens"] > 0
+    window.chat.regenerate()
+    qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=120_000)
+    again = store.get_conversation(conv_id).messages[-1]
+    assert again.id != first.id and again.content == first.content
+    assert window.chat_view.message_widgets()[-1].text() == again.content
+    dialog.toggle_button.click()
+    qtbot.waitUntil(lambda: not window.server_control.running, timeout=20_000)
+    dialog.close()
+    dispose(qtbot, window, store)
+
+
+def test_preferences_open_the_server_dialog_and_show_its_state(qtbot, window):
+    from app.gui.server_panel import ServerDialog
+
+    prefs = window.dialogs.preferences_dialog()
+    assert prefs.server_label.text() == "off"
+    prefs.server_button.click()
+    opened = [d for d in window.dialogs.open_dialogs if isinstance(d, ServerDialog)]
+    assert len(opened) == 1 and opened[0].url_label.text() == "not running"
+    opened[0].port_box.setValue(_free_port())
+    opened[0].toggle_button.click()
+    qtbot.waitUntil(lambda: window.server_control.running, timeout=10_000)
+    assert prefs.server_label.text() == f"on at {window.server_control.url()}"
+    opened[0].toggle_button.click()
+    qtbot.waitUntil(lambda: prefs.server_label.text() == "off", timeout=20_000)
+    opened[0].close()
+    prefs.close()
+
+
 def _free_port() -> int:
     import socket
 

@@ -25,7 +25,7 @@ class Running:
         assert not self.errors, self.errors
 
 
-def start_server(config: ServerConfig) -> Running:
+def start_server(config: ServerConfig, engine=None) -> Running:
     from app.server.run import serve_forever
     from engine import Engine
 
@@ -42,7 +42,7 @@ def start_server(config: ServerConfig) -> Running:
                 box["server"] = server
                 ready.set()
 
-            await serve_forever(config, Engine(), on_ready, box["stop"])
+            await serve_forever(config, engine or Engine(), on_ready, box["stop"])
 
         try:
             asyncio.run(main())
@@ -61,12 +61,12 @@ def start_server(config: ServerConfig) -> Running:
 
 @pytest.fixture
 def serve(tiny_model_path):
-    """serve(**config) -> Running on a free loopback port with the tiny model; stopped after the test."""
+    """serve(engine=None, **config) -> Running on a free loopback port with the tiny model; stopped after the test."""
     running: list[Running] = []
 
-    def start(**options) -> Running:
+    def start(engine=None, **options) -> Running:
         config = ServerConfig(**{"port": 0, "model": str(tiny_model_path), **options})
-        r = start_server(config)
+        r = start_server(config, engine)
         running.append(r)
         return r
 

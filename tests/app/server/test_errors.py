@@ -38,7 +38,17 @@ CASES = [
     ({"messages": HELLO, "n": 2}, 400, "cannot honour n=2"),
     ({"messages": HELLO, "logprobs": True}, 400, "logprobs"),
     ({"messages": HELLO, "presence_penalty": 0.5}, 400, "presence_penalty"),
-    ({"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools"),
+    ({"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools[0]: must be"),
+    ({"messages": HELLO, "tools": [{"type": "function", "function": {"name": ""}}]}, 400, "function.name"),
+    ({"messages": HELLO, "tools": "add"}, 400, "tools: must be a list"),
+    ({"messages": HELLO, "tool_choice": "required"}, 400, "cannot honour tool_choice"),
+    ({"messages": HELLO, "functions": [{"name": "f"}]}, 400, "functions"),
+    (
+        {"messages": [*HELLO, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]},
+        400,
+        "tool_calls[0].function.arguments: must be JSON",
+    ),
+    ({"messages": [*HELLO, {"role": "assistant", "tool_calls": "f"}]}, 400, "must be a list of tool calls"),
     ({"messages": HELLO, "temperature": "hot"}, 400, "temperature must be"),
     ({"messages": HELLO, "max_tokens": 0}, 400, "max_tokens must be an integer"),
     ({"messages": HELLO, "max_completion_tokens": 1.5}, 400, "max_completion_tokens must be"),
@@ -61,11 +71,13 @@ def test_every_bad_request_gets_an_error_object(serve, caplog):
     ok = post(s.url, {"messages": HELLO, "max_tokens": 2, "frobnicate": {"x": 1}, "n": 1, "logprobs": False})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
     assert "prompt" in error_of(post(s.url, {"prompt": 3}, "/completions"), 400)["message"]
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert "tools are for" in error_of(post(s.url, {"prompt": "x", "tools": tools}, "/completions"), 400)["message"]
     assert error_of(httpx.get(s.url + "/nowhere"), 404)["type"] == "not_found_error"
     error_of(httpx.get(s.url + "/chat/completions"), 405)
     s.stop()
     lines = [r for r in caplog.records if r.name == "chinwag.server"]
-    assert len(lines) == len(CASES) + 3 and not any(r.exc_info for r in lines)
+    assert len(lines) == len(CASES) + 4 and not any(r.exc_info for r in lines)
 
 
 def test_too_large_bodies_get_413(serve, monkeypatch):

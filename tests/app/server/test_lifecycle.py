@@ -43,6 +43,7 @@ def test_a_client_that_disconnects_stops_its_turn_and_frees_the_queue(serve, lon
     # The stopped chat's cache is consistent: resending it reuses the prompt and answers normally.
     again = ask(s.url, messages)
     assert again.choices[0].finish_reason == "length"
+    assert 0 < again.usage.prompt_tokens_details.cached_tokens < again.usage.prompt_tokens
 
 
 def test_a_restart_keeps_the_cached_tokens(serve, chinwag_home):

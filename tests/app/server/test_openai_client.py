@@ -121,3 +121,13 @@ def test_allow_switch_loads_the_model_a_request_names(serve, tmp_path):
     )
     assert done.model == other.id
     assert [m.id for m in client(s.url).models.list()][0] == other.id
+
+
+def test_max_completion_tokens_is_honoured_and_wins_over_max_tokens(serve):
+    s = serve()
+    c = client(s.url)
+    messages = [{"role": "user", "content": "Tell me a story"}]
+    reply = c.chat.completions.create(model="", messages=messages, max_completion_tokens=3, temperature=0)
+    assert reply.usage.completion_tokens == 3 and reply.choices[0].finish_reason == "length"
+    both = c.chat.completions.create(model="", messages=messages, max_tokens=7, max_completion_tokens=2, temperature=0)
+    assert both.usage.completion_tokens == 2

@@ -126,3 +126,14 @@ def test_saving_on_close_stops_at_its_time_limit_most_recent_first(tiny_model_pa
 
     assert session(tiny_model_path, run) == 1  # the first (most recent) is always saved
     assert not list((chinwag_home / "kv").rglob("*.part.safetensors"))
+
+
+@pytest.mark.parametrize("seconds, saved", [(0.0, 1), (60.0, 2)])
+def test_the_engine_passes_its_save_time_to_close(tiny_model_path, chinwag_home, seconds, saved):
+    # `chinwag serve` gives a long time (nobody waits on a window): every cache in memory is saved.
+    async def body(engine):
+        for conv in ("old", "recent"):
+            await turn(engine, conv, [{"role": "user", "content": f"Hello from the {conv} chat"}], GREEDY)
+
+    run_with_engine(tiny_model_path, body, save_seconds=seconds)
+    assert len(list((chinwag_home / "kv").rglob("*.safetensors"))) == saved
