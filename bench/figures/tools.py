@@ -21,14 +21,6 @@ from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median
 from bench.reporting import Figure, f, table
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-    },
-}
 FILLER = "The quick brown fox jumps over the lazy dog. A chat app keeps every conversation. "
 
 
@@ -47,7 +39,7 @@ def history(tokenizer, target: int) -> list:
 async def measure(model_path, target: int, reps: int) -> list:
     from engine import Engine, GenerationParams, TextDelta, TurnStats
     from engine.local import loading
-    from tests.app.tools.scripted import Script, tool_call_ids
+    from tests.app.tools.scripted import ADD, Script, tool_call_ids
 
     _, tokenizer = loading.load(model_path)
     forced = tool_call_ids(tokenizer, "add", '{"a": 2, "b": 3}')

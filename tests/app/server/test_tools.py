@@ -12,16 +12,7 @@ import pytest
 
 from engine import Engine
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path  # noqa: F401 (fixtures)
-from tests.app.tools.scripted import Script, tool_call_ids
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-    },
-}
+from tests.app.tools.scripted import ADD, Script, tool_call_ids
 
 
 class ScriptedEngine(Engine):

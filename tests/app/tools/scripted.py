@@ -6,6 +6,16 @@ engine (prefill, cache, detokenizer, tool parser) on a reply we choose.
 
 import mlx.core as mx
 
+# The tool the scripted calls call (OpenAI function format), for tests and the tools figure.
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+    },
+}
+
 
 class Script:
     """Forces `ids` as the first tokens of a reply (one call per sampled token), then does nothing."""

@@ -6,17 +6,8 @@ import json
 from engine import GenerationParams, TextDelta, TurnStats
 from engine.context.prompt import tools_cost
 from engine.types import FinishReason
-from tests.app.tools.scripted import Script, tool_call_ids
+from tests.app.tools.scripted import ADD, Script, tool_call_ids
 from tests.engine.test_api import reference
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-    },
-}
 
 
 def params(**kw) -> GenerationParams:
