@@ -242,31 +242,12 @@ def plot(d, res, path):
     else:
         fig, (ax, right) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [len(rows), 3]})
         plot_changes(right, changes)
-    xs = list(range(len(rows)))
-    width = 0.38
-    ax.bar(
-        [x - width / 2 for x in xs],
-        [r["cold_ttft_s"] for r in rows],
-        width,
-        color=COLORS["reprefill"],
-        label="Enter with nothing read ahead",
+    _bars(
+        ax,
+        rows,
+        ("Enter with nothing read ahead", "read while typing (engine.prefill)"),
+        [f"{r['message_tokens']:,}-token message" for r in rows],
     )
-    ax.bar(
-        [x + width / 2 for x in xs],
-        [r["ahead_ttft_s"] for r in rows],
-        width,
-        color=COLORS["chinwag"],
-        label="read while typing (engine.prefill)",
-    )
-    for x, r in zip(xs, rows):
-        ax.annotate(f"{r['speedup']:.0f}x", (x + width / 2, r["ahead_ttft_s"]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(xs, [f"{r['message_tokens']:,}-token message" for r in rows])
-    ax.set_yscale("log")
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
-
-    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylabel("Enter to first token, s (log)")
     ax.set_title(f"Prefill while typing, starter model ({model_label(d)})")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -276,34 +257,30 @@ def plot(d, res, path):
 
 def plot_changes(ax, changes):
     """The second panel: a changed history, re-read on Enter or read ahead."""
+    rows = changes["rows"]
+    labels = ("re-read on Enter", "read ahead (engine.fork / engine.prefill)")
+    _bars(ax, rows, labels, [r["kind"] for r in rows])
+    ax.set_title(f"A changed {rows[0]['prompt_tokens']:,}-token chat")
+    ax.legend(fontsize=8)
+
+
+def _bars(ax, rows, labels, ticks):
+    """Each row's time to first token without and with reading ahead, its speed-up above (log scale)."""
     from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
-    rows = changes["rows"]
     xs = list(range(len(rows)))
     width = 0.38
-    ax.bar(
-        [x - width / 2 for x in xs],
-        [r["cold_ttft_s"] for r in rows],
-        width,
-        color=COLORS["reprefill"],
-        label="re-read on Enter",
-    )
-    ax.bar(
-        [x + width / 2 for x in xs],
-        [r["ahead_ttft_s"] for r in rows],
-        width,
-        color=COLORS["chinwag"],
-        label="read ahead (engine.fork / engine.prefill)",
-    )
+    for offset, key, color, label in zip(
+        (-width / 2, width / 2), ("cold_ttft_s", "ahead_ttft_s"), (COLORS["reprefill"], COLORS["chinwag"]), labels
+    ):
+        ax.bar([x + offset for x in xs], [r[key] for r in rows], width, color=color, label=label)
     for x, r in zip(xs, rows):
         ax.annotate(f"{r['speedup']:.0f}x", (x + width / 2, r["ahead_ttft_s"]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(xs, [r["kind"] for r in rows])
+    ax.set_xticks(xs, ticks)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("Enter to first token, s (log)")
-    ax.set_title(f"A changed {rows[0]['prompt_tokens']:,}-token chat")
-    ax.legend(fontsize=8)
 
 
 def section(d, res):
