@@ -53,9 +53,11 @@ def test_a_window_slide_drops_a_document_whole_on_the_starter():
     not at all, and each turn after the slide equals a fresh computation of the messages it kept."""
     from tests.conftest import run_with_engine
 
-    params = GenerationParams(temperature=0.0, max_tokens=6, speculative=False, context_cap=320)
-    doc = Attachment("notes.txt", "\n\n".join(f"Note {n}: the {n}th shelf holds {n * 3} jars." for n in range(1, 13)))
-    questions = ["Which shelf holds 9 jars?"] + [f"And shelf {n}?" for n in range(2, 7)]
+    # Small: on the reference BLAS (the suite's mlx is imported before OpenBLAS can be preloaded) the
+    # starter reads a few dozen tokens a second, and every turn is computed twice.
+    params = GenerationParams(temperature=0.0, max_tokens=4, speculative=False, context_cap=150)
+    doc = Attachment("notes.txt", "\n\n".join(f"Note {n}: shelf {n} holds {n * 3} jars." for n in range(1, 6)))
+    questions = ["Which shelf holds 9 jars?"] + [f"And shelf {n}?" for n in range(2, 6)]
 
     async def body(engine):
         messages, seen = [], []
@@ -73,5 +75,5 @@ def test_a_window_slide_drops_a_document_whole_on_the_starter():
     assert any(stats.dropped_messages for stats, _, _ in seen)  # the window did slide
     assert "<document" in seen[0][2] and "</document>" in seen[0][2]
     for stats, fresh, text in seen:
-        assert ("<document" in text) == ("</document>" in text) == ("Note 12:" in text) == ("Note 1:" in text)
+        assert ("<document" in text) == ("</document>" in text) == ("Note 5:" in text) == ("Note 1:" in text)
         assert stats.prompt_ids == fresh.prompt_ids and stats.reply_ids == fresh.reply_ids
