@@ -69,6 +69,8 @@ PLACEHOLDER = "Message  (Enter to send, Shift+Enter for a new line)"
 PLACEHOLDER_NO_REPLY = "Enter to write the reply to your last message, or type a new one"
 # While the chat's reply is being written: the next message can be typed and queued.
 PLACEHOLDER_WRITING = "Your next message  (Enter queues it: sent when this reply ends)"
+# This chat's message is queued: the next can be typed, and sent once the queued one has gone.
+PLACEHOLDER_HELD = "Your next message  (it can be sent when the queued one has gone)"
 STOP_TIP = "Stop the reply (Esc)"
 STOP_QUEUED_TIP = "Cancel the queued message (Esc): it stays, without a reply"
 
@@ -291,11 +293,15 @@ class Composer(QWidget):
         self._update_buttons()
 
     def _show_placeholder(self):
-        if self._generating and not self._waiting:
+        if self._waiting:
+            text = PLACEHOLDER_HELD
+        elif self._generating:
             text = PLACEHOLDER_WRITING
         else:
             text = PLACEHOLDER_NO_REPLY if self._reply_missing else PLACEHOLDER
-        self.editor.setPlaceholderText(text)
+        if text != self.editor.placeholderText():
+            self.editor.setPlaceholderText(text)
+            self.editor.viewport().update()  # Qt repaints a placeholder only when it appears or goes
 
     def _can_generate(self) -> bool:
         return (

@@ -10,7 +10,7 @@ from PySide6.QtTest import QTest
 
 from app.core.store import MessageRole, MessageStatus
 from app.gui.chat.queue import SendQueue
-from app.gui.composer import PLACEHOLDER_WRITING
+from app.gui.composer import PLACEHOLDER, PLACEHOLDER_HELD, PLACEHOLDER_WRITING
 from engine.types import PrefillProgress
 from tests.app_helpers import FakeEngine, run, send
 
@@ -56,6 +56,7 @@ def test_messages_sent_from_other_chats_are_queued_and_sent_in_order(qtbot, wind
     assert stored(store, second) == [(MessageRole.USER, "second chat's question", MessageStatus.COMPLETE)]
     assert window.composer.stop_button.isVisible() and "Cancel the queued" in window.composer.stop_button.toolTip()
     assert "queued" in window.composer.reason_label.text()
+    assert window.composer.editor.placeholderText() == PLACEHOLDER_HELD
     window.new_action.trigger()
     send(qtbot, window, "third chat's question", wait=False)
     third = window.chat.conv_id
@@ -97,6 +98,8 @@ def test_enter_in_the_writing_chat_queues_the_next_turn(qtbot, window, store, en
     assert [w.text() for w in window.chat_view.message_widgets()][-1] == "the reply"
     assert "Queued" not in window.chat_view.message_widgets()[2].stats_label.text()
     assert window.composer.text() == "one more"  # still there to send
+    window.composer.set_text("")
+    assert window.composer.editor.placeholderText() == PLACEHOLDER
 
 
 def test_stop_cancels_a_queued_message_and_generate_reply_sends_it_later(qtbot, window, store, engine):
