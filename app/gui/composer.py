@@ -67,6 +67,12 @@ class _Editor(QPlainTextEdit):
 PLACEHOLDER = "Message  (Enter to send, Shift+Enter for a new line)"
 # A chat that ends with the user's message and no reply (a fork): Enter with nothing typed writes it.
 PLACEHOLDER_NO_REPLY = "Enter to write the reply to your last message, or type a new one"
+# While the chat's reply is being written: the next message can be typed and queued.
+PLACEHOLDER_WRITING = "Your next message  (Enter queues it: sent when this reply ends)"
+# This chat's message is queued: the next can be typed, and sent once the queued one has gone.
+PLACEHOLDER_HELD = "Your next message  (it can be sent when the queued one has gone)"
+STOP_TIP = "Stop the reply (Esc)"
+STOP_QUEUED_TIP = "Cancel the queued message (Esc): it stays, without a reply"
 
 
 class Composer(QWidget):
@@ -145,7 +151,7 @@ class Composer(QWidget):
         self.send_button.clicked.connect(self.submit)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setObjectName("stopButton")
-        self.stop_button.setToolTip("Stop the reply (Esc)")
+        self.stop_button.setToolTip(STOP_TIP)
         self.stop_button.clicked.connect(self.stopRequested)
         self.stop_button.setVisible(False)
         row.addWidget(self.send_button)
@@ -154,7 +160,8 @@ class Composer(QWidget):
         self._ready = True
         self._queue = False  # not ready, but a message sent now waits for the model
         self._generating = False
-        self._waiting = ""  # why sending waits for something else (another chat's reply)
+        self._waiting = ""  # why sending is held (this chat's message is queued)
+        self._behind = ""  # why a message sent now is queued (another chat's reply is being written)
         self._reply_missing = False  # the chat's last message is the user's, with no reply yet
         self._editing = False
         self._reason = ""
@@ -228,7 +235,8 @@ class Composer(QWidget):
         if self._can_generate():
             self.generateRequested.emit()
             return
-        if not (self._ready or self._queue) or self._generating or self._waiting or not text.strip():
+        # While a reply is written (here or elsewhere) the message is queued by the controller.
+        if not (self._ready or self._queue) or self._waiting or not text.strip():
             return
         if self.attachments.busy():  # sent once every document is read
             return
@@ -254,14 +262,23 @@ class Composer(QWidget):
         self._show_reason()
         self._update_buttons()
 
+    def set_behind(self, reason: str):
+        """A message sent now is queued behind another chat's reply (say why; Send reads Queue); "": not."""
+        self._behind = reason
+        self._show_reason()
+        self._update_buttons()
+
     def _show_reason(self):
-        text = self._waiting or self._reason
+        text = self._waiting or self._behind or self._reason
         self.reason_label.setText(text)
         self.reason_label.setVisible(bool(text))
 
-    def set_generating(self, on: bool):
+    def set_generating(self, on: bool, cancels_queued: bool = False):
+        """Stop instead of Send: a reply is being written here (Enter queues the next message), or
+        (cancels_queued) this chat's message waits and Stop takes it off the queue."""
         self._generating = on
         self.stop_button.setVisible(on)
+        self.stop_button.setToolTip(STOP_QUEUED_TIP if cancels_queued else STOP_TIP)
         self.send_button.setVisible(not on)
         self._update_buttons()
 
@@ -273,8 +290,18 @@ class Composer(QWidget):
     def set_reply_missing(self, on: bool):
         """The chat ends with the user's message and no reply (a fork): Enter with nothing typed writes it."""
         self._reply_missing = on
-        self.editor.setPlaceholderText(PLACEHOLDER_NO_REPLY if on else PLACEHOLDER)
         self._update_buttons()
+
+    def _show_placeholder(self):
+        if self._waiting:
+            text = PLACEHOLDER_HELD
+        elif self._generating:
+            text = PLACEHOLDER_WRITING
+        else:
+            text = PLACEHOLDER_NO_REPLY if self._reply_missing else PLACEHOLDER
+        if text != self.editor.placeholderText():
+            self.editor.setPlaceholderText(text)
+            self.editor.viewport().update()  # Qt repaints a placeholder only when it appears or goes
 
     def _can_generate(self) -> bool:
         return (
@@ -292,13 +319,16 @@ class Composer(QWidget):
         return self._queue
 
     def _update_buttons(self):
+        self._show_placeholder()
         generate = self._can_generate()
         if generate:
             self.send_button.setText("Generate Reply")
             self.send_button.setToolTip("Write the reply to your last message (Enter)")
         else:
-            self.send_button.setText("Queue" if self._queue else "Send")
-            self.send_button.setToolTip("Sent as soon as the model is ready" if self._queue else "Send (Enter)")
+            tip = "Sent as soon as the model is ready" if self._queue else "Send (Enter)"
+            tip = "Sent when the other chat's reply ends (Enter)" if self._behind else tip
+            self.send_button.setText("Queue" if self._queue or self._behind else "Send")
+            self.send_button.setToolTip(tip)
         self.send_button.setEnabled(
             generate
             or (self._ready or self._queue)

@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
         self.chat.statsChanged.connect(self.status.show_stats)
         self.chat.generatingChanged.connect(self._on_generating)
         self.chat.editingChanged.connect(lambda _on: self._on_generating(self.chat.gen is not None))
+        self.chat.queueChanged.connect(lambda: self._on_generating(self.chat.gen is not None))
         self.chat.deletedUndoable.connect(self._offer_undo)
         self.chat.conversationChanged.connect(lambda _c: self.keys.focus_after_switch())
         self.sidebar.list.itemClicked.connect(lambda _item: self.keys.focus_composer())
@@ -308,7 +309,7 @@ class MainWindow(QMainWindow):
         self._startup = False
         self._update_composer()
         self._update_welcome()
-        if self.bridge.current_model is None and self.chat.queued is not None:
+        if self.bridge.current_model is None and self.chat.queue:
             self.chat.unqueue()
             self.show_error(
                 "Your message was not sent: no model could be loaded. Choose one in the Model menu, "
@@ -372,8 +373,7 @@ class MainWindow(QMainWindow):
         self._suggest_conversation_model()
         self.notices.dismiss("error")  # something worked: an old error no longer applies
         self._update_welcome()
-        if self.chat.queued is not None:
-            self.chat.send_queued()
+        self.chat.send_queued()  # a message queued while the model loaded
 
     def _on_load_failed(self, spec, reason):
         self.status.progress.setVisible(False)
@@ -445,7 +445,7 @@ class MainWindow(QMainWindow):
 
     # --- status ---------------------------------------------------------
     def _on_generating(self, on):
-        self.stop_action.setEnabled(on or self.chat.editing is not None)
+        self.stop_action.setEnabled(on or self.chat.editing is not None or bool(self.chat.queue))
         self.regen_action.setEnabled(not on)
         if not on and self.chat.last_status == MessageStatus.COMPLETE:
             self.notices.dismiss("error")  # a reply came through: an old error no longer applies
@@ -492,9 +492,7 @@ class MainWindow(QMainWindow):
         )
 
     def escape(self):
-        if self.chat.gen is not None:
-            self.chat.stop()
-        else:
+        if not self.chat.stop():  # a reply, or the open chat's queued message
             self.chat.cancel_edit()
 
     def show_error(self, text):

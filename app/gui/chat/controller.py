@@ -19,8 +19,9 @@ from app.core.drafts import Drafts
 from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
 from app.core.turns import stats_dict, status_of
-from app.gui.chat.message_widget import QUEUED
+from app.gui.chat.message_widget import QUEUED, QUEUED_NEXT
 from app.gui.chat.panes import ChatWindowView
+from app.gui.chat.queue import SendQueue, composer_notes
 from engine.errors import ChinwagError
 from engine.log import report_bug
 from engine.types import FinishReason
@@ -63,6 +64,7 @@ class ChatController(QObject):
     readingProgress = Signal(object)  # PrefillProgress while the prompt is read, then None
     forked = Signal(object, object)  # parent conv id, fork's conv id: its cache is copied (read_ahead.py)
     versionSwitched = Signal(object)  # conv id: another version is shown, the chat is read ahead
+    queueChanged = Signal()  # a message was queued, sent or taken off the queue (app/gui/chat/queue.py)
 
     def __init__(self, store, bridge, view: ChatWindowView, parent=None):
         super().__init__(parent)
@@ -77,7 +79,8 @@ class ChatController(QObject):
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self.save_partial)
         self.last_status = ""  # how the last reply ended
-        self.queued: str | None = None  # conv id whose last user message waits for the model to load
+        # Messages waiting for the model to load or for the reply being written (app/gui/chat/queue.py).
+        self.queue = SendQueue()
         self.drafts = Drafts(store)
         # The composer's documents (app/gui/chat/attachments.py AttachmentTray), set by ChatPanes.wire;
         # None: messages without documents (the controller's unit tests).
@@ -153,8 +156,9 @@ class ChatController(QObject):
             self.view.set_message_text(gen.msg_id, gen.text)
             self.view.set_live_note(gen.msg_id, gen.reading)
             self.view.begin_stream(gen.msg_id)
-        if self.queued == conv.id and conv.messages:
-            self._mark_queued(conv.messages[-1].id)
+        queued = self.queue.get(conv.id)
+        if queued is not None and self.view.has_message(queued.msg_id):
+            self._mark_queued(queued.msg_id)
         if self.tool_reply is not None and self.tool_reply.conv_id == conv.id:
             self.tool_reply.reshow()  # a call that waits for its answer
         self.view.set_draft(self.drafts.get(conv.id))
@@ -185,9 +189,12 @@ class ChatController(QObject):
 
     # --- sending --------------------------------------------------------
     def send(self, text: str) -> bool:
+        """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
+        loads or a reply is being written, in this chat or another."""
         model_missing = self.bridge.current_model is None
-        queue = model_missing and self.view.can_queue() and self.queued is None
-        if not text.strip() or self.gen is not None or (model_missing and not queue):
+        queue = self.gen is not None or (model_missing and self.view.can_queue())
+        held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
+        if not text.strip() or held or (model_missing and not queue):
             if text.strip() and not self.view.composer_text():
                 self.view.set_composer_text(text)
             return False
@@ -223,15 +230,31 @@ class ChatController(QObject):
         if first:
             self.conversationChanged.emit(conv_id)  # it has a title now
         if queue:
-            # The model is still loading: the message waits, visibly, and goes when it is ready.
-            self.queued = conv_id
-            self._mark_queued(msg.id)
+            # The model is loading or busy: the message waits, visibly, and goes when it is free.
+            self._queue(conv_id, msg.id)
             self.refresh_list()  # the list shows the chat's title, not "New chat"
             return True
         return self._start_reply()
 
+    def _queue(self, conv_id, msg_id):
+        self.queue.add(conv_id, msg_id)
+        self._mark_queued(msg_id)
+        self._sync_generation()
+        self.queueChanged.emit()
+
     def _mark_queued(self, msg_id):
-        self.view.set_message_status(msg_id, QUEUED)
+        self.view.set_message_status(msg_id, QUEUED if self.bridge.current_model is None else QUEUED_NEXT)
+
+    def _cancel_queued(self, conv_id) -> bool:
+        """Take the chat's queued message off the queue: it stays, a message without a reply."""
+        item = self.queue.cancel(conv_id)
+        if item is None:
+            return False
+        if conv_id == self.conv_id:
+            self.view.set_message_status(item.msg_id, MessageStatus.COMPLETE)
+        self._sync_generation()
+        self.queueChanged.emit()
+        return True
 
     def _last_shown(self) -> Message | None:
         """The open chat's last message, or None (none, or the store cannot be read: reported)."""
@@ -243,35 +266,38 @@ class ChatController(QObject):
         return shown[-1] if shown else None
 
     def unqueue(self):
-        """No model came: the queued message stays as a message without a reply (Regenerate sends it)."""
-        conv_id, self.queued = self.queued, None
-        if conv_id != self.conv_id:
-            return
-        last = self._last_shown()
-        if last is not None and last.role == MessageRole.USER:
-            self.view.set_message_status(last.id, MessageStatus.COMPLETE)
+        """No model came: the queued messages stay as messages without a reply (Regenerate sends them)."""
+        for item in list(self.queue.clear()):
+            if item.conv_id == self.conv_id:
+                self.view.set_message_status(item.msg_id, MessageStatus.COMPLETE)
+        self._sync_generation()
+        self.queueChanged.emit()
 
     def send_queued(self) -> bool:
-        """The model is ready: send the message that waited for it."""
-        conv_id, self.queued = self.queued, None
-        if conv_id is None or self.bridge.current_model is None:
+        """The model is ready, or the reply being written ended: start the oldest queued message's
+        reply, in its own chat (the open chat stays open)."""
+        if self.gen is not None or self.bridge.current_model is None or not self.queue:
             return False
-        if conv_id != self.conv_id:
-            self.open_conversation(conv_id)
-        last = self._last_shown() if conv_id == self.conv_id else None
-        if last is None or last.role != MessageRole.USER:
-            return False
-        self.view.set_message_status(last.id, MessageStatus.COMPLETE)
-        return self._start_reply()
+        started = False
+        while not started and (item := self.queue.take_next(self.store)) is not None:
+            if item.conv_id == self.conv_id:
+                self.view.set_message_status(item.msg_id, MessageStatus.COMPLETE)
+            started = self._start_reply(conv_id=item.conv_id)
+        self._sync_generation()
+        self.queueChanged.emit()
+        return started
 
-    def _start_reply(self, parent_id=LAST) -> bool:
+    def _start_reply(self, parent_id=LAST, conv_id=None) -> bool:
         """A reply after parent_id (default: the last message shown; a regenerate passes the
-        old reply's parent, so the new reply is another version of it)."""
+        old reply's parent, so the new reply is another version of it), in conv_id (default:
+        the open chat; a queued message's reply may start in a chat that is not open)."""
         model = self.bridge.current_model
-        if model is None or self.conv_id is None:
+        conv_id = conv_id or self.conv_id
+        if model is None or conv_id is None:
             return False
+        shown = conv_id == self.conv_id
         try:
-            conv = self.store.get_conversation(self.conv_id)
+            conv = self.store.get_conversation(conv_id)
             values = effective(conv.settings, load_defaults(self.store))
             ids = [m.id for m in conv.messages]
             history = (
@@ -293,16 +319,17 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        self.view.add_message(
-            reply.id,
-            MessageRole.ASSISTANT,
-            "",
-            MessageStatus.STREAMING,
-            model.name or model.id,
-            model_id=model.id,
-            versions=(reply.version, reply.versions),
-        )
-        self.view.begin_stream(reply.id)
+        if shown:
+            self.view.add_message(
+                reply.id,
+                MessageRole.ASSISTANT,
+                "",
+                MessageStatus.STREAMING,
+                model.name or model.id,
+                model_id=model.id,
+                versions=(reply.version, reply.versions),
+            )
+            self.view.begin_stream(reply.id)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic())
         self._save_timer.start()
         self._sync_generation()
@@ -382,6 +409,7 @@ class ChatController(QObject):
         self._sync_generation()
         self.generatingChanged.emit(False)
         self.refresh_list()
+        self.send_queued()  # the next message waiting for the model, if any
 
     def _documents_for(self, conv_id: str, question: str) -> list:
         """The documents the message carries: the composer's, or passages of the chat's too-big ones."""
@@ -500,15 +528,15 @@ class ChatController(QObject):
         if status == MessageStatus.FAILED and error:
             self.error.emit(f"The reply failed: {error}")
         self.refresh_list()
+        self.send_queued()  # the next message waiting for the model, if any
 
     def _sync_generation(self):
         """Stop, Send and the message actions follow the open chat; the sidebar marks the busy one."""
         gen = self.gen
         mine = gen is not None and gen.conv_id == self.conv_id
-        elsewhere = ""
-        if gen is not None and not mine:
-            elsewhere = "Another chat is still writing its reply; you can send when it has finished."
-        self.view.set_generating(mine, elsewhere)
+        queued = self.conv_id is not None and self.conv_id in self.queue
+        elsewhere, held = composer_notes(gen is not None, mine, queued, self.bridge.current_model is not None)
+        self.view.set_generating(mine, elsewhere, held)
         self.view.set_message_actions_enabled(gen is None)
         self.view.set_busy_conversation(gen.conv_id if gen is not None else None)
 
@@ -517,14 +545,28 @@ class ChatController(QObject):
         if self.editing is None:  # the text of a message being edited is not a draft
             self.drafts.put(self.conv_id, self.view.composer_text())
 
-    def stop(self):
+    def stop(self) -> bool:
+        """Stop (Esc): the open chat's queued message is taken off the queue (it stays, unanswered),
+        and the reply being written ends if it is this chat's or this chat queued nothing.
+        False: there was nothing to stop."""
+        gen = self.gen
+        cancelled = self._cancel_queued(self.conv_id)
+        if cancelled and (gen is None or gen.conv_id != self.conv_id):
+            return True  # another chat's reply goes on
+        return self._stop_reply() or cancelled
+
+    def _stop_reply(self) -> bool:
         if self.tool_reply is not None and self.tool_reply.stop():
-            return  # a call waited for its answer or was running: cancelled
+            return True  # a call waited for its answer or was running: cancelled
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
+            return True
+        return False
 
     def abandon(self):
-        """The window is closing: save what was generated as stopped, now."""
+        """The window is closing: save what was generated as stopped, now. Queued messages stay
+        as messages without a reply (nothing starts now, nor on the next start)."""
+        self.queue.clear()
         if self.tool_reply is not None:
             self.tool_reply.abandon()
         if self.gen is not None:
@@ -542,8 +584,10 @@ class ChatController(QObject):
 
     # --- message actions ------------------------------------------------
     def regenerate(self, msg_id=None):
-        if self.gen is not None or self.conv_id is None or self.bridge.current_model is None:
+        if self.conv_id is None or self.bridge.current_model is None or self.conv_id in self.queue:
             return False
+        if self.gen is not None:
+            return self._queue_missing_reply(msg_id)
         last = self._last_shown()
         if last is not None and last.role == MessageRole.USER and msg_id is None:
             return self._start_reply()  # the last message never got its reply
@@ -563,6 +607,14 @@ class ChatController(QObject):
             return False
         return True
 
+    def _queue_missing_reply(self, msg_id) -> bool:
+        """Generate Reply while another chat writes: the open chat's unanswered message is queued."""
+        last = self._last_shown()
+        if msg_id is not None or last is None or last.role != MessageRole.USER or self.gen is None:
+            return False
+        self._queue(self.conv_id, last.id)
+        return True
+
     def switch_version(self, msg_id, step: int) -> bool:
         """Show the previous (-1) or next (+1) version of a message, and the branch below it
         as it was last shown; the conversation continues from there."""
@@ -573,6 +625,7 @@ class ChatController(QObject):
             i = ids.index(msg_id) + step
             if not 0 <= i < len(ids):
                 return False
+            self._cancel_queued(self.conv_id)  # the queued message is not the chat's last one any more
             self.store.select_version(ids[i])
             conv = self.store.get_conversation(self.conv_id)
         except ChinwagError as e:
@@ -618,6 +671,7 @@ class ChatController(QObject):
         msg = self._shown_message(msg_id)
         if msg is None or msg.role != MessageRole.USER:
             return
+        self._cancel_queued(self.conv_id)  # the edit is sent (or queued) again as a new version
         self.save_draft()
         self.editing = msg_id
         self.view.set_composer_text(msg.content)
@@ -663,8 +717,9 @@ class ChatController(QObject):
         if self.store.read_only:
             self.error.emit("Conversations are read-only; nothing was deleted.")
             return
+        self._cancel_queued(conv_id)  # never sent into a chat that is going
         if self.gen is not None and self.gen.conv_id == conv_id:
-            self.stop()
+            self._stop_reply()
         timer = QTimer(self)
         timer.setSingleShot(True)
         timer.setInterval(UNDO_DELETE_MS)

@@ -18,13 +18,17 @@ from engine.types import FinishReason
 USER_DISPLAY_LIMIT = 1_000  # characters shown folded
 USER_DISPLAY_LINES = 12  # lines shown folded
 
-QUEUED = "queued"  # a widget-only status: the message waits for the model (never stored)
+# Widget-only statuses (never stored): the message waits for the model to load, or for the
+# reply being written to end (app/gui/chat/queue.py).
+QUEUED = "queued"
+QUEUED_NEXT = "queued-next"
 STATUS_NOTES = {
     MessageStatus.STOPPED: "Stopped",
     MessageStatus.FAILED: "Failed",
     MessageStatus.STREAMING: "",
     MessageStatus.COMPLETE: "",
     QUEUED: "Queued: sent when the model is ready",
+    QUEUED_NEXT: "Queued: sent when the reply being written ends",
 }
 
 

@@ -86,8 +86,11 @@ class ChatWindowView(Protocol):
     def can_queue(self) -> bool:
         """A message sent now may wait for the model that is loading."""
 
-    def set_generating(self, mine: bool, elsewhere: str) -> None:
-        """Stop instead of Send while the open chat's reply is written; elsewhere: why Send waits."""
+    def set_generating(self, mine: bool, elsewhere: str, queued: str) -> None:
+        """mine: the open chat's reply is being written (Stop instead of Send; Enter queues the next
+        message); elsewhere: another chat's is, so a message sent now is queued (why, or "");
+        queued: the open chat's message is queued (when it goes, or ""): Stop cancels it, and
+        nothing more is sent here until it goes."""
 
     def set_editing(self, on: bool) -> None: ...
 
@@ -231,9 +234,10 @@ class ChatPanes:
     def can_queue(self):
         return self.composer.can_queue()
 
-    def set_generating(self, mine, elsewhere):
-        self.composer.set_generating(mine)
-        self.composer.set_waiting(elsewhere)
+    def set_generating(self, mine, elsewhere, queued):
+        self.composer.set_generating(mine or bool(queued), cancels_queued=bool(queued) and not mine)
+        self.composer.set_waiting(queued)
+        self.composer.set_behind(elsewhere)
 
     def set_editing(self, on):
         self.composer.set_editing(on)

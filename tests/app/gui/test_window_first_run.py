@@ -399,7 +399,7 @@ def test_before_the_startup_load_begins_messages_still_queue(qtbot, qloop, store
     assert w.status.state_label.text().startswith("Loading ")  # not "No model"
     w.composer.set_text("early bird")
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
-    assert w.chat.queued is not None
+    assert w.chat.queue
     qtbot.waitUntil(task.done, timeout=5000)
     qtbot.waitUntil(lambda: len(w.chat_view.message_widgets()) == 2 and w.chat.gen is None, timeout=5000)
     assert engine.calls[0][1][-1]["content"] == "early bird"
@@ -422,7 +422,7 @@ def test_a_queued_message_is_not_left_waiting_when_no_model_loads(qtbot, qloop, 
     (message,) = w.chat_view.message_widgets()
     assert "Queued" in message.stats_label.text()
     qtbot.waitUntil(task.done, timeout=5000)
-    assert w.chat.queued is None and "Queued" not in message.stats_label.text()
+    assert not w.chat.queue and "Queued" not in message.stats_label.text()
     assert any("was not sent" in t for t in w.notices.texts())
     # Once a model is there, Regenerate (Ctrl+R) sends it.
     run(qtbot, w.bridge.load_model("fake-big"))

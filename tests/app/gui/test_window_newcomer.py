@@ -27,7 +27,7 @@ def test_typing_straight_away_is_sent_and_answered(qtbot, qloop, tiny_model_path
     QTest.keyClicks(target, "Hello there")
     QTest.keyClick(target, Qt.Key.Key_Return)
     if window.bridge.current_model is None:  # still loading: queued, not ignored
-        assert window.chat.queued is not None and window.composer.text() == ""
+        assert window.chat.queue and window.composer.text() == ""
     qtbot.waitUntil(task.done, timeout=120_000)
     qtbot.waitUntil(
         lambda: (

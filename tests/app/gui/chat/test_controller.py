@@ -62,7 +62,7 @@ def test_send_saves_the_message_first_and_streams_the_reply_into_the_view(qtbot,
     view.begin_stream.assert_called_once_with(reply.id)
     assert view.end_stream.call_args.args[0] == MessageStatus.COMPLETE
     assert engine.calls[0][1][-1] == {"role": "user", "content": "Hi there"}
-    assert view.set_generating.call_args_list[-1] == call(False, "")
+    assert view.set_generating.call_args_list[-1] == call(False, "", "")
 
 
 def test_regenerate_reads_the_last_message_from_the_store(qtbot, store, bridge, engine, view):
@@ -112,11 +112,11 @@ def test_a_message_sent_while_loading_is_queued_then_unqueued(qtbot, store, brid
     chat = ChatController(store, bridge, view)
     assert chat.send("Wait for it")
     msg = store.get_conversation(chat.conv_id).messages[-1]
-    assert chat.queued == chat.conv_id
+    assert chat.conv_id in chat.queue
     view.set_message_status.assert_called_with(msg.id, QUEUED)
-    assert not chat.send("A second one")  # one message waits at a time
+    assert not chat.send("A second one")  # one message waits in a chat
     chat.unqueue()
-    assert chat.queued is None
+    assert not chat.queue
     view.set_message_status.assert_called_with(msg.id, MessageStatus.COMPLETE)
     assert not chat.send_queued()  # nothing waits any more
 
