@@ -21,6 +21,18 @@ def _files(paths) -> QMimeData:
     return mime
 
 
+def attach_too_big(qtbot, window, tmp_path):
+    """A real 8-page PDF too big for a 600-token context, attached and ready: the tray."""
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=600)
+    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    return tray
+
+
 def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
     pdf = write_pdf(tmp_path / "report.pdf", ["Apples are red.", "Pears are green."])
     window.composer.editor.insertFromMimeData(_files([pdf]))
@@ -95,14 +107,7 @@ def test_sending_waits_for_a_document_being_read(qtbot, window, engine, tmp_path
 
 
 def test_too_big_for_the_context_sends_passages(qtbot, window, store, engine, tmp_path):
-    from engine.types import GenerationParams
-
-    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
-    pdf = write_pdf(tmp_path / "big.pdf", pages)
-    tray = window.composer.attachments
-    tray.params = lambda: GenerationParams(context_cap=600)
-    tray.add_paths([str(pdf)])
-    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    tray = attach_too_big(qtbot, window, tmp_path)
     doc = tray.ready_documents()[0]
     assert doc.too_big and doc.index is not None
     assert "too big for the context" in tray._chips[0].status.text()
@@ -178,14 +183,7 @@ def test_a_sent_document_shows_its_text_and_offers_the_original_and_a_copy(
 
 
 def test_passages_used_are_shown_under_the_reply(qtbot, window, store, engine, tmp_path):
-    from engine.types import GenerationParams
-
-    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
-    pdf = write_pdf(tmp_path / "big.pdf", pages)
-    tray = window.composer.attachments
-    tray.params = lambda: GenerationParams(context_cap=600)
-    tray.add_paths([str(pdf)])
-    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    tray = attach_too_big(qtbot, window, tmp_path)
     assert tray._chips[0].status.text().endswith("too big for the context: passages per question, or × to cancel")
     # The composer says what the message will take: the passages' budget, not the whole document.
     assert re.fullmatch(
@@ -304,13 +302,7 @@ def test_sizes_follow_the_open_chats_context_cap(qtbot, window, store, engine, t
 
 
 def test_the_passages_for_the_question_typed_so_far_are_read_ahead(qtbot, window, store, engine, tmp_path):
-    from engine.types import GenerationParams
-
-    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
-    tray = window.composer.attachments
-    tray.params = lambda: GenerationParams(context_cap=600)
-    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
-    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    attach_too_big(qtbot, window, tmp_path)
     window.composer.set_text("Tell me about topic5")
     qtbot.waitUntil(lambda: any("topic5" in p[1][-1]["content"] for p in engine.prefills), timeout=5000)
     ahead = engine.prefills[-1][1][-1]["content"]
@@ -321,13 +313,7 @@ def test_the_passages_for_the_question_typed_so_far_are_read_ahead(qtbot, window
 
 
 def test_a_follow_ups_passages_are_read_ahead_too(qtbot, window, store, engine, tmp_path):
-    from engine.types import GenerationParams
-
-    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 9)]
-    tray = window.composer.attachments
-    tray.params = lambda: GenerationParams(context_cap=600)
-    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
-    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    attach_too_big(qtbot, window, tmp_path)
     send(qtbot, window, "Tell me about topic7")
     window.composer.set_text("And topic2?")  # no new document: the chat's big one gives its own passages
     qtbot.waitUntil(lambda: "topic2?" in engine.prefills[-1][1][-1]["content"], timeout=5000)
