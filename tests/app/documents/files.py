@@ -106,6 +106,19 @@ BAD_INPUTS = [
 ]
 
 
+def write_cyclic_pdf(path: Path) -> Path:
+    """A PDF whose objects refer to themselves (a page its own parent) and nest 20,000 deep."""
+    nested = "[" * 20000 + "]" * 20000
+    body = (
+        "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /Loop 4 0 R >> endobj\n"
+        "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 /Parent 2 0 R >> endobj\n"
+        "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Deep " + nested + " >> endobj\n"
+        "4 0 obj << /Next 4 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    )
+    path.write_bytes(body.encode())
+    return path
+
+
 def make_bad(kind: str, tmp: Path) -> tuple[str, str]:
     """Write one bad input (real files, the real limits); returns (its path, the line it gets)."""
     import os
@@ -131,15 +144,7 @@ def make_bad(kind: str, tmp: Path) -> tuple[str, str]:
         path = write_zip_bomb_docx(tmp / "bomb.docx", source, limits.MAX_DOCX_UNCOMPRESSED + (1 << 20))
         return str(path), r"bomb\.docx unpacks to [\d.]+ MB: too big to be a document \(a zip bomb\?\)$"
     if kind == "cyclic_pdf":
-        nested = "[" * 20000 + "]" * 20000
-        body = (
-            "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /Loop 4 0 R >> endobj\n"
-            "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 /Parent 2 0 R >> endobj\n"
-            "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Deep " + nested + " >> endobj\n"
-            "4 0 obj << /Next 4 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
-        )
-        (tmp / "loop.pdf").write_bytes(body.encode())
-        return str(tmp / "loop.pdf"), r"loop\.pdf (is not a readable PDF|is damaged|has no)"
+        return str(write_cyclic_pdf(tmp / "loop.pdf")), r"loop\.pdf (is not a readable PDF|is damaged|has no)"
     if kind == "huge":
         with open(tmp / "huge.txt", "wb") as f:  # sparse: 2 GB on paper, nothing on disk
             f.truncate(2 * 1024**3)

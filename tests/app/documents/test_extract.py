@@ -13,6 +13,7 @@ from tests.app.documents.files import (
     BAD_INPUTS,
     make_bad,
     png_bytes,
+    write_cyclic_pdf,
     write_docx,
     write_encrypted_pdf,
     write_pdf,
@@ -88,16 +89,8 @@ def test_corrupt_pdf(tmp_path, cut):
 
 def test_cyclic_and_deeply_nested_pdf(tmp_path):
     """Objects that refer to themselves or nest thousands deep: one line or some text, never a crash or a hang."""
-    nested = "[" * 20000 + "]" * 20000
-    body = (
-        "%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R /Loop 4 0 R >> endobj\n"
-        "2 0 obj << /Type /Pages /Kids [3 0 R] /Count 1 /Parent 2 0 R >> endobj\n"
-        "3 0 obj << /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] /Deep " + nested + " >> endobj\n"
-        "4 0 obj << /Next 4 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
-    )
-    (tmp_path / "loop.pdf").write_bytes(body.encode())
     with pytest.raises(ChinwagError, match=r"^loop\.pdf "):
-        extract(tmp_path / "loop.pdf")
+        extract(write_cyclic_pdf(tmp_path / "loop.pdf"))
 
 
 def test_corrupt_docx(tmp_path):
