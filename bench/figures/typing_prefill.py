@@ -283,20 +283,22 @@ def _bars(ax, rows, labels, ticks):
     ax.set_ylabel("Enter to first token, s (log)")
 
 
+def _timings(r) -> list:
+    """A row's cells both tables share: prompt tokens, the two times, the speed-up, what Enter read, the read ahead."""
+    return [
+        f"{r['prompt_tokens']:,}",
+        f(r["cold_ttft_s"], 3),
+        f(r["ahead_ttft_s"], 3),
+        f"**{r['speedup']:.1f}x**",
+        f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
+        f(r["read_ahead_s"]),
+    ]
+
+
 def section(d, res):
     rows, s, p = d["rows"], d["summary"], d["params"]
     table_rows = [
-        [
-            f"{r['message_tokens']:,}",
-            f"{r['prompt_tokens']:,}",
-            f(r["cold_ttft_s"], 3),
-            f(r["ahead_ttft_s"], 3),
-            f"**{r['speedup']:.1f}x**",
-            f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
-            f(r["read_ahead_s"]),
-            "yes" if r["identical_replies"] else "**no**",
-        ]
-        for r in rows
+        [f"{r['message_tokens']:,}", *_timings(r), "yes" if r["identical_replies"] else "**no**"] for r in rows
     ]
     goal = s.get("goal_speedup")
     return [
@@ -346,12 +348,7 @@ def changes_section(c) -> list[str]:
     rows = [
         [
             r["kind"],
-            f"{r['prompt_tokens']:,}",
-            f(r["cold_ttft_s"], 3),
-            f(r["ahead_ttft_s"], 3),
-            f"**{r['speedup']:.1f}x**",
-            f"{r['cold_prefilled_tokens']:.0f} / {r['ahead_prefilled_tokens']:.0f}",
-            f(r["read_ahead_s"]),
+            *_timings(r),
             ("yes" if r["identical_replies"] else "**no**") + ("" if r["same_prompt"] else " (other prompt ids)"),
         ]
         for r in c["rows"]
