@@ -247,7 +247,8 @@ class EngineBridge(QObject):
         return stats  # a reply with tools awaits each turn (app/gui/tools/turns.py)
 
     def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
-        """Read an unsent draft ahead in the background; only when idle with a model loaded."""
+        """Read ahead in the background (an unsent draft, or a chat whose history changed); only when
+        idle with a model loaded. draftReading says it began; readingAhead carries its progress."""
         if self.state != EngineStatus.READY or self._generating or self.current_model is None:
             return None
         self.draftReading.emit(conv_id)
