@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from app.tools.loop import ToolRun
 
 PROG = "chinwag"
+BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
 
 
@@ -535,12 +536,25 @@ def main(argv: list[str] | None = None) -> int:
         code = fail(str(e))
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:  # `chinwag conversations | head`: the reader has all it wanted
+        _quiet_stdout()
+        code = BROKEN_PIPE_STATUS
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: traceback to the log, one line here
         print(f"{PROG}: error: {log.report_bug(e, f'chinwag {args.command}')}", file=sys.stderr)
         code = 1
     if as_program:
         _exit(code)
     return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the unwritten rest is not retried (and fails again) at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing is retried there
+        pass
 
 
 def _exit(code: int) -> None:

@@ -152,3 +152,26 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["export", "abc", "--format", "docx", "-o", "x"])
     assert info.value.code == 2
+
+
+def test_a_reader_that_leaves_early_is_not_a_bug(convs):
+    """`chinwag conversations | head -1`: the listing stops quietly (status 141, as a shell shows
+    for a writer whose reader left), no "a bug in Chinwag" line and nothing in the log."""
+    from app.cli.main import BROKEN_PIPE_STATUS
+    from engine import paths
+    from engine.log import LOG_FILE
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before the first line is written
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "conversations"],
+        cwd=ROOT,
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write)
+    assert (proc.returncode, proc.stderr) == (BROKEN_PIPE_STATUS, "")
+    log = paths.data_dir() / LOG_FILE
+    assert "bug" not in (log.read_text() if log.exists() else "")
