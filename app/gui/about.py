@@ -40,7 +40,18 @@ class AboutDialog(QDialog):
         buttons.addButton(self.folder_button, QDialogButtonBox.ButtonRole.ActionRole)
         buttons.addButton(self.log_button, QDialogButtonBox.ButtonRole.ActionRole)
         buttons.rejected.connect(self.reject)
+        # Said here, where the button was pressed: without a file manager a click did nothing at all.
+        self.failed = QLabel()
+        self.failed.setObjectName("aboutFailed")
+        self.failed.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.failed.setWordWrap(True)
+        self.failed.hide()
+        layout.addWidget(self.failed)
         layout.addWidget(buttons)
 
     def open_path(self, path) -> bool:
-        return self._open_url(QUrl.fromLocalFile(str(path)))
+        opened = bool(self._open_url(QUrl.fromLocalFile(str(path))))
+        if not opened:
+            self.failed.setText(f"Could not open {path}: no program here opens it. Open it from a file manager.")
+            self.failed.show()
+        return opened

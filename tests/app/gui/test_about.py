@@ -25,3 +25,21 @@ def test_about_names_the_version_and_data_folder_and_opens_the_log(qtbot, window
     dialog.folder_button.click()
     assert opened == [str(paths.data_dir_path() / LOG_FILE), str(paths.data_dir_path())]
     dialog.reject()
+
+
+def test_about_says_so_when_nothing_can_open_the_log(qtbot, window, monkeypatch):
+    """Without a file manager (Qt finds no launcher) the button says why nothing opened, and where the file is."""
+    import app.gui.window_dialogs as window_dialogs
+    from engine import paths
+    from engine.log import LOG_FILE
+
+    monkeypatch.setattr(window_dialogs, "open_url", lambda url: False)
+    (paths.data_dir() / LOG_FILE).touch()
+    window.about_action.trigger()
+    dialog = window.dialogs.open_dialogs[-1]
+    dialog.show()
+    assert not dialog.failed.isVisible()
+    dialog.log_button.click()
+    assert dialog.failed.isVisible()
+    assert f"Could not open {paths.data_dir_path() / LOG_FILE}" in dialog.failed.text()
+    dialog.reject()
