@@ -299,7 +299,8 @@ class TerminalChat:
         from app.core.turns import stats_dict, status_of
 
         status = status_of(stats) if stats is not None else MessageStatus.STOPPED
-        stats_row = stats_dict(stats) if stats is not None else None
+        system_prompt = str((self.settings or {}).get("system_prompt", ""))
+        stats_row = stats_dict(stats, system_prompt) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
 
     def add_tool_message(self, message: dict, run: "ToolRun | None", model_id: str) -> None:

@@ -1,12 +1,17 @@
 """A finished turn as the store keeps it: the message status its finish reason means, and its
-stats without the long token id lists. The window and the terminal chat save turns alike. No Qt."""
+stats without the long token id lists, with a digest of the system prompt it was written with (the
+store keeps only a chat's current prompt; exports show a prompt where it took effect). The window and
+the terminal chat save turns alike. No Qt."""
 
+import hashlib
 from dataclasses import asdict
 
 from app.core.store import MessageStatus
 from engine.types import FinishReason, TurnStats
 
 FINISH_STATUS = {FinishReason.CANCELLED: MessageStatus.STOPPED, FinishReason.ERROR: MessageStatus.FAILED}
+PROMPT_KEY = "system_prompt_sha"  # in a reply's stats: prompt_digest of the system prompt it was written with
+PROMPT_DIGEST_CHARS = 16  # tells prompts apart; the text itself stays in the chat's settings only
 
 
 def status_of(stats: TurnStats) -> MessageStatus:
@@ -14,9 +19,19 @@ def status_of(stats: TurnStats) -> MessageStatus:
     return FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
 
 
-def stats_dict(stats: TurnStats | dict) -> dict:
-    """TurnStats for the store, without the (long) token id lists."""
+def prompt_digest(system_prompt: str) -> str:
+    """The system prompt's digest; "" for none (a blank prompt is not sent: app/core/settings.py)."""
+    if not system_prompt.strip():
+        return ""
+    return hashlib.sha256(system_prompt.encode("utf-8", "replace")).hexdigest()[:PROMPT_DIGEST_CHARS]
+
+
+def stats_dict(stats: TurnStats | dict, system_prompt: str | None = None) -> dict:
+    """TurnStats for the store, without the (long) token id lists; with system_prompt (the one the
+    reply was written with, "" for none) its digest under PROMPT_KEY."""
     d = asdict(stats) if not isinstance(stats, dict) else dict(stats)
     d.pop("prompt_ids", None)
     d.pop("reply_ids", None)
+    if system_prompt is not None:
+        d[PROMPT_KEY] = prompt_digest(system_prompt)
     return d

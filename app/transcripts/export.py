@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.core.store import Conversation, Message, MessageRole, MessageStatus
+from app.core.turns import PROMPT_KEY, prompt_digest
 from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
 from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html
@@ -27,7 +28,13 @@ FORMAT_VERSION = 1
 # "tool": an MCP tool's result; its stats say which call (tool_call_id, name, server, is_error, seconds).
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SYSTEM_HEADING = "System prompt"
+# Replies that do not say which prompt they were written with (saved before they did): the current one, first.
 SYSTEM_NOTE = "read before every reply; this is the chat's current one"
+# Where a prompt took effect, from the digest each reply's stats keep (app/core/turns.py).
+PROMPT_FIRST = "read before every reply"
+PROMPT_SET = "set here: the replies below were written with it"
+PROMPT_REMOVED = "removed here: the replies below were written without one"
+PROMPT_LOST = "changed here to one that is not kept (the chat keeps only its current prompt)"
 
 
 def export_conversation(
@@ -141,11 +148,13 @@ def to_markdown(conv: Conversation, names: dict | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [f"# {_one_line(conv.title)}", ""]
     out += [f"- **{k}:** {v}" for k, v in _metadata(conv, names)]
-    prompt = _system_prompt(conv)
-    if prompt:
-        out += ["", f"## {SYSTEM_HEADING}", "", f"*{SYSTEM_NOTE}*", ""]
-        out += ["> " + ln if ln else ">" for ln in prompt.splitlines()]
-    for m in conv.messages:
+    marks = prompt_marks(conv)
+    for i, m in enumerate(conv.messages):
+        if i in marks:
+            note, prompt = marks[i]
+            out += ["", f"## {SYSTEM_HEADING}", "", f"*{note}*"]
+            if prompt:
+                out += [""] + ["> " + ln if ln else ">" for ln in prompt.splitlines()]
         out += ["", f"## {_role_name(m.role)}", ""]
         meta = _message_meta(m, names)
         if meta:
@@ -174,10 +183,11 @@ def to_text(conv: Conversation, names: dict | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
     out += [f"{k}: {v}" for k, v in _metadata(conv, names)]
-    prompt = _system_prompt(conv)
-    if prompt:
-        out += ["", f"--- {SYSTEM_HEADING} ({SYSTEM_NOTE}) ---", prompt.rstrip("\n")]
-    for m in conv.messages:
+    marks = prompt_marks(conv)
+    for i, m in enumerate(conv.messages):
+        if i in marks:
+            note, prompt = marks[i]
+            out += ["", f"--- {SYSTEM_HEADING} ({note}) ---"] + ([prompt.rstrip("\n")] if prompt else [])
         meta = _message_meta(m, names)
         out += ["", f"--- {_role_name(m.role)}" + (f" ({meta})" if meta else "") + " ---", m.content.rstrip("\n")]
         out += attached_export.text(m.attachments)
@@ -198,16 +208,17 @@ def to_html(conv: Conversation, for_print: bool = False, names: dict | None = No
         info = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in _metadata(conv, names))
         info = f'<dl class="info">{info}</dl>'
     parts = []
-    prompt = _system_prompt(conv)
-    if prompt:  # before the first message: where the model reads it
-        role = f'<div class="role">{SYSTEM_HEADING} <span class="meta">{SYSTEM_NOTE}</span></div>'
-        block = f'<p class="prompt" dir="auto">{e(prompt).replace(chr(10), "<br>")}</p>'
-        parts.append(
-            _print_message("system", role, [block])
-            if for_print
-            else f'<section class="msg system">{role}<div class="body">{block}</div></section>'
-        )
-    for m in conv.messages:
+    marks = prompt_marks(conv)
+    for i, m in enumerate(conv.messages):
+        if i in marks:  # before the exchange whose reply was the first written with it
+            note, prompt = marks[i]
+            role = f'<div class="role">{SYSTEM_HEADING} <span class="meta">{e(note)}</span></div>'
+            block = f'<p class="prompt" dir="auto">{e(prompt).replace(chr(10), "<br>")}</p>' if prompt else ""
+            parts.append(
+                _print_message("system", role, [block] if block else [])
+                if for_print
+                else f'<section class="msg system">{role}<div class="body">{block}</div></section>'
+            )
         details = _message_meta(m, names)
         role_class = re.sub(r"[^a-z]", "", m.role.lower()) or "other"
         role = (
@@ -360,6 +371,39 @@ def _system_prompt(conv: Conversation) -> str:
     """The chat's own system prompt: the store keeps only the current one, not what earlier replies had."""
     prompt = (conv.settings or {}).get("system_prompt")
     return str(prompt) if prompt and str(prompt).strip() else ""
+
+
+def prompt_marks(conv: Conversation) -> dict[int, tuple[str, str]]:
+    """Where each system prompt took effect: {index of the message it goes before: (note, text)}.
+
+    Each reply's stats keep the digest of the prompt it was written with; a change goes before the
+    question of the first reply written under it. Only the chat's current prompt has its text; a
+    chat whose replies keep no digest (saved before they did) shows the current prompt first."""
+    current = _system_prompt(conv)
+    messages = conv.messages
+    written = [
+        (i, m.stats[PROMPT_KEY])
+        for i, m in enumerate(messages)
+        if m.role == MessageRole.ASSISTANT and isinstance(m.stats, dict) and isinstance(m.stats.get(PROMPT_KEY), str)
+    ]
+    if not written:
+        return {0: (SYSTEM_NOTE, current)} if current and messages else {}
+    marks: dict[int, tuple[str, str]] = {}
+    above = None  # the digest the replies above were written with (None: no reply above says)
+    for i, digest in written:
+        if digest == above:
+            continue
+        start = i
+        while start > 0 and messages[start].role != MessageRole.USER:
+            start -= 1  # back to the question (past tool rounds) of this reply
+        if digest and current and digest == prompt_digest(current):
+            marks[start] = (PROMPT_FIRST if start == 0 else PROMPT_SET, current)
+        elif digest:
+            marks[start] = (PROMPT_LOST, "")
+        elif above is not None:
+            marks[start] = (PROMPT_REMOVED, "")
+        above = digest
+    return marks
 
 
 def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:

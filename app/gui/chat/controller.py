@@ -52,6 +52,7 @@ class Generation:
     saved: str = ""
     started: float = 0.0
     reading: str = ""  # "Reading your message… 43%" until the first text arrives
+    system_prompt: str = ""  # the one this reply is written with (its digest is saved in the stats)
 
 
 class ChatController(QObject):
@@ -305,7 +306,8 @@ class ChatController(QObject):
                 if parent_id is LAST
                 else conv.messages[: ids.index(parent_id) + 1 if parent_id in ids else 0]
             )
-            messages = engine_messages(history, str(values.get("system_prompt") or ""))
+            system_prompt = str(values.get("system_prompt") or "")
+            messages = engine_messages(history, system_prompt)
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
             reply = self.store.add_message(
                 conv.id,
@@ -330,7 +332,7 @@ class ChatController(QObject):
                 versions=(reply.version, reply.versions),
             )
             self.view.begin_stream(reply.id)
-        self.gen = Generation(conv.id, reply.id, started=time.monotonic())
+        self.gen = Generation(conv.id, reply.id, started=time.monotonic(), system_prompt=system_prompt)
         self._save_timer.start()
         self._sync_generation()
         self.generatingChanged.emit(True)
@@ -362,7 +364,7 @@ class ChatController(QObject):
             self.error.emit(str(e))
             self.end_tool_reply(gen.conv_id, MessageStatus.FAILED)
             return False
-        self.gen = Generation(gen.conv_id, reply.id, started=time.monotonic())
+        self.gen = Generation(gen.conv_id, reply.id, started=time.monotonic(), system_prompt=gen.system_prompt)
         if gen.conv_id == self.conv_id:
             self.view.add_message(
                 reply.id, MessageRole.ASSISTANT, "", MessageStatus.STREAMING, model.name or model.id, model_id=model.id
@@ -387,7 +389,7 @@ class ChatController(QObject):
                 gen.msg_id,
                 content=gen.text,
                 status=MessageStatus.COMPLETE,
-                stats={**stats_dict(stats), **round_stats},
+                stats={**stats_dict(stats, gen.system_prompt), **round_stats},
             )
             gen.saved = gen.text
         except ChinwagError as e:
@@ -515,7 +517,10 @@ class ChatController(QObject):
         self._save_timer.stop()
         try:
             self.store.update_message(
-                gen.msg_id, content=gen.text, status=status, stats=stats_dict(stats) if stats else None
+                gen.msg_id,
+                content=gen.text,
+                status=status,
+                stats=stats_dict(stats, gen.system_prompt) if stats else None,
             )
         except ChinwagError as e:
             self.error.emit(str(e))

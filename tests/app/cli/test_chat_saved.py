@@ -11,6 +11,7 @@ from pathlib import Path
 from app.cli.main import main
 from app.cli.progress import TerminalProgress
 from app.core.store import Store
+from app.core.turns import PROMPT_KEY, prompt_digest
 from engine.types import LoadProgress
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,6 +41,7 @@ def test_a_terminal_chat_is_saved_and_listed(tiny_model_path, chinwag_home, caps
         first = store.get_conversation(next(c.id for c in convs if c.title == "Hello there"))
         assert [m.role for m in first.messages] == ["user", "assistant", "user", "assistant"]
         assert first.messages[1].stats["generated_tokens"] >= 1 and first.settings["system_prompt"] == "Be brief."
+        assert first.messages[3].stats[PROMPT_KEY] == prompt_digest("Be brief.")  # what exports place it by
     assert main(["conversations", "--json"]) == 0
     assert {c["title"] for c in json.loads(capsys.readouterr().out)} == {"Hello there", "Second chat"}
 

@@ -359,6 +359,12 @@ def test_chat_settings_reach_the_engine(qtbot, window, store, engine):
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert params.temperature == pytest.approx(0.2) and params.top_k == 40
     assert params.max_tokens == 64 and params.context_cap == 1024
+    # Each reply keeps which prompt it was written with: exports show the prompt where it took effect.
+    from app.core.turns import PROMPT_KEY, prompt_digest
+
+    qtbot.waitUntil(lambda: all(m.stats for m in store.get_conversation(window.chat.conv_id).messages[1::2]))
+    replies = [m for m in store.get_conversation(window.chat.conv_id).messages if m.role == "assistant"]
+    assert [m.stats[PROMPT_KEY] for m in replies] == ["", prompt_digest("You are terse.")]
     # Only overrides are stored; Preferences defaults apply to other chats.
     settings = store.get_conversation(window.chat.conv_id).settings
     assert settings["temperature"] == pytest.approx(0.2) and "top_p" not in settings

@@ -417,3 +417,49 @@ def test_markdown_to_html_only_emits_known_tags(text):
         assert tag.lower() in ALLOWED_TAGS
     for href in re.findall(r'href="([^"]*)"', out):
         assert href.startswith(("https://", "http://", "mailto:", "#"))
+
+
+@pytest.mark.parametrize("fmt", ["md", "txt", "html", "pdf"])
+def test_a_system_prompt_set_mid_chat_goes_where_it_took_effect(qapp, fmt, tmp_path):
+    """Two replies written without a prompt, then one set in Chat Settings: the export shows it
+    before the question of the first reply written with it, not above replies that never saw it;
+    a prompt changed since (only its digest is kept) and a removed one say so where they changed."""
+    from app.core.store import Conversation, Message
+    from app.core.turns import stats_dict
+    from app.transcripts.export import PROMPT_LOST, PROMPT_REMOVED, PROMPT_SET
+
+    def reply(n, text, prompt):
+        return Message(n, "c", n - 1, "assistant", text, stats=stats_dict({"generated_tokens": 2}, prompt))
+
+    pirate = "Talk like a pirate."
+    conv = Conversation(
+        "c",
+        "Prompts",
+        0,
+        0,
+        settings={"system_prompt": pirate},
+        messages=[
+            Message(1, "c", 0, "user", "Zq one"),
+            reply(2, "Za one", ""),
+            Message(3, "c", 2, "user", "Zq two"),
+            reply(4, "Za two", ""),
+            Message(5, "c", 4, "user", "Zq three"),
+            reply(6, "Za three", pirate),
+            Message(7, "c", 6, "user", "Zq four"),
+            reply(8, "Za four", "Talk like a poet."),
+            Message(9, "c", 8, "user", "Zq five"),
+            reply(10, "Za five", ""),
+        ],
+    )
+    path = export_conversation(conv, fmt, tmp_path / f"p.{fmt}")
+    if fmt == "pdf":
+        pdfium = pytest.importorskip("pypdfium2")
+        text = "".join(page.get_textpage().get_text_range() for page in pdfium.PdfDocument(str(path)))
+        text = " ".join(text.split())
+    else:
+        text = path.read_text(encoding="utf-8")
+    assert text.count(pirate) == 1 and "Talk like a poet." not in text
+    order = ["Za two", PROMPT_SET, pirate, "Zq three", "Za three", PROMPT_LOST, "Zq four", PROMPT_REMOVED, "Zq five"]
+    at = [text.find(" ".join(part.split())) for part in order]
+    assert -1 not in at and at == sorted(at), dict(zip(order, at))
+    assert text.find(pirate) > text.find("Za two")  # not above the replies written without it
