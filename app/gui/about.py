@@ -54,4 +54,5 @@ class AboutDialog(QDialog):
         if not opened:
             self.failed.setText(f"Could not open {path}: no program here opens it. Open it from a file manager.")
             self.failed.show()
+            self.adjustSize()  # the dialog grows to hold the new lines (it would squeeze every label)
         return opened

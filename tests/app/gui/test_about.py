@@ -29,6 +29,8 @@ def test_about_names_the_version_and_data_folder_and_opens_the_log(qtbot, window
 
 def test_about_says_so_when_nothing_can_open_the_log(qtbot, window, monkeypatch):
     """Without a file manager (Qt finds no launcher) the button says why nothing opened, and where the file is."""
+    from PySide6.QtWidgets import QLabel
+
     import app.gui.window_dialogs as window_dialogs
     from engine import paths
     from engine.log import LOG_FILE
@@ -42,4 +44,6 @@ def test_about_says_so_when_nothing_can_open_the_log(qtbot, window, monkeypatch)
     dialog.log_button.click()
     assert dialog.failed.isVisible()
     assert f"Could not open {paths.data_dir_path() / LOG_FILE}" in dialog.failed.text()
+    for label in dialog.findChildren(QLabel):  # the dialog grew: no label squeezed below its text
+        assert label.height() >= label.heightForWidth(label.width()), label.text()
     dialog.reject()
