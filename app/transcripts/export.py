@@ -248,6 +248,8 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
     """The message's HTML, one string per top-level block (a thinking section is one)."""
     # Qt's rich text (pdf) gets inline light-palette code colours; the page gets CSS classes.
     inline = False if for_print else None
+    if m.role == MessageRole.USER:
+        return _plain_blocks(m.content)
     if m.role != MessageRole.ASSISTANT:
         return markdown_blocks(m.content, inline)
     out = []
@@ -262,6 +264,14 @@ def _render_blocks(m: Message, for_print: bool) -> list[str]:
         else:
             out.append(f'<details class="think"><summary>Thinking</summary>{markdown_to_html(text)}</details>')
     return out
+
+
+def _plain_blocks(text: str) -> list[str]:
+    """A user's message as the window shows it, the text as typed: its spaces (pasted code's
+    indentation) and line breaks kept, markdown marks left as they are; one block per paragraph."""
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd").strip("\n")
+    paragraphs = [p for p in re.split(r"\n[ \t]*\n", text) if p.strip()]
+    return [f'<p class="plain" dir="auto" style="white-space: pre-wrap">{_esc(p)}</p>' for p in paragraphs]
 
 
 _PRE = re.compile(r"<pre><code[^>]*>(.*?)</code></pre>", re.S)

@@ -35,7 +35,10 @@ def test_code_lines_share_one_background(qapp):
 
     long_first = "\n".join([CODE] * 3)  # its first lines go with the heading, in the heading's table
     doc = print_document(
-        to_html(_conv("a function?", f"Here:\n\n```python\n{CODE}\n```", f"```\n{long_first}\n```"), for_print=True)
+        to_html(
+            _conv("a function?", f"Here:\n\n```python\n{CODE}\n```", "A long one?", f"```\n{long_first}\n```"),
+            for_print=True,
+        )
     )
     block, seen = doc.begin(), 0
     while block.isValid():
@@ -109,3 +112,19 @@ def test_a_long_first_code_block_keeps_one_heading_and_one_box(qapp, tmp_path):
     text = "".join(page.get_textpage().get_text_range() for page in pages)
     assert text.count("Assistant") == 1
     assert all(text.count(f"value_{i} = compute_{i}(x)") == 1 for i in range(150))
+
+
+def test_a_users_pasted_code_keeps_its_indentation(qapp, tmp_path):
+    """A user's message prints as the window shows it, the text as typed: code pasted without a fence
+    keeps its indentation (markdown made one paragraph of it), and markdown marks stay as typed."""
+    pasted = "def f(n_value):\n    if n_value:\n        return 1\n\n**not bold**"
+    pages = _pages(_conv(pasted, "Looks fine."), tmp_path)
+    page = pages[0].get_textpage()
+    text = page.get_text_range()
+    assert "**not bold**" in text
+
+    def left(word: str) -> float:
+        start = text.index(word)
+        return page.get_charbox(start)[0]
+
+    assert left("def f") < left("if n_value") < left("return 1")
