@@ -60,8 +60,9 @@ def files_text(folder: Path) -> str:
     return "".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
 
 
-def test_a_server_echoing_the_key_in_its_errors_never_shows_it(monkeypatch, capsys, chinwag_home, tmp_path):
-    monkeypatch.setenv("LAB_KEY", KEY)
+@pytest.mark.parametrize("given", [KEY, KEY + "\n"], ids=["key", "key with a trailing newline"])
+def test_a_server_echoing_the_key_in_its_errors_never_shows_it(monkeypatch, capsys, chinwag_home, tmp_path, given):
+    monkeypatch.setenv("LAB_KEY", given)
     with StandIn(echo_auth=True) as s:
         assert main(["servers", "add", "lab", s.url, "--api-key-env", "LAB_KEY"]) == 0
         assert main(["servers", "list"]) == 0
