@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
+from app.tools.results import neutralise  # a reply (a server's, or a model's) may hold terminal escapes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.protocol import EngineAPI
@@ -330,8 +331,8 @@ async def _stream(
                 if reading:
                     print("\r\033[K", end="", file=sys.stderr, flush=True)
                     reading = False
-                reply.append(ev.text)
-                print(ev.text, end="", flush=True)
+                reply.append(ev.text)  # kept as sent; the terminal gets it without escape sequences
+                print(neutralise(ev.text), end="", flush=True)
             else:
                 stats = ev
     except KeyboardInterrupt:  # pragma: no cover - interactive

@@ -36,6 +36,24 @@ def test_model_ids_with_escape_sequences_are_printed_harmless(capsys):
     assert json.loads(as_json)[0]["models"] == HOSTILE_IDS  # JSON keeps them exactly, escaped
 
 
+def test_a_reply_with_escape_sequences_reaches_the_terminal_harmless_and_is_kept_as_sent(monkeypatch, capsys):
+    from app.core.store import Store
+
+    sent = "Hi\x1b]0;pwned\x07 there\x1b[2J\r\nnext\x9b31m\tline"
+    events = [chunk(sent[:4]), chunk(sent[4:]), chunk(finish="stop"), b"data: [DONE]\n\n"]  # ESC ] split apart
+    with StandIn(script=lambda b, h: events) as s:
+        assert main(["servers", "add", "lab", s.url]) == 0
+        capsys.readouterr()
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", "lab/scripted"]) == 0
+    out = capsys.readouterr().out
+    assert not set(out) & {"\x1b", "\x07", "\x9b", "\r"}, repr(out)
+    assert "there" in out and "\nnext" in out and "\tline" in out  # newlines and tabs stay
+    with Store() as store:
+        [conv] = store.list_conversations()
+        assert store.get_conversation(conv.id).messages[-1].content == sent  # what is saved is what was sent
+
+
 def test_a_server_without_models_is_named_not_listed_as_an_empty_model_id(capsys):
     import socket
 
