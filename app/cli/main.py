@@ -273,6 +273,8 @@ def _print_stats(stats: TurnStats) -> None:
         f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
         f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
     )
+    if stats.error:  # why the reply ended short: a server's timeout or cut stream, a bug's one line
+        fail(stats.error)
 
 
 class TerminalChat:

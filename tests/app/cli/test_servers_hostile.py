@@ -118,10 +118,31 @@ def test_a_key_echoed_mid_reply_stays_out_of_stats_database_and_exports(monkeypa
         [conv] = store.list_conversations()
         reply = store.get_conversation(conv.id).messages[-1]
     assert reply.content == "Partial" and "failed mid-reply: upstream refused Bearer [redacted]" in reply.stats["error"]
+    assert out.err.splitlines() == [f"chinwag: error: {reply.stats['error']}"]  # the terminal says why, redacted
     assert main(["export", conv.id, "-o", str(chinwag_home / "out.json")]) == 0
     assert main(["export", conv.id, "-o", str(chinwag_home / "out.md")]) == 0
     for text in (out.out, out.err, files_text(chinwag_home).replace(json.dumps({"lab": KEY}, indent=2), "")):
         assert KEY not in text
+
+
+def test_a_reply_a_server_stopped_sending_says_why_in_one_line_naming_the_figure(monkeypatch, capsys):
+    from app.core.store import Store
+    from engine.remote import errors
+
+    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
+    with StandIn() as s:
+        assert main(["servers", "add", "lab", s.url]) == 0
+        capsys.readouterr()
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", "lab/stall"]) == 0  # the chat goes on; the reply is kept
+        s.release.set()
+    out = capsys.readouterr()
+    assert "Before the stall" in out.out and "cancelled]" in out.out
+    assert out.err.splitlines() == ["chinwag: error: server lab: stopped sending for 0.5 s (read timed out)"]
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert reply.content == "Before the stall" and reply.status == "stopped"
 
 
 def test_a_key_with_a_trailing_newline_is_stripped_and_works(monkeypatch, capsys, chinwag_home):
