@@ -129,7 +129,7 @@ def test_a_reply_a_server_stopped_sending_says_why_in_one_line_naming_the_figure
     from app.core.store import Store
     from engine.remote import errors
 
-    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 3.0)  # the stall is 30 s; the first piece comes well within 3
     with StandIn() as s:
         assert main(["servers", "add", "lab", s.url]) == 0
         capsys.readouterr()
@@ -138,7 +138,7 @@ def test_a_reply_a_server_stopped_sending_says_why_in_one_line_naming_the_figure
         s.release.set()
     out = capsys.readouterr()
     assert "Before the stall" in out.out and "cancelled]" in out.out
-    assert out.err.splitlines() == ["chinwag: error: server lab: stopped sending for 0.5 s (read timed out)"]
+    assert out.err.splitlines() == ["chinwag: error: server lab: stopped sending for 3 s (read timed out)"]
     with Store() as store:
         [conv] = store.list_conversations()
         reply = store.get_conversation(conv.id).messages[-1]
