@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
+from app.tools.results import neutralise  # a reply (a server's, or a model's) may hold terminal escapes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.protocol import EngineAPI
@@ -273,6 +274,8 @@ def _print_stats(stats: TurnStats) -> None:
         f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
         f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
     )
+    if stats.error:  # why the reply ended short: a server's timeout or cut stream, a bug's one line
+        fail(stats.error)
 
 
 class TerminalChat:
@@ -332,8 +335,8 @@ async def _stream(
                 if reading:
                     print("\r\033[K", end="", file=sys.stderr, flush=True)
                     reading = False
-                reply.append(ev.text)
-                print(ev.text, end="", flush=True)
+                reply.append(ev.text)  # kept as sent; the terminal gets it without escape sequences
+                print(neutralise(ev.text), end="", flush=True)
             else:
                 stats = ev
     except KeyboardInterrupt:  # pragma: no cover - interactive

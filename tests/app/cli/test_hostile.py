@@ -184,6 +184,52 @@ def test_a_named_pipe_as_input_is_refused_not_waited_on(tmp_path, capsys, argv):
     assert len(err) == 1 and "named pipe" in err[0], err
 
 
+def test_a_named_pipe_as_the_log_blocks_no_command(chinwag_home, tmp_path, monkeypatch, capsys):
+    """A FIFO at chinwag.log: every command still runs (none waits for a reader of the pipe), and a
+    bug's traceback goes to stderr instead, with its one line; the pipe is left as it was."""
+    import logging
+    import threading
+
+    from app.cli import transcripts as transcripts_cli
+    from engine import log
+
+    # The stderr handler a bug installs here (no log file) goes with this test, not into later ones.
+    monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
+    monkeypatch.setattr(log, "_handlers", dict(log._handlers))
+    fifo = chinwag_home / "chinwag.log"
+    os.mkfifo(fifo)
+    done, waited = threading.Event(), []
+
+    def unblock():  # should a command open the pipe after all, end each wait (and fail the test)
+        done.wait(10)
+        while not done.wait(0.5):
+            waited.append(True)
+            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader lets a waiting open go on
+            try:
+                while os.read(reader, 1 << 16):
+                    pass
+            except BlockingIOError:  # read all there was
+                pass
+            finally:
+                os.close(reader)
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        assert main(["conversations"]) == 0
+        assert main(["import-conversation", str(tmp_path / "missing.json")]) == 2
+        out = capsys.readouterr()
+        assert out.out == "no conversations yet\n" and len(out.err.splitlines()) == 1
+        monkeypatch.setattr(transcripts_cli, "cmd_conversations", lambda args: {}["missing"])
+        assert main(["conversations"]) == 1
+    finally:
+        done.set()
+    assert not waited, "a command waited for a reader of the named pipe"
+    err = capsys.readouterr().err.splitlines()
+    assert "Traceback (most recent call last):" in err and "a bug in Chinwag" in err[-1]
+    assert "details were printed above" in err[-1]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
 @pytest.mark.qt
 def test_a_second_chinwag_brings_the_first_window_forward(qtbot, chinwag_home):
     from PySide6.QtWidgets import QWidget
@@ -244,9 +290,53 @@ def test_a_lock_held_by_another_program_is_not_a_window_brought_forward(qtbot, c
     assert rogue.listen(server_name(chinwag_home))
     try:
         assert ask_from_another_process(qtbot, chinwag_home) is False
+        second = second_chinwag(qtbot, chinwag_home)
     finally:
         rogue.close()
         os.close(fd)
+    assert second.returncode == 2, second.stderr
+    message = (
+        f"{chinwag_home / 'window.lock'} is locked, but no Chinwag window answered: "
+        "another program holds it (close it, or set CHINWAG_HOME to another folder)"
+    )
+    offscreen = "This plugin does not support propagateSizeHints()"  # the test's platform, not Chinwag
+    assert [line for line in second.stderr.splitlines() if line != offscreen] == [f"chinwag: error: {message}"]
+    assert second.stdout.splitlines() == [f"BOX {message}"]  # the box says the same, and nothing was raised
+
+
+SECOND = """
+import sys
+sys.path.insert(0, {root!r})
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+
+def dismiss():  # the box that says why (the offscreen platform has nobody to click OK)
+    box = QApplication.activeModalWidget()
+    if box is not None:
+        print("BOX " + box.text(), flush=True)
+        box.accept()
+    QTimer.singleShot(50, dismiss)
+
+QTimer.singleShot(0, dismiss)
+from app.gui.main import run_app
+sys.exit(run_app([]))
+"""
+
+
+def second_chinwag(qtbot, folder) -> subprocess.CompletedProcess:
+    """`chinwag` (the window) started on `folder` in another process, its message box dismissed."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", CHINWAG_HOME=str(folder))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SECOND.format(root=str(ROOT))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    qtbot.waitUntil(lambda: proc.poll() is not None, timeout=60000)
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_undecodable_and_nul_arguments_are_one_line(tmp_path, capsys, conv_id):

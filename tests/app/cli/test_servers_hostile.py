@@ -36,6 +36,24 @@ def test_model_ids_with_escape_sequences_are_printed_harmless(capsys):
     assert json.loads(as_json)[0]["models"] == HOSTILE_IDS  # JSON keeps them exactly, escaped
 
 
+def test_a_reply_with_escape_sequences_reaches_the_terminal_harmless_and_is_kept_as_sent(monkeypatch, capsys):
+    from app.core.store import Store
+
+    sent = "Hi\x1b]0;pwned\x07 there\x1b[2J\r\nnext\x9b31m\tline"
+    events = [chunk(sent[:4]), chunk(sent[4:]), chunk(finish="stop"), b"data: [DONE]\n\n"]  # ESC ] split apart
+    with StandIn(script=lambda b, h: events) as s:
+        assert main(["servers", "add", "lab", s.url]) == 0
+        capsys.readouterr()
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", "lab/scripted"]) == 0
+    out = capsys.readouterr().out
+    assert not set(out) & {"\x1b", "\x07", "\x9b", "\r"}, repr(out)
+    assert "there" in out and "\nnext" in out and "\tline" in out  # newlines and tabs stay
+    with Store() as store:
+        [conv] = store.list_conversations()
+        assert store.get_conversation(conv.id).messages[-1].content == sent  # what is saved is what was sent
+
+
 def test_a_server_without_models_is_named_not_listed_as_an_empty_model_id(capsys):
     import socket
 
@@ -60,8 +78,9 @@ def files_text(folder: Path) -> str:
     return "".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
 
 
-def test_a_server_echoing_the_key_in_its_errors_never_shows_it(monkeypatch, capsys, chinwag_home, tmp_path):
-    monkeypatch.setenv("LAB_KEY", KEY)
+@pytest.mark.parametrize("given", [KEY, KEY + "\n"], ids=["key", "key with a trailing newline"])
+def test_a_server_echoing_the_key_in_its_errors_never_shows_it(monkeypatch, capsys, chinwag_home, tmp_path, given):
+    monkeypatch.setenv("LAB_KEY", given)
     with StandIn(echo_auth=True) as s:
         assert main(["servers", "add", "lab", s.url, "--api-key-env", "LAB_KEY"]) == 0
         assert main(["servers", "list"]) == 0
@@ -99,10 +118,31 @@ def test_a_key_echoed_mid_reply_stays_out_of_stats_database_and_exports(monkeypa
         [conv] = store.list_conversations()
         reply = store.get_conversation(conv.id).messages[-1]
     assert reply.content == "Partial" and "failed mid-reply: upstream refused Bearer [redacted]" in reply.stats["error"]
+    assert out.err.splitlines() == [f"chinwag: error: {reply.stats['error']}"]  # the terminal says why, redacted
     assert main(["export", conv.id, "-o", str(chinwag_home / "out.json")]) == 0
     assert main(["export", conv.id, "-o", str(chinwag_home / "out.md")]) == 0
     for text in (out.out, out.err, files_text(chinwag_home).replace(json.dumps({"lab": KEY}, indent=2), "")):
         assert KEY not in text
+
+
+def test_a_reply_a_server_stopped_sending_says_why_in_one_line_naming_the_figure(monkeypatch, capsys):
+    from app.core.store import Store
+    from engine.remote import errors
+
+    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 3.0)  # the stall is 30 s; the first piece comes well within 3
+    with StandIn() as s:
+        assert main(["servers", "add", "lab", s.url]) == 0
+        capsys.readouterr()
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", "lab/stall"]) == 0  # the chat goes on; the reply is kept
+        s.release.set()
+    out = capsys.readouterr()
+    assert "Before the stall" in out.out and "cancelled]" in out.out
+    assert out.err.splitlines() == ["chinwag: error: server lab: stopped sending for 3 s (read timed out)"]
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert reply.content == "Before the stall" and reply.status == "stopped"
 
 
 def test_a_key_with_a_trailing_newline_is_stripped_and_works(monkeypatch, capsys, chinwag_home):

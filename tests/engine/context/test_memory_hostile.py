@@ -227,7 +227,18 @@ def test_close_with_a_dangling_symlink_and_a_pipe_in_kv_does_not_raise(tiny_mode
     assert len(names) == 2 and "gone.safetensors" not in names and "pipe.safetensors" not in names
 
 
-def test_a_model_switch_with_a_dangling_symlink_leaves_no_old_cache(tiny_model_path, chinwag_home, tmp_path):
+def full_disk(kv, monkeypatch):
+    """Every save from now on fails as a full disk does."""
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_file, "write", no_space)
+
+
+@pytest.mark.parametrize("trouble", [dangling, full_disk], ids=["a dangling symlink in kv", "a full disk"])
+def test_a_model_switch_in_trouble_leaves_no_old_cache(tiny_model_path, chinwag_home, tmp_path, trouble, monkeypatch):
+    """The switch succeeds, and the new weights never run on the old model's caches."""
     from tests.tiny_model import build_tiny_model
 
     other = build_tiny_model(tmp_path / "other", seed=1)
@@ -238,13 +249,36 @@ def test_a_model_switch_with_a_dangling_symlink_leaves_no_old_cache(tiny_model_p
     async def body(engine):
         await turn(engine, CONV, FIRST, GREEDY)
         await asyncio.wrap_future(engine._local.thread.submit(engine._local.session.caches.save_all))
-        dangling(chinwag_home / "kv")
+        if trouble is dangling:
+            dangling(chinwag_home / "kv")
+        else:
+            trouble(chinwag_home / "kv", monkeypatch)
         await engine.load_model(str(other))  # must not raise
         assert (await engine.memory_stats()).conversations_in_memory == 0
         return await turn(engine, CONV, FIRST, GREEDY)
 
     reply, stats = run_with_engine(tiny_model_path, body)
     assert stats.reused_tokens == 0 and reply == expected
+
+
+def test_a_saved_cache_another_process_deleted_costs_a_re_read(tiny_model_path, chinwag_home, caplog):
+    """Evicted to disk, then deleted by someone else: the chat is read again, and close and pruning
+    (which listed the file) do not raise."""
+
+    async def body(engine):
+        await turn(engine, CONV, FIRST, GREEDY)
+        await turn(engine, "other", [{"role": "user", "content": "Hello"}], GREEDY)  # evicts CONV to disk
+        saved = list((chinwag_home / "kv").rglob("*.safetensors"))
+        assert saved
+        for f in saved:
+            f.unlink()
+        reply, stats = await turn(engine, CONV, follow("x"), GREEDY)
+        return stats
+
+    with caplog.at_level(logging.WARNING):
+        stats = run_with_engine(tiny_model_path, body, memory_budget_bytes=1)
+    assert stats.reused_tokens == 0 and stats.finish_reason in ("stop", "length")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_closing_right_after_a_chat_logs_no_bug(tiny_model_path, caplog):

@@ -200,7 +200,7 @@ def test_a_stalled_stream_times_out_with_a_clear_line(standin, monkeypatch):
     monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
     [(text, stats)] = run_chat(f"{standin.url}#stall", ["hi"])
     assert text == "Before the stall"
-    assert stats.finish_reason == "cancelled" and "read timed out" in stats.error
+    assert stats.finish_reason == "cancelled" and "stopped sending for 0.5 s (read timed out)" in stats.error
 
 
 def test_stop_ends_a_stalled_or_streaming_reply_at_once(standin):
