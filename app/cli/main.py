@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.cli.parser import OneLineParser
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
 from app.tools.results import neutralise  # a reply (a server's, or a model's) may hold terminal escapes
@@ -457,7 +458,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from engine.models.folders import STARTER_ID
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Chat with local language models on MLX. "
         "With no command, `chinwag` opens the window; the commands below work in a terminal.",

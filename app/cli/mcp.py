@@ -102,7 +102,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mcp", help="MCP servers whose tools models can call (mcp.json in the data folder)")
-    msub = p.add_subparsers(dest="mcp_command", required=True)
+    msub = p.add_subparsers(dest="mcp_command", required=True, metavar="{add,list,remove}")
     a = msub.add_parser(
         "add", help="save a server: chinwag mcp add NAME -- COMMAND [ARGS...] (stdio) or chinwag mcp add NAME URL"
     )

@@ -87,7 +87,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("servers", help="model servers (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama…)")
-    ssub = p.add_subparsers(dest="servers_command", required=True)
+    ssub = p.add_subparsers(dest="servers_command", required=True, metavar="{add,list,remove}")
     a = ssub.add_parser("add", help="save a server: chinwag servers add NAME URL")
     a.add_argument("name")
     a.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8080/v1")

@@ -175,7 +175,9 @@ def _pad(text: str, width: int, right: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run these commands alone: `python -m app.cli.transcripts conversations`."""
-    parser = argparse.ArgumentParser(prog="chinwag")
+    from app.cli.parser import OneLineParser
+
+    parser = OneLineParser(prog="chinwag")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

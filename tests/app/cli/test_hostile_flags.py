@@ -19,8 +19,8 @@ def refused(capsys, argv, *needles):
         main(argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err and all(n in err[-1] for n in needles), err
-    return err[-1]
+    assert len(err) == 1 and all(n in err[0] for n in needles), err  # one line, no usage block
+    return err[0]
 
 
 @pytest.mark.parametrize("value", ["1e-45", "0.001", "nan", "-0.5", "inf"])
@@ -73,3 +73,18 @@ def test_chinwag_home_of_an_unknown_user_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "chinwag: error: CHINWAG_HOME='~nosuchuser-chinwag/x': no such user's home folder"
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["frob"], "chinwag --help"),
+        (["servers"], "chinwag servers --help"),
+        (["mcp"], "chinwag mcp --help"),
+        (["chat", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["export", "1", "--format", "docx"], "chinwag export --help"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_that_says_where_the_usage_is(capsys, argv, where):
+    line = refused(capsys, argv, where)
+    assert line.startswith("chinwag") and ": error: " in line

@@ -1,0 +1,17 @@
+"""The command line's argument parser: a bad flag is one line, not a usage block."""
+
+import argparse
+import sys
+from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors as one line that says where the usage is (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        sys.exit(status)
