@@ -224,7 +224,8 @@ def _speculator(
     rule = Sampling(
         params.temperature, params.top_p, params.top_k, params.min_p, sampling.processors, REPETITION_CONTEXT
     )
-    return Speculator(prompt_ids, rule, drafter=drafter)
+    device = "cpu" if mx.default_device().type == mx.cpu else "gpu"
+    return Speculator(prompt_ids, rule, drafter=drafter, device=device)
 
 
 def run_turn(
