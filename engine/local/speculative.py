@@ -13,6 +13,7 @@ distribution of the reply is unchanged. `speculative_generate_step` yields the t
 Runs on the engine thread only.
 """
 
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -50,8 +51,11 @@ FIRST_PRIOR = (0.05, 0.15, 0.35, 0.6, 0.75, 0.9)  # P(the first drafted token is
 MORE_PRIOR = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9)  # P(the next one is, given the one before was)
 LEARN_RATE = 0.15  # weight of each new outcome in a bucket's rates
 # What a verification pass costs beyond the plain step it replaces, in plain steps: per pass
-# and per drafted token. A CPU computes every fed token; a GPU reads the weights once for all.
+# and per drafted token, before the model's own passes are timed. A CPU computes every fed
+# token (~0.1 step each with OpenBLAS, ~1 with the reference BLAS); a GPU reads the weights
+# once for all of them.
 VERIFY_COST = {"cpu": (0.25, 0.08), "gpu": (0.05, 0.02)}
+TIME_RATE = 0.3  # weight of each timed pass in the cost estimate
 
 
 @dataclass
@@ -239,6 +243,26 @@ class DraftLength:
             self.k = max(1, min(self.k, accepted + 1))
 
 
+class VerifyCost:
+    """What a verification pass costs beyond a plain step, in plain steps (`per_pass`, and
+    `per_token` drafted), learned from how long the model's passes take. One per loaded model,
+    kept across turns: a draft that costs more than it saves stops being made."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.per_pass, self.per_token = VERIFY_COST[device]
+        self.step: float | None = None  # seconds of a plain step, one token's whole cycle
+
+    def plain(self, seconds: float) -> None:
+        self.step = seconds if self.step is None else self.step + TIME_RATE * (seconds - self.step)
+
+    def verified(self, drafted: int, seconds: float) -> None:
+        """A pass that fed the pending token and `drafted` more took `seconds`."""
+        if self.step is None or self.step <= 0 or drafted < 2:
+            return
+        per_token = max(0.0, (seconds / self.step - 1 - self.per_pass) / drafted)
+        self.per_token += TIME_RATE * (per_token - self.per_token)
+
+
 class CopyLength:
     """How many tokens a lookup drafts, from how long the match it copies from is.
 
@@ -248,9 +272,9 @@ class CopyLength:
     the size that gains most (0: a plain step). Free guesses on plain steps teach the first rate.
     """
 
-    def __init__(self, device: str = "cpu", max_draft: int = MAX_COPY) -> None:
+    def __init__(self, cost: VerifyCost, max_draft: int = MAX_COPY) -> None:
         self.max_draft = max_draft
-        self.pass_cost, self.token_cost = VERIFY_COST[device]
+        self.cost = cost
         self.first, self.more = list(FIRST_PRIOR), list(MORE_PRIOR)
 
     @staticmethod
@@ -259,9 +283,9 @@ class CopyLength:
 
     def size(self, match: int, room: int = MAX_COPY) -> int:
         b = self.bucket(match)
-        p, gain, best, best_k = self.first[b], -self.pass_cost, 0.0, 0
+        p, gain, best, best_k = self.first[b], -self.cost.per_pass, 0.0, 0
         for k in range(1, min(self.max_draft, room) + 1):
-            gain += p - self.token_cost  # the k-th token: accepted with probability p
+            gain += p - self.cost.per_token  # the k-th token: accepted with probability p
             if gain > best:
                 best, best_k = gain, k
             p *= self.more[b]
@@ -297,11 +321,12 @@ class Speculator:
         sampling: "Sampling",
         max_draft: int = MAX_DRAFT,
         drafter: "ModelDrafter | None" = None,
-        device: str = "cpu",
+        cost: VerifyCost | None = None,
     ) -> None:
         self.index = PromptLookup(prompt_ids)
         self.length = DraftLength(max_draft)
-        self.copy = CopyLength(device)
+        self.cost = cost or VerifyCost(device_kind())
+        self.copy = CopyLength(self.cost)
         self.sampling = sampling
         self.drafter = drafter
         # A paused draft model has no free guesses to score: it retries after a pause that
@@ -467,7 +492,7 @@ def speculative_generate_step(
     meanwhile). Each yielded token is in the cache and `conv.token_ids`; the rejected draft, and
     accepted tokens the consumer did not take (closing this generator), leave the cache.
     """
-    yielded = 0
+    yielded, last_plain = 0, None  # when the last plain step returned, if the step before was plain
     while True:
         draft: list = []
         if spec.drafting:
@@ -475,11 +500,18 @@ def speculative_generate_step(
             draft = spec.draft(pending, room - yielded - 1)
         if not draft:
             tok, y = plain_step(model, conv, y, sampling)
+            now = time.perf_counter()
+            if last_plain is not None:  # a whole cycle: a step right after a pass waits for nothing
+                spec.cost.plain(now - last_plain)
+            last_plain = now
             spec.observe(tok)
             yielded += 1
             yield tok
             continue
+        started = time.perf_counter()
         verdict = spec.verify(model, conv.layers, pending, draft, sampling.history)
+        spec.cost.verified(len(draft), time.perf_counter() - started)
+        last_plain = None
         out = [pending] + draft[: verdict.accepted]
         sampling.saw(mx.array(out))
         try:
@@ -498,7 +530,12 @@ def speculation_enabled(params: GenerationParams, draft_model: Any | None = None
         return bool(params.speculative)
     if draft_model is not None:
         return True
-    return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
+    return speculative_default(device_kind())
+
+
+def device_kind() -> str:
+    """ "cpu" or "gpu": what this thread's MLX computes on."""
+    return "cpu" if mx.default_device().type == mx.cpu else "gpu"
 
 
 def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:

@@ -10,7 +10,15 @@ import pytest
 
 from engine.context.conversation import ConversationCache
 from engine.local.generation import TurnInput, run_turn
-from engine.local.speculative import MAX_COPY, MAX_MISSES, CopyLength, DraftLength, PromptLookup, Sampling
+from engine.local.speculative import (
+    MAX_COPY,
+    MAX_MISSES,
+    CopyLength,
+    DraftLength,
+    PromptLookup,
+    Sampling,
+    VerifyCost,
+)
 from engine.types import GenerationParams, speculative_default
 
 CODE = "def f(x): return x * 2 # comment\n" * 3 + "The quick brown fox jumps over the lazy dog. " * 4
@@ -47,6 +55,7 @@ def eager_drafts(monkeypatch):
 
     monkeypatch.setitem(speculative.VERIFY_COST, "cpu", (0.0, 0.0))
     monkeypatch.setitem(speculative.VERIFY_COST, "gpu", (0.0, 0.0))
+    monkeypatch.setattr(speculative, "TIME_RATE", 0.0)  # and timings never make it dearer
 
 
 def prompt_of(tokenizer, text=CODE):
@@ -140,14 +149,14 @@ def test_a_draft_models_length_pauses_when_drafts_fail_and_grows_when_they_hit()
 
 
 def test_a_long_match_drafts_long_and_a_one_token_match_not_at_all():
-    copy = CopyLength("cpu")
+    copy = CopyLength(VerifyCost("cpu"))
     assert copy.size(0) == copy.size(1) == 0
     assert copy.size(20) == MAX_COPY
     assert copy.size(20, room=5) == 5
 
 
 def test_copies_that_fail_draft_less_and_copies_that_hit_draft_more():
-    failing, hitting = CopyLength("cpu"), CopyLength("cpu")
+    failing, hitting = CopyLength(VerifyCost("cpu")), CopyLength(VerifyCost("cpu"))
     start = failing.size(3)
     for _ in range(10):
         failing.record(3, failing.size(3) or 1, 0)
@@ -156,7 +165,7 @@ def test_copies_that_fail_draft_less_and_copies_that_hit_draft_more():
 
 
 def test_free_guesses_teach_which_matches_to_draft_from():
-    copy = CopyLength("cpu")
+    copy = CopyLength(VerifyCost("cpu"))
     for _ in range(20):
         copy.guessed(1, True)
     assert copy.size(1) > 0 and copy.size(0) == 0
@@ -164,7 +173,18 @@ def test_free_guesses_teach_which_matches_to_draft_from():
 
 def test_a_gpu_drafts_where_a_cpu_would_not():
     """Verifying k tokens costs a CPU k times the compute; a GPU little more than one step."""
-    assert CopyLength("gpu").size(2) > CopyLength("cpu").size(2)
+    assert CopyLength(VerifyCost("gpu")).size(2) > CopyLength(VerifyCost("cpu")).size(2)
+
+
+def test_passes_timed_slower_than_their_copies_save_stop_drafting_and_fast_ones_keep_it():
+    """The reference BLAS computes each drafted token at about the cost of a plain step."""
+    slow, fast = VerifyCost("cpu"), VerifyCost("cpu")
+    for cost, seconds in ((slow, 0.1 + 9 * 0.1), (fast, 0.1 + 9 * 0.005)):
+        for _ in range(10):
+            cost.plain(0.1)
+            cost.verified(9, seconds)
+    assert CopyLength(slow).size(20) == 0
+    assert CopyLength(fast).size(20) == MAX_COPY
 
 
 def test_free_text_stays_plain_and_a_copy_drafts_again_once_it_matches():
@@ -212,7 +232,9 @@ def test_the_default_is_one_value_per_backend():
 
 
 @pytest.mark.parametrize("repetition_penalty", [1.0, 1.3])
-def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_model, repetition_penalty):
+def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(
+    looping_model, repetition_penalty, eager_drafts
+):
     model, tokenizer = looping_model
     prompt = prompt_of(tokenizer)
     plain, plain_conv, _ = generate(
@@ -245,7 +267,7 @@ def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_
         assert mx.allclose(a.get_kv()[0], b.get_kv()[0], atol=1e-4).item()
 
 
-def test_the_lookup_sees_the_conversation_the_cache_holds_token_by_token(looping_model):
+def test_the_lookup_sees_the_conversation_the_cache_holds_token_by_token(looping_model, eager_drafts):
     """The drafter's ids follow the cache's through plain steps, drafts, rejections and pauses."""
     from engine.local.decoding import TokenSampler, generate_step
     from engine.local.generation import prefill
@@ -420,7 +442,9 @@ def _top_k_probs(logits, k):
 # --- the switches and the stats --------------------------------------------------------
 
 
-def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path, looping_model_path, capsys):
+def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(
+    tmp_path, looping_model_path, capsys, eager_drafts
+):
     import json
 
     from app.cli.main import main
@@ -440,7 +464,7 @@ def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path
 
 
 @pytest.mark.qt
-def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
+def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path, eager_drafts):
     from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window, send
 
