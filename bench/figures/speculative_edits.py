@@ -28,6 +28,7 @@ from bench.figures.speculative import run_chinwag
 from bench.reporting import COLORS, Figure, f, pyplot, table
 
 SIDES = ["off", "on"]
+COST_SIZES = [1, 2, 3, 5, 9, 13, 17]  # tokens fed in one pass: the pending token and a draft
 EDIT_TOKENS = 128
 CHAT_TOKENS = 96
 # The goals of issue 15: edits at least 2x plain decoding, free chat never below 1.0x.
@@ -150,6 +151,56 @@ CASES = {
 }
 
 
+def verify_costs(model, prompt_ids, reps):
+    """Seconds of one forward pass of n tokens after the prompt, relative to n = 1 (median, interleaved)."""
+    import mlx.core as mx
+
+    from engine.context.conversation import ConversationCache
+
+    conv = ConversationCache.create(model, 1024)
+    mx.eval(model(mx.array(prompt_ids)[None], cache=conv.layers))
+    conv.token_ids = list(prompt_ids)
+    times = {n: [] for n in COST_SIZES}
+    for _ in range(max(5, 3 * reps)):
+        for n in COST_SIZES:
+            started = time.perf_counter()
+            mx.eval(mx.argmax(model(mx.array(prompt_ids[:n])[None], cache=conv.layers)[0], axis=-1))
+            times[n].append(time.perf_counter() - started)
+            conv.repair()
+    return {n: median(ts) / median(times[1]) for n, ts in times.items()}
+
+
+def best_schedule(prompt_ids, reply_ids, costs):
+    """The speedup of the best schedule of lookup drafts, chosen knowing the reply: an upper bound.
+
+    At each token, a plain step (cost 1) or a draft of k copied tokens (cost costs[k + 1],
+    interpolated), accepted as far as it matches the reply."""
+    from engine.local.speculative import MAX_COPY, PromptLookup
+
+    index, matched = PromptLookup(list(prompt_ids)), []
+    for i, tok in enumerate(reply_ids):
+        index.extend([tok])
+        draft, n = index.propose(MAX_COPY), 0
+        while n < len(draft) and i + 1 + n < len(reply_ids) and draft[n] == reply_ids[i + 1 + n]:
+            n += 1
+        matched.append(n)
+    sizes = sorted(costs)
+
+    def cost(fed):
+        hi = next(s for s in sizes if s >= fed) if fed <= sizes[-1] else sizes[-1]
+        lo = max(s for s in sizes if s <= fed)
+        w = 0 if hi == lo else (fed - lo) / (hi - lo)
+        return costs[lo] + w * (costs[hi] - costs[lo])
+
+    total = len(reply_ids)
+    best = [0.0] * (total + 1)
+    for i in range(total - 1, -1, -1):
+        best[i] = 1 + best[i + 1]
+        for k in range(1, MAX_COPY + 1):
+            best[i] = min(best[i], cost(k + 1) + best[min(total, i + 1 + min(k, matched[i]))])
+    return total / best[0] if total else 1.0
+
+
 async def measure(cases, reps):
     from engine import Engine
     from engine.local import loading
@@ -157,11 +208,15 @@ async def measure(cases, reps):
     path = common.starter_path()
     engine = Engine()
     await engine.load_model(str(path))
-    _model, tokenizer = loading.load(path)  # for decoding the replies' first words in the report
+    model, tokenizer = loading.load(path)  # for the pass costs, and the replies' first words in the report
     log("starter: warm-up")
     warm = [{"role": "user", "content": "Hello"}]
     await run_chinwag(engine, warm, 4, False)
     await run_chinwag(engine, warm, 4, True)
+    log("starter: verification pass costs")
+    first_prompt = tokenizer.apply_chat_template(CASES[cases[0]][0], add_generation_prompt=True)
+    costs = verify_costs(model, list(first_prompt), reps)
+    log("costs: " + ", ".join(f"{n}: {c:.2f}" for n, c in costs.items()))
     out = {}
     for case in cases:
         messages, max_tokens, kind = CASES[case]
@@ -197,22 +252,26 @@ async def measure(cases, reps):
             "accepted": accepted,
             "acceptance": ratio(accepted, drafted),
             "reply_start": tokenizer.decode(ids[:60]),
+            "best_schedule": best_schedule(
+                tokenizer.apply_chat_template(messages, add_generation_prompt=True), ids, costs
+            ),
         }
         log(f"{case}: on/off {out[case]['on_over_off']:.2f}, same ids {same}")
     await engine.close()
-    return out
+    return out, {str(n): c for n, c in costs.items()}
 
 
 async def main_async(args):
     started = time.perf_counter()
     common.temp_home()
     cases = [c for c in args.cases.split(",") if c]
-    results = await measure(cases, args.reps)
+    results, costs = await measure(cases, args.reps)
     common.save(
         "speculative_edits",
         {
             "params": {"reps": args.reps, "cases": cases, "max_tokens": {c: CASES[c][1] for c in cases}},
             "results": results,
+            "costs": costs,
         },
         f"python -m bench.figures.speculative_edits --reps {args.reps}",
         started,
@@ -291,6 +350,7 @@ def section(d, res):
                 ", ".join(f(x) for x in r["per_rep_on_over_off"]),
                 f"{r['accepted']}/{r['drafted']} ({f(100 * r['acceptance'], 0)}%)" if r["drafted"] else "0/0",
                 "yes" if r["same_ids"] else "**no**",
+                f"{r['best_schedule']:.2f}x" if "best_schedule" in r else "",
             ]
         )
     goals = []
@@ -321,15 +381,31 @@ def section(d, res):
                 "on / off per repetition",
                 "accepted / drafted",
                 "same ids",
+                "best schedule",
             ],
             rows,
         ),
         "",
         ("; ".join(goals) + ".") if goals else "",
         "",
+        *_cost_lines(d),
         "Replies' first words (⏎: a new line): "
         + "; ".join(f"{LABELS.get(c, c)}: “{_one_line(r['reply_start'])}…”" for c, r in res.items())
         + ".",
+    ]
+
+
+def _cost_lines(d):
+    costs = d.get("costs")
+    if not costs:
+        return []
+    return [
+        "A verification pass feeds the pending token and the draft at once. On this machine one pass of n "
+        "tokens costs, in plain steps: "
+        + ", ".join(f"{n}: {c:.2f}" for n, c in costs.items())
+        + ". *Best schedule* is the speedup of the best choice of plain steps and lookup drafts made knowing the "
+        "reply in advance, at these costs: no drafting policy on these copies can pass it.",
+        "",
     ]
 
 

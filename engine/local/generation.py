@@ -23,6 +23,7 @@ from engine.local.speculative import (
     ModelDrafter,
     Sampling,
     Speculator,
+    VerifyCost,
     can_speculate,
     speculation_enabled,
     speculative_generate_step,
@@ -217,6 +218,7 @@ def _speculator(
     conv: ConversationCache,
     prompt_ids: list,
     sampling: TokenSampler,
+    cost: VerifyCost | None,
 ) -> Speculator | None:
     """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
     if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
@@ -224,7 +226,7 @@ def _speculator(
     rule = Sampling(
         params.temperature, params.top_p, params.top_k, params.min_p, sampling.processors, REPETITION_CONTEXT
     )
-    return Speculator(prompt_ids, rule, drafter=drafter)
+    return Speculator(prompt_ids, rule, drafter=drafter, cost=cost)
 
 
 def run_turn(
@@ -236,17 +238,19 @@ def run_turn(
     should_stop: Callable[[], bool],
     emit: Callable[[TextDelta], None],
     drafter: ModelDrafter | None = None,
+    verify_cost: VerifyCost | None = None,
 ) -> TurnStats:
     """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
 
     `drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation.
+    `verify_cost`: the loaded model's VerifyCost, which lookups learn across turns (else one for this turn).
     """
     started = time.perf_counter()
     if params.seed is not None:
         mx.random.seed(params.seed)
     sampling = TokenSampler(params, turn.prompt_ids)
     reply = _Reply(tokenizer, turn, params, should_stop, emit, started)
-    spec = _speculator(params, drafter, conv, turn.prompt_ids, sampling)
+    spec = _speculator(params, drafter, conv, turn.prompt_ids, sampling, verify_cost)
     finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
     try:
         logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress)

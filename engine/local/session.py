@@ -25,7 +25,7 @@ from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
-from engine.local.speculative import ModelDrafter, check_vocabularies
+from engine.local.speculative import ModelDrafter, VerifyCost, check_vocabularies, device_kind
 from engine.models import registry
 from engine.types import FinishReason, GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
 
@@ -67,6 +67,7 @@ class Session:
         self.context_length = 0
         # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
         self._draft: tuple | None = None
+        self.verify_cost: VerifyCost | None = None
 
     def warm_up(self) -> None:
         """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
@@ -85,6 +86,7 @@ class Session:
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length))
@@ -180,7 +182,9 @@ class Session:
         drafter = None
         if params.draft_model and params.speculative is not False:
             drafter = self.drafter(conv_id, params.draft_model)
-        stats = run_turn(self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter)
+        stats = run_turn(
+            self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter, self.verify_cost
+        )
         reply = "".join(parts)
         if plan.prompt.complete:
             history.record_reply(

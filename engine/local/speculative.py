@@ -13,6 +13,7 @@ distribution of the reply is unchanged. `speculative_generate_step` yields the t
 Runs on the engine thread only.
 """
 
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from engine.local.decoding import TokenSampler, plain_step
 from engine.types import GenerationParams, speculative_default
 
 MAX_NGRAM = 3
-MAX_DRAFT = 8
+MAX_DRAFT = 8  # a draft model's longest draft
+MAX_COPY = 16  # a lookup's longest draft: a copy that keeps matching is cheap to verify
 MAX_MATCH = 64  # tokens compared when measuring how long an earlier match is
 MAX_CANDIDATES = 32  # earlier occurrences of the n-gram compared, the latest ones
 MAX_MISSES = 12  # mismatched tokens in a row before the copy position is dropped
@@ -36,16 +38,24 @@ JUMP = 4  # tokens by which a match elsewhere must be longer than the copy's to 
 WINDOW_BACK, WINDOW_AHEAD = 32, 64  # "near the copy position", in tokens
 MAX_SUBSTITUTION = 16  # the longest replacement remembered, in tokens
 MAX_SUBSTITUTIONS = 32  # replacements remembered at once
-# Drafting pauses while the recent acceptance rate is below this; lookups still run for
-# free on every plain step, and drafting resumes once their own hit rate reaches RESUME_RATE
-# (a few hits in a row, not one lucky guess in free text).
+# A draft model's drafting pauses while its recent acceptance rate is below this.
 MIN_ACCEPT_RATE = 0.3
-RESUME_RATE = 0.5
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
-PROBE_DECAY = 0.8  # the same for the free guesses' hit rate
-RESUME_MATCH = 4  # a free guess from a match this long that hits resumes drafting at once
 DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
 DRAFTER_MAX_PAUSE = 256
+# A lookup drafts by how long the match it copies from is: the rates below are learned per
+# match length during the turn, from these starting values (measured on a tuning set of
+# edits and chats, bench/figures/speculative_edits.py's is held out).
+MATCH_BUCKETS = (0, 1, 2, 3, 5, 9)  # the shortest match length of each bucket
+FIRST_PRIOR = (0.05, 0.15, 0.35, 0.6, 0.75, 0.9)  # P(the first drafted token is accepted)
+MORE_PRIOR = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9)  # P(the next one is, given the one before was)
+LEARN_RATE = 0.15  # weight of each new outcome in a bucket's rates
+# What a verification pass costs beyond the plain step it replaces, in plain steps: per pass
+# and per drafted token, before the model's own passes are timed. A CPU computes every fed
+# token (~0.1 step each with OpenBLAS, ~1 with the reference BLAS); a GPU reads the weights
+# once for all of them.
+VERIFY_COST = {"cpu": (0.25, 0.08), "gpu": (0.05, 0.02)}
+TIME_RATE = 0.3  # weight of each timed pass in the cost estimate
 
 
 @dataclass
@@ -214,7 +224,7 @@ class ModelDrafter:
 
 
 class DraftLength:
-    """k, the number of tokens to draft, from the recent acceptance rate (0 pauses drafting)."""
+    """A draft model's k, the number of tokens to draft, from its recent acceptance rate (0 pauses drafting)."""
 
     def __init__(self, max_draft: int = MAX_DRAFT) -> None:
         self.max_draft = max_draft
@@ -233,57 +243,159 @@ class DraftLength:
             self.k = max(1, min(self.k, accepted + 1))
 
 
+class VerifyCost:
+    """What a verification pass costs beyond a plain step, in plain steps (`per_pass`, and
+    `per_token` drafted), learned from how long the model's passes take. One per loaded model,
+    kept across turns: a draft that costs more than it saves stops being made."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.per_pass, self.per_token = VERIFY_COST[device]
+        self.step: float | None = None  # seconds of a plain step, one token's whole cycle
+
+    def plain(self, seconds: float) -> None:
+        self.step = seconds if self.step is None else self.step + TIME_RATE * (seconds - self.step)
+
+    def verified(self, drafted: int, seconds: float) -> None:
+        """A pass that fed the pending token and `drafted` more took `seconds`."""
+        if self.step is None or self.step <= 0 or drafted < 2:
+            return
+        per_token = max(0.0, (seconds / self.step - 1 - self.per_pass) / drafted)
+        self.per_token += TIME_RATE * (per_token - self.per_token)
+
+
+class CopyLength:
+    """How many tokens a lookup drafts, from how long the match it copies from is.
+
+    Per bucket of match lengths, two rates learned during the turn: the first drafted token's
+    acceptance, and each later one's given the one before it was. A draft of k tokens is worth
+    its verification when the tokens it is expected to add outweigh the pass's extra cost; k is
+    the size that gains most (0: a plain step). Free guesses on plain steps teach the first rate.
+    """
+
+    def __init__(self, cost: VerifyCost, max_draft: int = MAX_COPY) -> None:
+        self.max_draft = max_draft
+        self.cost = cost
+        self.first, self.more = list(FIRST_PRIOR), list(MORE_PRIOR)
+
+    @staticmethod
+    def bucket(match: int) -> int:
+        return bisect_right(MATCH_BUCKETS, match) - 1
+
+    def size(self, match: int, room: int = MAX_COPY) -> int:
+        b = self.bucket(match)
+        p, gain, best, best_k = self.first[b], -self.cost.per_pass, 0.0, 0
+        for k in range(1, min(self.max_draft, room) + 1):
+            gain += p - self.cost.per_token  # the k-th token: accepted with probability p
+            if gain > best:
+                best, best_k = gain, k
+            p *= self.more[b]
+        return best_k
+
+    def _learn(self, rates: list, b: int, outcome: bool) -> None:
+        rates[b] += LEARN_RATE * (outcome - rates[b])
+
+    def record(self, match: int, drafted: int, accepted: int) -> None:
+        """A draft of `drafted` tokens from a match of `match` had its first `accepted` right."""
+        b = self.bucket(match)
+        self._learn(self.first, b, accepted > 0)
+        for j in range(1, min(accepted + 1, drafted)):  # token j+1 was judged: token j was right
+            self._learn(self.more, b, j < accepted)
+
+    def guessed(self, match: int, hit: bool) -> None:
+        """A free guess (not verified, checked against the token that came) from a match of `match`."""
+        self._learn(self.first, self.bucket(match), hit)
+
+
 class Speculator:
-    """One turn's drafting and verification state."""
+    """One turn's drafting and verification state.
+
+    The lookup's guess of the next token is always at hand: made when the last token joined the
+    index, scored when the next one arrives (as the pending token of a draft, or from a plain
+    step). Whether to draft is decided from the match that guess came from, so a plain step
+    that stays plain never waits for its token before the next one is queued.
+    """
 
     def __init__(
-        self, prompt_ids: list, sampling: "Sampling", max_draft: int = MAX_DRAFT, drafter: "ModelDrafter | None" = None
+        self,
+        prompt_ids: list,
+        sampling: "Sampling",
+        max_draft: int = MAX_DRAFT,
+        drafter: "ModelDrafter | None" = None,
+        cost: VerifyCost | None = None,
     ) -> None:
         self.index = PromptLookup(prompt_ids)
         self.length = DraftLength(max_draft)
+        self.cost = cost or VerifyCost(device_kind())
+        self.copy = CopyLength(self.cost)
         self.sampling = sampling
         self.drafter = drafter
         # A paused draft model has no free guesses to score: it retries after a pause that
         # doubles each time it fails again.
         self._pause, self._paused_for = DRAFTER_PAUSE, 0
         self.drafted = self.accepted = 0
-        self._guess = None  # a free lookup's guess of the next token, checked on plain steps
         self._ahead = False  # the pending token is in the index already (draft() put it there)
-        self._probe_rate = 0.0
+        self._guess: int | None = None  # the lookup's guess of the next token to arrive
         self._guess_match = 0  # the length of the match the guess came from
+        self._match = 0  # the same for the last draft
+        self._want = True  # the next step should look at its pending token and maybe draft
 
     @property
     def drafting(self) -> bool:
-        return self.length.k > 0
+        if self.drafter is not None:
+            return self.length.k > 0
+        return self._want
 
-    def observe(self, tok: int) -> None:
-        """A token emitted by a plain step: score the free guess, make the next one."""
-        if self.drafter is not None and not self.drafting:
-            self._paused_for += 1
-            if self._paused_for >= self._pause:
-                self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
-                self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
-        if self.drafter is None and not self.drafting:
-            hit = self._guess is not None and self._guess == tok
-            self._probe_rate = PROBE_DECAY * self._probe_rate + (1 - PROBE_DECAY) * hit
-            # A hit from a long match is the copy back in step (after an edit): no need to wait.
-            if self._probe_rate >= RESUME_RATE or (hit and self._guess_match >= RESUME_MATCH):
-                self.length.k, self.length.rate, self._probe_rate = 1, RESUME_RATE, 0.0
-        if self._ahead:
-            self._ahead = False
-        else:
-            self.index.extend([tok])
+    def _arrived(self, tok: int) -> None:
+        """tok is the next token: score the guess made for it, and index it."""
+        if self._guess is not None:
+            self.copy.guessed(self._guess_match, self._guess == tok)
+        self.index.extend([tok])
+
+    def _guess_next(self) -> None:
         guess = self.index.propose(1)
         self._guess, self._guess_match = (guess[0] if guess else None), self.index.length
+        self._want = guess != [] and self._pays_if_right()
+
+    def _pays_if_right(self) -> bool:
+        """Whether drafting would pay once the guess proves right (its match one token longer)."""
+        return self.copy.size(self._guess_match + 1) > 0
+
+    def observe(self, tok: int) -> None:
+        """A token emitted by a plain step."""
+        if self.drafter is not None:
+            if not self.drafting:
+                self._paused_for += 1
+                if self._paused_for >= self._pause:
+                    self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
+                    self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
+            if not self._ahead:
+                self.index.extend([tok])
+            self._ahead = False
+            return
+        if self._ahead:
+            self._ahead = False  # draft() indexed tok, and made the guess of the token after it
+            self._want = self._guess is not None and self._pays_if_right()
+            return
+        self._arrived(tok)
+        self._guess_next()
 
     def draft(self, pending: int, room: int) -> list:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
-        k = min(self.length.k, room)
-        self.index.extend([pending])
         self._ahead = True
         if self.drafter is not None:
+            self.index.extend([pending])
+            k = min(self.length.k, room)
             return self.drafter.propose(list(self.index.ids), k) if k > 0 else []
-        return self.index.propose(k)
+        self._arrived(pending)
+        proposal = self.index.propose(min(room, self.copy.max_draft))
+        self._match = self.index.length
+        k = self.copy.size(self._match, room) if proposal else 0
+        if k == 0:  # a plain step follows: its guess is this proposal's first token
+            self._guess, self._guess_match = (proposal[0] if proposal else None), self._match
+            self.index._applied = []
+        else:
+            self._guess = None
+        return proposal[:k]
 
     def finish(self, ids: list) -> None:
         """The turn is over: the draft model's cache holds what the main one holds."""
@@ -295,13 +407,21 @@ class Speculator:
         logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
         rows = self.sampling.process(logits, history, [pending] + draft)
         verdict = self.sampling.judge(rows, draft)
+        self.judged(draft, verdict)
+        return verdict
+
+    def judged(self, draft: list, verdict: Verdict) -> None:
+        """The model judged `draft`: learn from it, and index its accepted tokens."""
         self.drafted += len(draft)
         self.accepted += verdict.accepted
-        self.length.record(len(draft), verdict.accepted)
+        if self.drafter is not None:
+            self.length.record(len(draft), verdict.accepted)
+        else:
+            self.copy.record(self._match, len(draft), verdict.accepted)
         self.index.judged(verdict.accepted)
         self.index.extend(draft[: verdict.accepted])
-        self._ahead, self._guess = False, None
-        return verdict
+        # The model's own next token comes as the next pending one: look at it.
+        self._ahead, self._guess, self._want = False, None, True
 
 
 class Sampling:
@@ -372,7 +492,7 @@ def speculative_generate_step(
     meanwhile). Each yielded token is in the cache and `conv.token_ids`; the rejected draft, and
     accepted tokens the consumer did not take (closing this generator), leave the cache.
     """
-    yielded = 0
+    yielded, last_plain = 0, None  # when the last plain step returned, if the step before was plain
     while True:
         draft: list = []
         if spec.drafting:
@@ -380,11 +500,18 @@ def speculative_generate_step(
             draft = spec.draft(pending, room - yielded - 1)
         if not draft:
             tok, y = plain_step(model, conv, y, sampling)
+            now = time.perf_counter()
+            if last_plain is not None:  # a whole cycle: a step right after a pass waits for nothing
+                spec.cost.plain(now - last_plain)
+            last_plain = now
             spec.observe(tok)
             yielded += 1
             yield tok
             continue
+        started = time.perf_counter()
         verdict = spec.verify(model, conv.layers, pending, draft, sampling.history)
+        spec.cost.verified(len(draft), time.perf_counter() - started)
+        last_plain = None
         out = [pending] + draft[: verdict.accepted]
         sampling.saw(mx.array(out))
         try:
@@ -403,7 +530,12 @@ def speculation_enabled(params: GenerationParams, draft_model: Any | None = None
         return bool(params.speculative)
     if draft_model is not None:
         return True
-    return speculative_default("cpu" if mx.default_device().type == mx.cpu else "gpu")
+    return speculative_default(device_kind())
+
+
+def device_kind() -> str:
+    """ "cpu" or "gpu": what this thread's MLX computes on."""
+    return "cpu" if mx.default_device().type == mx.cpu else "gpu"
 
 
 def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:

@@ -10,7 +10,15 @@ import pytest
 
 from engine.context.conversation import ConversationCache
 from engine.local.generation import TurnInput, run_turn
-from engine.local.speculative import MAX_MISSES, RESUME_MATCH, DraftLength, PromptLookup, Sampling
+from engine.local.speculative import (
+    MAX_COPY,
+    MAX_MISSES,
+    CopyLength,
+    DraftLength,
+    PromptLookup,
+    Sampling,
+    VerifyCost,
+)
 from engine.types import GenerationParams, speculative_default
 
 CODE = "def f(x): return x * 2 # comment\n" * 3 + "The quick brown fox jumps over the lazy dog. " * 4
@@ -37,6 +45,17 @@ def looping_model(looping_model_path):
     import mlx_lm
 
     return mlx_lm.load(str(looping_model_path))
+
+
+@pytest.fixture
+def eager_drafts(monkeypatch):
+    """Verification free of cost: the lookup drafts its longest copy whenever it has one, so the
+    tests of the generator see drafts accepted, cut short and rejected on the tiny model."""
+    from engine.local import speculative
+
+    monkeypatch.setitem(speculative.VERIFY_COST, "cpu", (0.0, 0.0))
+    monkeypatch.setitem(speculative.VERIFY_COST, "gpu", (0.0, 0.0))
+    monkeypatch.setattr(speculative, "TIME_RATE", 0.0)  # and timings never make it dearer
 
 
 def prompt_of(tokenizer, text=CODE):
@@ -117,7 +136,7 @@ def test_a_rename_is_applied_to_later_occurrences_until_the_model_declines_it():
     assert lookup.propose(3) == [8, 9, 50]
 
 
-def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
+def test_a_draft_models_length_pauses_when_drafts_fail_and_grows_when_they_hit():
     length = DraftLength(max_draft=8)
     for _ in range(4):
         length.record(length.k or 1, length.k or 1)
@@ -129,36 +148,61 @@ def test_draft_length_pauses_when_drafts_fail_and_grows_when_they_hit():
     assert length.rate < 0.3
 
 
-def test_paused_lookups_resume_after_a_run_of_free_hits_not_after_one():
+def test_a_long_match_drafts_long_and_a_one_token_match_not_at_all():
+    copy = CopyLength(VerifyCost("cpu"))
+    assert copy.size(0) == copy.size(1) == 0
+    assert copy.size(20) == MAX_COPY
+    assert copy.size(20, room=5) == 5
+
+
+def test_copies_that_fail_draft_less_and_copies_that_hit_draft_more():
+    failing, hitting = CopyLength(VerifyCost("cpu")), CopyLength(VerifyCost("cpu"))
+    start = failing.size(3)
+    for _ in range(10):
+        failing.record(3, failing.size(3) or 1, 0)
+        hitting.record(3, hitting.size(3), hitting.size(3))
+    assert failing.size(3) == 0 < start < hitting.size(3)
+
+
+def test_free_guesses_teach_which_matches_to_draft_from():
+    copy = CopyLength(VerifyCost("cpu"))
+    for _ in range(20):
+        copy.guessed(1, True)
+    assert copy.size(1) > 0 and copy.size(0) == 0
+
+
+def test_a_gpu_drafts_where_a_cpu_would_not():
+    """Verifying k tokens costs a CPU k times the compute; a GPU little more than one step."""
+    assert CopyLength(VerifyCost("gpu")).size(2) > CopyLength(VerifyCost("cpu")).size(2)
+
+
+def test_passes_timed_slower_than_their_copies_save_stop_drafting_and_fast_ones_keep_it():
+    """The reference BLAS computes each drafted token at about the cost of a plain step."""
+    slow, fast = VerifyCost("cpu"), VerifyCost("cpu")
+    for cost, seconds in ((slow, 0.1 + 9 * 0.1), (fast, 0.1 + 9 * 0.005)):
+        for _ in range(10):
+            cost.plain(0.1)
+            cost.verified(9, seconds)
+    assert CopyLength(slow).size(20) == 0
+    assert CopyLength(fast).size(20) == MAX_COPY
+
+
+def test_free_text_stays_plain_and_a_copy_drafts_again_once_it_matches():
     from engine.local.speculative import Speculator
 
     spec = Speculator(list(range(10, 70)), Sampling(0.0, 1.0, 0, 0.0, [], 64))
-    spec.length.record(2, 0)
-    spec.length.record(1, 0)
-    assert not spec.drafting
-    # Free text: the guess after 10 is 11 and it hits, then two tokens the lookup never saw.
-    for start in range(10, 38, 3):
-        for tok in (start, start + 1, 100 + start, 200 + start):
-            spec.observe(tok)
-            assert not spec.drafting
-    # Copying the prompt: four hits in a row resume drafting.
-    for tok in range(50, 55):
-        spec.observe(tok)
-    assert spec.drafting and spec.draft(55, room=8) == [56]
-
-
-def test_one_hit_from_a_long_match_resumes_drafting():
-    from engine.local.speculative import Speculator
-
-    # The reply so far copies the prompt's 50 51 52: one more copied token makes a long match.
-    spec = Speculator(list(range(10, 70)) + [0, 50, 51, 52], Sampling(0.0, 1.0, 0, 0.0, [], 64))
-    spec.length.record(2, 0)
-    spec.length.record(1, 0)
-    for tok in range(53, 50 + RESUME_MATCH):
+    # Free text: tokens the prompt never had; the lookup has nothing to offer, steps stay plain.
+    for tok in range(100, 140):
         spec.observe(tok)
         assert not spec.drafting
-    spec.observe(50 + RESUME_MATCH)  # the guess from a match of RESUME_MATCH tokens hits
-    assert spec.drafting and spec.draft(51 + RESUME_MATCH, room=8) == [52 + RESUME_MATCH]
+    # Copying the prompt: once the match is long enough to pay, the next step drafts the copy.
+    tok = 30
+    while not spec.drafting:
+        spec.observe(tok)
+        tok += 1
+    assert tok - 30 <= 4
+    draft = spec.draft(tok, room=8)
+    assert draft and draft == list(range(tok + 1, tok + 1 + len(draft)))
 
 
 def test_a_failing_draft_model_pauses_with_a_doubling_back_off():
@@ -188,7 +232,9 @@ def test_the_default_is_one_value_per_backend():
 
 
 @pytest.mark.parametrize("repetition_penalty", [1.0, 1.3])
-def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_model, repetition_penalty):
+def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(
+    looping_model, repetition_penalty, eager_drafts
+):
     model, tokenizer = looping_model
     prompt = prompt_of(tokenizer)
     plain, plain_conv, _ = generate(
@@ -221,7 +267,7 @@ def test_greedy_ids_are_those_of_plain_decoding_across_growth_and_trims(looping_
         assert mx.allclose(a.get_kv()[0], b.get_kv()[0], atol=1e-4).item()
 
 
-def test_the_lookup_sees_the_conversation_the_cache_holds_token_by_token(looping_model):
+def test_the_lookup_sees_the_conversation_the_cache_holds_token_by_token(looping_model, eager_drafts):
     """The drafter's ids follow the cache's through plain steps, drafts, rejections and pauses."""
     from engine.local.decoding import TokenSampler, generate_step
     from engine.local.generation import prefill
@@ -269,7 +315,7 @@ def test_max_tokens_ending_inside_an_accepted_draft_keeps_the_cache_exact(loopin
     assert accepted
 
 
-def test_eos_and_stop_inside_an_accepted_draft(looping_model):
+def test_eos_and_stop_inside_an_accepted_draft(looping_model, eager_drafts):
     model, tokenizer = looping_model
     prompt = prompt_of(tokenizer)
     full, _, _ = generate(model, tokenizer, prompt, temperature=0.0, max_tokens=80, speculative=False)
@@ -354,7 +400,7 @@ def test_acceptance_rule_keeps_the_processed_distribution():
         assert chi2 < 20.5  # 99.9th percentile of chi-square, 3 degrees of freedom (4 tokens kept)
 
 
-def test_sampled_replies_have_the_distribution_of_plain_decoding(looping_model):
+def test_sampled_replies_have_the_distribution_of_plain_decoding(looping_model, eager_drafts):
     """Seeded: the first two tokens' joint distribution, with speculation against the exact one."""
     model, tokenizer = looping_model
     # Every token occurs in the prompt, so every first token has a draft to verify after it.
@@ -396,7 +442,9 @@ def _top_k_probs(logits, k):
 # --- the switches and the stats --------------------------------------------------------
 
 
-def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path, looping_model_path, capsys):
+def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(
+    tmp_path, looping_model_path, capsys, eager_drafts
+):
     import json
 
     from app.cli.main import main
@@ -416,7 +464,7 @@ def test_replay_prints_the_counts_and_no_speculative_gives_the_same_ids(tmp_path
 
 
 @pytest.mark.qt
-def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path):
+def test_window_shows_the_acceptance_rate_and_preferences_turn_it_off(qtbot, qloop, looping_model_path, eager_drafts):
     from app.core.settings import DEFAULTS_KEY
     from tests.app.gui.test_window_engine import close_window, open_window, send
 
