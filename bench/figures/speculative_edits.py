@@ -151,6 +151,124 @@ CASES = {
 }
 
 
+# The tuning set: the drafting constants in engine/local/speculative.py (FIRST_PRIOR, MORE_PRIOR,
+# LEARN_RATE) were chosen on these replies, never on CASES above. Not in the figure; measure
+# them with --cases t_rename,...
+T_COUNT = '''def count_words(text, min_length):
+    """Count the words of at least min_length letters."""
+    counts = {}
+    for raw in text.split():
+        word = raw.strip(".,;:!?").lower()
+        if len(word) < min_length:
+            continue
+        counts[word] = counts.get(word, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: kv[1], reverse=True)
+    return ranked
+'''
+T_STACK = """class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        if not self.items:
+            raise IndexError("pop from an empty stack")
+        return self.items.pop(0)
+
+    def peek(self):
+        return self.items[-1]
+"""
+T_CONFIG = """def parse_config(lines):
+    # Lit les paires cle=valeur
+    config = {}
+    for number, line in enumerate(lines, 1):
+        # Saute les lignes vides
+        if not line.strip():
+            continue
+        if "=" not in line:
+            raise ValueError(f"line {number}: expected key=value")
+        # Separe la cle et la valeur
+        key, value = line.split("=", 1)
+        config[key.strip()] = value.strip()
+    return config
+"""
+T_MERGE = """def merge_ranges(ranges):
+  ranges=sorted(ranges)
+  merged=[]
+  for start,end in ranges:
+    if merged and start<=merged[-1][1]:
+      merged[-1]=(merged[-1][0],max(merged[-1][1],end))
+    else:
+      merged.append((start,end))
+  return merged
+"""
+
+TUNING_CASES = {
+    "t_rename": (
+        _edit(
+            T_COUNT,
+            "Rename the variable counts to frequencies everywhere in this function and write out the whole "
+            "function again, with no explanation.",
+        ),
+        EDIT_TOKENS,
+        "edit",
+    ),
+    "t_bugfix": (
+        _edit(
+            T_STACK,
+            "pop() removes the wrong item: a stack pops its last item. Fix the bug and write out the whole "
+            "class again, with no explanation.",
+        ),
+        EDIT_TOKENS,
+        "edit",
+    ),
+    "t_translate": (
+        _edit(
+            T_CONFIG,
+            "Translate the French comments in this function into English and write out the whole function "
+            "again, with no explanation.",
+        ),
+        EDIT_TOKENS,
+        "edit",
+    ),
+    "t_reformat": (
+        _edit(
+            T_MERGE,
+            "Reformat this function to PEP 8 (4-space indentation, spaces around operators and after "
+            "commas) and write out the whole function again, with no explanation.",
+        ),
+        EDIT_TOKENS,
+        "edit",
+    ),
+    "t_letter": (
+        [{"role": "user", "content": "Write a short letter to a friend about a trip to the mountains."}],
+        CHAT_TOKENS,
+        "chat",
+    ),
+    "t_habits": (
+        [{"role": "user", "content": "What are three good habits for staying healthy? Explain each briefly."}],
+        CHAT_TOKENS,
+        "chat",
+    ),
+    "t_notes": (
+        [
+            {
+                "role": "user",
+                "content": "Here are my notes:\n\nThe meeting moved to Thursday at 3 pm. Anna will bring the budget "
+                "figures for the second quarter. Tom is out until the 14th, so Priya covers the supplier calls. The "
+                "launch date stays on the 28th unless the printer is late again.\n\nSummarize these notes as a list "
+                "of action items, quoting names and dates exactly.",
+            }
+        ],
+        CHAT_TOKENS,
+        "chat",
+    ),
+}
+ALL_CASES = {**CASES, **TUNING_CASES}
+
+
 def verify_costs(model, prompt_ids, reps):
     """Seconds of one forward pass of n tokens after the prompt, relative to n = 1 (median, interleaved)."""
     import mlx.core as mx
@@ -214,12 +332,12 @@ async def measure(cases, reps):
     await run_chinwag(engine, warm, 4, False)
     await run_chinwag(engine, warm, 4, True)
     log("starter: verification pass costs")
-    first_prompt = tokenizer.apply_chat_template(CASES[cases[0]][0], add_generation_prompt=True)
+    first_prompt = tokenizer.apply_chat_template(ALL_CASES[cases[0]][0], add_generation_prompt=True)
     costs = verify_costs(model, list(first_prompt), reps)
     log("costs: " + ", ".join(f"{n}: {c:.2f}" for n, c in costs.items()))
     out = {}
     for case in cases:
-        messages, max_tokens, kind = CASES[case]
+        messages, max_tokens, kind = ALL_CASES[case]
         max_tokens = 24 if common.QUICK else max_tokens
         runs = {side: [] for side in SIDES}
         for rep in range(reps):
@@ -269,7 +387,7 @@ async def main_async(args):
     common.save(
         "speculative_edits",
         {
-            "params": {"reps": args.reps, "cases": cases, "max_tokens": {c: CASES[c][1] for c in cases}},
+            "params": {"reps": args.reps, "cases": cases, "max_tokens": {c: ALL_CASES[c][1] for c in cases}},
             "results": results,
             "costs": costs,
         },

@@ -44,8 +44,8 @@ RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
 DRAFTER_PAUSE = 16  # plain steps before a failing draft model tries again
 DRAFTER_MAX_PAUSE = 256
 # A lookup drafts by how long the match it copies from is: the rates below are learned per
-# match length during the turn, from these starting values (measured on a tuning set of
-# edits and chats, bench/figures/speculative_edits.py's is held out).
+# match length during the turn, from these starting values (chosen on the tuning set,
+# bench/figures/speculative_edits.py's TUNING_CASES; its CASES are held out).
 MATCH_BUCKETS = (0, 1, 2, 3, 5, 9)  # the shortest match length of each bucket
 FIRST_PRIOR = (0.05, 0.15, 0.35, 0.6, 0.75, 0.9)  # P(the first drafted token is accepted)
 MORE_PRIOR = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9)  # P(the next one is, given the one before was)
