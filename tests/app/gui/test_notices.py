@@ -2,6 +2,7 @@
 focus in the message box, not on whatever widget Qt picks when the bar hides."""
 
 import pytest
+
 from tests.app_helpers import send
 
 pytestmark = pytest.mark.qt
