@@ -23,6 +23,7 @@ class StatusBar(QStatusBar):
         super().__init__(parent)
         self.bridge = bridge
         self.stats = None  # the stats shown (TurnStats or a stats dict)
+        self.stats_model = ""  # the id of the model that wrote them
         self.model_label = QLabel("No model")
         self.model_label.setObjectName("statusModel")
         self.progress = QProgressBar()
@@ -85,12 +86,11 @@ class StatusBar(QStatusBar):
         self.showMessage(p.stage, 5000)
 
     def _limit(self) -> int:
-        get = (
-            (self.stats.get if isinstance(self.stats, dict) else lambda k, d=0: getattr(self.stats, k, d))
-            if self.stats
-            else None
-        )
-        model = self.bridge.current_model
+        """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
+        stats, model = self.stats, self.bridge.current_model
+        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
+        if get and model is not None and self.stats_model and self.stats_model != model.id:
+            return model.context_length  # another model's limit says nothing about this one's
         return (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
 
     def show_draft_reading(self):
@@ -109,11 +109,13 @@ class StatusBar(QStatusBar):
         self.context_label.setToolTip("With the message you are typing (read ahead)")
 
     def show_stats(self, stats):
+        if stats is not self.stats:  # a stored reply names its model; a live turn's is the loaded one
+            current = self.bridge.current_model
+            self.stats_model = stats.get("model_id", "") if isinstance(stats, dict) else (current.id if current else "")
         self.stats = stats
         self.context_label.setToolTip("")
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
-        model = self.bridge.current_model
-        limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+        limit = self._limit()
         used = get("kv_offset", 0) if get else 0
         self.context_label.setText(f"Context {used:,} / {limit:,}" if limit else "")
         kv = self.bridge.kv_bytes() if self.bridge.current_model else 0

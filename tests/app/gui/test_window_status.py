@@ -3,6 +3,8 @@
 import pytest
 from PySide6.QtTest import QTest
 
+from tests.app_helpers import run, send
+
 pytestmark = pytest.mark.qt
 
 
@@ -18,3 +20,16 @@ def test_the_context_is_not_zero_while_a_draft_is_read(qtbot, window, engine):
     read = engine.prefills[-1]
     assert label.text() == f"Context {len(read[1]):,} / 2,048"  # the fake engine counts one per message
     assert "typing" in label.toolTip()
+
+
+def test_after_a_model_switch_the_limit_is_the_loaded_models(qtbot, window, store, engine):
+    label = window.status.context_label
+    send(qtbot, window, "hello")  # Fake Small wrote the reply: 2,048 tokens of context
+    assert label.text().endswith("/ 2,048")
+    run(qtbot, window.bridge.load_model("fake-big"))
+    qtbot.waitUntil(lambda: window.bridge.current_model.id == "fake-big", timeout=3000)
+    qtbot.waitUntil(lambda: label.text().endswith("/ 8,192"), timeout=3000)  # seen on X: the old 2,048 stayed
+    conv_id = window.chat.conv_id
+    window.new_action.trigger()
+    window.chat.open_conversation(conv_id)  # reopened: its last reply is still Fake Small's
+    assert label.text().endswith("/ 8,192")
