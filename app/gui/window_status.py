@@ -2,6 +2,8 @@
 state. A widget of its own, composed into MainWindow: it owns its labels and the stats it shows,
 and reads the bridge only for the loaded model and its KV memory."""
 
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 from app.core.sizes import format_bytes
@@ -18,23 +20,41 @@ STATE_LABELS = {
 }
 
 
+class FittingLabel(QLabel):
+    """A status label that shrinks below its text when the bar is too narrow (a small window, a big
+    font) and draws the text elided instead of cut; text() stays whole."""
+
+    MIN_CHARS = 6  # "Conte…": enough to tell the labels apart
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.MIN_CHARS * self.fontMetrics().averageCharWidth()), hint.height())
+
+    def paintEvent(self, event):
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter = QPainter(self)
+        align = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+        self.style().drawItemText(painter, rect, align, self.palette(), self.isEnabled(), shown, self.foregroundRole())
+
+
 class StatusBar(QStatusBar):
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
         self.bridge = bridge
         self.stats = None  # the stats shown (TurnStats or a stats dict)
         self.stats_model = ""  # the id of the model that wrote them
-        self.model_label = QLabel("No model")
+        self.model_label = FittingLabel("No model")
         self.model_label.setObjectName("statusModel")
         self.progress = QProgressBar()
         self.progress.setObjectName("loadProgress")
         self.progress.setMaximumWidth(180)
         self.progress.setVisible(False)
-        self.context_label = QLabel("")
+        self.context_label = FittingLabel("")
         self.context_label.setObjectName("statusContext")
-        self.kv_label = QLabel("")
+        self.kv_label = FittingLabel("")
         self.kv_label.setObjectName("statusKV")
-        self.state_label = QLabel(STATE_LABELS["starting"])
+        self.state_label = FittingLabel(STATE_LABELS["starting"])
         self.state_label.setObjectName("statusState")
         self.addWidget(self.model_label)
         self.addWidget(self.progress)
