@@ -92,14 +92,15 @@ class FormScroll(QScrollArea):
 
     def __init__(self, body: QWidget, parent=None):
         super().__init__(parent)
+        self.body = body
         self.setWidget(body)
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
     def sizeHint(self) -> QSize:
-        body = self.widget().sizeHint()
-        return QSize(body.width() + self.verticalScrollBar().sizeHint().width(), body.height())
+        rows = self.body.sizeHint()
+        return QSize(rows.width() + self.verticalScrollBar().sizeHint().width(), rows.height())
 
 
 class SettingsDialog(QDialog):
@@ -125,8 +126,8 @@ class SettingsDialog(QDialog):
         rows.addWidget(self.extra_group)
         self.chat_group = QGroupBox()
         rows.addWidget(self.chat_group)
-        self.scroll = FormScroll(body)
-        layout.addWidget(self.scroll)
+        self.rows_scroll = FormScroll(body)
+        layout.addWidget(self.rows_scroll)
         form = QFormLayout()
         self.presets = load_presets()
         self.preset_box = QComboBox()

@@ -183,9 +183,9 @@ def test_at_20_pt_the_settings_dialogs_fit_the_screen(qtbot, window, store, whic
         assert dialog.height() < room  # seen on X at 14 pt: OK and Cancel below the screen's edge
         ok = dialog.ok_button
         assert ok.isVisible() and ok.mapTo(dialog, ok.rect().bottomLeft()).y() <= dialog.height()
-        rows = dialog.scroll.widget()
-        if rows.sizeHint().height() > dialog.scroll.height():  # the rows scroll instead
-            qtbot.waitUntil(lambda: dialog.scroll.verticalScrollBar().maximum() > 0)
+        rows = dialog.rows_scroll.widget()
+        if rows.sizeHint().height() > dialog.rows_scroll.height():  # the rows scroll instead
+            qtbot.waitUntil(lambda: dialog.rows_scroll.verticalScrollBar().maximum() > 0)
         dialog.reject()
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
