@@ -221,14 +221,15 @@ class Composer(QWidget):
         """The lines the placeholder wraps to while the box is empty (a big font, a narrow window)."""
         if self.editor.document().characterCount() > 1:
             return 0
-        width = max(1, self.editor.viewport().width() - 2 * int(self.editor.document().documentMargin()))
+        # QPlainTextEdit draws it in the viewport less the document margin on the left and top only
+        width = max(1, self.editor.viewport().width() - int(self.editor.document().documentMargin()))
         box = QRect(0, 0, width, 100 * line)
         height = (
             self.editor.fontMetrics()
             .boundingRect(box, Qt.TextFlag.TextWordWrap, self.editor.placeholderText())
             .height()
         )
-        return -(-height // line)
+        return round(height / line)  # lineSpacing() is rounded down: 3 lines can measure 3.1 of them
 
     def text(self) -> str:
         return self.editor.toPlainText()

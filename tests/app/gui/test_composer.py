@@ -6,12 +6,13 @@ from PySide6.QtCore import QRect, Qt
 pytestmark = pytest.mark.qt
 
 
-def placeholder_fits(editor) -> bool:
-    margin = 2 * int(editor.document().documentMargin())
+def placeholder_room(editor) -> int:
+    """The viewport's height beyond what the wrapped placeholder needs (negative: it is cut)."""
+    margin = int(editor.document().documentMargin())  # where QPlainTextEdit draws it: left and top
     width = editor.viewport().width() - margin
     flags = Qt.TextFlag.TextWordWrap
     needed = editor.fontMetrics().boundingRect(QRect(0, 0, width, 10_000), flags, editor.placeholderText()).height()
-    return editor.viewport().height() - margin >= needed
+    return editor.viewport().height() - margin - needed
 
 
 def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, window, store):
@@ -25,8 +26,9 @@ def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, wind
         store.set_state(APP_KEY, {"theme": "system", "font_size": 20, "default_model": ""})
         window.apply_app_settings()
         qtbot.waitUntil(lambda: window.width() == MIN_SIZE[0] and editor.font().pointSize() == 20)
-        qtbot.waitUntil(lambda: placeholder_fits(editor))  # seen on X: its third line was cut
+        qtbot.waitUntil(lambda: placeholder_room(editor) >= 0)  # seen on X: its third line was cut
         assert editor.toPlainText() == ""
+        assert placeholder_room(editor) < editor.fontMetrics().lineSpacing()  # and no spare line
         window.composer.set_draft("one line")  # typed text: two lines of room, as before
         qtbot.waitUntil(lambda: editor.height() < 4 * editor.fontMetrics().lineSpacing())
     finally:
