@@ -2,9 +2,9 @@
 state. A widget of its own, composed into MainWindow: it owns its labels and the stats it shows,
 and reads the bridge only for the loaded model and its KV memory."""
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
 
 from app.core.sizes import format_bytes
 from app.gui.chat.controller import reading_text
@@ -29,6 +29,19 @@ class FittingLabel(QLabel):
     def minimumSizeHint(self) -> QSize:
         hint = super().minimumSizeHint()
         return QSize(min(hint.width(), self.MIN_CHARS * self.fontMetrics().averageCharWidth()), hint.height())
+
+    def give_way(self):
+        """Take only the room the other labels leave (at least MIN_CHARS), rather than a share of it."""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(self.minimumSizeHint().width())
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if (
+            event.type() == QEvent.Type.FontChange
+            and self.sizePolicy().horizontalPolicy() == QSizePolicy.Policy.Ignored
+        ):
+            self.setMinimumWidth(self.minimumSizeHint().width())  # MIN_CHARS of the new size
 
     def paintEvent(self, event):
         rect = self.contentsRect()
@@ -56,7 +69,8 @@ class StatusBar(QStatusBar):
         self.kv_label.setObjectName("statusKV")
         self.state_label = FittingLabel(STATE_LABELS["starting"])
         self.state_label.setObjectName("statusState")
-        self.addWidget(self.model_label)
+        self.model_label.give_way()  # the header names the model too: the other labels keep their text
+        self.addWidget(self.model_label, 1)
         self.addWidget(self.progress)
         for label in (self.context_label, self.kv_label, self.state_label):
             self.addPermanentWidget(label)
