@@ -184,14 +184,20 @@ class SettingsDialog(QDialog):
         self.set_values(values)
 
     def showEvent(self, event):
-        """Never taller than the screen: OK and Cancel stay on it, the rows scroll instead."""
+        """As tall as its rows, but never taller than the screen: OK and Cancel stay on it and the
+        rows scroll instead; always as wide as the rows (Qt would start it at 2/3 of the screen)."""
         super().showEvent(event)
+        rows = self.rows_scroll
+        rows.setMinimumWidth(rows.body.minimumSizeHint().width() + rows.verticalScrollBar().sizeHint().width())
         screen = self.screen().availableGeometry()
         # The title bar (not known before the window manager has framed the dialog: two lines).
         frame = max(self.frameGeometry().height() - self.height(), 2 * self.fontMetrics().height())
         room = screen.height() - frame
-        if self.height() > room:
-            self.resize(self.width(), room)
+        want = self.sizeHint()
+        height = min(want.height(), room)
+        if height != self.height() or self.width() < want.width():
+            self.resize(max(self.width(), want.width()), height)
+        if self.frameGeometry().bottom() > screen.bottom():
             self.move(self.x(), screen.top())
 
     def _use_preset(self, index):

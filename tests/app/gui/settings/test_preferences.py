@@ -184,7 +184,8 @@ def test_at_20_pt_the_settings_dialogs_fit_the_screen(qtbot, window, store, whic
         ok = dialog.ok_button
         assert ok.isVisible() and ok.mapTo(dialog, ok.rect().bottomLeft()).y() <= dialog.height()
         rows = dialog.rows_scroll.widget()
-        if rows.sizeHint().height() > dialog.rows_scroll.height():  # the rows scroll instead
+        assert rows.width() >= rows.minimumSizeHint().width()  # seen on X: the fields ran under the scroll bar
+        if rows.minimumSizeHint().height() > dialog.rows_scroll.viewport().height():  # the rows scroll instead
             qtbot.waitUntil(lambda: dialog.rows_scroll.verticalScrollBar().maximum() > 0)
         dialog.reject()
     finally:
