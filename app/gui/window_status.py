@@ -123,9 +123,14 @@ class StatusBar(QStatusBar):
         """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
         stats, model = self.stats, self.bridge.current_model
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
-        if get and model is not None and self.stats_model and self.stats_model != model.id:
-            return model.context_length  # another model's limit says nothing about this one's
+        if get and self._foreign():
+            return model.context_length if model else 0  # another model's limit says nothing about this one's
         return (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+
+    def _foreign(self) -> bool:
+        """The stats shown were written by a model other than the loaded one (their counts are in its tokens)."""
+        model = self.bridge.current_model
+        return bool(self.stats and model is not None and self.stats_model and self.stats_model != model.id)
 
     def show_draft_reading(self):
         """The message being typed is read ahead: the context it fills is not known yet (not "0")."""
@@ -151,9 +156,14 @@ class StatusBar(QStatusBar):
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
         limit = self._limit()
         used = get("kv_offset", 0) if get else 0
-        self.context_label.setText(f"Context {used:,} / {limit:,}" if limit else "")
+        foreign = self._foreign()
+        self.context_label.setText(
+            (f"Context … / {limit:,}" if foreign else f"Context {used:,} / {limit:,}") if limit else ""
+        )
+        if foreign:
+            self.context_label.setToolTip("Counted in this model's tokens when it next reads the chat")
         kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if get and not kv:
+        if get and not kv and not foreign:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
 
