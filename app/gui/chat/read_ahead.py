@@ -96,7 +96,8 @@ class ReadAhead(QObject):
 
     def _after_fork(self, conv_id, task: asyncio.Task):
         copied = None if task.cancelled() or task.exception() is not None else task.result()
-        if copied is None or copied.copied_tokens < copied.prompt_tokens:
+        # Nothing copied (the engine then does not measure the fork's prompt: 0 of 0), or only part
+        if copied is None or not copied.copied_tokens or copied.copied_tokens < copied.prompt_tokens:
             self.reread(conv_id, FORK)
 
     def _on_progress(self, conv_id, progress):
