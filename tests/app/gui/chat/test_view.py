@@ -149,7 +149,11 @@ def test_a_version_switch_keeps_the_message_where_it_was(qtbot, qloop, store, en
     now = [switched.version_switcher.prev_button, switched.version_switcher.next_button]
     assert [b.mapTo(w, QPoint(0, 0)) for b in now] == arrows  # ‹ › stay under the mouse
     assert w.focusWidget() is w.composer.editor  # typing still goes to the message box
-    # Back to the short version: nothing below it now, and still it stays where it was.
+    # Read on into the long branch, then back to the short version: nothing below it now, and
+    # still it stays where it was (its old place was the chat's end, so it needs room below).
+    bar.setValue(bar.value() + 200)
+    qtbot.waitUntil(lambda: top(switched) == place - 200)
+    place = top(switched)
     QTest.mouseClick(switched.version_switcher.next_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(view.message_widgets()) == 8)
     back = view.message_widgets()[7]
