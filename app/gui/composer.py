@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -195,6 +195,12 @@ class Composer(QWidget):
     def eventFilter(self, obj, event):
         if obj is self.editor and event.type() == QEvent.Type.FontChange:
             QTimer.singleShot(0, self._fit)  # Preferences' font size: room for two lines of it
+        elif (
+            obj is self.editor
+            and event.type() == QEvent.Type.Resize
+            and event.size().width() != event.oldSize().width()
+        ):
+            QTimer.singleShot(0, self._fit)  # narrower: the placeholder may wrap to one more line
         return super().eventFilter(obj, event)
 
     def changeEvent(self, event):
@@ -205,11 +211,25 @@ class Composer(QWidget):
     def _fit(self):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""
         line = self.editor.fontMetrics().lineSpacing()
-        lines = min(8, max(2, int(self.editor.document().size().height())))
+        lines = min(8, max(2, int(self.editor.document().size().height()), self._placeholder_lines(line)))
         frame = self.editor.height() - self.editor.viewport().height()  # border and padding (style sheet)
         height = lines * line + 2 * int(self.editor.document().documentMargin()) + max(frame, 8) + 4  # + rounding
         if height != self.editor.height():
             self.editor.setFixedHeight(height)
+
+    def _placeholder_lines(self, line: int) -> int:
+        """The lines the placeholder wraps to while the box is empty (a big font, a narrow window)."""
+        if self.editor.document().characterCount() > 1:
+            return 0
+        # QPlainTextEdit draws it in the viewport less the document margin on the left and top only
+        width = max(1, self.editor.viewport().width() - int(self.editor.document().documentMargin()))
+        box = QRect(0, 0, width, 100 * line)
+        height = (
+            self.editor.fontMetrics()
+            .boundingRect(box, Qt.TextFlag.TextWordWrap, self.editor.placeholderText())
+            .height()
+        )
+        return round(height / line)  # lineSpacing() is rounded down: 3 lines can measure 3.1 of them
 
     def text(self) -> str:
         return self.editor.toPlainText()
@@ -302,6 +322,7 @@ class Composer(QWidget):
         if text != self.editor.placeholderText():
             self.editor.setPlaceholderText(text)
             self.editor.viewport().update()  # Qt repaints a placeholder only when it appears or goes
+            self._fit()  # a longer one may need another line
 
     def _can_generate(self) -> bool:
         return (

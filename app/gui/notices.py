@@ -1,11 +1,21 @@
 """Dismissable notice bars above the chat (store notice, load failures, Undo delete)."""
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class NoticeBar(QFrame):
     closed = Signal(object)
+    focusReleased = Signal()  # it held the keyboard (its button was clicked) and is gone
 
     def __init__(self, key, text, kind="info", action=None, parent=None):
         super().__init__(parent)
@@ -38,12 +48,18 @@ class NoticeBar(QFrame):
     def dismiss(self):
         if self.isHidden():
             return
+        focused = QApplication.focusWidget()
+        had_focus = focused is not None and (focused is self or self.isAncestorOf(focused))
         self.closed.emit(self)
-        self.hide()
+        self.hide()  # Qt hands the focus to the next widget in the chain: a search box, a message's button
         self.deleteLater()
+        if had_focus:
+            self.focusReleased.emit()
 
 
 class NoticeArea(QWidget):
+    focusReleased = Signal()  # a bar that held the keyboard closed: the window gives it back to typing
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self._layout = QVBoxLayout(self)
@@ -56,6 +72,7 @@ class NoticeArea(QWidget):
         self.dismiss(key)
         bar = NoticeBar(key, text, kind, action)
         bar.closed.connect(self._forget)
+        bar.focusReleased.connect(self.focusReleased)
         self._bars[key] = bar
         self._layout.addWidget(bar)
         if timeout_ms:

@@ -120,6 +120,7 @@ class MainWindow(QMainWindow):
         self.dialogs = WindowDialogs(self, store, self.bridge, self.chat, self.models, self.status)
         self.dialogs.error.connect(self.show_error)
         self.dialogs.closed.connect(self.keys.focus_composer)
+        self.notices.focusReleased.connect(self.keys.focus_composer)  # Load It, Undo, Switch to…
         self.dialogs.appSettingsSaved.connect(self.apply_app_settings)
         self.dialogs.chatSettingsSaved.connect(self._on_chat_settings_saved)
         self.header.toggleSidebarRequested.connect(self.keys.toggle_sidebar)

@@ -2,7 +2,9 @@
 state. A widget of its own, composed into MainWindow: it owns its labels and the stats it shows,
 and reads the bridge only for the loaded model and its KV memory."""
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
 
 from app.core.sizes import format_bytes
 from app.gui.chat.controller import reading_text
@@ -18,24 +20,57 @@ STATE_LABELS = {
 }
 
 
+class FittingLabel(QLabel):
+    """A status label that shrinks below its text when the bar is too narrow (a small window, a big
+    font) and draws the text elided instead of cut; text() stays whole."""
+
+    MIN_CHARS = 6  # "Conte…": enough to tell the labels apart
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.MIN_CHARS * self.fontMetrics().averageCharWidth()), hint.height())
+
+    def give_way(self):
+        """Take only the room the other labels leave (at least MIN_CHARS), rather than a share of it."""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(self.minimumSizeHint().width())
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if (
+            event.type() == QEvent.Type.FontChange
+            and self.sizePolicy().horizontalPolicy() == QSizePolicy.Policy.Ignored
+        ):
+            self.setMinimumWidth(self.minimumSizeHint().width())  # MIN_CHARS of the new size
+
+    def paintEvent(self, event):
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter = QPainter(self)
+        align = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+        self.style().drawItemText(painter, rect, align, self.palette(), self.isEnabled(), shown, self.foregroundRole())
+
+
 class StatusBar(QStatusBar):
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
         self.bridge = bridge
         self.stats = None  # the stats shown (TurnStats or a stats dict)
-        self.model_label = QLabel("No model")
+        self.stats_model = ""  # the id of the model that wrote them
+        self.model_label = FittingLabel("No model")
         self.model_label.setObjectName("statusModel")
         self.progress = QProgressBar()
         self.progress.setObjectName("loadProgress")
         self.progress.setMaximumWidth(180)
         self.progress.setVisible(False)
-        self.context_label = QLabel("")
+        self.context_label = FittingLabel("")
         self.context_label.setObjectName("statusContext")
-        self.kv_label = QLabel("")
+        self.kv_label = FittingLabel("")
         self.kv_label.setObjectName("statusKV")
-        self.state_label = QLabel(STATE_LABELS["starting"])
+        self.state_label = FittingLabel(STATE_LABELS["starting"])
         self.state_label.setObjectName("statusState")
-        self.addWidget(self.model_label)
+        self.model_label.give_way()  # the header names the model too: the other labels keep their text
+        self.addWidget(self.model_label, 1)
         self.addWidget(self.progress)
         for label in (self.context_label, self.kv_label, self.state_label):
             self.addPermanentWidget(label)
@@ -85,13 +120,17 @@ class StatusBar(QStatusBar):
         self.showMessage(p.stage, 5000)
 
     def _limit(self) -> int:
-        get = (
-            (self.stats.get if isinstance(self.stats, dict) else lambda k, d=0: getattr(self.stats, k, d))
-            if self.stats
-            else None
-        )
-        model = self.bridge.current_model
+        """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
+        stats, model = self.stats, self.bridge.current_model
+        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
+        if get and self._foreign():
+            return model.context_length if model else 0  # another model's limit says nothing about this one's
         return (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+
+    def _foreign(self) -> bool:
+        """The stats shown were written by a model other than the loaded one (their counts are in its tokens)."""
+        model = self.bridge.current_model
+        return bool(self.stats and model is not None and self.stats_model and self.stats_model != model.id)
 
     def show_draft_reading(self):
         """The message being typed is read ahead: the context it fills is not known yet (not "0")."""
@@ -109,15 +148,22 @@ class StatusBar(QStatusBar):
         self.context_label.setToolTip("With the message you are typing (read ahead)")
 
     def show_stats(self, stats):
+        if stats is not self.stats:  # a stored reply names its model; a live turn's is the loaded one
+            current = self.bridge.current_model
+            self.stats_model = stats.get("model_id", "") if isinstance(stats, dict) else (current.id if current else "")
         self.stats = stats
         self.context_label.setToolTip("")
         get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
-        model = self.bridge.current_model
-        limit = (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+        limit = self._limit()
         used = get("kv_offset", 0) if get else 0
-        self.context_label.setText(f"Context {used:,} / {limit:,}" if limit else "")
+        foreign = self._foreign()
+        self.context_label.setText(
+            (f"Context … / {limit:,}" if foreign else f"Context {used:,} / {limit:,}") if limit else ""
+        )
+        if foreign:
+            self.context_label.setToolTip("Counted in this model's tokens when it next reads the chat")
         kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if get and not kv:
+        if get and not kv and not foreign:
             kv = get("kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
 

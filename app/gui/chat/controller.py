@@ -44,6 +44,13 @@ def reading_text(progress) -> str:
     return f"{what} {int(100 * progress.fraction)}%"
 
 
+def last_reply_stats(messages) -> dict | None:
+    """The stats of the last reply shown, with the model that wrote it (its context limit is
+    that model's: the status bar uses the loaded model's once another is loaded)."""
+    last = next((m for m in reversed(messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
+    return {**last.stats, "model_id": last.model_id} if last is not None else None
+
+
 @dataclass
 class Generation:
     conv_id: str
@@ -57,7 +64,7 @@ class Generation:
 
 class ChatController(QObject):
     conversationChanged = Signal(object)  # conv id or None
-    statsChanged = Signal(object)  # TurnStats or a stats dict (context used, KV memory)
+    statsChanged = Signal(object)  # TurnStats or a stored reply's stats dict with its "model_id"
     generatingChanged = Signal(bool)
     editingChanged = Signal(bool)
     error = Signal(str)
@@ -167,8 +174,7 @@ class ChatController(QObject):
         self.view.select_conversation(conv.id)
         self._remember("last_conversation", conv.id)
         self.conversationChanged.emit(conv.id)
-        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
-        self.statsChanged.emit(last)
+        self.statsChanged.emit(last_reply_stats(conv.messages))
 
     def ensure_conversation(self) -> str:
         if self.conv_id is None:
@@ -642,8 +648,7 @@ class ChatController(QObject):
             self.versionSwitched.emit(self.conv_id)
             return True
         self.view.replace_messages_from(msg_id, conv.messages[shown.index(ids[i]) :])
-        last = next((m.stats for m in reversed(conv.messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
-        self.statsChanged.emit(last)
+        self.statsChanged.emit(last_reply_stats(conv.messages))
         self.refresh_list()
         self.versionSwitched.emit(self.conv_id)
         return True

@@ -4,8 +4,19 @@ A message owns its own document (GPT4All-style): streaming updates touch only th
 message, and a finished message is frozen (its text is not re-rendered again).
 """
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QSizePolicy,
+    QStyle,
+    QStyleOptionToolButton,
+    QStylePainter,
+    QToolButton,
+    QVBoxLayout,
+)
 
 from app.core.store import MessageRole, MessageStatus
 from app.gui.chat.header import ElidedLabel
@@ -30,6 +41,31 @@ STATUS_NOTES = {
     QUEUED: "Queued: sent when the model is ready",
     QUEUED_NEXT: "Queued: sent when the reply being written ends",
 }
+
+
+class FoldButton(QToolButton):
+    """Show more / Show less: narrower than its text when the column is (a big font in a small
+    window), drawn elided ("Show more (1,266 more…"); text() stays whole."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)  # its text's width, or less
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), self.fontMetrics().horizontalAdvance("Show more…") + 12), hint.height())
+
+    def paintEvent(self, event):
+        painter = QStylePainter(self)
+        option = QStyleOptionToolButton()
+        self.initStyleOption(option)
+        room = (
+            self.style()
+            .subControlRect(QStyle.ComplexControl.CC_ToolButton, option, QStyle.SubControl.SC_ToolButton, self)
+            .width()
+        )
+        option.text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, max(0, room - 8))
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ToolButton, option)
 
 
 def folded(text: str) -> str:
@@ -139,7 +175,7 @@ class MessageWidget(QFrame):
         else:
             self.body = MarkdownView()
         layout.addWidget(self.body)
-        self.more_button = QToolButton()
+        self.more_button = FoldButton()
         self.more_button.setText("Show more")
         self.more_button.setObjectName("showMoreButton")
         self.more_button.setAutoRaise(True)

@@ -17,12 +17,13 @@ from PySide6.QtCore import QObject, Signal
 from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from engine.errors import ChinwagError
 
-INSTRUCTIONS, MODEL, VERSION = "instructions", "model", "version"
+INSTRUCTIONS, MODEL, VERSION, FORK = "instructions", "model", "version", "fork"
 # What the status bar says while a changed chat is read again, by what changed.
 REREAD_LABELS = {
     INSTRUCTIONS: "Re-reading the chat for the new instructions…",
     MODEL: "Re-reading the chat for the new model…",
     VERSION: "Re-reading the chat from this version…",
+    FORK: "Reading the forked chat…",  # its parent's cache was not there to copy (a restart, an eviction)
 }
 # A draft's read ahead that finds the chat itself to read again (after a change it preempted).
 REREAD_LABEL = "Re-reading the chat…"
@@ -83,11 +84,21 @@ class ReadAhead(QObject):
         return task
 
     def fork(self, source_id, conv_id) -> asyncio.Task | None:
-        """A fork was made: it starts with its parent's cache up to the fork point."""
+        """A fork was made: it starts with its parent's cache up to the fork point, and what the
+        copy could not give (no parent cache in memory or saved) is read ahead at once."""
         request = self._request(conv_id)
         if request is None:
             return None
-        return self._keep(self.bridge.fork(source_id, conv_id, *request))
+        task = self.bridge.fork(source_id, conv_id, *request)
+        if task is not None:
+            task.add_done_callback(lambda done: self._after_fork(conv_id, done))
+        return self._keep(task)
+
+    def _after_fork(self, conv_id, task: asyncio.Task):
+        copied = None if task.cancelled() or task.exception() is not None else task.result()
+        # Nothing copied (the engine then does not measure the fork's prompt: 0 of 0), or only part
+        if copied is None or not copied.copied_tokens or copied.copied_tokens < copied.prompt_tokens:
+            self.reread(conv_id, FORK)
 
     def _on_progress(self, conv_id, progress):
         why = self._why.get(conv_id)

@@ -4,7 +4,7 @@ The model behind it (defaults, overrides, effective values, the engine's paramet
 app/core/settings.py; this file holds only the widgets and their UI text.
 """
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,8 +17,10 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.core.settings import PREFILL_KEY, SPECS, load_presets, setting_value
@@ -84,6 +86,23 @@ class PromptEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+class FormScroll(QScrollArea):
+    """The dialog's rows, scrolled only when the screen is too short for them (a big font size):
+    its size hint is the rows' whole size, not QScrollArea's cap of 24 lines."""
+
+    def __init__(self, body: QWidget, parent=None):
+        super().__init__(parent)
+        self.body = body
+        self.setWidget(body)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def sizeHint(self) -> QSize:
+        rows = self.body.sizeHint()
+        return QSize(rows.width() + self.verticalScrollBar().sizeHint().width(), rows.height())
+
+
 class SettingsDialog(QDialog):
     """Edits one settings dict. Show it with open() (never exec() from a coroutine)."""
 
@@ -94,16 +113,21 @@ class SettingsDialog(QDialog):
         self.setWindowModality(Qt.WindowModality.WindowModal)
         self._defaults = dict(defaults)
         layout = QVBoxLayout(self)
+        body = QWidget()
+        rows = QVBoxLayout(body)
+        rows.setContentsMargins(0, 0, 0, 0)
         if note:
             label = QLabel(note)
             label.setWordWrap(True)
-            layout.addWidget(label)
+            rows.addWidget(label)
         self.extra_group = QGroupBox()  # rows a subclass adds above the chat settings
         self.extra_form = QFormLayout(self.extra_group)
         self.extra_group.setVisible(False)
-        layout.addWidget(self.extra_group)
+        rows.addWidget(self.extra_group)
         self.chat_group = QGroupBox()
-        layout.addWidget(self.chat_group)
+        rows.addWidget(self.chat_group)
+        self.rows_scroll = FormScroll(body)
+        layout.addWidget(self.rows_scroll)
         form = QFormLayout()
         self.presets = load_presets()
         self.preset_box = QComboBox()
@@ -158,6 +182,23 @@ class SettingsDialog(QDialog):
         self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.ok_button.setDefault(True)  # Return in a field is OK
         self.set_values(values)
+
+    def showEvent(self, event):
+        """As tall as its rows, but never taller than the screen: OK and Cancel stay on it and the
+        rows scroll instead; always as wide as the rows (Qt would start it at 2/3 of the screen)."""
+        super().showEvent(event)
+        rows = self.rows_scroll
+        rows.setMinimumWidth(rows.body.minimumSizeHint().width() + rows.verticalScrollBar().sizeHint().width())
+        screen = self.screen().availableGeometry()
+        # The title bar (not known before the window manager has framed the dialog: two lines).
+        frame = max(self.frameGeometry().height() - self.height(), 2 * self.fontMetrics().height())
+        room = screen.height() - frame
+        want = self.sizeHint()
+        height = min(want.height(), room)
+        if height != self.height() or self.width() < want.width():
+            self.resize(max(self.width(), want.width()), height)
+        if self.frameGeometry().bottom() > screen.bottom():
+            self.move(self.x(), screen.top())
 
     def _use_preset(self, index):
         if index > 0:

@@ -160,3 +160,63 @@ def test_on_the_real_engine_a_fork_and_new_instructions_cost_only_the_new_messag
     assert stats["reused_tokens"] == read.prompt_tokens
     assert stats["prefilled_tokens"] < 40  # the question and the template around it (tiny vocabulary)
     close_window(qtbot, store, window)
+
+
+def test_a_fork_whose_parent_has_no_cache_is_read_ahead_at_once(qtbot, window, engine):
+    from engine.types import ForkedCache
+
+    engine.reply = "a reply"
+    send(qtbot, window, "first question")
+    send(qtbot, window, "second question")
+    parent = window.chat.conv_id
+
+    async def nothing_to_copy(source_id, conv_id, messages, params=None):  # after a restart, or an eviction
+        engine.forks.append((source_id, conv_id, list(messages)))
+        return ForkedCache(0, 0, "the chat forked has no cache in memory or saved")  # as engine/local/fork.py
+
+    engine.fork = nothing_to_copy
+    engine.prefill_progress = [PrefillProgress(0, 30, 30, 4096, 30), PrefillProgress(12, 30, 30, 4096, 30)]
+    engine.reading = asyncio.Event()
+    prefills = len(engine.prefills)
+    fork_at(window, 2)
+    fork = window.chat.conv_id
+    assert fork != parent
+    status = window.status.state_label
+    # seen on X: a fork of a chat from before a restart read all of it after Enter (4.3 s to the first token)
+    qtbot.waitUntil(lambda: status.text() == "Reading the forked chat… 40%", timeout=5000)
+    assert engine.prefills[prefills][0] == fork and len(engine.prefills[prefills][1]) == 3
+    engine.reading.set()
+    qtbot.waitUntil(lambda: status.text() == "Ready", timeout=5000)
+
+
+def test_a_fork_that_got_its_parents_cache_is_not_read_again(qtbot, window, engine):
+    send(qtbot, window, "question")
+    prefills = len(engine.prefills)
+    fork_at(window, 0)
+    qtbot.waitUntil(lambda: len(engine.forks) == 1, timeout=5000)
+    qtbot.waitUntil(lambda: not window.read_ahead.tasks, timeout=5000)
+    assert len(engine.prefills) == prefills
+
+
+def test_on_the_real_engine_a_fork_of_a_chat_without_a_cache_is_read_before_enter(qtbot, qloop, tiny_model_path):
+    """The parent's cache is gone (forgotten here; after a restart or an eviction in use): the fork
+    is read ahead as soon as it is made, so Generate Reply reads one token."""
+    from app.core.settings import DEFAULTS_KEY
+    from tests.app.gui.test_window_engine import close_window, open_window
+    from tests.app.gui.test_window_engine import send as send_real
+    from tests.app_helpers import run as run_real
+
+    store, window = open_window(qtbot, tiny_model_path)
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 4, "temperature": 0.0})
+    send_real(qtbot, window, "Tell me about the quick brown fox and the lazy dog, at length.")
+    send_real(qtbot, window, "And what did the dog do then?")
+    run_real(qtbot, window.bridge.engine.forget(window.chat.conv_id))
+    with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=60_000) as done:
+        fork_at(window, 2)
+    fork = window.chat.conv_id
+    assert done.args[0] == fork and done.args[1].finished
+    QTest.keyClick(window.composer.editor, Qt.Key.Key_Return)  # Generate Reply
+    qtbot.waitUntil(lambda: idle(window) and len(store.get_conversation(fork).messages) == 4, timeout=60_000)
+    stats = store.get_conversation(fork).messages[-1].stats
+    assert stats["reused_tokens"] == stats["prompt_tokens"] - 1 and stats["prefilled_tokens"] == 1
+    close_window(qtbot, store, window)

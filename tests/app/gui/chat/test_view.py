@@ -38,7 +38,7 @@ def fits(view, width):
     assert view.widget().width() <= view.viewport().width()
     for message in view.message_widgets():
         assert in_viewport(view, message), (width, message.role)
-        for button in (message.copy_button, message.edit_button, message.regen_button):
+        for button in (message.copy_button, message.edit_button, message.regen_button, message.more_button):
             if not button.isHidden():
                 assert in_viewport(view, button), (width, button.objectName())
         stats = message.stats_label
@@ -55,18 +55,21 @@ def test_the_column_reflows_at_every_width_from_the_minimum(qtbot, qloop, store,
     store.add_message(conv.id, "user", "Look at " + "this word " * 40 + "https://example.com/" + "a" * 150)
     reply = "Some prose.\n\n```python\ndef is_prime(n):\n    return n > 1\n```\n\n" + "More prose. " * 30
     store.add_message(conv.id, "assistant", reply, model_id="a-model-with-a-very-long-name-" * 3, stats=LONG_STATS)
+    store.add_message(conv.id, "user", "a pasted page " * 200)  # folded: Show more (1,800 more characters)
     store.set_state("last_conversation", conv.id)
     w = open_window(qtbot, store, engine)
     view = w.chat_view
     assert w.sidebar.isVisible()
+    sizes = ((0, MIN_SIZE[0]), (0, 800), (0, 900), (0, 1100), (14, MIN_SIZE[0]), (14, 900), (20, MIN_SIZE[0]))
     try:
-        for font_size, width in ((0, MIN_SIZE[0]), (0, 800), (0, 900), (0, 1100), (14, MIN_SIZE[0]), (14, 900)):
+        for font_size, width in sizes:  # at 20 pt Show more's text was wider than the column (seen on X)
             store.set_state(APP_KEY, {"theme": "system", "font_size": font_size, "default_model": ""})
             w.apply_app_settings()
             w.resize(width, MIN_SIZE[1])
             qtbot.waitUntil(lambda width=width: w.width() == width)
             qtbot.waitUntil(lambda width=width: fits(view, width))  # once the layout has settled
-        assert "prompt tokens reused" in view.message_widgets()[-1].stats_label.text()
+        assert "prompt tokens reused" in view.message_widgets()[1].stats_label.text()
+        assert view.message_widgets()[-1].more_button.text().endswith("more characters)")  # drawn elided
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
     w.close()
@@ -146,7 +149,11 @@ def test_a_version_switch_keeps_the_message_where_it_was(qtbot, qloop, store, en
     now = [switched.version_switcher.prev_button, switched.version_switcher.next_button]
     assert [b.mapTo(w, QPoint(0, 0)) for b in now] == arrows  # ‹ › stay under the mouse
     assert w.focusWidget() is w.composer.editor  # typing still goes to the message box
-    # Back to the short version: nothing below it now, and still it stays where it was.
+    # Read on into the long branch, then back to the short version: nothing below it now, and
+    # still it stays where it was (its old place was the chat's end, so it needs room below).
+    bar.setValue(bar.value() + 200)
+    qtbot.waitUntil(lambda: top(switched) == place - 200)
+    place = top(switched)
     QTest.mouseClick(switched.version_switcher.next_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(view.message_widgets()) == 8)
     back = view.message_widgets()[7]

@@ -166,3 +166,28 @@ def test_the_first_step_from_system_size_goes_to_the_neighbouring_size(qtbot, wi
     QTest.keyClick(box, Qt.Key.Key_Up)
     assert box.value() == system + 1
     dialog.reject()
+
+
+@pytest.mark.parametrize("which", ["preferences_dialog", "chat_settings_dialog"])
+def test_at_20_pt_the_settings_dialogs_fit_the_screen(qtbot, window, store, which):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
+
+    send(qtbot, window, "hi")  # a chat for Chat Settings
+    try:
+        store.set_state(APP_KEY, {"theme": "system", "font_size": 20, "default_model": ""})
+        window.apply_app_settings()
+        dialog = getattr(window.dialogs, which)()
+        qtbot.waitUntil(dialog.isVisible)
+        room = dialog.screen().availableGeometry().height()
+        assert dialog.height() < room  # seen on X at 14 pt: OK and Cancel below the screen's edge
+        ok = dialog.ok_button
+        assert ok.isVisible() and ok.mapTo(dialog, ok.rect().bottomLeft()).y() <= dialog.height()
+        rows = dialog.rows_scroll.widget()
+        assert rows.width() >= rows.minimumSizeHint().width()  # seen on X: the fields ran under the scroll bar
+        if rows.minimumSizeHint().height() > dialog.rows_scroll.viewport().height():  # the rows scroll instead
+            qtbot.waitUntil(lambda: dialog.rows_scroll.verticalScrollBar().maximum() > 0)
+        dialog.reject()
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)

@@ -1,0 +1,36 @@
+"""The message box at a big font size in a small window: its placeholder is never cut."""
+
+import pytest
+from PySide6.QtCore import QRect, Qt
+
+pytestmark = pytest.mark.qt
+
+
+def placeholder_room(editor) -> int:
+    """The viewport's height beyond what the wrapped placeholder needs (negative: it is cut)."""
+    margin = int(editor.document().documentMargin())  # where QPlainTextEdit draws it: left and top
+    width = editor.viewport().width() - margin
+    flags = Qt.TextFlag.TextWordWrap
+    needed = editor.fontMetrics().boundingRect(QRect(0, 0, width, 10_000), flags, editor.placeholderText()).height()
+    return editor.viewport().height() - margin - needed
+
+
+def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, window, store):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
+    from app.gui.window import MIN_SIZE
+
+    editor = window.composer.editor
+    window.resize(*MIN_SIZE)
+    try:
+        store.set_state(APP_KEY, {"theme": "system", "font_size": 20, "default_model": ""})
+        window.apply_app_settings()
+        qtbot.waitUntil(lambda: window.width() == MIN_SIZE[0] and editor.font().pointSize() == 20)
+        qtbot.waitUntil(lambda: placeholder_room(editor) >= 0)  # seen on X: its third line was cut
+        assert editor.toPlainText() == ""
+        assert placeholder_room(editor) < editor.fontMetrics().lineSpacing()  # and no spare line
+        window.composer.set_draft("one line")  # typed text: two lines of room, as before
+        qtbot.waitUntil(lambda: editor.height() < 4 * editor.fontMetrics().lineSpacing())
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)
