@@ -480,8 +480,9 @@ def section(d, res):
                 f"{min(got):.2f}x, " + ("met" if min(got) >= goal else "not met by every case")
             )
     return [
-        "Edits the drafter was not tuned on (the task set was committed before the drafter changed; "
-        "`bench/figures/speculative_edits.py`): a short Python function in the prompt, rewritten whole with one "
+        "Edits the drafter was not tuned on (the task set was committed before the drafter changed; its constants "
+        "were chosen on another set, `TUNING_CASES` in `bench/figures/speculative_edits.py`): a short Python "
+        "function in the prompt, rewritten whole with one "
         "change (a variable renamed, an off-by-one bug fixed, French comments translated, cramped code reformatted "
         "to PEP 8), and two free chats that repeat nothing from their prompt. Starter model, greedy, "
         f"{d['params']['reps']} repetitions, speculation off and on interleaved (the order alternating); "
