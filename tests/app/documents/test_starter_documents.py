@@ -53,9 +53,10 @@ def test_a_window_slide_drops_a_document_whole_on_the_starter():
     not at all, and each turn after the slide equals a fresh computation of the messages it kept."""
     from tests.conftest import run_with_engine
 
-    # Small: on the reference BLAS (the suite's mlx is imported before OpenBLAS can be preloaded) the
-    # starter reads about ten tokens a second, and every turn is computed twice. Four turns: the document's
-    # (78 tokens), a follow-up that keeps it (98 + 4 <= 110), the slide that drops both, one after the slide.
+    # Small: on the reference BLAS (a system without OpenBLAS; tests/conftest.py preloads it where there
+    # is one) the starter reads about ten tokens a second, and every turn is computed twice. Four turns:
+    # the document's (78 tokens), a follow-up that keeps it (98 + 4 <= 110), the slide that drops both,
+    # and one after the slide.
     params = GenerationParams(temperature=0.0, max_tokens=4, speculative=False, context_cap=110)
     first, last = 1, 2  # two notes: the first and the last are each checked to be in or out together
     doc = Attachment(
