@@ -18,6 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# As the Engine does in a user's process: the system's OpenBLAS, where there is one, before anything
+# imports mlx (here the test modules and the tiny model would, before any Engine could).
+from engine.local import blas  # noqa: E402
+
+blas.preload_openblas()
+
 
 @pytest.fixture(autouse=True)
 def chinwag_home(tmp_path, monkeypatch):

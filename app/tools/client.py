@@ -207,9 +207,10 @@ class ServerConnection:
         if task is None:
             return
         self._stop.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)
-        except (TimeoutError, Exception):  # noqa: BLE001 - a connection that ends badly is cancelled all the same
+        if self._session is not None:  # connected: _hold ends when it sees _stop
+            with contextlib.suppress(TimeoutError, Exception):  # one that ends badly is cancelled below all the same
+                await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT_S)
+        if not task.done():  # still starting (it awaits the server, never _stop), or too slow to close
             task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, STOP_TIMEOUT_S)

@@ -248,9 +248,11 @@ def test_replay_pause_lets_the_next_window_be_prepared(tiny_model_path, tmp_path
     from app.cli.main import main
 
     script = tmp_path / "long.json"
-    turns = [f"Question {i}: what is the capital of France?" for i in range(12)]
+    # A turn adds 41 tokens: the 7th (293) slides past the cap and keeps the turn before it (88 <= 0.35 * 272),
+    # so the window prepared in the pause before it reads that turn again. Each pause is a second slept.
+    turns = [f"Question {i}: what is the capital of France?" for i in range(7)]
     script.write_text(json.dumps({"system": "Be brief.", "turns": turns}))
-    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "400"]
+    common = ["replay", str(script), "--model", str(tiny_model_path), "--max-tokens", "8", "--context-cap", "280"]
     runs = []
     for extra in ([], ["--pause", "1"]):
         assert main(common + extra) == 0
