@@ -401,11 +401,11 @@ def section(d, res):
                 + ("met" if r >= goal else "not met")
             )
     return [
-        f"Prompt-lookup speculative decoding (`engine/local/speculative.py`): drafts copied from the tokens that followed "
-        f"the latest earlier match of the conversation's last 3-, 2- or 1-gram (the drafter at the commit measured; "
-        f"since then it keeps its copy position through edits: see “Speculative decoding on held-out edits”), verified in one forward pass, "
-        f"rejected positions trimmed from the cache; the draft length adapts to the acceptance rate and drops to 0 "
-        f"while drafts keep failing. Greedy, {d['params']['reps']} repetitions, the three sides rotating; decode "
+        f"Prompt-lookup speculative decoding (`engine/local/speculative.py`): drafts copied from an earlier match of "
+        f"the conversation's last tokens (a copy position kept through edits, else the longest match), verified in "
+        f"one forward pass, rejected positions trimmed from the cache; how far to draft follows the match's length, "
+        f"the acceptance rates learned for such matches during the turn, and what a pass is timed to cost (none "
+        f"while nothing pays). Greedy, {d['params']['reps']} repetitions, the three sides rotating; decode "
         f"tok/s from the caller, (tokens − 1) / (last − first token). The tiny model has random weights and copies "
         f"nothing from its prompt: it shows what drafting costs when it never pays off. (d) drafts with a draft "
         f"model instead, on the free-chat prompt: no small/large pair of one family is available offline, so only "
