@@ -60,7 +60,13 @@ _MENU_EDGES = (QStyle.PrimitiveElement.PE_PanelMenu, QStyle.PrimitiveElement.PE_
 
 class VisibleIndicators(QProxyStyle):
     """The app's style, with an outline around check boxes, radio buttons and menus on a dark
-    palette (Fusion outlines them in a darker shade of the window: invisible when it is already dark)."""
+    palette (Fusion outlines them in a darker shade of the window: invisible when it is already dark),
+    and dialog buttons without icons, as on macOS (the desktop's ✓ and ✗ drew dark on a dark palette)."""
+
+    def styleHint(self, hint, option=None, widget=None, returnData=None):
+        if hint == QStyle.StyleHint.SH_DialogButtonBox_ButtonsHaveIcons:
+            return 0
+        return super().styleHint(hint, option, widget, returnData)
 
     def drawPrimitive(self, element, option, painter, widget=None):
         super().drawPrimitive(element, option, painter, widget)

@@ -80,3 +80,27 @@ def test_a_menu_has_a_visible_edge_on_the_dark_theme(qtbot):
         assert contrast(image, edge, window) >= 40
     finally:
         theme.apply("system", 0)
+
+
+def test_dialog_buttons_carry_no_icons_even_where_the_desktop_gives_them_some(qtbot):
+    """The desktop's ✓ and ✗ drew dark on the dark theme; macOS shows none."""
+    from PySide6.QtWidgets import QDialogButtonBox, QProxyStyle, QStyle
+
+    from app.gui.theme import VisibleIndicators
+
+    class IconButtons(QProxyStyle):  # a desktop whose dialog buttons carry icons
+        def styleHint(self, hint, option=None, widget=None, returnData=None):
+            if hint == QStyle.StyleHint.SH_DialogButtonBox_ButtonsHaveIcons:
+                return 1
+            return super().styleHint(hint, option, widget, returnData)
+
+    desktop = IconButtons("Fusion")
+    ours = VisibleIndicators(IconButtons("Fusion"))
+    icons = {}
+    for name, style in (("desktop", desktop), ("ours", ours)):
+        box = QDialogButtonBox()
+        qtbot.addWidget(box)
+        box.setStyle(style)
+        box.setStandardButtons(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        icons[name] = not box.button(QDialogButtonBox.StandardButton.Ok).icon().isNull()
+    assert icons == {"desktop": True, "ours": False}
