@@ -31,6 +31,7 @@ def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, wind
         assert placeholder_room(editor) < editor.fontMetrics().lineSpacing()  # and no spare line
         window.composer.set_draft("one line")  # typed text: two lines of room, as before
         qtbot.waitUntil(lambda: editor.height() < 4 * editor.fontMetrics().lineSpacing())
+        window.composer.set_draft("")  # no draft left to read ahead once the test's event loop is gone
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
         window._applied_look = ("system", 0)
