@@ -354,11 +354,11 @@ class Speculator:
     def _guess_next(self) -> None:
         guess = self.index.propose(1)
         self._guess, self._guess_match = (guess[0] if guess else None), self.index.length
-        self._want = guess != [] and self._pays_if_right()
+        self._decide()
 
-    def _pays_if_right(self) -> bool:
-        """Whether drafting would pay once the guess proves right (its match one token longer)."""
-        return self.copy.size(self._guess_match + 1) > 0
+    def _decide(self) -> None:
+        """Draft at the next step if it would pay once the guess proves right (its match one token longer)."""
+        self._want = self._guess is not None and self.copy.size(self._guess_match + 1) > 0
 
     def observe(self, tok: int) -> None:
         """A token emitted by a plain step."""
@@ -374,7 +374,7 @@ class Speculator:
             return
         if self._ahead:
             self._ahead = False  # draft() indexed tok, and made the guess of the token after it
-            self._want = self._guess is not None and self._pays_if_right()
+            self._decide()
             return
         self._arrived(tok)
         self._guess_next()
@@ -392,7 +392,6 @@ class Speculator:
         k = self.copy.size(self._match, room) if proposal else 0
         if k == 0:  # a plain step follows: its guess is this proposal's first token
             self._guess, self._guess_match = (proposal[0] if proposal else None), self._match
-            self.index._applied = []
         else:
             self._guess = None
         return proposal[:k]
