@@ -26,8 +26,10 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# Two workers: most tests wait (on servers, timeouts, Qt) rather than compute, and the build
+# machine has 2 cores.
 test: check
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n 2
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
