@@ -246,35 +246,49 @@ async def measure_model(label, path, cases, reps):
                     f"{label} {case} rep {rep} {side}: {r['decode_tps']:.1f} tok/s, {r['tokens']} tokens"
                     + (f", accepted {r['accepted']}/{r['drafted']}" if side == "on" else "")
                 )
-        same = all(a["ids"] == b["ids"] == c["ids"] for a, b, c in zip(runs["mlx_lm"], runs["off"], runs["on"]))
-        ids = runs["on"][0]["ids"]
-        for rs in runs.values():
-            for r in rs:
-                r.pop("ids")
-        tps = {side: median([r["decode_tps"] for r in rs]) for side, rs in runs.items()}
-        on = runs["on"]
-        drafted, accepted = sum(r["drafted"] for r in on), sum(r["accepted"] for r in on)
+        summary, _ids = summarise_case(runs, tokenizer)
+        tps = summary["decode_tps"]
         out[case] = {
-            "runs": runs,
-            "decode_tps": tps,
-            "same_ids": same,
-            "tokens": on[0]["tokens"],
-            "prompt_tokens": on[0]["prompt_tokens"],
+            **summary,
             "on_over_mlx_lm": ratio(tps["on"], tps["mlx_lm"]),
-            "on_over_off": ratio(tps["on"], tps["off"]),
             "off_over_mlx_lm": ratio(tps["off"], tps["mlx_lm"]),
-            "per_rep_on_over_mlx_lm": [ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(on, runs["mlx_lm"])],
-            "drafted": drafted,
-            "accepted": accepted,
-            "acceptance": ratio(accepted, drafted),
-            "reply_start": tokenizer.decode(ids[:60]),
+            "per_rep_on_over_mlx_lm": [
+                ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(runs["on"], runs["mlx_lm"])
+            ],
         }
         log(
             f"{label} {case}: on/mlx-lm {out[case]['on_over_mlx_lm']:.2f}, on/off {out[case]['on_over_off']:.2f}, "
-            f"same ids {same}"
+            f"same ids {summary['same_ids']}"
         )
     await engine.close()
     return out
+
+
+def summarise_case(runs, tokenizer):
+    """One case's runs per side, as both speculation figures store them: whether every side gave
+    the same ids in each repetition, median tok/s, the on side's draft counts and reply start.
+    The ids are dropped from the runs; returns (summary, the on side's first reply ids)."""
+    same = all(len({tuple(r["ids"]) for r in reps}) == 1 for reps in zip(*runs.values()))
+    ids = runs["on"][0]["ids"]
+    for rs in runs.values():
+        for r in rs:
+            r.pop("ids")
+    tps = {side: median([r["decode_tps"] for r in rs]) for side, rs in runs.items()}
+    on = runs["on"]
+    drafted, accepted = sum(r["drafted"] for r in on), sum(r["accepted"] for r in on)
+    summary = {
+        "runs": runs,
+        "decode_tps": tps,
+        "same_ids": same,
+        "tokens": on[0]["tokens"],
+        "prompt_tokens": on[0]["prompt_tokens"],
+        "on_over_off": ratio(tps["on"], tps["off"]),
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance": ratio(accepted, drafted),
+        "reply_start": tokenizer.decode(ids[:60]),
+    }
+    return summary, ids
 
 
 async def main_async(args):

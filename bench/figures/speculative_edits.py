@@ -24,7 +24,7 @@ import time
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median, ratio
 from bench.figures.speculative import CASES as FIGURE_7_CASES
-from bench.figures.speculative import run_chinwag
+from bench.figures.speculative import run_chinwag, summarise_case
 from bench.reporting import COLORS, Figure, f, pyplot, table
 
 SIDES = ["off", "on"]
@@ -349,32 +349,16 @@ async def measure(cases, reps):
                     f"{case} rep {rep} {side}: {r['decode_tps']:.2f} tok/s, {r['tokens']} tokens"
                     + (f", accepted {r['accepted']}/{r['drafted']}" if side == "on" else "")
                 )
-        same = all(a["ids"] == b["ids"] for a, b in zip(runs["off"], runs["on"]))
-        ids = runs["on"][0]["ids"]
-        for rs in runs.values():
-            for r in rs:
-                r.pop("ids")
-        tps = {side: median([r["decode_tps"] for r in rs]) for side, rs in runs.items()}
-        on = runs["on"]
-        drafted, accepted = sum(r["drafted"] for r in on), sum(r["accepted"] for r in on)
+        summary, ids = summarise_case(runs, tokenizer)
         out[case] = {
+            **summary,
             "kind": kind,
-            "runs": runs,
-            "decode_tps": tps,
-            "same_ids": same,
-            "tokens": on[0]["tokens"],
-            "prompt_tokens": on[0]["prompt_tokens"],
-            "on_over_off": ratio(tps["on"], tps["off"]),
-            "per_rep_on_over_off": [ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(on, runs["off"])],
-            "drafted": drafted,
-            "accepted": accepted,
-            "acceptance": ratio(accepted, drafted),
-            "reply_start": tokenizer.decode(ids[:60]),
+            "per_rep_on_over_off": [ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(runs["on"], runs["off"])],
             "best_schedule": best_schedule(
                 tokenizer.apply_chat_template(messages, add_generation_prompt=True), ids, costs
             ),
         }
-        log(f"{case}: on/off {out[case]['on_over_off']:.2f}, same ids {same}")
+        log(f"{case}: on/off {out[case]['on_over_off']:.2f}, same ids {summary['same_ids']}")
     await engine.close()
     return out, {str(n): c for n, c in costs.items()}
 
