@@ -47,13 +47,13 @@ DRAFTER_MAX_PAUSE = 256
 # match length during the turn, from these starting values (chosen on the tuning set,
 # bench/figures/speculative_edits.py's TUNING_CASES; its CASES are held out).
 MATCH_BUCKETS = (0, 1, 2, 3, 5, 9)  # the shortest match length of each bucket
-FIRST_PRIOR = (0.05, 0.15, 0.35, 0.6, 0.75, 0.9)  # P(the first drafted token is accepted)
-MORE_PRIOR = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9)  # P(the next one is, given the one before was)
+FIRST_PRIOR = (0.05, 0.05, 0.35, 0.6, 0.75, 0.9)  # P(the first drafted token is accepted)
+MORE_PRIOR = (0.5, 0.5, 0.5, 0.8, 0.85, 0.9)  # P(the next one is, given the one before was)
 LEARN_RATE = 0.15  # weight of each new outcome in a bucket's rates
 # What a verification pass costs beyond the plain step it replaces, in plain steps: per pass
-# and per drafted token, before the model's own passes are timed. A CPU computes every fed
-# token (~0.1 step each with OpenBLAS, ~1 with the reference BLAS); a GPU reads the weights
-# once for all of them.
+# and per drafted token, for sizes the model's own passes have not timed yet. A CPU computes
+# every fed token (~0.1 step each with OpenBLAS, ~1 with the reference BLAS); a GPU reads the
+# weights once for all of them.
 VERIFY_COST = {"cpu": (0.25, 0.08), "gpu": (0.05, 0.02)}
 TIME_RATE = 0.3  # weight of each timed pass in the cost estimate
 
@@ -244,23 +244,87 @@ class DraftLength:
 
 
 class VerifyCost:
-    """What a verification pass costs beyond a plain step, in plain steps (`per_pass`, and
-    `per_token` drafted), learned from how long the model's passes take. One per loaded model,
-    kept across turns: a draft that costs more than it saves stops being made."""
+    """What a verification pass costs beyond the plain step it replaces, in plain steps, learned
+    from how long the model's passes take. One per loaded model, kept across turns: a draft that
+    costs more than it saves stops being made.
+
+    Each pass size is timed on its own (`timed`): a CPU's matrix kernels are not linear in the
+    rows fed (here 16 rows cost less than 9). A size not timed yet is estimated from a line,
+    `per_pass` + `per_token` per drafted token, that every timed pass teaches.
+    """
 
     def __init__(self, device: str = "cpu") -> None:
         self.per_pass, self.per_token = VERIFY_COST[device]
         self.step: float | None = None  # seconds of a plain step, one token's whole cycle
+        self.timed: dict[int, float] = {}  # drafted tokens -> the pass's extra cost
 
     def plain(self, seconds: float) -> None:
         self.step = seconds if self.step is None else self.step + TIME_RATE * (seconds - self.step)
 
+    def extra(self, drafted: int) -> float:
+        """The expected cost of verifying `drafted` tokens, beyond the plain step it replaces."""
+        known = self.timed.get(drafted)
+        return known if known is not None else self.per_pass + self.per_token * drafted
+
     def verified(self, drafted: int, seconds: float) -> None:
-        """A pass that fed the pending token and `drafted` more took `seconds`."""
-        if self.step is None or self.step <= 0 or drafted < 2:
+        """A pass that fed the pending token and `drafted` more added `seconds` to its turn."""
+        if self.step is None or self.step <= 0 or drafted < 1:
             return
-        per_token = max(0.0, (seconds / self.step - 1 - self.per_pass) / drafted)
-        self.per_token += TIME_RATE * (per_token - self.per_token)
+        extra = max(0.0, seconds / self.step - 1)
+        known = self.timed.get(drafted)
+        self.timed[drafted] = extra if known is None else known + TIME_RATE * (extra - known)
+        if drafted >= 2:
+            per_token = max(0.0, (extra - self.per_pass) / drafted)
+            self.per_token += TIME_RATE * (per_token - self.per_token)
+
+
+class PassTimer:
+    """Times a turn's plain steps and passes for its VerifyCost, from the moment each returns.
+
+    Plain steps are pipelined: each returns once the step before it has computed, so a plain
+    step's cycle is one step. A pass first waits for the plain step before it, and the step right
+    after a pass has nothing to overlap with, so the one after that waits for it. What a pass
+    adds to the turn is therefore its span from the event before it to the second plain step
+    after it, less the plain steps' computing in that span.
+    """
+
+    def __init__(self, cost: VerifyCost) -> None:
+        self.cost = cost
+        self.last: float | None = None  # when the last step or pass returned (None: none yet)
+        self.after_plain = False  # the last was a plain step: its own compute is still running
+        self.open: list | None = None  # the last pass: [drafted, seconds, plain computes, steps after it]
+
+    def stepped(self) -> None:
+        self._event(0)
+
+    def passed(self, drafted: int) -> None:
+        self._event(drafted)
+
+    def _event(self, drafted: int) -> None:
+        now = time.perf_counter()
+        cycle = None if self.last is None else now - self.last
+        self.last, after_plain, self.after_plain = now, self.after_plain, not drafted
+        if cycle is None:  # the turn's first: what it waited for is not known
+            return
+        if self.open is not None and not drafted:
+            self.open[1] += cycle
+            self.open[3] += 1
+            if self.open[3] == 2:  # it waited for the first step's compute: the pipeline is back
+                self.open[2] += 1
+                self._close()
+            return
+        if self.open is not None:
+            self._close()
+        if drafted:
+            self.open = [drafted, cycle, int(after_plain), 0]
+        elif after_plain:
+            self.cost.plain(cycle)
+
+    def _close(self) -> None:
+        drafted, seconds, computes, _ = self.open or (0, 0.0, 0, 0)
+        self.open = None
+        if self.cost.step:
+            self.cost.verified(drafted, seconds - computes * self.cost.step)
 
 
 class CopyLength:
@@ -283,9 +347,10 @@ class CopyLength:
 
     def size(self, match: int, room: int = MAX_COPY) -> int:
         b = self.bucket(match)
-        p, gain, best, best_k = self.first[b], -self.cost.per_pass, 0.0, 0
+        p, expected, best, best_k = self.first[b], 0.0, 0.0, 0
         for k in range(1, min(self.max_draft, room) + 1):
-            gain += p - self.cost.per_token  # the k-th token: accepted with probability p
+            expected += p  # the k-th token: accepted with probability p
+            gain = expected - self.cost.extra(k)
             if gain > best:
                 best, best_k = gain, k
             p *= self.more[b]
@@ -491,7 +556,7 @@ def speculative_generate_step(
     meanwhile). Each yielded token is in the cache and `conv.token_ids`; the rejected draft, and
     accepted tokens the consumer did not take (closing this generator), leave the cache.
     """
-    yielded, last_plain = 0, None  # when the last plain step returned, if the step before was plain
+    yielded, timer = 0, PassTimer(spec.cost)
     while True:
         draft: list = []
         if spec.drafting:
@@ -499,18 +564,13 @@ def speculative_generate_step(
             draft = spec.draft(pending, room - yielded - 1)
         if not draft:
             tok, y = plain_step(model, conv, y, sampling)
-            now = time.perf_counter()
-            if last_plain is not None:  # a whole cycle: a step right after a pass waits for nothing
-                spec.cost.plain(now - last_plain)
-            last_plain = now
+            timer.stepped()
             spec.observe(tok)
             yielded += 1
             yield tok
             continue
-        started = time.perf_counter()
         verdict = spec.verify(model, conv.layers, pending, draft, sampling.history)
-        spec.cost.verified(len(draft), time.perf_counter() - started)
-        last_plain = None
+        timer.passed(len(draft))
         out = [pending] + draft[: verdict.accepted]
         sampling.saw(mx.array(out))
         try:

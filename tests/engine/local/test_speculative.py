@@ -187,6 +187,35 @@ def test_passes_timed_slower_than_their_copies_save_stop_drafting_and_fast_ones_
     assert CopyLength(fast).size(20) == MAX_COPY
 
 
+def test_each_pass_size_is_timed_on_its_own():
+    """A CPU's matrix kernels are not linear in the rows fed: here 16 rows ran faster than 9."""
+    cost = VerifyCost("cpu")
+    for _ in range(10):
+        cost.plain(0.1)
+        cost.verified(8, 0.1 * 1.94)  # 9 tokens fed
+        cost.verified(15, 0.1 * 1.71)  # 16 fed
+        cost.verified(7, 0.1 * 1.62)  # 8 fed
+    assert cost.extra(15) < cost.extra(8)
+    copy = CopyLength(cost)
+    assert copy.size(20) == 15  # 16 would be untimed: priced by the line the passes taught
+
+
+def test_a_pass_is_charged_for_the_pipelining_it_breaks(monkeypatch):
+    """A pass waits for the plain step before it, and the step after it has nothing to overlap."""
+    from engine.local import speculative
+
+    now = [0.0]
+    monkeypatch.setattr(speculative.time, "perf_counter", lambda: now[0])
+    cost = VerifyCost("cpu")
+    timer = speculative.PassTimer(cost)
+    for cycle, drafted in [(0, 0), (0.1, 0), (0.1, 0), (0.1 + 0.15, 8), (0.01, 0), (0.1 + 0.01, 0), (0.1, 0)]:
+        now[0] += cycle
+        timer.passed(drafted) if drafted else timer.stepped()
+    assert cost.step == pytest.approx(0.1)
+    # The pass computed 0.15 s and cost the two steps after it 0.01 s each: 1.7 steps, 0.7 extra.
+    assert cost.extra(8) == pytest.approx(0.7)
+
+
 def test_free_text_stays_plain_and_a_copy_drafts_again_once_it_matches():
     from engine.local.speculative import Speculator
 
