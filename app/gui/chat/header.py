@@ -34,6 +34,9 @@ class ElidedLabel(QLabel):
             self.setText(shown)
 
 
+EXTRAS_SHARE = 0.4  # of the bar's width, at most, for the controls at its right end
+
+
 class ChatHeader(QWidget):
     toggleSidebarRequested = Signal()
     settingsRequested = Signal()
@@ -69,6 +72,18 @@ class ChatHeader(QWidget):
     def add_widget(self, widget: QWidget):
         """Add a control at the header's right end."""
         self._extras.addWidget(widget)
+        self._share_width()
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._share_width()
+
+    def _share_width(self):
+        # The title keeps at least half the bar: a long model name elides rather than the chat's title.
+        for i in range(self._extras.count()):
+            widget = self._extras.itemAt(i).widget()
+            if widget is not None:
+                widget.setMaximumWidth(max(widget.minimumSizeHint().width(), int(self.width() * EXTRAS_SHARE)))
 
     def set_title(self, title: str):
         self.title_label.set_full_text(title or "New chat")

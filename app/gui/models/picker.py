@@ -2,13 +2,14 @@
 Model (every model engine.list_models() gives, server models grouped by server, and the
 import/download/server actions), so the two never differ: both show one ModelList."""
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QToolButton
 
 from app.gui.models.menu import ModelMenu, describe
 from app.gui.models.model_list import ModelList
 
 NO_MODEL = "No model"
+MIN_SHOWN = "Model…"  # what a squeezed picker still shows, at the least
 
 
 class ModelPicker(QToolButton):
@@ -19,6 +20,7 @@ class ModelPicker(QToolButton):
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.setAutoRaise(True)
         self.models = models
+        self._full = ""  # the model's whole name; the button shows it elided when squeezed
         self.menu_ = ModelMenu(models, self)
         self.setMenu(self.menu_)
         models.changed.connect(self._show_current)
@@ -37,6 +39,34 @@ class ModelPicker(QToolButton):
 
     def _show_current(self):
         self.setEnabled(not self.models.busy)  # while a model loads, choosing another is disabled
-        self.setText(self.current_name())
+        self._full = self.current_name()
+        self.setText(self._full)
+        self.updateGeometry()
+        self._elide()
         info = self.models.current()
         self.setToolTip(f"Model: {describe(info)} — click to switch" if info else "Choose a model")
+
+    def _chrome(self) -> int:
+        """The button's width beyond its text: margins and the menu arrow."""
+        return super().sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(self._chrome() + self.fontMetrics().horizontalAdvance(self._full), hint.height())
+
+    def minimumSizeHint(self) -> QSize:
+        hint = self.sizeHint()
+        least = self._chrome() + self.fontMetrics().horizontalAdvance(MIN_SHOWN)
+        return QSize(min(hint.width(), least), hint.height())
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self):
+        room = max(0, self.width() - self._chrome())
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, room)
+        if self.width() >= self.sizeHint().width():
+            shown = self._full
+        if shown != self.text():
+            self.setText(shown)

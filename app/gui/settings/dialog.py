@@ -4,8 +4,10 @@ The model behind it (defaults, overrides, effective values, the engine's paramet
 app/core/settings.py; this file holds only the widgets and their UI text.
 """
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDialog,
@@ -86,6 +88,20 @@ class PromptEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+class WheelToScroll(QObject):
+    """An event filter: a wheel over a field without the keyboard focus goes to `bar` instead."""
+
+    def __init__(self, bar: QWidget, parent: QObject) -> None:
+        super().__init__(parent)
+        self.bar = bar
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
+            QApplication.sendEvent(self.bar, event)
+            return True
+        return False
+
+
 class FormScroll(QScrollArea):
     """The dialog's rows, scrolled only when the screen is too short for them (a big font size):
     its size hint is the rows' whole size, not QScrollArea's cap of 24 lines."""
@@ -98,9 +114,33 @@ class FormScroll(QScrollArea):
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
+    def guard_wheel(self):
+        """The wheel scrolls the rows, never a field it passes over (seen on X: a scroll through
+        Preferences set the temperature to 0.00); a field with the keyboard focus still takes it."""
+        self._guard = getattr(self, "_guard", None) or WheelToScroll(self.verticalScrollBar(), self)
+        for field in [*self.body.findChildren(QAbstractSpinBox), *self.body.findChildren(QComboBox)]:
+            field.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            field.installEventFilter(self._guard)
+
     def sizeHint(self) -> QSize:
         rows = self.body.sizeHint()
         return QSize(rows.width() + self.verticalScrollBar().sizeHint().width(), rows.height())
+
+
+def _with_note(box: QCheckBox, note: str) -> QWidget:
+    """A checkbox with what it does in a line below, which wraps (a checkbox's own text cannot)."""
+    holder = QWidget()
+    column = QVBoxLayout(holder)
+    column.setContentsMargins(0, 0, 0, 0)
+    column.setSpacing(0)
+    column.addWidget(box)
+    label = QLabel(note)
+    label.setWordWrap(True)
+    label.setObjectName("settingNote")
+    label.setEnabled(False)  # drawn as secondary text, in every theme
+    label.setIndent(box.style().pixelMetric(box.style().PixelMetric.PM_IndicatorWidth) + 6)
+    column.addWidget(label)
+    return holder
 
 
 class SettingsDialog(QDialog):
@@ -151,18 +191,23 @@ class SettingsDialog(QDialog):
             box.setToolTip(TIPS.get(key, SPECS[key].help))
             form.addRow(key.replace("_", " ").capitalize(), box)
             form.labelForField(box).setToolTip(box.toolTip())
-        self.prefill_box = QCheckBox("Read the message while I type (faster replies to long messages)")
+        self.prefill_box = QCheckBox("Read the message while I type")
         self.prefill_box.setObjectName(PREFILL_KEY)
         self.prefill_box.setToolTip(
             "The model starts reading your message when you pause typing, so the reply starts sooner after Enter"
         )
-        form.addRow("", self.prefill_box)
-        self.speculative = QCheckBox("Speculative decoding (faster replies that repeat the conversation)")
+        form.addRow("", _with_note(self.prefill_box, "Faster replies to long messages."))
+        self.speculative = QCheckBox("Speculative decoding")
         self.speculative.setObjectName("speculative")
         self.speculative.setToolTip(
             "Drafts tokens from the conversation and checks them in one pass; the reply is the same as without it"
         )
-        form.addRow("", self.speculative)
+        form.addRow(
+            "",
+            _with_note(
+                self.speculative, "Faster replies when they repeat the conversation; the reply itself does not change."
+            ),
+        )
         self.draft_model = QLineEdit()
         self.draft_model.setObjectName("draft_model")
         self.draft_model.setPlaceholderText("none: drafts come from the conversation")
@@ -188,6 +233,7 @@ class SettingsDialog(QDialog):
         rows scroll instead; always as wide as the rows (Qt would start it at 2/3 of the screen)."""
         super().showEvent(event)
         rows = self.rows_scroll
+        rows.guard_wheel()  # here: a subclass adds its rows after this class's __init__
         rows.setMinimumWidth(rows.body.minimumSizeHint().width() + rows.verticalScrollBar().sizeHint().width())
         screen = self.screen().availableGeometry()
         # The title bar (not known before the window manager has framed the dialog: two lines).
