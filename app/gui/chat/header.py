@@ -81,7 +81,8 @@ class ChatHeader(QWidget):
     def _share_width(self):
         # The title keeps at least half the bar: a long model name elides rather than the chat's title.
         for i in range(self._extras.count()):
-            widget = self._extras.itemAt(i).widget()
+            item = self._extras.itemAt(i)
+            widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.setMaximumWidth(max(widget.minimumSizeHint().width(), int(self.width() * EXTRAS_SHARE)))
 
