@@ -162,6 +162,9 @@ class Lines:
             raise self._too_long()
         return [p.decode("utf-8", "replace") for p in parts]
 
+    def unfinished(self) -> bool:
+        return bool(self._pending)
+
     def end(self) -> list:
         rest, self._pending = self._pending.removesuffix(b"\r"), b""
         if len(rest) > self.max_bytes:
@@ -181,6 +184,7 @@ class Watch:
         self.started = self.last = time.monotonic()
         self.replying = False
         self.heard = False  # bytes since the last progress (keepalives)
+        self.unfinished = False  # the last bytes heard are a line not ended yet
 
     def progress(self, replying: bool = False) -> None:
         self.last = time.monotonic()
@@ -197,6 +201,10 @@ class Watch:
         now = time.monotonic()
         if not self.replying and now >= self.started + self.first_s:
             return errors.TimedOut(f"sent no reply within {errors.seconds(self.first_s)} (gave up waiting)")
+        if self.heard and self.unfinished:
+            return errors.TimedOut(
+                f"sent one line for {errors.seconds(self.idle_s)} without ending it (gave up waiting)"
+            )
         if self.heard:
             return errors.TimedOut(f"sent only keepalives for {errors.seconds(self.idle_s)} (gave up waiting)")
         return errors.TimedOut(f"stopped sending for {errors.seconds(self.idle_s)} (read timed out)")
@@ -233,6 +241,7 @@ async def post_lines(url: str, body: dict, headers: dict, on_line: Callable[[str
                     for line in lines.feed(piece):
                         if on_line(line):
                             return
+                    watch.unfinished = lines.unfinished()
                     deadline.reschedule(watch.due())
                 for line in [*lines.end(), ""]:
                     if on_line(line):

@@ -188,6 +188,22 @@ def test_keepalives_that_report_no_progress_do_not_hold_a_reply_forever(monkeypa
     assert took < WITHIN_S
 
 
+def test_a_line_dripped_a_byte_at_a_time_is_named_for_what_it_is(monkeypatch):
+    monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
+
+    def drip(body, headers):
+        yield b"data: "
+        while True:
+            yield b"x"
+            time.sleep(0.02)
+
+    with StandIn(script=drip) as s:
+        result, took = chat_once(f"{s.url}#scripted")
+    # it was called "only keepalives"
+    assert "sent one line for 0.5 s without ending it (gave up waiting)" in one_line_error(result)
+    assert took < WITHIN_S
+
+
 def test_a_reply_then_only_keepalives_keeps_the_reply_and_names_the_figure(monkeypatch):
     monkeypatch.setattr(errors, "READ_TIMEOUT_S", 0.5)
     with StandIn(script=keepalives_forever(b": ping\n\n", content_first=True)) as s:
