@@ -79,7 +79,7 @@ class ChatHeader(QWidget):
         self._share_width()
 
     def _share_width(self):
-        # The title keeps at least half the bar: a long model name elides rather than the chat's title.
+        # At most EXTRAS_SHARE of the bar each: a long model name elides before the chat's title does.
         for i in range(self._extras.count()):
             item = self._extras.itemAt(i)
             widget = item.widget() if item is not None else None

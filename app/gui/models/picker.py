@@ -64,9 +64,9 @@ class ModelPicker(QToolButton):
         self._elide()
 
     def _elide(self):
-        room = max(0, self.width() - self._chrome())
-        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, room)
-        if self.width() >= self.sizeHint().width():
-            shown = self._full
+        shown = self._full
+        if self.width() < self.sizeHint().width():
+            room = max(0, self.width() - self._chrome())
+            shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, room)
         if shown != self.text():
             self.setText(shown)

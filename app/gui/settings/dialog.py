@@ -113,11 +113,11 @@ class FormScroll(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._guard = WheelToScroll(self.verticalScrollBar(), self)
 
     def guard_wheel(self):
         """The wheel scrolls the rows, never a field it passes over (seen on X: a scroll through
         Preferences set the temperature to 0.00); a field with the keyboard focus still takes it."""
-        self._guard = getattr(self, "_guard", None) or WheelToScroll(self.verticalScrollBar(), self)
         for field in [*self.body.findChildren(QAbstractSpinBox), *self.body.findChildren(QComboBox)]:
             field.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             field.installEventFilter(self._guard)
