@@ -5,6 +5,7 @@ the terminal chat save turns alike. No Qt."""
 
 import hashlib
 from dataclasses import asdict
+from typing import Any
 
 from app.core.store import MessageStatus
 from engine.types import FinishReason, TurnStats
@@ -17,6 +18,13 @@ PROMPT_DIGEST_CHARS = 16  # tells prompts apart; the text itself stays in the ch
 def status_of(stats: TurnStats) -> MessageStatus:
     """The reply's status from its TurnStats (complete unless stopped or failed)."""
     return FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
+
+
+def stat(stats: TurnStats | dict | None, key: str, default: Any = 0) -> Any:
+    """One value of a TurnStats or of its stored dict; `default` when it has none (or no stats)."""
+    if not stats:
+        return default
+    return stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default)
 
 
 def prompt_digest(system_prompt: str) -> str:

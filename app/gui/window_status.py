@@ -7,6 +7,7 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
 
 from app.core.sizes import format_bytes
+from app.core.turns import stat
 from app.gui.chat.controller import reading_text
 from engine.types import EngineStatus
 
@@ -121,11 +122,11 @@ class StatusBar(QStatusBar):
 
     def _limit(self) -> int:
         """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
-        stats, model = self.stats, self.bridge.current_model
-        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
-        if get and self._foreign():
-            return model.context_length if model else 0  # another model's limit says nothing about this one's
-        return (get("context_limit", 0) if get else 0) or (model.context_length if model else 0)
+        model = self.bridge.current_model
+        own = model.context_length if model else 0
+        if self._foreign():
+            return own  # another model's limit says nothing about this one's
+        return stat(self.stats, "context_limit", 0) or own
 
     def _foreign(self) -> bool:
         """The stats shown were written by a model other than the loaded one (their counts are in its tokens)."""
@@ -153,9 +154,8 @@ class StatusBar(QStatusBar):
             self.stats_model = stats.get("model_id", "") if isinstance(stats, dict) else (current.id if current else "")
         self.stats = stats
         self.context_label.setToolTip("")
-        get = (stats.get if isinstance(stats, dict) else (lambda k, d=0: getattr(stats, k, d))) if stats else None
         limit = self._limit()
-        used = get("kv_offset", 0) if get else 0
+        used = stat(stats, "kv_offset", 0)
         foreign = self._foreign()
         self.context_label.setText(
             (f"Context … / {limit:,}" if foreign else f"Context {used:,} / {limit:,}") if limit else ""
@@ -163,8 +163,8 @@ class StatusBar(QStatusBar):
         if foreign:
             self.context_label.setToolTip("Counted in this model's tokens when it next reads the chat")
         kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if get and not kv and not foreign:
-            kv = get("kv_bytes", 0)
+        if not kv and not foreign:
+            kv = stat(stats, "kv_bytes", 0)
         self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
 
     def refresh_stats(self):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.store import MessageRole, MessageStatus
+from app.core.turns import stat
 from app.gui.chat.header import ElidedLabel
 from app.gui.chat.markdown_view import MarkdownView, ProseView
 from app.gui.chat.version_switcher import VersionSwitcher
@@ -85,19 +86,18 @@ def format_stats(stats) -> str:
     """'42 tokens · 31.5 tok/s · first token 0.21 s' from a TurnStats or its dict."""
     if not stats:
         return ""
-    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
-    parts = [f"{get('generated_tokens', 0)} tokens"]
-    tps = get("decode_tps", 0) or 0
+    parts = [f"{stat(stats, 'generated_tokens', 0)} tokens"]
+    tps = stat(stats, "decode_tps", 0) or 0
     parts.append(f"{tps:.1f} tok/s")
-    ttft = get("ttft_s", 0) or 0
+    ttft = stat(stats, "ttft_s", 0) or 0
     parts.append(f"first token {ttft:.2f} s")
-    reused = get("reused_tokens", 0) or 0
+    reused = stat(stats, "reused_tokens", 0) or 0
     if reused:  # from the KV cache, or what a server reported from its prefix cache
         parts.append(f"{reused:,} prompt tokens reused")
-    dropped = get("dropped_messages", 0) or 0
+    dropped = stat(stats, "dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
-    reason = get("finish_reason", "")
+    reason = stat(stats, "finish_reason", "")
     if reason == FinishReason.LENGTH:
         parts.append("hit max tokens")
     elif reason == FinishReason.CONTEXT:
@@ -107,11 +107,10 @@ def format_stats(stats) -> str:
 
 def format_speculation(stats) -> str:
     """The stats tooltip's line on speculative decoding: drafted tokens the model accepted."""
-    get = stats.get if isinstance(stats, dict) else lambda k, d=None: getattr(stats, k, d)
-    drafted = (get("drafted_tokens", 0) or 0) if stats else 0
+    drafted = stat(stats, "drafted_tokens", 0) or 0
     if not drafted:
         return ""
-    accepted = get("accepted_tokens", 0) or 0
+    accepted = stat(stats, "accepted_tokens", 0) or 0
     return f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
 
 
