@@ -306,6 +306,10 @@ class TurnStats:
         return ""
 
 
+# A load's last progress report: the model is in place (the window says so with its name).
+LOADED_STAGE = "Ready"
+
+
 @dataclass(frozen=True)
 class LoadProgress:
     """Progress of a model load, import or download: done out of total (0 = unknown)."""

@@ -12,6 +12,7 @@ import pytest
 
 from engine.errors import ChinwagError
 from engine.types import (
+    LOADED_STAGE,
     BackgroundPrefill,
     EngineState,
     EngineStatus,
@@ -153,6 +154,7 @@ class FakeEngine:
             raise ChinwagError(f"{info.name}: {info.reason}")
         if progress:
             progress(LoadProgress("Loading weights", 2, 2))
+            progress(LoadProgress(LOADED_STAGE, 1, 1))  # as the real engine ends a load
         self.current_model = info
         return info
 

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
 from app.core.sizes import format_bytes
 from app.core.turns import stat
 from app.gui.chat.controller import reading_text
-from engine.types import EngineStatus
+from engine.types import LOADED_STAGE, EngineStatus
 
 STATE_LABELS = {
     "starting": "Starting engine…",  # the bridge's own states, before and instead of the engine's
@@ -63,6 +63,7 @@ class StatusBar(QStatusBar):
         self.progress = QProgressBar()
         self.progress.setObjectName("loadProgress")
         self.progress.setMaximumWidth(180)
+        self.progress.setTextVisible(False)  # the state label says the percentage (seen on X: 42% beside 39%)
         self.progress.setVisible(False)
         self.context_label = FittingLabel("")
         self.context_label.setObjectName("statusContext")
@@ -101,6 +102,11 @@ class StatusBar(QStatusBar):
 
     def show_load_progress(self, p):
         self.progress.setVisible(True)
+        if p.stage == LOADED_STAGE:
+            # Not "Ready" beside the old model's name: the state change right after names the new one.
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(1000)
+            return
         stage = p.stage or "Loading"
         text = stage[:1].upper() + stage[1:] + ("…" if not stage.endswith("…") else "")
         if p.total:

@@ -27,7 +27,16 @@ from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
 from engine.local.speculative import ModelDrafter, VerifyCost, check_vocabularies, device_kind
 from engine.models import registry
-from engine.types import FinishReason, GenerationParams, LoadProgress, ModelInfo, PrefillProgress, TextDelta, TurnStats
+from engine.types import (
+    LOADED_STAGE,
+    FinishReason,
+    GenerationParams,
+    LoadProgress,
+    ModelInfo,
+    PrefillProgress,
+    TextDelta,
+    TurnStats,
+)
 
 DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
@@ -90,7 +99,7 @@ class Session:
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length))
-        report(LoadProgress("Ready", 1, 1))
+        report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
 
     def count_tokens(self, text: str) -> int:

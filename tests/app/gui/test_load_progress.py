@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
+from engine.types import LOADED_STAGE
 from tests.engine.models.gguf.test_importer import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,7 +41,7 @@ def test_weights_load_with_real_progress(tiny_model_path):
     done = [e.done for e in weights]
     assert done == sorted(done) and len(set(done)) == len(done)
     assert all(e.total == weights[0].total > 0 for e in weights) and done[-1] == weights[0].total
-    assert stages[-1] == "Ready"
+    assert stages[-1] == LOADED_STAGE
 
 
 def test_first_load_of_a_gguf_shows_the_import_stages(tiny_model_path, tmp_path):

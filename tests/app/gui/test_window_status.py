@@ -36,6 +36,21 @@ def test_after_a_model_switch_the_limit_is_the_loaded_models(qtbot, window, stor
     assert label.text() == "Context … / 8,192"  # Fake Small's count is in its tokens, not Fake Big's
 
 
+def test_a_model_switch_never_shows_ready_beside_the_old_models_name(qtbot, window, engine):
+    status = window.status
+    send(qtbot, window, "hello")
+    old = status.model_label.text()
+    shown = []
+    # Connected after the status bar: records what each progress report left on screen.
+    window.bridge.loadProgress.connect(lambda _p: shown.append((status.model_label.text(), status.state_label.text())))
+    run(qtbot, window.bridge.load_model("fake-big"))
+    qtbot.waitUntil(lambda: status.state_label.text() == "Ready", timeout=3000)
+    assert shown and all(name == old for name, _ in shown)  # the old model is loaded until the new one is
+    assert not any(text.startswith("Ready") for _, text in shown), shown
+    assert status.model_label.text() != old
+    assert not status.progress.isTextVisible()  # one percentage, the state label's, not two that disagree
+
+
 def test_at_the_minimum_size_and_20_pt_every_label_fits_the_bar(qtbot, window, store):
     from app.gui import theme
     from app.gui.settings.preferences import APP_KEY
