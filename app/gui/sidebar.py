@@ -41,6 +41,22 @@ def _around(snippet: str, needle: str, before: int = 12) -> str:
     return snippet if start <= 1 else "…" + snippet[start:].lstrip("…")
 
 
+def elide_words(text: str, needle: str, metrics, width: int) -> str:
+    """text cut after its last whole word that fits in width with "…" (Qt's eliding cuts mid-word);
+    mid-word only when no whole word past the match fits."""
+    if metrics.horizontalAdvance(text) <= width:
+        return text
+    at = text.casefold().find(needle.strip().casefold()) if needle.strip() else -1
+    keep = at + len(needle.strip()) if at >= 0 else 1  # the match, or a first word, stays whole
+    end = text.rfind(" ", keep, len(text))
+    while end >= keep:
+        cut = text[:end].rstrip(" ,;:.") + "…"
+        if metrics.horizontalAdvance(cut) <= width:
+            return cut
+        end = text.rfind(" ", keep, end)
+    return metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
+
+
 def match_parts(text: str, needle: str) -> tuple[str, str, str]:
     """text cut around the first match of needle (any case): before, the match, after."""
     needle = needle.strip()
@@ -137,8 +153,8 @@ class _RowDelegate(QStyledItemDelegate):
 
     def shown_snippet(self, snippet: str, metrics, width: int) -> str:
         """What a row shows of its snippet: from just before the match, elided to the row's width."""
-        around = _around(snippet, self.sidebar.search_text)
-        return metrics.elidedText(around, Qt.TextElideMode.ElideRight, width)
+        search = self.sidebar.search_text
+        return elide_words(_around(snippet, search), search, metrics, width)
 
 
 class Sidebar(QWidget):

@@ -26,6 +26,21 @@ def test_a_snippet_starts_at_a_word_and_marks_the_match(qtbot, window, store, en
     assert match_parts("Seine and seine", "SEINE") == ("", "Seine", " and seine")
 
 
+def test_a_snippet_too_long_for_its_row_ends_after_a_whole_word(qtbot, window, store, engine):
+    text = "A cathedral stands on the banks of the river Seine, in the middle of Paris, by the bridges."
+    send(qtbot, window, text)
+    window.sidebar.focus_search()
+    QTest.keyClicks(window.sidebar.search, "cathedral")
+    qtbot.waitUntil(lambda: window.sidebar.snippets() != [""], timeout=2000)
+    delegate, metrics = window.sidebar.list.itemDelegate(), window.sidebar.list.fontMetrics()
+    for chars in (14, 20, 30, 45):  # rows of several widths, whatever the font
+        width = metrics.horizontalAdvance(text[:chars])
+        shown = delegate.shown_snippet(window.sidebar.snippets()[0], metrics, width)
+        assert shown.endswith("…") and metrics.horizontalAdvance(shown) <= width
+        assert shown.startswith("A cathedral")
+        assert shown[:-1] == " ".join(text.split()[: len(shown[:-1].split())]).rstrip(",")  # whole words
+
+
 def test_esc_clears_the_search(qtbot, window, store, engine):
     send(qtbot, window, "first chat")
     window.new_action.trigger()
