@@ -100,7 +100,8 @@ class ModelMenu(QMenu):
     def _choose(self, model_id):
         # Keep the check on the loaded model until the new one has actually loaded.
         self._rebuild()
-        self.models.modelChosen.emit(model_id)
+        if model_id != self.models.current_id:  # the loaded one again: nothing to load (seen on X: 4 s)
+            self.models.modelChosen.emit(model_id)
 
     def action_for(self, model_id):
         for action in self.model_actions:

@@ -25,6 +25,17 @@ def test_picker_shows_and_switches_the_model(qtbot, window, engine):
     assert window.model_menu.action_for("fake-big").isChecked()  # the Model menu follows
 
 
+def test_picking_the_loaded_model_again_loads_nothing(qtbot, window, engine):
+    picker = window.model_picker
+    loads = []
+    window.bridge.loadProgress.connect(loads.append)
+    picker.action_for("fake-small").trigger()
+    window.model_menu.action_for("fake-small").trigger()
+    qtbot.wait(50)  # a load would have reported by now (the fake reports before it awaits)
+    assert loads == [] and window.bridge.state != "loading"
+    assert picker.action_for("fake-small").isChecked() and window.model_menu.action_for("fake-small").isChecked()
+
+
 def test_picker_is_busy_while_loading_and_lists_server_models(qtbot, qloop, store):
     server = ModelInfo(
         "studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server", server="studio"
