@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
 from app.gui.icons import icon
+from app.gui.shortcuts import is_alt_command
 from app.gui.theme import READING_WIDTH
 
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
@@ -60,6 +61,9 @@ class _Editor(QPlainTextEdit):
                 self.insertPlainText("\n")
                 return
             self.enterPressed.emit()
+            return
+        if is_alt_command(event):
+            event.ignore()  # Alt+letter is a menu's or button's, not text
             return
         super().keyPressEvent(event)
 

@@ -1,7 +1,10 @@
 """Every keyboard shortcut of the window in one place: the menus, the welcome state and
 Help › Keyboard Shortcuts all read this table."""
 
-from PySide6.QtGui import QKeySequence
+import sys
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeyEvent, QKeySequence
 
 # (what it does, key) in the order the shortcuts sheet lists them. A QKeySequence.StandardKey
 # is the platform's own key (Cmd on macOS, Ctrl elsewhere).
@@ -51,3 +54,16 @@ def key_text(key) -> str:
         return " or ".join(key_text(k) for k in key)
     seq = QKeySequence(key)
     return seq.toString(QKeySequence.SequenceFormat.NativeText) or str(key)
+
+
+def is_alt_command(event: QKeyEvent) -> bool:
+    """Alt+letter outside macOS is a command (a button's or menu's mnemonic), never text to type;
+    on macOS, Option+letter types a character (ø, å) and stays text. AltGr is not Alt here."""
+    alt = Qt.KeyboardModifier.AltModifier
+    text = event.text()
+    return (
+        sys.platform != "darwin"
+        and event.modifiers() in (alt, alt | Qt.KeyboardModifier.ShiftModifier)
+        and text.isprintable()
+        and bool(text)
+    )

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.settings import PREFILL_KEY, SPECS, load_presets, setting_value
+from app.gui.shortcuts import is_alt_command
 from engine.errors import ChinwagError
 from engine.types import ParamSpec, speculative_default
 
@@ -84,6 +85,9 @@ class PromptEdit(QPlainTextEdit):
                 self.insertPlainText("\n")
             else:
                 self.submitted.emit()
+            return
+        if is_alt_command(event):
+            event.ignore()  # Alt+O is not an "o" in the prompt
             return
         super().keyPressEvent(event)
 
@@ -218,7 +222,12 @@ class SettingsDialog(QDialog):
         form.addRow("Draft model", self.draft_model)
         self.chat_group.setLayout(form)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        self.reset_button = QPushButton("Reset to Defaults")
+        for which, text in (
+            (QDialogButtonBox.StandardButton.Ok, "&OK"),
+            (QDialogButtonBox.StandardButton.Cancel, "&Cancel"),
+        ):
+            buttons.button(which).setText(text)  # Alt+O, Alt+C (Qt shows no mnemonics on macOS)
+        self.reset_button = QPushButton("&Reset to Defaults")
         buttons.addButton(self.reset_button, QDialogButtonBox.ButtonRole.ResetRole)
         self.reset_button.clicked.connect(lambda: self.set_values(self._defaults))
         buttons.accepted.connect(self.accept)

@@ -1,5 +1,7 @@
 """The message box at a big font size in a small window: its placeholder is never cut."""
 
+import sys
+
 import pytest
 from PySide6.QtCore import QRect, Qt
 
@@ -35,3 +37,17 @@ def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, wind
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
         window._applied_look = ("system", 0)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Option+letter types a character on macOS")
+def test_alt_and_a_letter_types_nothing_in_the_message_box(qtbot, window):
+    from PySide6.QtTest import QTest
+
+    editor = window.composer.editor
+    editor.setFocus()
+    QTest.keyClicks(editor, "hello")
+    QTest.keyClick(editor, Qt.Key.Key_O, Qt.KeyboardModifier.AltModifier)
+    QTest.keyClick(editor, Qt.Key.Key_Q, Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert editor.toPlainText() == "hello"
+    QTest.keyClicks(editor, " ø")  # a character of its own (AltGr on X11) is typed
+    assert editor.toPlainText() == "hello ø"

@@ -1,5 +1,7 @@
 """Chat Settings and Preferences: keys in the dialogs, tooltips, app settings that apply."""
 
+import sys
+
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
@@ -25,6 +27,23 @@ def test_tab_leaves_the_system_prompt_and_return_is_ok(qtbot, window, store, eng
     QTest.keyClick(dialog.system_prompt, Qt.Key.Key_Return)
     assert dialog.result() == dialog.DialogCode.Accepted
     assert store.get_conversation(window.chat.conv_id).settings["system_prompt"] == "Be brief.\nReally."
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Option+letter types a character on macOS")
+def test_alt_o_is_ok_and_types_no_o_into_the_prompt(qtbot, window, store, engine):
+    send(qtbot, window, "hi")
+    dialog = window.dialogs.chat_settings_dialog()
+    dialog.open()
+    dialog.activateWindow()
+    qtbot.waitUntil(dialog.isActiveWindow)  # a button's Alt+letter works in the active window
+    dialog.system_prompt.setFocus()
+    QTest.keyClicks(dialog.system_prompt, "Be brief")
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_X, Qt.KeyboardModifier.AltModifier)  # no mnemonic: nothing
+    assert dialog.system_prompt.toPlainText() == "Be brief" and dialog.isVisible()
+    QTest.keyClick(dialog.system_prompt, Qt.Key.Key_O, Qt.KeyboardModifier.AltModifier)  # seen on X: "Be briefo"
+    qtbot.waitUntil(lambda: not dialog.isVisible())
+    assert dialog.result() == dialog.DialogCode.Accepted
+    assert store.get_conversation(window.chat.conv_id).settings["system_prompt"] == "Be brief"
 
 
 def test_return_in_a_number_field_is_ok_too(qtbot, window, store, engine):
