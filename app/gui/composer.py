@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
 from app.gui.icons import icon
 from app.gui.shortcuts import is_alt_command
-from app.gui.theme import READING_WIDTH
+from app.gui.theme import ReadingColumn
 
 # Typing that stops this long counts as a pause: the draft is read ahead (engine.prefill).
 DRAFT_PAUSE_MS = 300
@@ -92,8 +92,7 @@ class Composer(QWidget):
         self.setObjectName("composer")
         frame = QHBoxLayout(self)
         frame.setContentsMargins(12, 6, 12, 10)
-        self.column = QWidget()  # the same centred column as the transcript
-        self.column.setMaximumWidth(READING_WIDTH)
+        self.column = ReadingColumn()  # the same centred column as the transcript
         frame.addStretch(1)
         frame.addWidget(self.column, 1000)
         frame.addStretch(1)

@@ -5,11 +5,13 @@ Applied to the whole QApplication from Preferences (store state "app_settings").
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QWidget
 
-READING_WIDTH = 760  # px: the transcript and composer column; wider lines are hard to read
+# px at the system font size: the transcript and composer column; wider lines are hard to read.
+# At another size the column scales with it, so a line holds the same words (not half at 20 pt).
+READING_WIDTH = 760
 THEMES = ("system", "light", "dark")
 
 _DARK = {
@@ -135,6 +137,26 @@ def system_point_size() -> int:
     app = _app()
     font = _system.get("font") or (app.font() if app is not None else QFont())
     return font.pointSize() if font.pointSize() > 0 else 10
+
+
+def reading_width(font: QFont) -> int:
+    """The reading column's widest, in px, for text in `font`."""
+    size = font.pointSizeF()
+    return round(READING_WIDTH * size / system_point_size()) if size > 0 else READING_WIDTH
+
+
+class ReadingColumn(QWidget):
+    """The centred column the transcript and the composer share: as wide as reading_width of its
+    font allows, narrower when the window is."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMaximumWidth(reading_width(self.font()))
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # Preferences › font size
+            self.setMaximumWidth(reading_width(self.font()))
 
 
 def is_dark(palette: QPalette) -> bool:

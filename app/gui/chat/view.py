@@ -11,7 +11,7 @@ from app.core.store import MessageRole
 from app.gui.chat.attachments import show_on_message, show_passages_used
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.welcome import Welcome
-from app.gui.theme import READING_WIDTH
+from app.gui.theme import ReadingColumn
 
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
@@ -37,9 +37,8 @@ class ChatView(QScrollArea):
         # A centred reading column: lines stay readable however wide the window is.
         row = QHBoxLayout(self._inner)
         row.setContentsMargins(0, 0, 0, 0)
-        self.column = QWidget()
+        self.column = ReadingColumn()
         self.column.setObjectName("chatColumn")
-        self.column.setMaximumWidth(READING_WIDTH)
         row.addStretch(1)
         row.addWidget(self.column, 1000)
         row.addStretch(1)

@@ -296,6 +296,37 @@ def test_reading_column_is_centred_and_reflows(qtbot, window, engine):
     qtbot.waitUntil(lambda: reply.height() > tall, timeout=2000)  # narrower column, more lines
 
 
+def test_at_a_bigger_font_size_a_line_of_the_reply_holds_as_many_words(qtbot, window, store, engine):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
+
+    engine.reply = "word " * 400
+    send(qtbot, window, "a long answer please")
+    window.keys.sidebar_action.trigger()  # the chat list hidden: room for the wider column
+    window.resize(1600, 800)
+    column, composer = window.chat_view.column, window.composer.column
+
+    def lines():
+        reply = window.chat_view.message_widgets()[-1]
+        prose = reply.body.widgets()[0]
+        return prose.document().size().height() / prose.fontMetrics().lineSpacing()
+
+    qtbot.waitUntil(lambda: column.width() == theme.READING_WIDTH, timeout=2000)
+    before = lines()
+    bigger = round(1.5 * theme.system_point_size())
+    try:
+        store.set_state(APP_KEY, {"theme": "system", "font_size": bigger, "default_model": ""})
+        window.apply_app_settings()
+        wide = theme.reading_width(column.font())
+        assert wide > theme.READING_WIDTH * 1.4  # seen on X: 760 px at any size, half the words at 20 pt
+        qtbot.waitUntil(lambda: column.width() == wide and composer.width() == wide, timeout=2000)
+        qtbot.waitUntil(lambda: abs(lines() - before) <= 0.15 * before, timeout=2000)
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)
+        window.keys.sidebar_action.trigger()
+
+
 def test_generating_chat_is_marked_and_other_chats_show_no_stop(qtbot, window, store, engine):
     engine.reply = "ok"
     send(qtbot, window, "first chat")
