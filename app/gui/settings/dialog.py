@@ -117,6 +117,7 @@ class FormScroll(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # its fields take the keyboard, not the frame around them
         self._guard = WheelToScroll(self.verticalScrollBar(), self)
 
     def guard_wheel(self):
@@ -241,6 +242,7 @@ class SettingsDialog(QDialog):
         """As tall as its rows, but never taller than the screen: OK and Cancel stay on it and the
         rows scroll instead; always as wide as the rows (Qt would start it at 2/3 of the screen)."""
         super().showEvent(event)
+        self.first_field().setFocus()  # typing starts in the first row, Tab goes down the rows
         rows = self.rows_scroll
         rows.guard_wheel()  # here: a subclass adds its rows after this class's __init__
         rows.setMinimumWidth(rows.body.minimumSizeHint().width() + rows.verticalScrollBar().sizeHint().width())
@@ -254,6 +256,9 @@ class SettingsDialog(QDialog):
             self.resize(max(self.width(), want.width()), height)
         if self.frameGeometry().bottom() > screen.bottom():
             self.move(self.x(), screen.top())
+
+    def first_field(self) -> QWidget:
+        return self.preset_box
 
     def _use_preset(self, index):
         if index > 0:

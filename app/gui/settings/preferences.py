@@ -101,7 +101,16 @@ class PreferencesDialog(SettingsDialog):
             box.addWidget(self.server_button)
             self.extra_form.addRow("Server", row)
             self.refresh_server()
+        # Created after the chat rows below them: put them first in the Tab order too.
+        above = [self.theme_box, self.font_box, self.model_box]
+        if open_server is not None:
+            above.append(self.server_button)
+        for a, b in zip(above, [*above[1:], self.preset_box], strict=True):
+            QWidget.setTabOrder(a, b)
         self.set_app_values(app_values)
+
+    def first_field(self) -> QWidget:
+        return self.theme_box
 
     def refresh_server(self) -> None:
         """The Server row's state (the server starts and stops in its own dialog)."""

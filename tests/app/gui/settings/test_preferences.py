@@ -210,3 +210,22 @@ def test_at_20_pt_the_settings_dialogs_fit_the_screen(qtbot, window, store, whic
     finally:
         theme.apply("system", 0)  # the QApplication is shared by every test
         window._applied_look = ("system", 0)
+
+
+@pytest.mark.parametrize("which", ["preferences_dialog", "chat_settings_dialog"])
+def test_a_settings_dialog_opens_in_its_first_row_and_tab_goes_down_the_rows(qtbot, window, which):
+    dialog = getattr(window.dialogs, which)()
+    dialog.open()
+    dialog.activateWindow()
+    qtbot.waitUntil(dialog.isActiveWindow)
+    seen = []
+    for _ in range(7):
+        seen.append(dialog.focusWidget().objectName())
+        QTest.keyClick(dialog.focusWidget(), Qt.Key.Key_Tab)
+    chat_rows = ["promptPreset", "systemPrompt", "temperature", "top_p", "top_k"]
+    # seen on X: the keyboard was on the frame around the rows, and Tab skipped Theme and Font size
+    if which == "preferences_dialog":
+        assert seen == ["theme", "fontSize", "defaultModel", "openServer", *chat_rows[:3]]
+    else:
+        assert seen == [*chat_rows, "min_p", "repetition_penalty"]
+    dialog.reject()
