@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
-from app.gui.icons import icon
+from app.gui.icons import set_icon
 from app.gui.shortcuts import is_alt_command
 from app.gui.theme import ReadingColumn
 
@@ -123,7 +123,7 @@ class Composer(QWidget):
         self._attach_folder = ""  # where the attach dialog opens next
         row = QHBoxLayout()
         self.attach_button = QToolButton()
-        self.attach_button.setIcon(icon("attach"))
+        set_icon(self.attach_button, "attach")
         self.attach_button.setAutoRaise(True)
         self.attach_button.setAccessibleName("Attach files")
         self.attach_button.setObjectName("attachButton")
@@ -208,8 +208,13 @@ class Composer(QWidget):
 
     def changeEvent(self, event):
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            self.attach_button.setIcon(icon("attach"))  # drawn in the new theme's text colour
+        if event.type() in (
+            QEvent.Type.PaletteChange,
+            QEvent.Type.ApplicationPaletteChange,
+            QEvent.Type.FontChange,
+            QEvent.Type.ApplicationFontChange,
+        ):
+            set_icon(self.attach_button, "attach")  # drawn in the new theme's text colour, at the new size
 
     def _fit(self):
         """Grow with the text from 2 to 8 lines; longer text scrolls."""

@@ -15,7 +15,7 @@ def flash_copied(button, done_text: str = "Copied", icon: str = "") -> None:
     if icon:
         from app.gui.icons import icon as make_icon
 
-        button.setIcon(make_icon(icon))
+        button.setIcon(make_icon(icon, side=button.iconSize().width()))
     else:
         button.setText(done_text)
     button.setToolTip("Copied to the clipboard")

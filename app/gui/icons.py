@@ -1,10 +1,20 @@
 """Small line icons drawn with QPainter in the palette's text colour: no icon theme or font
 glyph is needed (Linux desktops often have neither for these)."""
 
-from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QGuiApplication, QIcon, QPainter, QPainterPath, QPalette, QPen, QPixmap
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QFont, QGuiApplication, QIcon, QPainter, QPainterPath, QPalette, QPen, QPixmap
 
-SIZE = 16
+SIZE = 16  # px at the system font size; the drawings below are on this grid
+MIN_SIZE = 12
+
+
+def side_for(font: QFont) -> int:
+    """An icon's side beside text in `font`: SIZE at the system size, scaled with the font size
+    (at 20 pt a 16 px Copy button is a small target beside big text)."""
+    from app.gui.theme import system_point_size
+
+    size = font.pointSizeF()
+    return max(MIN_SIZE, round(SIZE * size / system_point_size())) if size > 0 else SIZE
 
 
 def _pen(colour):
@@ -63,8 +73,8 @@ _DRAW = {
 }
 
 
-def icon(name: str, palette: QPalette | None = None) -> QIcon:
-    """The named icon, in normal and disabled colours."""
+def icon(name: str, palette: QPalette | None = None, side: int = SIZE) -> QIcon:
+    """The named icon, side px square, in normal and disabled colours."""
     palette = palette or QGuiApplication.palette()
     result = QIcon()
     ratio = QGuiApplication.primaryScreen().devicePixelRatio() if QGuiApplication.primaryScreen() else 1.0
@@ -72,13 +82,21 @@ def icon(name: str, palette: QPalette | None = None) -> QIcon:
         (QIcon.Mode.Normal, QPalette.ColorGroup.Active),
         (QIcon.Mode.Disabled, QPalette.ColorGroup.Disabled),
     ):
-        pixmap = QPixmap(int(SIZE * ratio), int(SIZE * ratio))
+        pixmap = QPixmap(int(side * ratio), int(side * ratio))
         pixmap.setDevicePixelRatio(ratio)
         pixmap.fill(Qt.GlobalColor.transparent)
         painter = QPainter(pixmap)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.scale(side / SIZE, side / SIZE)
         painter.setPen(_pen(palette.color(group, QPalette.ColorRole.WindowText)))
         _DRAW[name](painter)
         painter.end()
         result.addPixmap(pixmap, mode)
     return result
+
+
+def set_icon(button, name: str) -> None:
+    """Give a tool button the named icon at the size of its font."""
+    side = side_for(button.font())
+    button.setIconSize(QSize(side, side))
+    button.setIcon(icon(name, side=side))

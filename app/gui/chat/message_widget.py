@@ -191,11 +191,11 @@ class MessageWidget(QFrame):
         self.set_status(status)
 
     def _action(self, layout, text, tip, signal):
-        from app.gui.icons import icon
+        from app.gui.icons import set_icon
 
         button = QToolButton()
         button.setObjectName(f"{text.lower()}Button")
-        button.setIcon(icon(text.lower()))
+        set_icon(button, text.lower())
         button.setToolTip(tip)
         button.setAccessibleName(text)
         button.setAutoRaise(True)

@@ -229,3 +229,27 @@ def test_a_settings_dialog_opens_in_its_first_row_and_tab_goes_down_the_rows(qtb
     else:
         assert seen == [*chat_rows, "min_p", "repetition_penalty"]
     dialog.reject()
+
+
+def test_the_message_buttons_grow_with_the_font_size(qtbot, window, store, engine):
+    from app.gui import theme
+    from app.gui.settings.preferences import APP_KEY
+
+    send(qtbot, window, "hi")
+
+    def buttons():
+        reply = window.chat_view.message_widgets()[-1]
+        return [reply.copy_button, window.composer.attach_button]
+
+    assert all(b.iconSize().width() == 16 for b in buttons())
+    bigger = round(1.5 * theme.system_point_size())
+    try:
+        store.set_state(APP_KEY, {"theme": "system", "font_size": bigger, "default_model": ""})
+        window.apply_app_settings()
+        want = round(16 * bigger / theme.system_point_size())
+        qtbot.waitUntil(lambda: all(b.iconSize().width() == want for b in buttons()), timeout=3000)
+        for b in buttons():  # drawn at that size, not a 16 px drawing blown up
+            assert b.icon().availableSizes()[0].width() >= want
+    finally:
+        theme.apply("system", 0)  # the QApplication is shared by every test
+        window._applied_look = ("system", 0)
