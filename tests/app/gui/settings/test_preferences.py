@@ -170,7 +170,7 @@ def test_the_font_size_scales_every_text_in_the_chat(qtbot, qloop, window, store
 
 
 def test_the_first_step_from_system_size_goes_to_the_neighbouring_size(qtbot, window):
-    from PySide6.QtWidgets import QApplication, QDialog
+    from PySide6.QtWidgets import QApplication
 
     dialog = window.dialogs.preferences_dialog()
     box = dialog.font_box
