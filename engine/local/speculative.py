@@ -559,7 +559,8 @@ def speculative_generate_step(
     yielded, timer = 0, PassTimer(spec.cost)
     while True:
         draft: list = []
-        if spec.drafting:
+        # The first token is the prompt's own: shown at once, not after a pass that checks a draft behind it.
+        if spec.drafting and yielded:
             pending = y.item()
             draft = spec.draft(pending, room - yielded - 1)
         if not draft:

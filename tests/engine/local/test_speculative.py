@@ -387,6 +387,32 @@ def test_follow_up_turn_reuses_the_cache_and_matches_a_fresh_plain_computation(l
     assert_invariant(conv, second)
 
 
+def test_the_first_token_comes_before_any_draft_is_checked(looping_model, eager_drafts):
+    model, tokenizer = looping_model
+    prompt = list(range(tokenizer.vocab_size)) + prompt_of(tokenizer)  # a draft after any first token
+    passes = []  # forward calls after the prompt, by tokens fed
+
+    def forward(x, cache=None):
+        if cache[0].offset >= len(prompt):
+            passes.append(x.shape[1])
+        return model(x, cache=cache)
+
+    counting = Mock(spec=model, side_effect=forward)
+    conv = ConversationCache.create(model, 512)
+    seen_at_first = []
+    stats = run_turn(
+        counting,
+        tokenizer,
+        conv,
+        TurnInput(list(prompt), 2048),
+        GenerationParams(temperature=0.0, max_tokens=60, speculative=True),
+        lambda: False,
+        lambda delta: seen_at_first or seen_at_first.append(list(passes)),
+    )
+    assert stats.accepted_tokens > 0  # verification did happen, later
+    assert seen_at_first and all(n == 1 for n in seen_at_first[0])  # not after a pass of a draft
+
+
 def test_an_error_inside_verification_repairs_the_cache(looping_model):
     model, tokenizer = looping_model
     prompt = prompt_of(tokenizer)
@@ -430,34 +456,44 @@ def test_acceptance_rule_keeps_the_processed_distribution():
 
 
 def test_sampled_replies_have_the_distribution_of_plain_decoding(looping_model, eager_drafts):
-    """Seeded: the first two tokens' joint distribution, with speculation against the exact one."""
+    """Seeded: the first three tokens' joint distribution, with speculation against the exact one
+    (the first token is a plain step's; the third is the first a verification can give)."""
     model, tokenizer = looping_model
-    # Every token occurs in the prompt, so every first token has a draft to verify after it.
+    # Every token occurs in the prompt, so every token has a draft to verify after it.
     prompt = list(range(tokenizer.vocab_size)) + prompt_of(tokenizer)
     eos = set(tokenizer.eos_token_ids)
-    params = dict(temperature=1.0, top_k=3, max_tokens=2)
-    conv = ConversationCache.create(model, 512)
-    logits = model(mx.array(prompt)[None], cache=ConversationCache.create(model, 512).layers)[0, -1]
-    first = _top_k_probs(logits, 3)
+    params = dict(temperature=1.0, top_k=3, max_tokens=3)
+
+    def after(ids):
+        return _top_k_probs(model(mx.array(ids)[None], cache=ConversationCache.create(model, 512).layers)[0, -1], 3)
+
     exact = {}
-    for t0, p0 in first.items():
-        if t0 in eos:
-            exact[(t0,)] = p0
-            continue
-        c = ConversationCache.create(model, 512).layers
-        nxt = model(mx.array(prompt + [t0])[None], cache=c)[0, -1]
-        for t1, p1 in _top_k_probs(nxt, 3).items():
-            exact[(t0, t1)] = p0 * p1
-    counts, drafted, n = Counter(), 0, 300
+
+    def walk(reply, p):
+        if len(reply) == 3 or (reply and reply[-1] in eos):
+            exact[tuple(reply)] = p
+            return
+        for t, q in after(prompt + reply).items():
+            walk(reply + [t], p * q)
+
+    walk([], 1.0)
+    conv = ConversationCache.create(model, 512)
+    counts, drafted, n = Counter(), 0, 600
     for seed in range(n):
         stats, conv, _ = generate(model, tokenizer, prompt, conv=conv, seed=seed, speculative=True, **params)
         counts[tuple(stats.reply_ids)] += 1
         drafted += stats.drafted_tokens
         assert_invariant(conv, stats)
-    assert drafted > n // 2  # the second token went through verification
+    assert drafted > n // 2  # the third token went through verification
     assert set(counts) <= set(exact)
-    chi2 = sum((counts[k] - n * q) ** 2 / (n * q) for k, q in exact.items())
-    df = len(exact) - 1
+    # Cells expected fewer than 5 times are pooled into one, as a chi-square test needs.
+    big = {k: q for k, q in exact.items() if n * q >= 5}
+    cells = [(counts[k], n * q) for k, q in big.items()]
+    rest = 1.0 - sum(big.values())
+    if rest > 0:
+        cells.append((n - sum(c for c, _ in cells), n * rest))
+    chi2 = sum((c - e) ** 2 / e for c, e in cells)
+    df = len(cells) - 1
     assert chi2 < df + 4 * math.sqrt(2 * df) + 10
 
 
