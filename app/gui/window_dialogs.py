@@ -38,6 +38,13 @@ def open_url(url: QUrl) -> bool:
     return QDesktopServices.openUrl(url)
 
 
+def start_folder() -> str:
+    """Where file dialogs open: Documents, or the home folder when there is none (a missing
+    folder made Qt open wherever the app was started from)."""
+    docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return docs if docs and Path(docs).is_dir() else str(Path.home())
+
+
 class WindowDialogs(QObject):
     error = Signal(str)
     closed = Signal()  # a dialog closed: typing goes back to the composer
@@ -73,8 +80,7 @@ class WindowDialogs(QObject):
             dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
         if filters:
             dialog.setNameFilters(filters)
-        docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-        dialog.setDirectory(docs or str(Path.home()))
+        dialog.setDirectory(start_folder())
         if save_name:
             dialog.selectFile(save_name)
         dialog.fileSelected.connect(lambda path: on_selected(path, dialog.selectedNameFilter()))

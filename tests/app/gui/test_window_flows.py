@@ -160,3 +160,28 @@ def test_real_key_presses_for_shortcuts(qtbot, window, store, engine):
     assert window.chat.conv_id is None
     QTest.keyClick(window.composer.editor, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert window.sidebar.search.hasFocus()
+
+
+def test_export_opens_in_documents_or_the_home_folder_never_where_chinwag_started(
+    qtbot, window, engine, tmp_path, monkeypatch
+):
+    from pathlib import Path
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOCUMENTS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))  # no user-dirs.dirs: Documents is ~/Documents
+    send(qtbot, window, "hello")
+    dialog = window.dialogs.export_dialog()
+    try:  # seen on X: no ~/Documents, and the dialog opened in the folder chinwag was started from
+        assert Path(dialog.directory().absolutePath()) == home
+    finally:
+        dialog.reject()
+    (home / "Documents").mkdir()
+    dialog = window.dialogs.export_dialog()
+    try:
+        assert Path(dialog.directory().absolutePath()) == home / "Documents"
+        assert dialog.selectedFiles()[0].endswith(".md")
+    finally:
+        dialog.reject()
