@@ -339,6 +339,16 @@ class ModelInfo:
         return asdict(self)
 
 
+# How a server that cannot be used is down: the first word of its one entry's reason.
+UNREACHABLE, UNUSABLE = "unreachable", "unusable"  # no answer or a bad URL; answered but refused or no model list
+
+
+def down_state(info: ModelInfo) -> tuple[str, str]:
+    """(UNREACHABLE or UNUSABLE, the reason in words) of a server's unusable entry."""
+    state, _, reason = info.reason.partition(": ")
+    return (state, reason) if state in (UNREACHABLE, UNUSABLE) and reason else (UNREACHABLE, info.reason)
+
+
 @dataclass(frozen=True)
 class MemoryReport:
     """What every conversation's KV cache holds, against the engine's memory budget."""

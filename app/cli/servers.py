@@ -10,7 +10,7 @@ import os
 import sys
 
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
-from engine.types import ModelStatus
+from engine.types import UNREACHABLE, ModelStatus, down_state
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -29,11 +29,9 @@ def cmd_add(args: argparse.Namespace) -> int:
     print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
     infos = servers.models_of(server)
     if infos and infos[0].status == ModelStatus.UNUSABLE:
-        print(
-            f"warning: {printable(server.name)} is not reachable now "
-            f"({printable(infos[0].reason.removeprefix('unreachable: '), 500)})",
-            file=sys.stderr,
-        )
+        state, reason = down_state(infos[0])
+        what = "is not reachable now" if state == UNREACHABLE else "answered, but cannot be used now"
+        print(f"warning: {printable(server.name)} {what} ({printable(reason, 500)})", file=sys.stderr)
     else:
         print("models: " + ", ".join(printable(info.id) for info in infos))
     return 0
@@ -50,13 +48,14 @@ def server_rows() -> list:
         answers = list(pool.map(servers.models_of, saved))
     for server, infos in zip(saved, answers):
         down = infos and infos[0].status == ModelStatus.UNUSABLE
+        state, reason = down_state(infos[0]) if down else ("reachable", "")
         rows.append(
             {
                 "name": server.name,
                 "url": servers.display_url(server.url),
                 "has_api_key": bool(server.api_key),
-                "status": "unreachable" if down else "reachable",
-                "reason": infos[0].reason.removeprefix("unreachable: ") if down else "",
+                "status": state,  # reachable, unreachable or unusable (it answered, but refused or sent no list)
+                "reason": reason,
                 "models": [] if down else [info.id.split("/", 1)[1] for info in infos],
             }
         )

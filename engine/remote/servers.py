@@ -21,7 +21,7 @@ from engine.atomic import describe_kind, write_atomic
 from engine.errors import ChinwagError
 from engine.remote.errors import check_key, describe_http_error, headers_for, is_http_error, response_error
 from engine.remote.urls import display_url, normalize_url
-from engine.types import ModelInfo, ModelStatus, ServerInfo
+from engine.types import UNREACHABLE, UNUSABLE, ModelInfo, ModelStatus, ServerInfo
 
 SERVERS_FILE = "servers.json"
 KEYS_FILE = "server-keys.json"
@@ -40,7 +40,12 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
 
 
-class NoModelList(ChinwagError):
+class ServerAnswered(ChinwagError):
+    """The server was reached and answered, but not with a model list (it refused the key, an
+    error status, not JSON): "unusable", not "unreachable"."""
+
+
+class NoModelList(ServerAnswered):
     """A server without GET /models: its models can still be named."""
 
 
@@ -253,7 +258,7 @@ def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
             f"name the model: {server.name}/MODEL or URL#MODEL"
         )
     if status != 200:
-        raise ChinwagError(f"server {server.name}: {response_error(status, content, server.api_key)}")
+        raise ServerAnswered(f"server {server.name}: {response_error(status, content, server.api_key)}")
     if not content.strip():
         return [DEFAULT_MODEL]
     try:
@@ -261,7 +266,7 @@ def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
         ids = [i for i in ids if 0 < len(i) <= MAX_ID_CHARS][:MAX_MODELS]
     except (ValueError, AttributeError, TypeError, RecursionError):
-        raise ChinwagError(
+        raise ServerAnswered(
             f"server {server.name}: GET {display_url(server.url)}/models did not answer an OpenAI model list"
         ) from None
     return ids or [DEFAULT_MODEL]
@@ -280,10 +285,12 @@ def model_info(server: Server, model: str, spec: str = "") -> ModelInfo:
 
 
 def models_of(server: Server) -> list:
-    """The server's models, or one unusable entry with the reason it cannot be reached."""
+    """The server's models, or one unusable entry with the reason it cannot be used: unreachable
+    (no answer, a bad URL), or unusable (it answered, but refused the key or sent no model list)."""
     try:
         return [model_info(server, m) for m in fetch_model_ids(server)]
     except ChinwagError as e:
+        state = UNUSABLE if isinstance(e, ServerAnswered) else UNREACHABLE
         reason = str(e).removeprefix(f"server {server.name}: ")
         return [
             ModelInfo(
@@ -292,7 +299,7 @@ def models_of(server: Server) -> list:
                 path=display_url(server.url),
                 architecture="remote",
                 status=ModelStatus.UNUSABLE,
-                reason=f"unreachable: {reason}",
+                reason=f"{state}: {reason}",
                 source="server",
                 server=server.name,
             )

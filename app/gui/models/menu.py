@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from app.core.sizes import format_bytes
 from app.gui.models.model_list import ModelList
-from engine.types import ModelSource, ModelStatus
+from engine.types import UNREACHABLE, UNUSABLE, ModelSource, ModelStatus, down_state
 
 
 def sentence(reason: str) -> str:
@@ -37,6 +37,10 @@ def describe(info) -> str:
     if info.status == ModelStatus.NEEDS_IMPORT:
         bits.append("imported on first use")
     return f"{info.name or info.id}" + (f" — {' · '.join(bits)}" if bits else "")
+
+
+# What a server's menu entry says when it cannot be used (its tooltip says why).
+DOWN_LABELS = {UNREACHABLE: "Not reachable", UNUSABLE: "Not usable"}
 
 
 class ModelMenu(QMenu):
@@ -88,7 +92,7 @@ class ModelMenu(QMenu):
             for info in (m for m in infos if m.server == server):
                 usable = info.status != ModelStatus.UNUSABLE
                 model = info.id.split("/", 1)[1] if "/" in info.id else info.name
-                action = self.addAction(model if usable else "Not reachable")
+                action = self.addAction(model if usable else DOWN_LABELS[down_state(info)[0]])
                 action.setCheckable(usable)
                 action.setChecked(info.id == self.models.current_id)
                 action.setData(info.id)

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import ModelStatus
+from engine.types import UNREACHABLE, ModelStatus, down_state
 
 HINT = (
     "An OpenAI-compatible server: mlx_lm.server (also across Macs with mlx.launch), exo, vLLM, "
@@ -164,7 +164,9 @@ class ServerDialog(QDialog):
         models = [m for m in await self.bridge.refresh_models() if m.server == server.name]
         down = next((m for m in models if m.status == ModelStatus.UNUSABLE), None)
         if down is not None:
-            text = f"Saved {server.name}, but it is not reachable: {down.reason.removeprefix('unreachable: ')}"
+            state, reason = down_state(down)
+            what = "it is not reachable" if state == UNREACHABLE else "it answered and cannot be used"
+            text = f"Saved {server.name}, but {what}: {reason}"
         else:
             names = ", ".join(m.id.split("/", 1)[1] for m in models[:6])
             text = f"Connected to {server.name}: {len(models)} model(s) ({names}). Pick one in the Model menu."

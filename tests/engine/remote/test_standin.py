@@ -141,7 +141,12 @@ def test_401_is_one_line_naming_the_server_and_never_the_key(monkeypatch, caplog
         monkeypatch.setenv("WRONG_KEY", "wrong-key-123")
         assert main(["servers", "add", "lab", s.url, "--api-key-env", "WRONG_KEY"]) == 0
         err = capsys.readouterr().err
-        assert "lab is not reachable now" in err and "401" in err and "wrong-key-123" not in err
+        # It answered: not "not reachable" (seen in the window's menu too), and the key was refused.
+        assert "lab answered, but cannot be used now" in err and "refused the API key" in err and "401" in err
+        assert "wrong-key-123" not in err
+        assert main(["servers", "list", "--json"]) == 0
+        [row] = json.loads(capsys.readouterr().out)
+        assert row["status"] == "unusable" and row["reason"].startswith("refused the API key (HTTP 401")
         with pytest.raises(ChinwagError) as e:
             run_chat("lab/chat", ["hi"])
         message = str(e.value)

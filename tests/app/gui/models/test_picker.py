@@ -84,3 +84,19 @@ def test_a_server_without_models_is_named_never_listed_as_name_slash(qtbot, qloo
     assert "bogus" not in w.model_picker.text()
     w.close()
     run(qtbot, w.shutdown())
+
+
+def test_a_server_that_refuses_the_key_is_not_usable_not_unreachable(qtbot, qloop, store, chinwag_home):
+    from engine.remote import servers
+    from tests.remote_standin import StandIn
+
+    with StandIn(api_key="right-key") as s:
+        saved = servers.add_server("lab", s.url, "wrong-key")
+        [down] = servers.models_of(saved)  # what the engine lists for it
+    w = make_window(qtbot, store, FakeEngine(models=FAKE_MODELS + [down]))
+    entry = w.model_menu.action_for("lab/")
+    # seen: "Not reachable" for a server that answered and refused the key
+    assert entry.text() == "Not usable" and not entry.isEnabled()
+    assert "refused the API key" in entry.toolTip() and "wrong-key" not in entry.toolTip()
+    w.close()
+    run(qtbot, w.shutdown())
