@@ -62,9 +62,15 @@ def prompt_of(tokenizer, text=CODE):
     return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
 
 
-def generate(model, tokenizer, prompt_ids, conv=None, capacity=16, stop_after=None, **params):
+def generate(model, tokenizer, prompt_ids, conv=None, capacity=16, stop_after=None, on_delta=None, **params):
     conv = conv or ConversationCache.create(model, capacity)
     deltas = []
+
+    def emit(delta):
+        deltas.append(delta)
+        if on_delta is not None:
+            on_delta(delta)
+
     stats = run_turn(
         model,
         tokenizer,
@@ -72,7 +78,7 @@ def generate(model, tokenizer, prompt_ids, conv=None, capacity=16, stop_after=No
         TurnInput(list(prompt_ids), 2048),
         GenerationParams(**params),
         lambda: stop_after is not None and len(deltas) >= stop_after,
-        deltas.append,
+        emit,
     )
     return stats, conv, deltas
 
@@ -398,16 +404,16 @@ def test_the_first_token_comes_before_any_draft_is_checked(looping_model, eager_
         return model(x, cache=cache)
 
     counting = Mock(spec=model, side_effect=forward)
-    conv = ConversationCache.create(model, 512)
     seen_at_first = []
-    stats = run_turn(
+    stats, _, _ = generate(
         counting,
         tokenizer,
-        conv,
-        TurnInput(list(prompt), 2048),
-        GenerationParams(temperature=0.0, max_tokens=60, speculative=True),
-        lambda: False,
-        lambda delta: seen_at_first or seen_at_first.append(list(passes)),
+        prompt,
+        conv=ConversationCache.create(model, 512),
+        on_delta=lambda _delta: seen_at_first or seen_at_first.append(list(passes)),
+        temperature=0.0,
+        max_tokens=60,
+        speculative=True,
     )
     assert stats.accepted_tokens > 0  # verification did happen, later
     assert seen_at_first and all(n == 1 for n in seen_at_first[0])  # not after a pass of a draft
