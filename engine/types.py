@@ -112,6 +112,9 @@ class GenerationParams:
     draft_model: str = ""
     # Tool definitions (OpenAI function format, dicts) given to the model's chat template; () = no tools.
     tools: tuple = ()
+    # The messages end with a reply that was cut short (max tokens): write on from its end, in the
+    # same message, rather than a new reply. A model on this computer only.
+    continue_reply: bool = False
     # Extra mlx-lm logits processors, (tokens, logits) -> logits, run on the engine thread after the
     # repetition penalty (tests script a reply with one; never sent to a server).
     logits_processors: tuple = ()

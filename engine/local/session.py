@@ -20,7 +20,7 @@ from engine.context.conversation import (
 )
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
-from engine.context.prompt import History, WithTools, check_messages, tools_cost, tools_off_reason
+from engine.context.prompt import History, WithTools, check_messages, encode_text, tools_cost, tools_off_reason
 from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
@@ -135,15 +135,31 @@ class Session:
             raise ChinwagError("no model is loaded: load one before chatting")
         messages = check_messages(messages)
         limit = self.context_limit(params)
+        head, written = messages, []
+        if params.continue_reply:
+            head, written = messages[:-1], self.written(messages, history)
         plan = plan_window(
             self.prompt_tokenizer(params),
-            messages,
+            head,
             history,
             limit,
-            reply_room(params.max_tokens, limit),
+            reply_room(params.max_tokens, limit) + len(written),
             params.low_water,
         )
+        if written:  # the prompt that wrote the reply, then what it wrote: the ids the cache holds
+            plan = dataclasses.replace(plan, prompt_ids=plan.prompt_ids + written)
         return plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+
+    def written(self, messages: list[dict], history: History) -> list:
+        """The ids of the reply that ends `messages`, to continue: as generated when the history
+        remembers them, else its text tokenized (after a restart without its saved cache)."""
+        last, index = messages[-1], len(messages) - 1
+        if last["role"] != "assistant" or not last["content"]:
+            raise ChinwagError("there is no reply to continue: the messages must end with the reply")
+        known = history.spans[index] if index < len(history.spans) else None
+        if known is not None and known.reply is not None and known.content == last["content"]:
+            return list(known.reply)
+        return encode_text(self.tokenizer, last["content"])
 
     def prompt_tokenizer(self, params: GenerationParams) -> Any:
         """The tokenizer whose chat template renders the prompt: given the tools if the model can call them."""
@@ -182,7 +198,8 @@ class Session:
             emit(delta)
 
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
-        earlier = history_ids(plan, messages)
+        head = messages[:-1] if params.continue_reply else messages
+        earlier = history_ids(plan, head)
 
         def reading(done: int, total: int) -> None:  # the earlier messages' ids among those not reused are read first
             emit(PrefillProgress(done, total, n_prompt, limit, max(0, earlier - (n_prompt - total))))
@@ -196,16 +213,17 @@ class Session:
         )
         reply = "".join(parts)
         if plan.prompt.complete:
+            before = plan.prompt_ids[len(plan.prompt.ids) :]  # a continued reply's ids so far
             history.record_reply(
-                len(messages),
+                len(head),
                 plan.prompt.tail,
                 plan.prompt.tail_ids,
-                reply,
-                stats.reply_ids,
+                (messages[-1]["content"] if params.continue_reply else "") + reply,
+                before + list(stats.reply_ids),
                 set(self.tokenizer.eos_token_ids),
             )
         else:
-            history.truncate(len(messages))
+            history.truncate(len(head))
         self.caches.enforce(keep=conv_id)
         if params.tools:
             stats = self.with_tool_calls(stats, reply, params)

@@ -106,6 +106,8 @@ class RemoteBackend:
         extras = [tool_fields(m) if isinstance(m, dict) else {} for m in messages]
         messages = [dict(m, **x) for m, x in zip(check_messages(messages), extras)]
         params = params or GenerationParams()
+        if params.continue_reply:  # an OpenAI server writes a new reply after an assistant message
+            raise ChinwagError(f"a reply is continued only by a model on this computer, not one on server {self.name}")
         dropped = 0
         while True:
             wire = self.wire_messages(conv_id, messages)

@@ -331,3 +331,34 @@ def test_stop_during_a_long_prefill_keeps_the_computed_prefix(engine_with, monke
         return True
 
     assert engine_with(body)
+
+
+def test_a_reply_cut_at_max_tokens_continues_exactly_from_the_cache(engine_with, tiny_model):
+    _, tokenizer = tiny_model
+
+    async def body(engine):
+        msgs = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+        text, cut = await turn(engine, "k", msgs, GenerationParams(temperature=0.0, max_tokens=6))
+        assert cut.finish_reason == "length"
+        more = msgs + [{"role": "assistant", "content": text}]
+        params = GenerationParams(temperature=0.0, max_tokens=6, continue_reply=True)
+        rest, cont = await turn(engine, "k", more, params)
+        # Nothing is read again: the prompt is the first one and the six tokens written.
+        assert cont.prompt_ids == cut.prompt_ids + cut.reply_ids
+        assert cont.reused_tokens == len(cont.prompt_ids) - 1 and cont.prefilled_tokens == 1
+        # As if the first reply had had twelve tokens.
+        _, whole = await turn(engine, "fresh", msgs, GenerationParams(temperature=0.0, max_tokens=12))
+        assert cut.reply_ids + cont.reply_ids == whole.reply_ids[: len(cut.reply_ids) + len(cont.reply_ids)]
+        # The history remembers the whole reply: a follow-up after it reuses it all.
+        both = msgs + [{"role": "assistant", "content": text + rest}, {"role": "user", "content": "And then?"}]
+        _, follow = await turn(engine, "k", both, GenerationParams(temperature=0.0, max_tokens=3))
+        assert follow.reused_tokens >= len(cont.prompt_ids) + len(cont.reply_ids) - 1
+        # Without its cache (a restart, or another chat's history), the reply's text is read instead.
+        _, cold = await turn(engine, "cold", more, params)
+        written = tokenizer.encode(text, add_special_tokens=False)
+        assert list(cold.prompt_ids) == list(cut.prompt_ids) + written and cold.reused_tokens == 0
+        assert cold.generated_tokens > 0
+        with pytest.raises(ChinwagError, match="no reply to continue"):
+            await turn(engine, "k", msgs, params)
+
+    engine_with(body)

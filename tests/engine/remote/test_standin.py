@@ -65,6 +65,13 @@ def run_chat(spec, turns, params=None):
     return asyncio.run(go())
 
 
+def test_a_server_model_refuses_to_continue_a_reply_and_sends_nothing(standin):
+    params = GenerationParams(temperature=0, max_tokens=3, continue_reply=True)
+    with pytest.raises(ChinwagError, match="continued only by a model on this computer, not one on server"):
+        run_chat(f"{standin.url}#chat", ["Hi"], params)
+    assert not any(path.endswith("/chat/completions") for path, _, _ in standin.requests)
+
+
 def test_stream_maps_text_usage_and_finish(standin):
     [(text, stats)] = run_chat(f"{standin.url}#chat", ["Hi"], GenerationParams(temperature=0, max_tokens=3))
     assert text == "Hello there #0"
