@@ -45,6 +45,8 @@ class TurnInput:
     context_limit: int
     dropped_messages: int = 0
     progress: Callable[[int, int], None] | None = None  # (done, total) while reading the prompt
+    # A continued reply: its last `written` prompt ids are its text so far (shown already).
+    written: int = 0
 
 
 def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
@@ -165,6 +167,10 @@ class _Reply:
         self.eos = set(tokenizer.eos_token_ids)
         self.detok = tokenizer.detokenizer
         self.detok.reset()
+        if turn.written:  # the text so far, read first: what follows decodes in its context
+            for tok in turn.prompt_ids[-turn.written :]:  # (a leading space is not dropped, a character not split)
+                self.detok.add_token(tok)
+            _ = self.detok.last_segment
         self.should_stop, self.emit, self.started = should_stop, emit, started
         self.max_new = max(0, min(params.max_tokens, turn.context_limit - len(turn.prompt_ids)))
         self.whole = self.max_new == params.max_tokens  # False: the context limit cuts the reply

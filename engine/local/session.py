@@ -148,7 +148,7 @@ class Session:
         )
         if written:  # the prompt that wrote the reply, then what it wrote: the ids the cache holds
             plan = dataclasses.replace(plan, prompt_ids=plan.prompt_ids + written)
-        return plan, TurnInput(plan.prompt_ids, limit, plan.dropped)
+        return plan, TurnInput(plan.prompt_ids, limit, plan.dropped, written=len(written))
 
     def written(self, messages: list[dict], history: History) -> list:
         """The ids of the reply that ends `messages`, to continue: as generated when the history

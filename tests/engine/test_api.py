@@ -347,8 +347,10 @@ def test_a_reply_cut_at_max_tokens_continues_exactly_from_the_cache(engine_with,
         assert cont.prompt_ids == cut.prompt_ids + cut.reply_ids
         assert cont.reused_tokens == len(cont.prompt_ids) - 1 and cont.prefilled_tokens == 1
         # As if the first reply had had twelve tokens.
-        _, whole = await turn(engine, "fresh", msgs, GenerationParams(temperature=0.0, max_tokens=12))
+        whole_text, whole = await turn(engine, "fresh", msgs, GenerationParams(temperature=0.0, max_tokens=12))
         assert cut.reply_ids + cont.reply_ids == whole.reply_ids[: len(cut.reply_ids) + len(cont.reply_ids)]
+        if cont.finish_reason == "length":  # and the same text (the continuation decodes in context)
+            assert text + rest == whole_text
         # The history remembers the whole reply: a follow-up after it reuses it all.
         both = msgs + [{"role": "assistant", "content": text + rest}, {"role": "user", "content": "And then?"}]
         _, follow = await turn(engine, "k", both, GenerationParams(temperature=0.0, max_tokens=3))

@@ -9,7 +9,7 @@ The controller reads the conversation from the store and shows it through a Chat
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -60,6 +60,7 @@ class Generation:
     started: float = 0.0
     reading: str = ""  # "Reading your message… 43%" until the first text arrives
     system_prompt: str = ""  # the one this reply is written with (its digest is saved in the stats)
+    earlier_tokens: int = 0  # a continued reply: the tokens it had before (its stats count them all)
 
 
 class ChatController(QObject):
@@ -521,17 +522,15 @@ class ChatController(QObject):
             self.tool_reply = None  # its last turn ended (or failed, or was stopped)
         self.last_status = status
         self._save_timer.stop()
+        saved = stats_dict(stats, gen.system_prompt) if stats else None
+        if saved is not None and gen.earlier_tokens:  # continued: the whole reply's count
+            saved["generated_tokens"] = gen.earlier_tokens + int(saved.get("generated_tokens") or 0)
         try:
-            self.store.update_message(
-                gen.msg_id,
-                content=gen.text,
-                status=status,
-                stats=stats_dict(stats, gen.system_prompt) if stats else None,
-            )
+            self.store.update_message(gen.msg_id, content=gen.text, status=status, stats=saved)
         except ChinwagError as e:
             self.error.emit(str(e))
         if conv_id == self.conv_id:
-            self.view.end_stream(status, stats, error)
+            self.view.end_stream(status, saved if gen.earlier_tokens else stats, error)
         self._sync_generation()
         self.generatingChanged.emit(False)
         if stats is not None:
@@ -616,6 +615,39 @@ class ChatController(QObject):
         if not self._start_reply(parent_id=parent):
             self.open_conversation(self.conv_id)  # show what the store holds
             return False
+        return True
+
+    def continue_reply(self, msg_id) -> bool:
+        """Write on from the end of the chat's last reply, which hit max tokens, in the same message
+        (the engine reads nothing again: its cache holds the reply)."""
+        if self.conv_id is None or self.bridge.current_model is None or self.gen is not None:
+            return False
+        last = self._last_shown()
+        if last is None or last.id != msg_id or last.role != MessageRole.ASSISTANT or not last.content:
+            return False
+        conv_id = self.conv_id
+        try:
+            conv = self.store.get_conversation(conv_id)
+            values = effective(conv.settings, load_defaults(self.store))
+            system_prompt = str(values.get("system_prompt") or "")
+            messages = engine_messages(conv.messages, system_prompt)
+            params = replace(params_from_settings(values), continue_reply=True)
+            self.store.update_message(msg_id, status=MessageStatus.STREAMING)
+        except ChinwagError as e:
+            self.error.emit(str(e))
+            return False
+        earlier = int((last.stats or {}).get("generated_tokens") or 0)
+        self.view.set_message_status(msg_id, MessageStatus.STREAMING)
+        self.view.begin_stream(msg_id)
+        self.gen = Generation(
+            conv_id, msg_id, last.content, last.content, time.monotonic(), system_prompt=system_prompt
+        )
+        self.gen.earlier_tokens = earlier
+        self._save_timer.start()
+        self._sync_generation()
+        self.generatingChanged.emit(True)
+        self.refresh_list()
+        self.bridge.chat(conv_id, messages, params)
         return True
 
     def _queue_missing_reply(self, msg_id) -> bool:

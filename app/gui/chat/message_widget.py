@@ -119,6 +119,7 @@ class MessageWidget(QFrame):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    continueRequested = Signal(object)  # a reply cut at max tokens: write on from its end
     versionRequested = Signal(object, int)  # message id, -1 (previous) or +1 (next)
     forkRequested = Signal(object)
 
@@ -186,6 +187,15 @@ class MessageWidget(QFrame):
         self.stats_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.stats_label.setWordWrap(True)  # the whole line, on two if the column is narrow
         layout.addWidget(self.stats_label)
+        self.continue_button = QToolButton()
+        self.continue_button.setObjectName("continueButton")
+        self.continue_button.setText("Continue")
+        self.continue_button.setToolTip("Write on from where the reply stopped (it hit max tokens)")
+        self.continue_button.setAutoRaise(True)
+        self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
+        self.continue_button.setVisible(False)
+        layout.addWidget(self.continue_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self._cut = False  # the reply stopped at max tokens
         self._render()
         self.set_stats(stats)
         self.set_status(status)
@@ -233,10 +243,13 @@ class MessageWidget(QFrame):
         self._refresh_footer(error)
         self.copy_button.setEnabled(status != MessageStatus.STREAMING)
         self.edit_button.setEnabled(status != MessageStatus.STREAMING)
+        if status == MessageStatus.STREAMING:
+            self.continue_button.setVisible(False)
         self.style().unpolish(self)
         self.style().polish(self)
 
     def set_stats(self, stats):
+        self._cut = stat(stats, "finish_reason", "") == FinishReason.LENGTH if stats else False
         self._stats_text = format_stats(stats)
         self.stats_label.setToolTip(format_speculation(stats))
         self._refresh_footer()
@@ -271,6 +284,11 @@ class MessageWidget(QFrame):
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.setVisible(on and self.role == MessageRole.ASSISTANT)
+
+    def set_can_continue(self, on: bool):
+        """Continue shows on the chat's last reply when it hit max tokens (and is not being written)."""
+        done = self.status in (MessageStatus.COMPLETE, MessageStatus.STOPPED)
+        self.continue_button.setVisible(on and self.role == MessageRole.ASSISTANT and self._cut and done)
 
     def set_versions(self, version: int, versions: int):
         self.version_switcher.set_versions(version, versions)

@@ -126,6 +126,8 @@ class ChatPanes:
         chat_view.copyRequested.connect(chat.copy_message)
         chat_view.editRequested.connect(chat.edit_message)
         chat_view.regenerateRequested.connect(chat.regenerate)
+        chat_view.continueRequested.connect(chat.continue_reply)
+        chat_view.continueRequested.connect(lambda *_: self.focus_composer())
         chat_view.promptChosen.connect(chat.send)
         chat_view.versionRequested.connect(chat.switch_version)
         # After ‹ › or Regenerate the keys still go to the message box (the clicked widget may be gone).

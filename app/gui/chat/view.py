@@ -22,6 +22,7 @@ class ChatView(QScrollArea):
     copyRequested = Signal(object)
     editRequested = Signal(object)
     regenerateRequested = Signal(object)
+    continueRequested = Signal(object)
     promptChosen = Signal(str)  # an example prompt of the welcome state was clicked
     versionRequested = Signal(object, int)  # message id, step
     forkRequested = Signal(object)
@@ -163,6 +164,7 @@ class ChatView(QScrollArea):
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
+        widget.continueRequested.connect(self.continueRequested)
         widget.versionRequested.connect(self.versionRequested)
         widget.forkRequested.connect(self.forkRequested)
         return widget
@@ -228,12 +230,14 @@ class ChatView(QScrollArea):
         for widget in self._widgets:
             widget.edit_button.setEnabled(on)
             widget.regen_button.setEnabled(on)
+            widget.continue_button.setEnabled(on)
             widget.version_switcher.set_actions_enabled(on)
 
     def _update_regenerate(self):
         last = self._widgets[-1] if self._widgets else None
         for widget in self._widgets:
             widget.set_can_regenerate(widget is last and widget.role == MessageRole.ASSISTANT)
+            widget.set_can_continue(widget is last)
         self.replyMissing.emit(last is not None and last.role == MessageRole.USER)
 
     # --- streaming ------------------------------------------------------
@@ -274,6 +278,7 @@ class ChatView(QScrollArea):
         if stats is not None:
             self._live.set_stats(stats)
         self._live = None
+        self._update_regenerate()  # a reply that hit max tokens offers Continue
 
     # --- scrolling ------------------------------------------------------
     def scroll_to_bottom(self):
