@@ -3,6 +3,7 @@
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import stat
@@ -18,7 +19,7 @@ from app.tools.results import neutralise  # a reply (a server's, or a model's) m
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.protocol import EngineAPI
-from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, FinishReason, ModelStatus, ParamSpec, param_specs
 
 if TYPE_CHECKING:
     from app.cli.chat_tools import TerminalTools
@@ -162,14 +163,15 @@ async def _chat(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         print(
-            f"Chatting with {info.name}. /attach FILE adds a document, /new starts over, /exit or Ctrl+D quits,"
-            " Ctrl+C stops a reply."
+            f"Chatting with {info.name}. /attach FILE adds a document, /continue writes on after a reply cut at"
+            " max tokens, /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply."
         )
         if not args.no_tools:
             from app.cli.chat_tools import TerminalTools
 
             tools = await TerminalTools.start(args, _stream)
         messages = [{"role": "system", "content": args.system}] if args.system else []
+        last: TurnStats | None = None  # the last reply's stats (/continue needs it to have hit max tokens)
         turn = 0
         loop = asyncio.get_running_loop()
         reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
@@ -191,7 +193,10 @@ async def _chat(args: argparse.Namespace) -> int:
                 turn += 1
                 conv = f"cli-{turn}"
                 messages = messages[:1] if args.system else []
-                pending, indexes = [], []
+                pending, indexes, last = [], [], None
+                continue
+            if line.strip() == "/continue":
+                last = await _continue(engine, conv, messages, args, saved, last)
                 continue
             if line.startswith("/attach "):
                 attached = _attach(line.removeprefix("/attach ").strip())
@@ -209,12 +214,7 @@ async def _chat(args: argparse.Namespace) -> int:
                 conv = saved.add_user(question, info.id, attached)  # committed before the engine sees it
                 if draft != conv:
                     await engine.adopt(draft, conv)  # the documents read ahead become this chat's cache
-            added, stats = await _reply(engine, conv, messages, args, tools)
-            messages += added
-            if saved is not None:
-                _save_reply(saved, added, stats, tools, info.id)
-            if stats is not None:
-                _print_stats(stats)
+            last = await _answer(engine, conv, messages, args, tools, saved, info.id)
     finally:
         await _end_chat(engine, conv, saved, tools, reading)
 
@@ -235,6 +235,46 @@ async def _end_chat(
     if tools is not None:
         await tools.close()  # stdio MCP servers stop with the chat
     await engine.close()
+
+
+async def _answer(
+    engine: Engine,
+    conv: str,
+    messages: list,
+    args: argparse.Namespace,
+    tools: "TerminalTools | None",
+    saved: "TerminalChat | None",
+    model_id: str,
+) -> TurnStats | None:
+    """The reply to the last message: streamed, added to `messages`, saved, its stats printed."""
+    added, stats = await _reply(engine, conv, messages, args, tools)
+    messages += added
+    if saved is not None:
+        _save_reply(saved, added, stats, tools, model_id)
+    if stats is not None:
+        _print_stats(stats)
+    return stats
+
+
+async def _continue(
+    engine: Engine,
+    conv: str,
+    messages: list,
+    args: argparse.Namespace,
+    saved: "TerminalChat | None",
+    last: TurnStats | None,
+) -> TurnStats | None:
+    """/continue: the last reply, cut at max tokens, written on (the engine reads nothing again)."""
+    if last is None or last.finish_reason != FinishReason.LENGTH or messages[-1]["role"] != "assistant":
+        fail("/continue: the last reply did not stop at max tokens: there is nothing to continue")
+        return last
+    rest, stats = await _stream(engine, conv, messages, dataclasses.replace(_params(args), continue_reply=True))
+    messages[-1] = dict(messages[-1], content=messages[-1]["content"] + rest)
+    if saved is not None:
+        saved.extend_reply(messages[-1]["content"], stats)
+    if stats is not None:
+        _print_stats(stats)
+    return stats
 
 
 def _attach(path: str) -> list:
@@ -306,6 +346,19 @@ class TerminalChat:
         system_prompt = str((self.settings or {}).get("system_prompt", ""))
         stats_row = stats_dict(stats, system_prompt) if stats is not None else None
         self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
+
+    def extend_reply(self, text: str, stats: TurnStats | None) -> None:
+        """The last reply, continued: its whole text, and its stats counting every token."""
+        from app.core.store import MessageStatus
+        from app.core.turns import stats_dict, status_of
+
+        reply = self.store.get_conversation(self.conv_id).messages[-1]
+        row = None
+        if stats is not None:
+            row = stats_dict(stats, str((self.settings or {}).get("system_prompt", "")))
+            row["generated_tokens"] = int((reply.stats or {}).get("generated_tokens") or 0) + stats.generated_tokens
+        status = status_of(stats) if stats is not None else MessageStatus.STOPPED
+        self.store.update_message(reply.id, content=text, status=status, stats=row)
 
     def add_tool_message(self, message: dict, run: "ToolRun | None", model_id: str) -> None:
         """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""

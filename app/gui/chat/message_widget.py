@@ -191,7 +191,7 @@ class MessageWidget(QFrame):
         self.continue_button.setObjectName("continueButton")
         self.continue_button.setText("Continue")
         self.continue_button.setToolTip("Write on from where the reply stopped (it hit max tokens)")
-        self.continue_button.setAutoRaise(True)
+        self.continue_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)  # framed: it reads as a button
         self.continue_button.clicked.connect(lambda: self.continueRequested.emit(self.message_id))
         self.continue_button.setVisible(False)
         layout.addWidget(self.continue_button, 0, Qt.AlignmentFlag.AlignLeft)

@@ -95,3 +95,25 @@ def test_help_says_plain_chinwag_opens_the_window_and_version_is_there(capsys):
     except SystemExit as e:
         assert e.code == 0
     assert capsys.readouterr().out.startswith("chinwag ")
+
+
+def test_continue_writes_on_after_a_reply_cut_at_max_tokens_and_saves_it_whole(tiny_model_path, chinwag_home):
+    proc = chat(chinwag_home, tiny_model_path, "Tell me a long story\n/continue\n/continue\n")
+    assert proc.stdout.count("length]") == 3  # the reply and two continuations, each cut at 4 tokens
+    assert "nothing to continue" not in proc.stderr
+    with Store() as store:
+        [conv] = store.list_conversations()
+        messages = store.get_conversation(conv.id).messages
+        assert [m.role for m in messages] == ["user", "assistant"]  # one reply, written on twice
+        assert messages[1].stats["generated_tokens"] == 12
+    # Twelve tokens at once say the same.
+    chat(chinwag_home, tiny_model_path, "Tell me a long story\n", "--max-tokens", "12")
+    with Store() as store:
+        replies = [store.get_conversation(c.id).messages[1].content for c in store.list_conversations()]
+    assert len(replies) == 2 and replies[0] == replies[1]
+
+
+def test_continue_without_a_cut_reply_says_so_and_the_chat_goes_on(tiny_model_path, chinwag_home):
+    proc = chat(chinwag_home, tiny_model_path, "/continue\nHello\n")
+    assert "/continue: the last reply did not stop at max tokens" in proc.stderr
+    assert "length]" in proc.stdout or "stop]" in proc.stdout  # the next message was answered
