@@ -163,8 +163,8 @@ async def _chat(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         print(
-            f"Chatting with {info.name}. /attach FILE adds a document, /continue writes on after a reply cut at"
-            " max tokens, /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply."
+            f"Chatting with {info.name}. /attach FILE adds a document, /continue writes more of a reply cut at"
+            " its length limit, /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply."
         )
         if not args.no_tools:
             from app.cli.chat_tools import TerminalTools

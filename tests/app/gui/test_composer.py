@@ -40,7 +40,7 @@ def test_the_placeholder_wraps_whole_at_20_pt_in_the_smallest_window(qtbot, wind
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="Option+letter types a character on macOS")
-def test_alt_and_a_letter_types_nothing_in_the_message_box(qtbot, window):
+def test_alt_and_a_letter_types_nothing_in_the_message_box(qtbot, qloop, window):  # typing reads ahead
     from PySide6.QtTest import QTest
 
     editor = window.composer.editor
@@ -49,5 +49,6 @@ def test_alt_and_a_letter_types_nothing_in_the_message_box(qtbot, window):
     QTest.keyClick(editor, Qt.Key.Key_O, Qt.KeyboardModifier.AltModifier)
     QTest.keyClick(editor, Qt.Key.Key_Q, Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.ShiftModifier)
     assert editor.toPlainText() == "hello"
-    QTest.keyClicks(editor, " ø")  # a character of its own (AltGr on X11) is typed
+    with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=5000):  # the pause reads the draft ahead
+        QTest.keyClicks(editor, " ø")  # a character of its own (AltGr on X11) is typed
     assert editor.toPlainText() == "hello ø"
