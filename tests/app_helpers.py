@@ -186,6 +186,9 @@ class FakeEngine:
                 if stop.is_set():
                     reason = FinishReason.CANCELLED
                     break
+                if params is not None and n >= params.max_tokens:  # as the real engine ends a long reply
+                    reason = FinishReason.LENGTH
+                    break
                 await asyncio.sleep(self.token_delay)
                 if stop.is_set():
                     reason = FinishReason.CANCELLED

@@ -40,7 +40,7 @@ from app.gui.window_keys import WindowKeys
 from app.gui.window_status import STATE_LABELS, StatusBar
 from engine.errors import ChinwagError
 from engine.models.folders import STARTER_ID, STARTER_NAME  # no MLX: the window paints before it loads
-from engine.types import EngineStatus, ModelStatus
+from engine.types import EngineStatus, ModelSource, ModelStatus
 
 MIN_SIZE = (720, 480)  # below this the composer and a message line stop being usable
 ERROR_BANNER_MS = 20_000  # an error banner also clears on the next thing that works
@@ -362,6 +362,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, info):
         self.status.show_model(info)
+        self.chat_view.set_continue_allowed(info.source != ModelSource.SERVER)  # a server cannot write on
         self.models.set_current(info.id)
         self.notices.dismiss("load")
         if not self.store.read_only:

@@ -62,6 +62,7 @@ class ChatView(QScrollArea):
         self._stick = False  # follow the end of the chat (not while the welcome shows)
         self._held: tuple[object, int] | None = None  # (message id, its top in the view) kept while the layout settles
         self._slack = 0  # room added below the last message so a held one can stay in place
+        self._continue_here = True  # the loaded model can continue a reply cut at max tokens
         self._hold_timer = QTimer(self)
         self._hold_timer.setSingleShot(True)
         self._hold_timer.setInterval(HOLD_MS)
@@ -233,11 +234,16 @@ class ChatView(QScrollArea):
             widget.continue_button.setEnabled(on)
             widget.version_switcher.set_actions_enabled(on)
 
+    def set_continue_allowed(self, on: bool):
+        """Whether the loaded model can continue a reply (a model on this computer; a server cannot)."""
+        self._continue_here = on
+        self._update_regenerate()
+
     def _update_regenerate(self):
         last = self._widgets[-1] if self._widgets else None
         for widget in self._widgets:
             widget.set_can_regenerate(widget is last and widget.role == MessageRole.ASSISTANT)
-            widget.set_can_continue(widget is last)
+            widget.set_can_continue(widget is last and self._continue_here)
         self.replyMissing.emit(last is not None and last.role == MessageRole.USER)
 
     # --- streaming ------------------------------------------------------

@@ -49,6 +49,9 @@ def test_send_streams_saves_and_shows_stats(qtbot, window, store, engine):
 
 @pytest.mark.timing
 def test_streaming_rerenders_at_most_30_times_a_second(qtbot, window, store, engine):
+    from app.core.settings import DEFAULTS_KEY
+
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 4000})  # the whole 3,000-word reply (the fake stops at max tokens)
     engine.reply = " ".join(f"word{i}" for i in range(3000))
     engine.token_delay = 0
     send(qtbot, window, "first")

@@ -100,3 +100,25 @@ def test_a_server_that_refuses_the_key_is_not_usable_not_unreachable(qtbot, qloo
     assert "refused the API key" in entry.toolTip() and "wrong-key" not in entry.toolTip()
     w.close()
     run(qtbot, w.shutdown())
+
+
+def test_continue_is_offered_only_while_a_model_on_this_computer_is_loaded(qtbot, qloop, store):
+    from app.core.settings import DEFAULTS_KEY
+    from tests.app_helpers import send
+
+    server = ModelInfo(
+        "studio/qwen3-32b", "qwen3-32b on studio", "http://studio:8080/v1", source="server", server="studio"
+    )
+    engine = FakeEngine(models=FAKE_MODELS + [server], reply="one two three four five six")
+    w = make_window(qtbot, store, engine)
+    store.set_state(DEFAULTS_KEY, {"max_tokens": 3})
+    send(qtbot, w, "count")
+    reply = w.chat_view.message_widgets()[-1]
+    assert "hit max tokens" in reply.stats_label.text()
+    qtbot.waitUntil(reply.continue_button.isVisible, timeout=2000)
+    run(qtbot, w.bridge.load_model("studio/qwen3-32b"))
+    qtbot.waitUntil(lambda: not reply.continue_button.isVisible(), timeout=3000)  # a server cannot write on
+    run(qtbot, w.bridge.load_model("fake-small"))
+    qtbot.waitUntil(reply.continue_button.isVisible, timeout=3000)
+    w.close()
+    run(qtbot, w.shutdown())
