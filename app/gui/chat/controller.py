@@ -636,13 +636,18 @@ class ChatController(QObject):
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
-        earlier = int((last.stats or {}).get("generated_tokens") or 0)
         self.view.set_message_status(msg_id, MessageStatus.STREAMING)
         self.view.begin_stream(msg_id)
+        earlier = int((last.stats or {}).get("generated_tokens") or 0)
         self.gen = Generation(
-            conv_id, msg_id, last.content, last.content, time.monotonic(), system_prompt=system_prompt
+            conv_id,
+            msg_id,
+            text=last.content,
+            saved=last.content,
+            started=time.monotonic(),
+            system_prompt=system_prompt,
+            earlier_tokens=earlier,
         )
-        self.gen.earlier_tokens = earlier
         self._save_timer.start()
         self._sync_generation()
         self.generatingChanged.emit(True)
