@@ -11,10 +11,9 @@ MIN_SIZE = 12
 def side_for(font: QFont) -> int:
     """An icon's side beside text in `font`: SIZE at the system size, scaled with the font size
     (at 20 pt a 16 px Copy button is a small target beside big text)."""
-    from app.gui.theme import system_point_size
+    from app.gui.theme import font_scale
 
-    size = font.pointSizeF()
-    return max(MIN_SIZE, round(SIZE * size / system_point_size())) if size > 0 else SIZE
+    return max(MIN_SIZE, round(SIZE * font_scale(font)))
 
 
 def _pen(colour):

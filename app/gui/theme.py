@@ -139,10 +139,16 @@ def system_point_size() -> int:
     return font.pointSize() if font.pointSize() > 0 else 10
 
 
+def font_scale(font: QFont) -> float:
+    """How much bigger `font` is than the system size (1.0 there, and when its size is not in points):
+    what sizes drawn for the system size are scaled by."""
+    size = font.pointSizeF()
+    return size / system_point_size() if size > 0 else 1.0
+
+
 def reading_width(font: QFont) -> int:
     """The reading column's widest, in px, for text in `font`."""
-    size = font.pointSizeF()
-    return round(READING_WIDTH * size / system_point_size()) if size > 0 else READING_WIDTH
+    return round(READING_WIDTH * font_scale(font))
 
 
 class ReadingColumn(QWidget):
