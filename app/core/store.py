@@ -165,7 +165,8 @@ class ConversationSummary:
 
 def title_from_message(text: str) -> str:
     """A conversation title from its first user message: its first line of prose, trimmed,
-    at most TITLE_MAX characters, cut at a word boundary. Stored whole (no "…"): views elide."""
+    at most TITLE_MAX characters. A longer line is cut at a word boundary and ends in "…", so
+    the title never reads as if the question ended there."""
     lines = [ln for ln in str(text).splitlines() if ln.strip() and not ln.strip().startswith("```")]
     line = _MARKDOWN_LEAD.sub("", lines[0].strip()) if lines else ""
     line = " ".join(line.split())
@@ -173,14 +174,15 @@ def title_from_message(text: str) -> str:
         return DEFAULT_TITLE
     if len(line) <= TITLE_MAX:
         return line
-    cut = line[:TITLE_MAX]
+    room = TITLE_MAX - 1  # the "…"
+    cut = line[:room]
     space = cut.rfind(" ")
-    if space >= TITLE_MAX // 2 and not line[TITLE_MAX].isspace():
+    if space >= room // 2 and not line[room].isspace():
         cut = cut[:space]  # no word cut in half
     # Do not leave half a grapheme (a combining mark or joiner whose base was cut).
     while cut and (unicodedata.combining(cut[-1]) or cut[-1] in "\u200d\ufe0f"):
         cut = cut[:-1]
-    return cut.rstrip(" ,;:-–—") or line[:TITLE_MAX]
+    return (cut.rstrip(" ,;:-–—") or line[:room]) + "…"
 
 
 FORK_SUFFIX = re.compile(r" \(fork(?: \d+)?\)$")

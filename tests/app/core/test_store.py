@@ -128,14 +128,19 @@ def test_title_from_message(text, title):
     assert title_from_message(text) == title
 
 
-def test_title_from_long_message_is_cut_at_a_word_without_ellipsis():
+def test_title_from_long_message_is_cut_at_a_word_and_ends_in_an_ellipsis():
     title = title_from_message("word " * 40)
-    assert len(title) <= 60 and title.endswith("word") and not title.endswith("…")
+    assert len(title) <= 60 and title.endswith("word…")
     title = title_from_message("Please explain the difference between concurrency and parallelism in Python")
-    assert title == "Please explain the difference between concurrency and"
-    # A family emoji is joined with ZWJs: never leave a dangling joiner at the end.
-    title = title_from_message("a" * 57 + "👨\u200d👩\u200d👧 trailing text")
-    assert len(title) <= 60 and not title.endswith("\u200d")
+    assert title == "Please explain the difference between concurrency and…"
+    # A family emoji is joined with ZWJs: never leave a dangling joiner before the "…".
+    title = title_from_message("a" * 56 + "👨\u200d👩\u200d👧 trailing text")
+    assert len(title) <= 60 and title.endswith("…") and "\u200d…" not in title
+
+
+def test_title_of_a_line_that_fits_has_no_ellipsis():
+    assert title_from_message("x" * 60) == "x" * 60
+    assert title_from_message("A short first line\nand a long second line " + "word " * 30) == "A short first line"
 
 
 @pytest.mark.parametrize(
