@@ -7,7 +7,7 @@ format, layer count, shapes and dtype those of the loaded model; its checksum (s
 metadata and a CRC-32 of every tensor's bytes) matching; its ids in the vocabulary; its History well formed
 and agreeing with its ids. Otherwise `UnusableCache` says why in one line and the caller
 re-reads the history. The capacity reserved is derived from the tokens held, never read.
-Runs on the engine thread only.
+Runs on the engine thread, but for `Snapshot.write`, which calls no MLX and runs on any thread.
 """
 
 import hashlib
@@ -101,36 +101,114 @@ def _vocab_size(model: Any) -> int:
 
 # --- writing -------------------------------------------------------------------
 
+# safetensors' names for the dtypes a cache holds.
+_SAFETENSORS_DTYPES = {mx.float32: "F32", mx.float16: "F16", mx.bfloat16: "BF16", mx.int32: "I32"}
 
-def write(path: Path, conv_id: str, cache: ConversationCache) -> None:
-    """Write `cache` (every layer a ContiguousAttentionKVCache) to `path`, a new file."""
-    arrays = {"token_ids": mx.array(cache.token_ids, dtype=mx.int32)}
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: mx.Dtype
+    shape: tuple
+    chunks: list  # memoryviews of evaluated arrays' bytes, in order: reading them calls no MLX
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.chunks)
+
+
+@dataclass
+class Snapshot:
+    """A cache ready to be written: taken on the engine thread, written from any thread.
+
+    mx.save_safetensors evaluates its arrays, and MLX evaluation is not thread-safe, so the file
+    is written here from the bytes of the cache's own buffers (each head's valid prefix), which
+    reading calls no MLX for. The cache must not change until the file is written: an evicted
+    cache is in no one else's hands."""
+
+    meta: dict
+    tensors: list
+    cache: ConversationCache
+
+    def write(self, path: Path) -> None:
+        """Write the safetensors file at `path` (a new file), with its checksum."""
+        meta = dict(self.meta, checksum=_digest(self.meta, self.tensors))
+        header, offset = {}, 0
+        for t in self.tensors:
+            header[t.name] = {
+                "dtype": _SAFETENSORS_DTYPES[t.dtype],
+                "shape": list(t.shape),
+                "data_offsets": [offset, offset + t.nbytes],
+            }
+            offset += t.nbytes
+        header["__metadata__"] = meta
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+        with open(path, "wb") as f:
+            f.write(len(raw).to_bytes(8, "little"))
+            f.write(raw)
+            for t in self.tensors:
+                for chunk in t.chunks:
+                    f.write(chunk)
+
+
+def snapshot(conv_id: str, cache: ConversationCache) -> Snapshot:
+    """`cache` (every layer a ContiguousAttentionKVCache) as a Snapshot; on the engine thread.
+    Copies nothing but the ids: the tensors are views of the cache's buffers."""
+    ids = mx.array(cache.token_ids, dtype=mx.int32)
+    mx.eval([ids] + [a for layer in cache.layers for a in (layer.keys, layer.values)])
+    tensors = [Tensor("token_ids", ids.dtype, tuple(ids.shape), [_bytes(ids)])]
     for i, layer in enumerate(cache.layers):
-        keys, values = layer.state
-        arrays[f"{i}.keys"], arrays[f"{i}.values"] = mx.contiguous(keys), mx.contiguous(values)
-    mx.eval(list(arrays.values()))
+        tensors += [_prefix(f"{i}.keys", layer.keys, layer.offset), _prefix(f"{i}.values", layer.values, layer.offset)]
     meta = {
         "format": FORMAT,
         "conversation": conv_id,
         "history": json.dumps(cache.history.to_json()),
         "layers": str(len(cache.layers)),
     }
-    meta["checksum"] = checksum(arrays, meta)
-    mx.save_safetensors(str(path), arrays, meta)
+    return Snapshot(meta, sorted(tensors, key=lambda t: t.name), cache)
+
+
+def _bytes(array: mx.array) -> memoryview:
+    return memoryview(array).cast("B")
+
+
+def _prefix(name: str, buffer: mx.array, n: int) -> Tensor:
+    """The first `n` positions of a (batch, heads, capacity, dim) buffer: a view per head."""
+    batch, heads, capacity, dim = buffer.shape
+    view = memoryview(buffer)
+    if not view.c_contiguous:  # not a buffer of ours: copy the prefix
+        prefix = mx.contiguous(buffer[..., :n, :])
+        mx.eval(prefix)
+        return Tensor(name, buffer.dtype, (batch, heads, n, dim), [_bytes(prefix)])
+    flat, row = view.cast("B"), dim * buffer.dtype.size
+    chunks = [flat[h * capacity * row : (h * capacity + n) * row] for h in range(batch * heads)]
+    return Tensor(name, buffer.dtype, (batch, heads, n, dim), chunks)
 
 
 def checksum(arrays: dict, meta: dict) -> str:
     """sha256 of the metadata (but the checksum) and of each tensor's name, dtype, shape and CRC-32
     (CRC-32 of the bytes runs ~3x faster than sha256: a restore stays far cheaper than a prefill)."""
+    contiguous = {name: mx.contiguous(array) for name, array in arrays.items()}
+    mx.eval(list(contiguous.values()))
+    tensors = [Tensor(name, a.dtype, tuple(a.shape), [_bytes(a)]) for name, a in sorted(contiguous.items())]
+    return _digest(meta, tensors)
+
+
+def _digest(meta: dict, tensors: list) -> str:
     digest = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode())
-    names = sorted(arrays)
-    contiguous = [mx.contiguous(arrays[name]) for name in names]
-    mx.eval(contiguous)
+
+    def crc(t: Tensor) -> int:
+        value = 0
+        for chunk in t.chunks:
+            value = zlib.crc32(chunk, value)
+        return value
+
     # zlib releases the GIL on large buffers: the tensors are summed on every core at once.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="chinwag-crc") as pool:
-        crcs = list(pool.map(lambda array: zlib.crc32(memoryview(array)), contiguous))
-    for name, array, crc in zip(names, contiguous, crcs):
-        digest.update(f"\0{name}\0{array.dtype}\0{tuple(array.shape)}\0{crc}".encode())
+        crcs = list(pool.map(crc, tensors))
+    for t, value in zip(tensors, crcs):
+        digest.update(f"\0{t.name}\0{t.dtype}\0{t.shape}\0{value}".encode())
     return digest.hexdigest()
 
 

@@ -1,7 +1,10 @@
 """Every conversation's cache under one memory budget, least recently used evicted first.
 
 Evicted caches are saved as safetensors in the data dir and restored when their
-conversation returns, so a follow-up turn still prefills only its new tokens. On close
+conversation returns, so a follow-up turn still prefills only its new tokens. An eviction's
+file is written on a thread of its own (engine/context/cache_writer.py): the engine thread
+takes a snapshot and goes on, and a conversation that returns before its file is written gets
+its cache back. On close
 the most recently used caches are saved too, within a disk budget for `kv/` (least
 recently used files deleted first), so they survive a restart. Files live under a key of
 the model's weights (sizes, times and the first megabyte), so other weights never
@@ -22,7 +25,8 @@ from pathlib import Path
 from engine import log as chinwag_log
 from engine.atomic import TEMP_SUFFIX, replacing
 from engine.context import cache_file
-from engine.context.cache_file import CacheLayout, UnusableCache
+from engine.context.cache_file import CacheLayout, Snapshot, UnusableCache
+from engine.context.cache_writer import CacheWriter, Job
 from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
@@ -88,6 +92,9 @@ class ConversationCaches:
         # The draft model's cache of each conversation (speculative decoding): under the same
         # budget, evicted with its conversation, never saved (recomputed from the ids).
         self._drafts: dict[str, ConversationCache] = {}
+        # Evicted caches whose files are being written: the snapshot, and the writer's job.
+        self._writing: dict[str, tuple[Snapshot, Job]] = {}
+        self.writer = CacheWriter()
         self.stats = MemoryStats()
 
     def set_model(self, model_path: str, layout: CacheLayout | None = None) -> None:
@@ -130,7 +137,7 @@ class ConversationCaches:
             positions_reserved=sum(c.capacity for c in caches),
             evictions=self.stats.evictions,
             restores=self.stats.restores,
-            save_seconds=self.stats.save_seconds,
+            save_seconds=self.stats.save_seconds + self.writer.seconds,
             restore_seconds=self.stats.restore_seconds,
             draft_bytes=self.draft_bytes,
             draft_caches=len(self._drafts),
@@ -143,10 +150,12 @@ class ConversationCaches:
         return conv_id in self._caches
 
     def get(self, conv_id: str) -> ConversationCache | None:
-        """The conversation's cache, restored from disk if it was evicted; None if new."""
+        """The conversation's cache, restored if it was evicted (from its snapshot while its file is
+        being written, else from the file); None if new."""
+        self._settle()
         cache = self._caches.get(conv_id)
         if cache is None:
-            cache = self._restore(conv_id)
+            cache = self._take_back(conv_id) if conv_id in self._writing else self._restore(conv_id)
             if cache is None:
                 return None
             self._caches[conv_id] = cache
@@ -154,30 +163,36 @@ class ConversationCaches:
         return cache
 
     def put(self, conv_id: str, cache: ConversationCache) -> None:
+        if conv_id in self._writing:  # an older cache of it, being written: never restored now
+            self._stop_writing(conv_id)
         self._caches[conv_id] = cache
         self._caches.move_to_end(conv_id)
 
     def enforce(self, keep: str = "") -> list:
-        """Evict least recently used caches (never `keep`), each with its draft cache, until the budget holds."""
+        """Evict least recently used caches (never `keep`), each with its draft cache, until the budget
+        holds. Their files are written on the writer's thread; this returns at once."""
+        self._settle()
         evicted = []
         while self.total_bytes + self.draft_bytes > self.budget_bytes:
             victim = next((cid for cid in self._caches if cid != keep), None)
             if victim is None:
                 break
-            self._save(victim, self._caches.pop(victim))
+            self._save_later(victim, self._caches.pop(victim))
             self._drafts.pop(victim, None)
             self.stats.evictions += 1
             evicted.append(victim)
         if evicted:
-            self.prune_disk()
+            self.writer.submit(self.prune_disk, "pruning the saved KV caches")  # after the writes
         return evicted
 
     def save_all(self, seconds: float = SAVE_ON_CLOSE_SECONDS) -> int:
         """Save the caches in memory, most recently used first, within the disk budget and `seconds`
-        (the most recent one whatever the time).
+        (the most recent one whatever the time), once the evicted ones are written.
 
         Returns how many were saved. Least recently used files are deleted first to make room.
         """
+        self.writer.flush()
+        self._writing.clear()
         saved, used, began = 0, 0, time.perf_counter()
         for conv_id in reversed(list(self._caches)):
             cache = self._caches[conv_id]
@@ -224,6 +239,8 @@ class ConversationCaches:
         text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
         self._drafts.pop(conv_id, None)
+        if conv_id in self._writing:
+            self._stop_writing(conv_id)  # before the files go: a write under way ends first
         forget_saved_caches(conv_id, self.save_dir)
 
     # --- disk --------------------------------------------------------------
@@ -231,26 +248,65 @@ class ConversationCaches:
     def _path(self, conv_id: str) -> Path:
         return self.save_dir / self.model_key / kv_file_name(conv_id)
 
+    def _savable(self, cache: ConversationCache) -> bool:
+        # Other cache kinds are dropped and re-prefilled.
+        return bool(self.model_key and cache.token_ids) and all(
+            isinstance(c, ContiguousAttentionKVCache) for c in cache.layers
+        )
+
     def _save(self, conv_id: str, cache: ConversationCache) -> bool:
-        if (
-            not self.model_key
-            or not all(isinstance(c, ContiguousAttentionKVCache) for c in cache.layers)
-            or not cache.token_ids
-        ):
-            return False  # other cache kinds are dropped and re-prefilled
+        if not self._savable(cache):
+            return False
         started = time.perf_counter()
-        path = self._path(conv_id)
         try:
-            private_dir(path.parent, "KV cache folder")
-            if path.is_symlink() or (path.exists() and not path.is_file()):
-                path.unlink()  # a link would have the save written wherever it points
-            with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
-                cache_file.write(tmp, conv_id, cache)
+            self._write(self._path(conv_id), cache_file.snapshot(conv_id, cache))
         except (ChinwagError, OSError, RuntimeError) as e:  # a full disk costs a re-prefill later, never this turn
             log.warning("KV cache of %s not saved: %s", conv_id, e)
             return False
         self.stats.save_seconds += time.perf_counter() - started
         return True
+
+    def _save_later(self, conv_id: str, cache: ConversationCache) -> None:
+        """Snapshot an evicted cache here and write its file on the writer's thread."""
+        if not self._savable(cache):
+            return
+        started = time.perf_counter()
+        snap = cache_file.snapshot(conv_id, cache)
+        path = self._path(conv_id)
+        self.stats.save_seconds += time.perf_counter() - started
+        self._writing[conv_id] = (
+            snap,
+            self.writer.submit(lambda: self._write(path, snap), f"saving the KV cache of {conv_id}"),
+        )
+
+    def _settle(self) -> None:
+        """Let go of the snapshots whose files are written: the files restore them now."""
+        for conv_id in [c for c, (_, job) in self._writing.items() if job.done.is_set()]:
+            del self._writing[conv_id]
+
+    @staticmethod
+    def _write(path: Path, snap: Snapshot) -> None:
+        """Write a snapshot at `path`, whole or not at all; calls no MLX (any thread)."""
+        private_dir(path.parent, "KV cache folder")
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            path.unlink()  # a link would have the save written wherever it points
+        with replacing(path, mode=FILE_MODE) as tmp:  # 0600: a cache decodes to the whole chat
+            snap.write(tmp)
+
+    def _take_back(self, conv_id: str) -> ConversationCache:
+        """An evicted cache that returns while its file is written: the very cache, from its snapshot."""
+        started = time.perf_counter()
+        cache = self._stop_writing(conv_id).cache
+        self.stats.restores += 1
+        self.stats.restore_seconds += time.perf_counter() - started
+        return cache
+
+    def _stop_writing(self, conv_id: str) -> Snapshot:
+        """Cancel the write of an evicted cache, or wait for it and remove its file; its snapshot."""
+        snap, job = self._writing.pop(conv_id)
+        if not self.writer.cancel(job):
+            _unlink(self._path(conv_id))  # as after a restore: it is saved again from memory
+        return snap
 
     def _restore(self, conv_id: str) -> ConversationCache | None:
         """The saved cache, if there is one and every check passes (engine/context/cache_file.py).

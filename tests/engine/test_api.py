@@ -31,6 +31,11 @@ async def turn(engine, conv, messages, params=GREEDY, stop_after=None):
     return text, stats
 
 
+async def evictions_written(engine):
+    """Wait until the caches evicted so far are on disk (their files are written on a thread of their own)."""
+    await asyncio.to_thread(engine._local.session.caches.writer.flush)
+
+
 def reference(model, prompt_ids, max_tokens, eos):
     """A fresh mlx-lm computation from the same token ids (greedy)."""
     from mlx_lm.generate import generate_step
@@ -204,6 +209,7 @@ def test_conversations_keep_separate_caches_and_budget_evicts_to_disk(engine_wit
         first = [{"role": "user", "content": "Hello there"}]
         text, a = await turn(engine, "one", first)
         await turn(engine, "two", [{"role": "user", "content": "Another chat"}])  # evicts "one"
+        await evictions_written(engine)
         report = await engine.memory_stats()
         assert report.evictions >= 1 and report.conversations_in_memory == 1 and report.budget_bytes == 1
         assert list((chinwag_home / "kv").rglob("*.safetensors"))

@@ -10,6 +10,7 @@ import pytest
 from engine import Engine, GenerationParams, TurnStats
 from tests.app.gui.test_bad_input import make_window, send
 from tests.app_helpers import FakeEngine, run
+from tests.engine.test_api import evictions_written
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=4)
 
@@ -29,6 +30,7 @@ def test_deleting_a_chat_deletes_its_kv_files_under_every_model(tiny_model_path,
             await engine.load_model(str(tiny_model_path))
             await _turn(engine, "secret", "my secret plans")
             await _turn(engine, "other", "something else")  # evicts "secret" under this model
+            await evictions_written(engine)
             saved = list((chinwag_home / "kv").rglob("*.safetensors"))
             assert saved, "nothing was evicted"
             for f in saved:

@@ -137,3 +137,126 @@ def test_the_engine_passes_its_save_time_to_close(tiny_model_path, chinwag_home,
 
     run_with_engine(tiny_model_path, body, save_seconds=seconds)
     assert len(list((chinwag_home / "kv").rglob("*.safetensors"))) == saved
+
+
+# --- evictions are written on the writer's thread -----------------------------------------
+
+
+@pytest.fixture
+def evicting(tiny_model, tiny_model_path, tmp_path):
+    """ConversationCaches on the tiny model with a budget of one byte: every other chat is evicted.
+    Returns (caches, a cache of 20 tokens to evict)."""
+    from engine.context.cache_file import layout_of
+    from engine.context.conversation import ConversationCache
+    from engine.context.memory import ConversationCaches
+    from engine.local.generation import prefill
+
+    model, _ = tiny_model
+    caches = ConversationCaches(budget_bytes=1, save_dir=tmp_path / "kv")
+    caches.set_model(str(tiny_model_path), layout_of(model, 512))
+    conv = ConversationCache.create(model, 16)
+    prefill(model, conv, list(range(1, 21)))
+    return caches, conv
+
+
+def same_cache(a, b) -> bool:
+    import mlx.core as mx
+
+    return a.token_ids == b.token_ids and all(
+        mx.array_equal(x.state[0], y.state[0]).item() and mx.array_equal(x.state[1], y.state[1]).item()
+        for x, y in zip(a.layers, b.layers)
+    )
+
+
+def saved_files(caches):
+    return [p for p in caches.save_dir.rglob("*") if p.is_file()]
+
+
+def test_an_eviction_returns_before_its_file_is_written_and_the_file_restores_it(evicting):
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("old", conv)
+    release = held(caches.writer)
+    assert caches.enforce(keep="new") == ["old"]  # returns although the writer is held
+    assert saved_files(caches) == []
+    release.set()
+    caches.writer.flush()
+    assert len(saved_files(caches)) == 1
+    caches._settle()  # the snapshot is let go once written: the file restores the cache
+    assert not caches._writing
+    assert same_cache(caches.get("old"), conv) and caches.report().restores == 1
+
+
+def test_a_chat_that_returns_before_its_file_is_written_gets_its_cache_and_no_file_is_left(evicting):
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("old", conv)
+    release = held(caches.writer)
+    caches.enforce(keep="new")
+    back = caches.get("old")
+    release.set()
+    caches.writer.flush()
+    assert same_cache(back, conv)
+    assert saved_files(caches) == []  # cancelled before it started
+
+
+def test_a_chat_deleted_before_its_file_is_written_is_never_written(evicting):
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("secret", conv)
+    release = held(caches.writer)
+    caches.enforce(keep="new")
+    caches.forget("secret")
+    release.set()
+    caches.writer.flush()
+    assert saved_files(caches) == []
+
+
+def test_saving_on_close_waits_for_the_evictions_being_written(evicting):
+    import threading
+
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("old", conv)
+    release = held(caches.writer)
+    caches.enforce(keep="new")
+    threading.Timer(0.2, release.set).start()
+    caches.save_all()
+    assert len(saved_files(caches)) == 1
+
+
+def test_a_newer_cache_put_while_the_older_is_written_leaves_no_older_file(evicting):
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("chat", conv)
+    release = held(caches.writer)
+    caches.enforce(keep="new")
+    caches.put("chat", conv)  # e.g. the chat prepared again in the background
+    release.set()
+    caches.writer.flush()
+    assert saved_files(caches) == [] and caches.report().restores == 0
+
+
+def test_an_evicted_cache_is_let_go_once_its_file_is_written(evicting, tiny_model):
+    import gc
+    import weakref
+
+    from engine.context.conversation import ConversationCache
+    from engine.local.generation import prefill
+
+    caches, _ = evicting
+    conv = ConversationCache.create(tiny_model[0], 16)
+    prefill(tiny_model[0], conv, list(range(1, 21)))
+    gone = weakref.ref(conv)
+    caches.put("old", conv)
+    del conv
+    caches.enforce(keep="new")
+    caches.writer.flush()
+    caches.enforce(keep="new")  # any later call lets the written snapshots go
+    gc.collect()
+    assert gone() is None and len(saved_files(caches)) == 1

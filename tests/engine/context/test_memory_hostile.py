@@ -233,7 +233,7 @@ def full_disk(kv, monkeypatch):
     def no_space(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cache_file, "write", no_space)
+    monkeypatch.setattr(cache_file.Snapshot, "write", no_space)
 
 
 @pytest.mark.parametrize("trouble", [dangling, full_disk], ids=["a dangling symlink in kv", "a full disk"])
@@ -268,6 +268,7 @@ def test_a_saved_cache_another_process_deleted_costs_a_re_read(tiny_model_path, 
     async def body(engine):
         await turn(engine, CONV, FIRST, GREEDY)
         await turn(engine, "other", [{"role": "user", "content": "Hello"}], GREEDY)  # evicts CONV to disk
+        await asyncio.to_thread(engine._local.session.caches.writer.flush)  # written on the writer's thread
         saved = list((chinwag_home / "kv").rglob("*.safetensors"))
         assert saved
         for f in saved:
