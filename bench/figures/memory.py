@@ -351,9 +351,10 @@ def section(d, res):
         "Save and restore of caches shaped like the starter's (30 layers, 3 KV heads of 64, float32; random "
         "contents) through `engine.context.memory.ConversationCaches`, against the prefill they spare (prefill speeds from "
         "figure 6). An eviction's file is written on a thread of its own (`engine/context/cache_writer.py`): the engine "
-        "thread only takes a snapshot (a copy of the valid prefix: each cache here has room for twice its tokens). *Before* is the previous behaviour in the same run, interleaved: the whole save "
-        "on the engine thread (a contiguous copy of the prefix, the checksum, `mx.save_safetensors`, the fsync; "
-        "`previous_save` here). The file is now written from the cache's own buffers, one view per head.",
+        "thread only takes a snapshot: views of the cache's buffers, one per head (each cache here has room for twice "
+        "its tokens, as just after a doubling). *Before* is the previous behaviour in the same run, interleaved: the "
+        "whole save on the engine thread (a contiguous copy of the prefix, the checksum, `mx.save_safetensors`, the "
+        "fsync; `previous_save` here).",
         "",
     ]
     lb = res.get("linux_blas", {}).get("summary", {})
