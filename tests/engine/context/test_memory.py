@@ -260,3 +260,23 @@ def test_an_evicted_cache_is_let_go_once_its_file_is_written(evicting, tiny_mode
     caches.enforce(keep="new")  # any later call lets the written snapshots go
     gc.collect()
     assert gone() is None and len(saved_files(caches)) == 1
+
+
+def test_a_full_disk_while_an_eviction_is_written_costs_a_re_read(evicting, monkeypatch, caplog):
+    import logging
+
+    from engine.context import cache_file
+
+    def no_space(self, path):
+        raise OSError(28, "No space left on device")
+
+    caches, conv = evicting
+    monkeypatch.setattr(cache_file.Snapshot, "write", no_space)
+    caches.put("old", conv)
+    with caplog.at_level(logging.WARNING):
+        caches.enforce(keep="new")
+        caches.writer.flush()
+        assert caches.get("old") is None  # a new chat to the turn: it reads the history again
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "No space left on device" in caplog.records[0].getMessage()
+    assert saved_files(caches) == []  # no part file left
