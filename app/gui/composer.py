@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
+from app.gui.folders import start_folder
 from app.gui.icons import set_icon
 from app.gui.shortcuts import is_alt_command
 from app.gui.theme import ReadingColumn
@@ -186,8 +187,8 @@ class Composer(QWidget):
     def choose_files(self):
         dialog = QFileDialog(self.window(), "Attach Files")
         dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
-        # The folder last attached from (this run), else the home folder: never wherever Chinwag was started.
-        dialog.setDirectory(self._attach_folder or str(Path.home()))
+        # The folder last attached from (this run), else Documents: never wherever Chinwag was started.
+        dialog.setDirectory(self._attach_folder or start_folder())
         dialog.filesSelected.connect(self.attachments.add_paths)
         dialog.filesSelected.connect(lambda files: setattr(self, "_attach_folder", str(Path(files[0]).parent)))
         dialog.finished.connect(dialog.deleteLater)

@@ -9,10 +9,11 @@ event loop.
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QStandardPaths, QUrl, Signal
+from PySide6.QtCore import QObject, QUrl, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
+from app.gui.folders import start_folder
 from app.gui.models.download_dialog import CatalogueDownloadDialog
 from app.gui.server_panel import open_api_server_dialog
 from app.gui.settings.dialog import SettingsDialog
@@ -36,13 +37,6 @@ def open_url(url: QUrl) -> bool:
     from PySide6.QtGui import QDesktopServices
 
     return QDesktopServices.openUrl(url)
-
-
-def start_folder() -> str:
-    """Where file dialogs open: Documents, or the home folder when there is none (a missing
-    folder made Qt open wherever the app was started from)."""
-    docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-    return docs if docs and Path(docs).is_dir() else str(Path.home())
 
 
 class WindowDialogs(QObject):

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.folders import start_folder
 from app.tools import config
 from app.tools.config import Policy
 from engine.errors import ChinwagError, one_line
@@ -222,10 +223,14 @@ class ToolsDialog(QDialog):
             self.reload()
             self.say(f"Removed {name}.")
 
-    def import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import mcp.json", "", "JSON (*.json)")
-        if path:
-            self.import_file(path)
+    def import_dialog(self) -> QFileDialog:
+        """Another app's mcp.json to import; opened in Documents, never a nested event loop."""
+        dialog = QFileDialog(self, "Import mcp.json", start_folder(), "JSON (*.json)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(self.import_file)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
 
     def import_file(self, path) -> None:
         names: list = []

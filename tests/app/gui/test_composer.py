@@ -52,3 +52,26 @@ def test_alt_and_a_letter_types_nothing_in_the_message_box(qtbot, qloop, window)
     with qtbot.waitSignal(window.bridge.draftPrefilled, timeout=5000):  # the pause reads the draft ahead
         QTest.keyClicks(editor, " ø")  # a character of its own (AltGr on X11) is typed
     assert editor.toPlainText() == "hello ø"
+
+
+def test_attach_opens_in_documents_then_in_the_folder_last_attached_from(qtbot, window, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    home = tmp_path / "home"
+    (home / "Documents" / "reports").mkdir(parents=True)
+    report = home / "Documents" / "reports" / "q3.txt"
+    report.write_text("Sales rose.")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOCUMENTS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))  # no user-dirs.dirs: Documents is ~/Documents
+    dialog = window.composer.choose_files()
+    try:  # seen on X: it opened in the home folder, beside Documents
+        assert Path(dialog.directory().absolutePath()) == home / "Documents"
+        dialog.filesSelected.emit([str(report)])
+    finally:
+        dialog.reject()
+    dialog = window.composer.choose_files()
+    try:
+        assert Path(dialog.directory().absolutePath()) == report.parent
+    finally:
+        dialog.reject()

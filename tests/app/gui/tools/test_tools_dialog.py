@@ -87,3 +87,24 @@ def test_broken_mcp_json_is_one_line_in_the_dialog(qtbot, qloop, chinwag_home):
     dialog = ToolsDialog()
     qtbot.addWidget(dialog)
     assert "mcp.json is not valid JSON" in dialog.status.text() and dialog.server_list.count() == 0
+
+
+def test_import_opens_in_documents_and_imports_the_file_chosen(qtbot, qloop, chinwag_home, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    home = tmp_path / "home"
+    (home / "Documents").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOCUMENTS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))  # no user-dirs.dirs: Documents is ~/Documents
+    source = home / "Documents" / "mcp.json"
+    source.write_text(json.dumps({"mcpServers": {"web": {"url": "http://127.0.0.1:9/mcp"}}}))
+    dialog = ToolsDialog()
+    qtbot.addWidget(dialog)
+    chooser = dialog.import_dialog()
+    try:  # it opened in the folder chinwag was started from
+        assert Path(chooser.directory().absolutePath()) == home / "Documents"
+        chooser.fileSelected.emit(str(source))
+    finally:
+        chooser.reject()
+    assert [s.name for s in config.load().servers] == ["web"]
