@@ -15,6 +15,12 @@ TEMPLATE_SLACK = 64
 CHARS_PER_TOKEN = 3
 
 
+def context_share(tokens: int, limit: int) -> str:
+    """ "83% of the context"; "<1%" for a small file, which "0%" would make look empty."""
+    share = 100 * tokens / limit
+    return f"{'<1' if 0 < share < 0.5 else f'{share:.0f}'}% of the context"
+
+
 @dataclass
 class Turn:
     content: str  # the user message's text: the documents' blocks, then the question
@@ -28,9 +34,7 @@ class Turn:
     def summary(self) -> str:
         """ "report.pdf 6,812 tokens · 83% of the context": what the message will take."""
         names = ", ".join(a.name for a in self.attachments)
-        share = (
-            f" · {100 * self.document_tokens / self.context_limit:.0f}% of the context" if self.context_limit else ""
-        )
+        share = f" · {context_share(self.document_tokens, self.context_limit)}" if self.context_limit else ""
         return f"{names} {self.document_tokens:,} tokens{share}"
 
 

@@ -26,7 +26,7 @@ from app.documents import limits
 from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index, references
-from app.documents.turn import CHARS_PER_TOKEN
+from app.documents.turn import CHARS_PER_TOKEN, context_share
 from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
@@ -406,7 +406,7 @@ def summary_line(docs, max_tokens: int = DEFAULT_MAX_TOKENS) -> str:
         budget = passages_budget(limit, max_tokens)
         tokens += budget
         parts.append(f"{', '.join(d.extracted.name for d in big)}: passages, up to {budget:,} tokens per question")
-    return f"{' + '.join(parts)} · {100 * tokens / limit:.0f}% of the context"
+    return f"{' + '.join(parts)} · {context_share(tokens, limit)}"
 
 
 def chat_params(store, conv_id) -> GenerationParams:
