@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QSpinBox,
@@ -134,6 +135,7 @@ class ServerDialog(QDialog):
         self.port_box = QSpinBox()
         self.port_box.setRange(1, 65535)
         self.port_box.setValue(DEFAULT_PORT)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)  # a port, not a line of text
         form.addRow("Port", self.port_box)
         self.others_box = QCheckBox("Allow other machines (with a generated API key)")
         form.addRow("", self.others_box)
@@ -158,6 +160,11 @@ class ServerDialog(QDialog):
         self.table.setObjectName("serverRequests")
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
+        self.table.setWordWrap(False)
+        # Every cell whole (seen on X: "127.0.0.1:56…", a model id on two cut lines): the model takes what is left.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COLUMNS.index("Model"), QHeaderView.ResizeMode.Stretch)
         layout.addWidget(self.table, 1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
@@ -204,7 +211,9 @@ class ServerDialog(QDialog):
         )
         self.table.insertRow(0)
         for column, text in enumerate(cells):
-            self.table.setItem(0, column, QTableWidgetItem(text))
+            item = QTableWidgetItem(text)
+            item.setToolTip(record.model if COLUMNS[column] == "Model" else text)  # the model may be elided
+            self.table.setItem(0, column, item)
         while self.table.rowCount() > LISTED_REQUESTS:
             self.table.removeRow(self.table.rowCount() - 1)
 

@@ -163,3 +163,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_every_request_cell_is_shown_whole_but_the_model_which_has_its_tooltip(qtbot, window):
+    from app.gui.server_panel import COLUMNS, ServerDialog
+    from app.server.service import RequestRecord
+
+    dialog = ServerDialog(window.server_control, window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    model = "mlx-community/Qwen2.5-Coder-32B-Instruct-4bit"
+    dialog.add_record(RequestRecord("127.0.0.1:56432", model, 12_345, 12_001, 64, 0.26, "length", 3.1))
+    table, metrics = dialog.table, dialog.table.fontMetrics()
+    qtbot.waitUntil(lambda: table.columnWidth(0) > 0)
+    for column, name in enumerate(COLUMNS):
+        item = table.item(0, column)
+        if name == "Model":
+            assert item.toolTip() == model
+            continue
+        # seen on X: "127.0.0.1:56…" in equal columns
+        assert table.visualItemRect(item).width() >= metrics.horizontalAdvance(item.text()), (name, item.text())
+    assert dialog.port_box.width() < dialog.width() // 3  # a port, not a line of text
