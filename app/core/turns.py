@@ -27,6 +27,15 @@ def stat(stats: TurnStats | dict | None, key: str, default: Any = 0) -> Any:
     return stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default)
 
 
+# Why a reply ends early, in the words of the window's stats line and of exports.
+CUT_NOTES = {FinishReason.LENGTH: "hit max tokens", FinishReason.CONTEXT: "hit the context limit"}
+
+
+def cut_note(stats: TurnStats | dict | None) -> str:
+    """ "hit max tokens" for a reply cut at its length limit (at the context's: "hit the context limit"), else ""."""
+    return CUT_NOTES.get(stat(stats, "finish_reason", ""), "")
+
+
 def prompt_digest(system_prompt: str) -> str:
     """The system prompt's digest; "" for none (a blank prompt is not sent: app/core/settings.py)."""
     if not system_prompt.strip():

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.core.store import Conversation, Message, MessageRole, MessageStatus
-from app.core.turns import PROMPT_KEY, prompt_digest
+from app.core.turns import PROMPT_KEY, cut_note, prompt_digest
 from app.transcripts import attachments as attached_export
 from app.transcripts import highlight
 from app.transcripts.markdown_html import _close_fences, _esc, markdown_blocks, markdown_to_html
@@ -445,7 +445,7 @@ def _tool_meta(role: str, stats: dict) -> list:
 
 
 def _message_meta(m: Message, names: dict) -> str:
-    """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s"."""
+    """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s", "… · hit max tokens"."""
     bits = []
     if m.role == MessageRole.ASSISTANT and m.model_id:
         bits.append(names.get(m.model_id, m.model_id))
@@ -460,6 +460,8 @@ def _message_meta(m: Message, names: dict) -> str:
     tps = stats.get("decode_tps")
     if isinstance(tps, (int, float)) and not isinstance(tps, bool) and tps > 0:
         bits.append(f"{tps:.1f} tok/s")
+    if m.role == MessageRole.ASSISTANT and m.status == MessageStatus.COMPLETE and cut_note(stats):
+        bits.append(cut_note(stats))  # a reader sees why it ends mid-sentence
     return " · ".join(bits)
 
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.store import MessageRole, MessageStatus
-from app.core.turns import stat
+from app.core.turns import cut_note, stat
 from app.gui.chat.header import ElidedLabel
 from app.gui.chat.markdown_view import MarkdownView, ProseView
 from app.gui.chat.version_switcher import VersionSwitcher
@@ -97,11 +97,8 @@ def format_stats(stats) -> str:
     dropped = stat(stats, "dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
-    reason = stat(stats, "finish_reason", "")
-    if reason == FinishReason.LENGTH:
-        parts.append("hit max tokens")
-    elif reason == FinishReason.CONTEXT:
-        parts.append("hit the context limit")
+    if cut_note(stats):
+        parts.append(cut_note(stats))
     return " · ".join(parts)
 
 

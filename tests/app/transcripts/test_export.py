@@ -130,6 +130,19 @@ def test_markdown_export(conv, tmp_path):
     assert "<details><summary>Thinking</summary>" in text and "```python\nfor i in range(3):" in text
 
 
+@pytest.mark.parametrize("fmt", ["md", "html", "txt"])
+def test_a_reply_cut_at_max_tokens_says_so(store, tmp_path, fmt):
+    c = store.create_conversation(title="cut")
+    store.add_message(c.id, "user", "Tell me a story")
+    stats = {"generated_tokens": 20, "decode_tps": 11.7, "finish_reason": "length"}
+    store.add_message(c.id, "assistant", "Once upon a time, in their", model_id="m", stats=stats)
+    store.add_message(c.id, "user", "Another")
+    store.add_message(c.id, "assistant", "The end.", model_id="m", stats=dict(stats, finish_reason="stop"))
+    text = export_conversation(store.get_conversation(c.id), fmt, tmp_path / f"cut.{fmt}").read_text(encoding="utf-8")
+    # seen in a PDF export: a reply ending "in their" with nothing to say it was cut
+    assert text.count("hit max tokens") == 1 and "20 tokens · 11.7 tok/s · hit max tokens" in text
+
+
 def test_markdown_export_closes_an_unclosed_fence(store, tmp_path):
     c = store.create_conversation(title="fence")
     store.add_message(c.id, "assistant", "```python\nprint('cut off")
