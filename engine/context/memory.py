@@ -183,7 +183,19 @@ class ConversationCaches:
             evicted.append(victim)
         if evicted:
             self.writer.submit(self.prune_disk, "pruning the saved KV caches")  # after the writes
+        self._hold_writing_to_budget()
         return evicted
+
+    def _hold_writing_to_budget(self) -> None:
+        """Wait for the oldest writes while the evicted caches not yet written hold more than the
+        budget: a slow disk must not let them pile up in memory (they hold at most the budget again,
+        or the one being written)."""
+        while (
+            len(self._writing) > 1 and sum(snap.cache.nbytes for snap, _ in self._writing.values()) > self.budget_bytes
+        ):
+            oldest = next(iter(self._writing))
+            self._writing[oldest][1].done.wait()
+            del self._writing[oldest]
 
     def save_all(self, seconds: float = SAVE_ON_CLOSE_SECONDS) -> int:
         """Save the caches in memory, most recently used first, within the disk budget and `seconds`

@@ -280,3 +280,25 @@ def test_a_full_disk_while_an_eviction_is_written_costs_a_re_read(evicting, monk
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "No space left on device" in caplog.records[0].getMessage()
     assert saved_files(caches) == []  # no part file left
+
+
+def test_evictions_not_yet_written_hold_no_more_than_the_budget(evicting, tiny_model):
+    """A slow disk: the next eviction waits for the oldest write rather than pile caches up in memory."""
+    import threading
+
+    from engine.context.conversation import ConversationCache
+    from engine.local.generation import prefill
+    from tests.engine.context.test_cache_writer import held
+
+    caches, first = evicting
+    second = ConversationCache.create(tiny_model[0], 16)
+    prefill(tiny_model[0], second, list(range(1, 21)))
+    release = held(caches.writer)
+    caches.put("first", first)
+    caches.enforce(keep="new")  # one write in flight, whatever its size
+    assert saved_files(caches) == []
+    caches.put("second", second)
+    threading.Timer(0.2, release.set).start()
+    caches.enforce(keep="new")  # two would hold more than the budget: the first is written first
+    assert len(saved_files(caches)) >= 1 and "first" not in caches._writing
+    caches.writer.flush()
