@@ -90,8 +90,7 @@ def prefill_draft(
         conv, history, plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
-    messages = check_messages(messages)
-    target = ahead_ids(messages, plan)
+    target = ahead_ids(messages, plan)  # turn_input checked the messages
     earlier = len(target) if messages[-1]["role"] == "assistant" else history_ids(plan, messages)
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 

@@ -13,7 +13,7 @@ import mlx.core as mx
 
 from engine.context.conversation import ConversationCache, common_prefix, initial_capacity
 from engine.context.kv_cache import ContiguousAttentionKVCache
-from engine.context.prompt import History, check_messages
+from engine.context.prompt import History
 from engine.errors import ChinwagError
 from engine.local.background import ahead_ids
 from engine.types import ForkedCache, GenerationParams
@@ -35,7 +35,7 @@ def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: G
         plan, turn = session.plan(messages, params, history)
     except ChinwagError as e:  # past the context, no model: the fork's first turn will say so
         return ForkedCache(0, 0, str(e))
-    target = ahead_ids(check_messages(messages), plan)
+    target = ahead_ids(messages, plan)  # session.plan checked the messages
     n = common_prefix(src.token_ids, target)
     if n == 0:
         return ForkedCache(0, len(target), "the fork's prompt shares nothing with its parent's cache")
