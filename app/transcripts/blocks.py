@@ -44,6 +44,7 @@ class Block:
     text: str
     lang: str = ""
     closed: bool = True
+    parts: tuple = ()  # merged prose: the chunks its text joins
 
 
 def split_blocks(text: str) -> list[Block]:
@@ -62,7 +63,8 @@ def merge_prose(blocks: list[Block]) -> list[Block]:
     out: list[Block] = []
     for block in blocks:
         if block.kind == "prose" and out and out[-1].kind == "prose":
-            out[-1] = Block("prose", out[-1].text + "\n\n" + block.text)
+            parts = (out[-1].parts or (out[-1].text,)) + (block.text,)
+            out[-1] = Block("prose", out[-1].text + "\n\n" + block.text, parts=parts)
         else:
             out.append(block)
     return out

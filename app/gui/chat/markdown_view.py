@@ -42,6 +42,10 @@ MD_FEATURES = QTextDocument.MarkdownFeature(
 
 # A live code block re-highlights only after this many times its last highlight's cost.
 HIGHLIGHT_COST_FACTOR = 10
+# A message's layout: the space between its block widgets, a prose view's margin and the room
+# below its text. A finished message's prose is one document: its chunks keep the same distance.
+BLOCK_SPACING, DOC_MARGIN, FIT_PAD = 6, 2, 2
+CHUNK_GAP = FIT_PAD + 2 * DOC_MARGIN + BLOCK_SPACING
 
 
 SAFE_SCHEMES = ("http", "https", "mailto")
@@ -122,6 +126,22 @@ def _style_quotes_and_lists(doc: QTextDocument):
         block = block.next()
 
 
+def _space_chunks(doc: QTextDocument, chunks: tuple) -> None:
+    """Put CHUNK_GAP above the first block of every chunk but the first (found by rendering each alone)."""
+    cursor, n = QTextCursor(doc), 0
+    for chunk in chunks[:-1]:
+        alone = QTextDocument()
+        alone.setMarkdown(chunk, MD_FEATURES)
+        n += alone.blockCount()
+        block = doc.findBlockByNumber(n)
+        if not block.isValid():
+            return
+        fmt = block.blockFormat()
+        fmt.setTopMargin(CHUNK_GAP)
+        cursor.setPosition(block.position())
+        cursor.setBlockFormat(fmt)
+
+
 class ProseView(QTextBrowser):
     """A borderless, self-sizing rich text view: its height follows its text."""
 
@@ -137,7 +157,7 @@ class ProseView(QTextBrowser):
         self.anchorClicked.connect(open_link)
         self.viewport().setAutoFillBackground(False)
         self.setAutoFillBackground(False)
-        self.document().setDocumentMargin(2)
+        self.document().setDocumentMargin(DOC_MARGIN)
         option = self.document().defaultTextOption()
         option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.document().setDefaultTextOption(option)
@@ -152,13 +172,16 @@ class ProseView(QTextBrowser):
     def loadResource(self, kind, url):
         return None
 
-    def set_markdown(self, text: str):
-        if text == self._source:
+    def set_markdown(self, text: str, chunks: tuple = ()):
+        """Show markdown; `chunks`: the prose chunks `text` joins (a finished message), each set
+        CHUNK_GAP below the one before, as they stand while the message streams."""
+        if (text, chunks) == self._source:
             return
-        self._source = text
+        self._source = (text, chunks)
         self.document().setMarkdown(text, MD_FEATURES)
         _monospace_code_spans(self.document())
         _style_quotes_and_lists(self.document())
+        _space_chunks(self.document(), chunks)
         self._fit()
 
     def set_plain(self, text: str):
@@ -171,7 +194,7 @@ class ProseView(QTextBrowser):
     def _doc_height(self, width: int) -> int:
         doc = self.document()
         doc.setTextWidth(max(width, 50))
-        return int(doc.size().height()) + 2
+        return int(doc.size().height()) + FIT_PAD
 
     def _fit(self):
         width = self.viewport().width() if self.isVisible() else max(self.width(), 400)
@@ -370,7 +393,7 @@ class MarkdownView(QWidget):
         super().__init__(parent)
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
-        self._layout.setSpacing(6)
+        self._layout.setSpacing(BLOCK_SPACING)
         self._blocks: list[Block] = []
         self._widgets: list[QWidget] = []
         self.renders = 0  # how many block widgets were re-rendered (for tests and benches)
@@ -424,4 +447,4 @@ class MarkdownView(QWidget):
         elif block.kind == "think":
             widget.set_think(block.text, block.closed)
         else:
-            widget.set_markdown(block.text)
+            widget.set_markdown(block.text, block.parts)

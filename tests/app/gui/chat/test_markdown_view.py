@@ -78,3 +78,45 @@ def test_only_web_links_are_opened(qtbot, monkeypatch):
     view.set_markdown("![secret](/etc/hostname) and [rel](other.md)")
     view.anchorClicked.emit(QUrl("other.md"))
     assert "rel" in view.toPlainText() and opened == ["https://example.com/a"]
+
+
+def _line_tops(view) -> list:
+    """Where each line of the message's prose starts, in the message's own coordinates."""
+    tops = []
+    for widget in view.widgets():
+        doc = widget.document()
+        block = doc.begin()
+        while block.isValid():
+            tops.append((block.text(), widget.y() + doc.documentLayout().blockBoundingRect(block).y()))
+            block = block.next()
+    return tops
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The budget was 6200 francs.\n\nA total of 2000 francs was spent on the train ticket.",
+        "Intro line.\n\n- one\n- two\n\n## Heading\n\nLast paragraph.",
+    ],
+)
+def test_a_finished_message_spaces_its_paragraphs_as_while_it_streamed(qtbot, text):
+    from app.gui.chat.markdown_view import MarkdownView
+
+    """Seen on X: a reply's paragraphs drew 6 px closer once the chat was opened again (one document)."""
+    from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+    tops = {}
+    for merge in (False, True):
+        host = QWidget()
+        qtbot.addWidget(host)
+        layout = QVBoxLayout(host)
+        view = MarkdownView()
+        layout.addWidget(view)
+        layout.addStretch(1)
+        view.set_text(text, merge=merge)
+        host.resize(600, 500)
+        host.show()
+        qtbot.waitExposed(host)
+        layout.activate()  # the widgets placed at their fitted heights
+        tops[merge] = _line_tops(view)
+    assert len(tops[True]) == len(tops[False]) and tops[True] == tops[False]
