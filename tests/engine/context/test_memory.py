@@ -302,3 +302,23 @@ def test_evictions_not_yet_written_hold_no_more_than_the_budget(evicting, tiny_m
     caches.enforce(keep="new")  # two would hold more than the budget: the first is written first
     assert len(saved_files(caches)) >= 1 and "first" not in caches._writing
     caches.writer.flush()
+
+
+def test_a_saved_cache_is_a_safetensors_file_the_reference_reader_opens(evicting, tmp_path):
+    """The file is written by hand from the cache's buffers (mx.save_safetensors evaluates, which
+    only the engine thread may): the safetensors library itself reads the same tensors back."""
+    import numpy as np
+    from safetensors import safe_open
+
+    from engine.context import cache_file
+
+    _, conv = evicting
+    path = tmp_path / "c.safetensors"
+    cache_file.snapshot("c", conv).write(path)
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.metadata()["conversation"] == "c" and f.metadata()["layers"] == str(len(conv.layers))
+        assert f.get_tensor("token_ids").tolist() == conv.token_ids
+        for i, layer in enumerate(conv.layers):
+            keys, values = layer.state
+            assert np.array_equal(f.get_tensor(f"{i}.keys"), np.array(keys))
+            assert np.array_equal(f.get_tensor(f"{i}.values"), np.array(values))
