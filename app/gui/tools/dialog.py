@@ -117,6 +117,7 @@ class ToolsDialog(QDialog):
         except ChinwagError:
             self.rounds_box.setValue(config.DEFAULT_MAX_ROUNDS)
         self.rounds_box.valueChanged.connect(lambda n: self._do(lambda: config.set_max_rounds(n)))
+        rounds.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)  # a number, not a line of text
         rounds.addRow("Tool rounds per reply", self.rounds_box)
         layout.addLayout(rounds)
 

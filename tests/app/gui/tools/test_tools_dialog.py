@@ -108,3 +108,13 @@ def test_import_opens_in_documents_and_imports_the_file_chosen(qtbot, qloop, chi
     finally:
         chooser.reject()
     assert [s.name for s in config.load().servers] == ["web"]
+
+
+def test_the_tool_rounds_box_is_a_number_wide(qtbot, qloop, chinwag_home):
+    dialog = ToolsDialog()
+    qtbot.addWidget(dialog)
+    dialog.resize(640, 560)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    # seen on X: the spin box for "8" ran the dialog's whole width
+    assert dialog.rounds_box.width() < dialog.width() // 3
