@@ -355,8 +355,8 @@ class TerminalChat:
         reply = self.store.get_conversation(self.conv_id).messages[-1]
         row = None
         if stats is not None:
-            row = stats_dict(stats, str((self.settings or {}).get("system_prompt", "")))
-            row["generated_tokens"] = int((reply.stats or {}).get("generated_tokens") or 0) + stats.generated_tokens
+            earlier = int((reply.stats or {}).get("generated_tokens") or 0)
+            row = stats_dict(stats, str((self.settings or {}).get("system_prompt", "")), earlier)
         status = status_of(stats) if stats is not None else MessageStatus.STOPPED
         self.store.update_message(reply.id, content=text, status=status, stats=row)
 

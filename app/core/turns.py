@@ -43,12 +43,15 @@ def prompt_digest(system_prompt: str) -> str:
     return hashlib.sha256(system_prompt.encode("utf-8", "replace")).hexdigest()[:PROMPT_DIGEST_CHARS]
 
 
-def stats_dict(stats: TurnStats | dict, system_prompt: str | None = None) -> dict:
+def stats_dict(stats: TurnStats | dict, system_prompt: str | None = None, earlier_tokens: int = 0) -> dict:
     """TurnStats for the store, without the (long) token id lists; with system_prompt (the one the
-    reply was written with, "" for none) its digest under PROMPT_KEY."""
+    reply was written with, "" for none) its digest under PROMPT_KEY. A continued reply passes
+    the tokens it had before (`earlier_tokens`): its count is the whole reply's."""
     d = asdict(stats) if not isinstance(stats, dict) else dict(stats)
     d.pop("prompt_ids", None)
     d.pop("reply_ids", None)
     if system_prompt is not None:
         d[PROMPT_KEY] = prompt_digest(system_prompt)
+    if earlier_tokens:
+        d["generated_tokens"] = earlier_tokens + int(d.get("generated_tokens") or 0)
     return d

@@ -522,9 +522,7 @@ class ChatController(QObject):
             self.tool_reply = None  # its last turn ended (or failed, or was stopped)
         self.last_status = status
         self._save_timer.stop()
-        saved = stats_dict(stats, gen.system_prompt) if stats else None
-        if saved is not None and gen.earlier_tokens:  # continued: the whole reply's count
-            saved["generated_tokens"] = gen.earlier_tokens + int(saved.get("generated_tokens") or 0)
+        saved = stats_dict(stats, gen.system_prompt, gen.earlier_tokens) if stats else None
         try:
             self.store.update_message(gen.msg_id, content=gen.text, status=status, stats=saved)
         except ChinwagError as e:
