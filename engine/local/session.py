@@ -42,6 +42,12 @@ DEFAULT_CONTEXT_LENGTH = 4096
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
 
 
+def prompt_messages(messages: list[dict], params: GenerationParams) -> list[dict]:
+    """The messages whose pieces the prompt holds: all, or all but the reply being continued
+    (its ids follow the prompt that wrote it)."""
+    return messages[:-1] if params.continue_reply else messages
+
+
 def context_length_of(model_path: Path) -> int:
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())
@@ -135,9 +141,8 @@ class Session:
             raise ChinwagError("no model is loaded: load one before chatting")
         messages = check_messages(messages)
         limit = self.context_limit(params)
-        head, written = messages, []
-        if params.continue_reply:
-            head, written = messages[:-1], self.written(messages, history)
+        head = prompt_messages(messages, params)
+        written = self.written(messages, history) if params.continue_reply else []
         plan = plan_window(
             self.prompt_tokenizer(params),
             head,
@@ -198,7 +203,7 @@ class Session:
             emit(delta)
 
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
-        head = messages[:-1] if params.continue_reply else messages
+        head = prompt_messages(messages, params)
         earlier = history_ids(plan, head)
 
         def reading(done: int, total: int) -> None:  # the earlier messages' ids among those not reused are read first
