@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.chat import line_breaks
 from app.gui.highlight_qt import SpanHighlighter, is_dark
 from app.transcripts.blocks import Block, merge_prose, split_blocks
 from app.transcripts.highlight import resolve_language, spans
@@ -131,7 +132,7 @@ def _space_chunks(doc: QTextDocument, chunks: tuple) -> None:
     cursor, n = QTextCursor(doc), 0
     for chunk in chunks[:-1]:
         alone = QTextDocument()
-        alone.setMarkdown(chunk, MD_FEATURES)
+        line_breaks.set_markdown(alone, chunk, MD_FEATURES)
         n += alone.blockCount()
         block = doc.findBlockByNumber(n)
         if not block.isValid():
@@ -178,7 +179,7 @@ class ProseView(QTextBrowser):
         if (text, chunks) == self._source:
             return
         self._source = (text, chunks)
-        self.document().setMarkdown(text, MD_FEATURES)
+        line_breaks.set_markdown(self.document(), text, MD_FEATURES)
         _monospace_code_spans(self.document())
         _style_quotes_and_lists(self.document())
         _space_chunks(self.document(), chunks)

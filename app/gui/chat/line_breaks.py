@@ -1,0 +1,48 @@
+"""A reply's single newlines shown as line breaks, as the exports show them (a poem keeps its lines).
+
+Qt's Markdown importer joins a paragraph's lines with a space (a CommonMark soft break), and
+makes a Markdown hard break a new block, spaced like a paragraph. So each line that a soft break
+would join to the next is marked before import, and the mark and the space after it become a
+line separator (U+2028) in the document: one paragraph, its lines kept.
+"""
+
+import re
+
+from PySide6.QtGui import QTextDocument
+
+# A private-use character (Qt itself uses the noncharacters U+FDD0 and U+FDD1 for frames): a reply's own are dropped.
+MARK = "\ue000"
+LINE_SEPARATOR = "\u2028"
+_TABLE_SEP = re.compile(r"^ *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")
+
+
+def mark_soft_breaks(text: str) -> str:
+    """text with MARK at the end of every line followed by another non-blank line, except table rows."""
+    lines = text.replace(MARK, "").split("\n")
+    out, in_table = [], False
+    for i, line in enumerate(lines):
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if not line.strip():
+            in_table = False
+        elif "|" in line and _TABLE_SEP.match(following) and "-" in following:
+            in_table = True  # a table's header row: rows run to the next blank line
+        if in_table or not line.strip() or not following.strip() or line.endswith(("  ", "\\")):
+            out.append(line)
+        else:
+            out.append(line + MARK)
+    return "\n".join(out)
+
+
+def keep_line_breaks(doc: QTextDocument) -> None:
+    """Turn the marks left in an imported document into line breaks (or nothing, at a block's end)."""
+    for mark in (MARK + " ", MARK):
+        cursor = doc.find(mark)
+        while not cursor.isNull():
+            cursor.insertText(LINE_SEPARATOR if mark.endswith(" ") else "")
+            cursor = doc.find(mark, cursor)
+
+
+def set_markdown(doc: QTextDocument, text: str, features) -> None:
+    """doc.setMarkdown, with the text's single newlines kept as line breaks."""
+    doc.setMarkdown(mark_soft_breaks(text), features)
+    keep_line_breaks(doc)
