@@ -493,6 +493,8 @@ async def _replay(args: argparse.Namespace) -> int:
                 ),
                 flush=True,
             )
+            if stats.error:  # the reply ended short (a server's cut stream or timeout): later turns would build on it
+                return fail(f"turn {i}: {stats.error}")
     finally:
         await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()

@@ -50,6 +50,7 @@ class FittingLabel(QLabel):
         painter = QPainter(self)
         align = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
         self.style().drawItemText(painter, rect, align, self.palette(), self.isEnabled(), shown, self.foregroundRole())
+        painter.end()
 
 
 class StatusBar(QStatusBar):

@@ -308,3 +308,17 @@ def test_a_stream_of_the_wrong_shape_is_exit_2_and_one_line_naming_the_server(ca
         assert main(["replay", str(_script(chinwag_home)), "--model", "odd/scripted"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("chinwag: error: server odd: sent a stream event of the wrong shape")
+
+
+def test_a_replay_turn_a_server_cuts_short_stops_the_replay_with_one_line_and_exit_2(tmp_path, capsys):
+    import itertools
+
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"turns": ["hi", "and then?"]}))
+    with StandIn(script=lambda b, h: itertools.repeat(chunk("x"))) as s:  # ignores max_tokens
+        assert main(["replay", str(script), "--model", f"{s.url}#scripted", "--max-tokens", "5"]) == 2
+    captured = capsys.readouterr()
+    [turn] = [json.loads(line) for line in captured.out.splitlines()]  # the cut turn, and no later one
+    assert turn["turn"] == 0 and "kept sending past max_tokens (5)" in turn["error"]
+    [line] = captured.err.splitlines()
+    assert line.startswith("chinwag: error: turn 0: server 127.0.0.1:") and "past max_tokens (5)" in line
