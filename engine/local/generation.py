@@ -220,6 +220,7 @@ class _Reply:
 
 def _speculator(
     params: GenerationParams,
+    tokenizer: Any,
     drafter: ModelDrafter | None,
     conv: ConversationCache,
     prompt_ids: list,
@@ -232,7 +233,7 @@ def _speculator(
     rule = Sampling(
         params.temperature, params.top_p, params.top_k, params.min_p, sampling.processors, REPETITION_CONTEXT
     )
-    return Speculator(prompt_ids, rule, drafter=drafter, cost=cost)
+    return Speculator(prompt_ids, rule, drafter=drafter, cost=cost, tokenizer=tokenizer)
 
 
 def run_turn(
@@ -256,7 +257,7 @@ def run_turn(
         mx.random.seed(params.seed)
     sampling = TokenSampler(params, turn.prompt_ids)
     reply = _Reply(tokenizer, turn, params, should_stop, emit, started)
-    spec = _speculator(params, drafter, conv, turn.prompt_ids, sampling, verify_cost)
+    spec = _speculator(params, tokenizer, drafter, conv, turn.prompt_ids, sampling, verify_cost)
     finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
     try:
         logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress)

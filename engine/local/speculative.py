@@ -26,6 +26,7 @@ from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
 from engine.local.decoding import TokenSampler, plain_step
+from engine.local.text_lookup import TextLookup
 from engine.types import GenerationParams, speculative_default
 
 MAX_NGRAM = 3
@@ -56,6 +57,11 @@ LEARN_RATE = 0.15  # weight of each new outcome in a bucket's rates
 # weights once for all of them.
 VERIFY_COST = {"cpu": (0.25, 0.08), "gpu": (0.05, 0.02)}
 TIME_RATE = 0.3  # weight of each timed pass in the cost estimate
+# A token lookup whose match is shorter than this asks the text lookup (engine/local/text_lookup.py),
+# whose alignments of 6, 10 and 16 characters are rated as matches of these lengths (chosen on
+# the tuning set: shorter ones, or rated higher, slowed free chat).
+TEXT_BELOW = 3
+TEXT_MATCH = {6: 1, 10: 2, 16: 5}
 
 
 @dataclass
@@ -387,11 +393,16 @@ class Speculator:
         max_draft: int = MAX_DRAFT,
         drafter: "ModelDrafter | None" = None,
         cost: VerifyCost | None = None,
+        tokenizer: Any = None,
     ) -> None:
         self.index = PromptLookup(prompt_ids)
         self.length = DraftLength(max_draft)
         self.cost = cost or VerifyCost(device_kind())
         self.copy = CopyLength(self.cost)
+        # Drafts from the prompt's text whatever its spacing, with acceptance rates of their own.
+        self.text = TextLookup(tokenizer, prompt_ids) if tokenizer is not None and drafter is None else None
+        self.text_copy = CopyLength(self.cost)
+        self._from_text = False  # the last draft (or guess) came from the text lookup
         self.sampling = sampling
         self.drafter = drafter
         # A paused draft model has no free guesses to score: it retries after a pause that
@@ -410,20 +421,43 @@ class Speculator:
             return self.length.k > 0
         return self._want
 
+    def _index(self, tokens: list) -> None:
+        self.index.extend(tokens)
+        if self.text is not None:
+            self.text.extend(tokens)
+
+    def _rates(self) -> CopyLength:
+        """The rates of the lookup the last draft or guess came from."""
+        return self.text_copy if self._from_text else self.copy
+
     def _arrived(self, tok: int) -> None:
         """tok is the next token: score the guess made for it, and index it."""
         if self._guess is not None:
-            self.copy.guessed(self._guess_match, self._guess == tok)
-        self.index.extend([tok])
+            self._rates().guessed(self._guess_match, self._guess == tok)
+        self._index([tok])
+
+    def _propose(self, k: int) -> tuple[list, int]:
+        """The better draft of up to k tokens, and its match: the token lookup's, or the text lookup's
+        when the token lookup's match is short and the text's rates promise more."""
+        proposal, match = self.index.propose(k), self.index.length
+        self._from_text = False
+        if self.text is None or (proposal and match >= TEXT_BELOW):
+            return proposal, match
+        text = self.text.propose(k)
+        text_match = TEXT_MATCH.get(self.text.length, 0)
+        if text and (not proposal or self.text_copy.size(text_match, k) > self.copy.size(match, k)):
+            self._from_text = True
+            return text, text_match
+        return proposal, match
 
     def _guess_next(self) -> None:
-        guess = self.index.propose(1)
-        self._guess, self._guess_match = (guess[0] if guess else None), self.index.length
+        guess, self._guess_match = self._propose(1)
+        self._guess = guess[0] if guess else None
         self._decide()
 
     def _decide(self) -> None:
         """Draft at the next step if it would pay once the guess proves right (its match one token longer)."""
-        self._want = self._guess is not None and self.copy.size(self._guess_match + 1) > 0
+        self._want = self._guess is not None and self._rates().size(self._guess_match + 1) > 0
 
     def observe(self, tok: int) -> None:
         """A token emitted by a plain step."""
@@ -434,7 +468,7 @@ class Speculator:
                     self._paused_for, self._pause = 0, min(2 * self._pause, DRAFTER_MAX_PAUSE)
                     self.length.k, self.length.rate = 1, MIN_ACCEPT_RATE
             if not self._ahead:
-                self.index.extend([tok])
+                self._index([tok])
             self._ahead = False
             return
         if self._ahead:
@@ -448,13 +482,12 @@ class Speculator:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
         self._ahead = True
         if self.drafter is not None:
-            self.index.extend([pending])
+            self._index([pending])
             k = min(self.length.k, room)
             return self.drafter.propose(list(self.index.ids), k) if k > 0 else []
         self._arrived(pending)
-        proposal = self.index.propose(min(room, self.copy.max_draft))
-        self._match = self.index.length
-        k = self.copy.size(self._match, room) if proposal else 0
+        proposal, self._match = self._propose(min(room, self.copy.max_draft))
+        k = self._rates().size(self._match, room) if proposal else 0
         if k == 0:  # a plain step follows: its guess is this proposal's first token
             self._guess, self._guess_match = (proposal[0] if proposal else None), self._match
         else:
@@ -481,9 +514,10 @@ class Speculator:
         if self.drafter is not None:
             self.length.record(len(draft), verdict.accepted)
         else:
-            self.copy.record(self._match, len(draft), verdict.accepted)
-        self.index.judged(verdict.accepted)
-        self.index.extend(draft[: verdict.accepted])
+            self._rates().record(self._match, len(draft), verdict.accepted)
+        if not self._from_text:
+            self.index.judged(verdict.accepted)
+        self._index(draft[: verdict.accepted])
         # The model's own next token comes as the next pending one: look at it.
         self._ahead, self._guess, self._want = False, None, True
 
