@@ -288,20 +288,25 @@ def verify_costs(model, prompt_ids, reps):
     return {n: median(ts) / median(times[1]) for n, ts in times.items()}
 
 
-def best_schedule(prompt_ids, reply_ids, costs):
+def best_schedule(prompt_ids, reply_ids, costs, tokenizer):
     """The speedup of the best schedule of lookup drafts, chosen knowing the reply: an upper bound.
 
     At each token, a plain step (cost 1) or a draft of k copied tokens (cost costs[k + 1],
-    interpolated), accepted as far as it matches the reply."""
+    interpolated) from the token or the text lookup, accepted as far as it matches the reply."""
     from engine.local.speculative import MAX_COPY, PromptLookup
+    from engine.local.text_lookup import TextLookup
 
-    index, matched = PromptLookup(list(prompt_ids)), []
+    lookups = PromptLookup(list(prompt_ids)), TextLookup(tokenizer, list(prompt_ids))
+    matched = []
     for i, tok in enumerate(reply_ids):
-        index.extend([tok])
-        draft, n = index.propose(MAX_COPY), 0
-        while n < len(draft) and i + 1 + n < len(reply_ids) and draft[n] == reply_ids[i + 1 + n]:
-            n += 1
-        matched.append(n)
+        longest = 0
+        for lookup in lookups:
+            lookup.extend([tok])
+            draft, n = lookup.propose(MAX_COPY), 0
+            while n < len(draft) and i + 1 + n < len(reply_ids) and draft[n] == reply_ids[i + 1 + n]:
+                n += 1
+            longest = max(longest, n)
+        matched.append(longest)
     sizes = sorted(costs)
 
     def cost(fed):
@@ -355,7 +360,7 @@ async def measure(cases, reps):
             "kind": kind,
             "per_rep_on_over_off": [ratio(a["decode_tps"], b["decode_tps"]) for a, b in zip(runs["on"], runs["off"])],
             "best_schedule": best_schedule(
-                tokenizer.apply_chat_template(messages, add_generation_prompt=True), ids, costs
+                tokenizer.apply_chat_template(messages, add_generation_prompt=True), ids, costs, tokenizer
             ),
         }
         log(f"{case}: on/off {out[case]['on_over_off']:.2f}, same ids {summary['same_ids']}")

@@ -12,6 +12,7 @@ Runs on the engine thread only.
 """
 
 import re
+from typing import Any
 
 SOURCE_CHARS = 200_000  # the prompt's text searched, its end: a long chat's start is not being edited
 TAIL_TOKENS = 32  # the reply's last tokens decoded to align it (an O(1) step, not the whole reply)
@@ -44,7 +45,7 @@ def _key(a: str, b: str, space: str) -> tuple:
 class TextLookup:
     """Copies the prompt's text on from where the reply's non-space characters align with it."""
 
-    def __init__(self, tokenizer, prompt_ids: list) -> None:
+    def __init__(self, tokenizer: Any, prompt_ids: list) -> None:
         self.tokenizer = tokenizer
         text = self._decode(prompt_ids)[-SOURCE_CHARS:]
         self.text = text
