@@ -3,7 +3,8 @@ in one forward pass, keep the longest prefix the model agrees with.
 
 Drafts copy the tokens that followed an earlier occurrence of the conversation's last tokens
 (llama.cpp's lookup decoding): from a copy position kept across the model's substitutions (an
-edit changes a few tokens of the text it copies), otherwise from the longest earlier match.
+edit changes a few tokens of the text it copies), otherwise from the longest earlier match; when
+that match is short, from the prompt's text aligned whatever its spacing (engine/local/text_lookup.py).
 Verification runs the pending token and the draft through the model at once; with greedy
 sampling it accepts exactly the tokens plain decoding would produce, and with temperature > 0
 it applies the speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the

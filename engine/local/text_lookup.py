@@ -14,7 +14,7 @@ Runs on the engine thread only.
 import re
 from typing import Any
 
-SOURCE_CHARS = 200_000  # the prompt's text searched, its end: a long chat's start is not being edited
+SOURCE_TOKENS = 32_768  # the prompt's end that is searched: a long chat's start is not being edited
 TAIL_TOKENS = 32  # the reply's last tokens decoded to align it (an O(1) step, not the whole reply)
 MATCHES = (16, 10, 6)  # non-space characters aligned, longest first; fewer is a coincidence
 DRAFT_CHARS_PER_TOKEN = 6  # text built per drafted token: enough for any token the draft needs
@@ -47,7 +47,7 @@ class TextLookup:
 
     def __init__(self, tokenizer: Any, prompt_ids: list) -> None:
         self.tokenizer = tokenizer
-        text = self._decode(prompt_ids)[-SOURCE_CHARS:]
+        text = self._decode(prompt_ids[-SOURCE_TOKENS:])
         self.text = text
         self.where = [i for i, c in enumerate(text) if not c.isspace()]  # skeleton index -> text index
         self.skeleton = "".join(text[i] for i in self.where)
