@@ -8,7 +8,7 @@ line separator (U+2028) in the document: one paragraph, its lines kept.
 
 import re
 
-from PySide6.QtGui import QTextDocument
+from PySide6.QtGui import QTextCursor, QTextDocument
 
 # A private-use character (Qt itself uses the noncharacters U+FDD0 and U+FDD1 for frames): a reply's own are dropped.
 MARK = "\ue000"
@@ -34,12 +34,31 @@ def mark_soft_breaks(text: str) -> str:
 
 
 def keep_line_breaks(doc: QTextDocument) -> None:
-    """Turn the marks left in an imported document into line breaks (or nothing, at a block's end)."""
-    for mark in (MARK + " ", MARK):
-        cursor = doc.find(mark)
-        while not cursor.isNull():
-            cursor.insertText(LINE_SEPARATOR if mark.endswith(" ") else "")
-            cursor = doc.find(mark, cursor)
+    """Turn the marks left in an imported document into line breaks (or nothing, at a block's end).
+
+    One edit block, applied from the end: edits one by one re-lay the paragraph each time (a
+    5,000-line poem took 20 s)."""
+    spots = []  # (position, length, a line break?)
+    block = doc.begin()
+    while block.isValid():
+        text, position = block.text(), block.position()
+        at = text.find(MARK)
+        while at >= 0:
+            # Document positions count UTF-16 units: an emoji before the mark is two.
+            units = position + len(text[:at].encode("utf-16-le")) // 2
+            joined = text[at + 1 : at + 2] == " "  # the soft break's space: the line goes on after it
+            spots.append((units, 2 if joined else 1, joined))
+            at = text.find(MARK, at + 1)
+        block = block.next()
+    if not spots:
+        return
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    for units, length, joined in reversed(spots):
+        cursor.setPosition(units)
+        cursor.setPosition(units + length, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertText(LINE_SEPARATOR if joined else "")
+    cursor.endEditBlock()
 
 
 def set_markdown(doc: QTextDocument, text: str, features) -> None:

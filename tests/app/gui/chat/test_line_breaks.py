@@ -53,3 +53,27 @@ def test_a_reply_s_own_mark_characters_do_not_break_lines(shown):
 
     (doc,) = shown(f"one{MARK} two")
     assert doc.toPlainText() == "one two"
+
+
+def test_lines_after_an_emoji_break_where_they_were_written(shown):
+    (doc,) = shown("🍵 tea first,\nthen 🍪 a biscuit,\nthen sleep.")
+    assert doc.toPlainText() == "🍵 tea first,\nthen 🍪 a biscuit,\nthen sleep."
+
+
+@pytest.mark.timing
+def test_a_poem_of_thousands_of_lines_renders_about_as_fast_as_qt_alone(shown):
+    import time
+
+    from PySide6.QtGui import QTextDocument
+
+    from app.gui.chat.markdown_view import MD_FEATURES
+
+    poem = "\n".join(f"line {i} of a **long** poem" for i in range(3000))
+    started = time.perf_counter()
+    QTextDocument().setMarkdown(poem, MD_FEATURES)
+    alone = time.perf_counter() - started
+    started = time.perf_counter()
+    (doc,) = shown(poem)
+    ours = time.perf_counter() - started
+    assert doc.toPlainText().count("\n") == 2999
+    assert ours < 50 * alone + 1.0, (ours, alone)  # one batched edit; edits one by one took minutes
