@@ -120,3 +120,25 @@ def test_a_finished_message_spaces_its_paragraphs_as_while_it_streamed(qtbot, te
         layout.activate()  # the widgets placed at their fitted heights
         tops[merge] = _line_tops(view)
     assert len(tops[True]) == len(tops[False]) and tops[True] == tops[False]
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize(
+    "line", ["- item {i} with `code`", "> quoted line {i} with `code`", "paragraph {i} with `code`\n"]
+)
+def test_thousands_of_list_items_quotes_or_paragraphs_render_in_one_layout(qtbot, line):
+    from PySide6.QtGui import QTextDocument
+
+    from app.gui.chat.markdown_view import MD_FEATURES, ProseView
+
+    view = ProseView()
+    qtbot.addWidget(view)
+    text = "\n".join(line.format(i=i) for i in range(3000))
+    started = time.perf_counter()
+    QTextDocument().setMarkdown(text, MD_FEATURES)
+    alone = time.perf_counter() - started
+    started = time.perf_counter()
+    view.set_markdown(text)
+    took = time.perf_counter() - started
+    assert f"{line.format(i=2999).strip().replace('`', '').lstrip('-> ')}" in view.toPlainText()
+    assert took < 10 * alone + 1.0, (took, alone)  # one layout for the formatting; one per edit took 6-53 s
