@@ -86,6 +86,18 @@ def _draw_marked(painter, rect, text: str, needle: str, font):
     painter.setFont(font)
 
 
+def bold_extra(font, text: str, needle: str) -> int:
+    """How much wider text's match is drawn in bold than measured: eliding leaves that room."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    match = match_parts(text, needle)[1]
+    if not match:
+        return 0
+    bold = QFont(font)
+    bold.setBold(True)
+    return max(0, QFontMetrics(bold).horizontalAdvance(match) - QFontMetrics(font).horizontalAdvance(match))
+
+
 def elide_title(metrics, title: str, width: int) -> str:
     """The title elided to fit `width`, but a fork's "(fork 2)" stays whole: it tells the chats apart."""
     match = FORK_SUFFIX.search(title)
@@ -134,7 +146,7 @@ class _RowDelegate(QStyledItemDelegate):
             )
             rect.setRight(rect.right() - width - 4)
         painter.setPen(option.palette.color(group, text_role))
-        shown = elide_title(option.fontMetrics, title, rect.width())
+        shown = self.shown_title(title, option.fontMetrics, option.font, rect.width())
         top = QRect(rect.left(), rect.top(), rect.width(), line if snippet else rect.height())
         search = self.sidebar.search_text
         _draw_marked(painter, top, shown, search, option.font)
@@ -144,17 +156,21 @@ class _RowDelegate(QStyledItemDelegate):
             )
             painter.setPen(dim)
             below = QRect(rect.left(), rect.top() + line, rect.width(), line)
-            # Elided a little short: the bold match is a little wider than the text measured.
-            shown = self.shown_snippet(
-                snippet, option.fontMetrics, rect.width() - option.fontMetrics.averageCharWidth()
-            )
+            shown = self.shown_snippet(snippet, option.fontMetrics, rect.width(), option.font)
             _draw_marked(painter, below, shown, search, option.font)
         painter.restore()
 
-    def shown_snippet(self, snippet: str, metrics, width: int) -> str:
-        """What a row shows of its snippet: from just before the match, elided to the row's width."""
+    def shown_title(self, title: str, metrics, font, width: int) -> str:
+        """What a row shows of its title: elided to the row's width with its match drawn bold."""
+        return elide_title(metrics, title, width - bold_extra(font, title, self.sidebar.search_text))
+
+    def shown_snippet(self, snippet: str, metrics, width: int, font=None) -> str:
+        """What a row shows of its snippet: from just before the match, elided to the row's width
+        with the match drawn bold (in `font`, the list's by default)."""
         search = self.sidebar.search_text
-        return elide_words(_around(snippet, search), search, metrics, width)
+        text = _around(snippet, search)
+        room = width - bold_extra(font or self.sidebar.list.font(), text, search)
+        return elide_words(text, search, metrics, room)
 
 
 class Sidebar(QWidget):

@@ -33,7 +33,7 @@ def test_a_snippet_too_long_for_its_row_ends_after_a_whole_word(qtbot, window, s
     QTest.keyClicks(window.sidebar.search, "cathedral")
     qtbot.waitUntil(lambda: window.sidebar.snippets() != [""], timeout=2000)
     delegate, metrics = window.sidebar.list.itemDelegate(), window.sidebar.list.fontMetrics()
-    for chars in (14, 20, 30, 45):  # rows of several widths, whatever the font
+    for chars in (16, 20, 30, 45):  # rows of several widths, whatever the font
         width = metrics.horizontalAdvance(text[:chars])
         shown = delegate.shown_snippet(window.sidebar.snippets()[0], metrics, width)
         assert shown.endswith("…") and metrics.horizontalAdvance(shown) <= width
@@ -52,3 +52,24 @@ def test_esc_clears_the_search(qtbot, window, store, engine):
     assert window.sidebar.search.text() == ""
     qtbot.waitUntil(lambda: len(window.sidebar.titles()) == 2, timeout=2000)
     assert window.sidebar.snippets() == ["", ""]
+
+
+def test_a_title_with_its_match_in_bold_fits_its_row_whole_to_the_ellipsis(qtbot, window, store, engine):
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from app.gui.sidebar import match_parts
+
+    title = "Question number 1999 about rain and tea"
+    send(qtbot, window, title)
+    window.sidebar.focus_search()
+    QTest.keyClicks(window.sidebar.search, "number 1999")
+    qtbot.waitUntil(lambda: window.sidebar.search_text == "number 1999", timeout=2000)
+    delegate, font = window.sidebar.list.itemDelegate(), window.sidebar.list.font()
+    metrics, bold = QFontMetrics(font), QFont(font)
+    bold.setBold(True)
+    for chars in (30, 34, 37):  # rows that cut the title after its match, whatever the font
+        width = metrics.horizontalAdvance(title[:chars])
+        shown = delegate.shown_title(window.sidebar.titles()[0], metrics, font, width)
+        before, match, after = match_parts(shown, "number 1999")
+        drawn = metrics.horizontalAdvance(before) + QFontMetrics(bold).horizontalAdvance(match)
+        assert shown.endswith("…") and drawn + metrics.horizontalAdvance(after) <= width, (shown, width)
