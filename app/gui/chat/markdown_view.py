@@ -99,7 +99,7 @@ def _monospace_code_spans(doc: QTextDocument):
 
 
 def _style_quotes_and_lists(doc: QTextDocument):
-    """Blockquotes: indented on a tinted band in a dimmed colour; lists: room between items."""
+    """Blockquotes: indented on a tinted band as wide as the text, in a dimmed colour; lists: room between items."""
     palette = QGuiApplication.palette()
     block = doc.begin()
     cursor = QTextCursor(doc)
@@ -109,6 +109,7 @@ def _style_quotes_and_lists(doc: QTextDocument):
         changed = False
         if level:
             fmt.setLeftMargin(14 * level)
+            fmt.setRightMargin(0)  # Qt's importer keeps 40 px on the right: the band would stop short of the text
             fmt.setBackground(palette.color(QPalette.ColorRole.AlternateBase))
             fmt.setTopMargin(2)
             fmt.setBottomMargin(2)

@@ -142,3 +142,15 @@ def test_thousands_of_list_items_quotes_or_paragraphs_render_in_one_layout(qtbot
     took = time.perf_counter() - started
     assert f"{line.format(i=2999).strip().replace('`', '').lstrip('-> ')}" in view.toPlainText()
     assert took < 10 * alone + 1.0, (took, alone)  # one layout for the formatting; one per edit took 6-53 s
+
+
+def test_a_quote_s_band_reaches_the_right_edge_of_the_text(qtbot):
+    from app.gui.chat.markdown_view import ProseView
+
+    view = ProseView()
+    qtbot.addWidget(view)
+    view.set_markdown("A paragraph.\n\n> A quote.\n>> A quote in a quote.")
+    quotes = [b for b in (view.document().findBlockByNumber(i) for i in (1, 2))]
+    assert [b.text() for b in quotes] == ["A quote.", "A quote in a quote."]
+    assert [b.blockFormat().leftMargin() for b in quotes] == [14, 28]  # indented by level
+    assert all(b.blockFormat().rightMargin() == 0 for b in quotes)  # as wide as the paragraph on the right
