@@ -277,6 +277,14 @@ def _plain_blocks(text: str) -> list[str]:
 _PRE = re.compile(r"<pre><code[^>]*>(.*?)</code></pre>", re.S)
 _FIRST_CODE_LINES = 3  # of a long first code block, these go with the heading
 _CODE_PAD = 6  # px around code, inside its background
+# Qt prints a block's CSS margins in the pdf writer's device pixels, at QPdfWriter's default 1,200
+# dpi: a quote's 16 px indent was a third of a millimetre. Margins are written in those pixels.
+PDF_DEVICE_DPI = 1200
+
+
+def _print_margin(css_px: float) -> str:
+    """A CSS pixel length (1/96 inch) of a block margin, as the pdf writer's device pixels."""
+    return f"{round(css_px * PDF_DEVICE_DPI / 96)}px"
 
 
 def _code_table(code_html: str, tail: bool = False) -> str:
@@ -519,7 +527,7 @@ pre { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; font-s
   margin-top: 0; margin-bottom: 0; }
 table.code { margin-top: 4px; margin-bottom: 4px; }
 code { font-family: "DejaVu Sans Mono", "Menlo", "Courier New", monospace; background-color: #f0f0f2; }
-blockquote { color: #555555; margin-left: 16px; }
-.think { color: #6e6e73; margin-left: 12px; }
+blockquote { color: #555555; margin-left: QUOTE_INDENT; }
+.think { color: #6e6e73; margin-left: THINK_INDENT; }
 .think-label { font-style: italic; }
-"""
+""".replace("QUOTE_INDENT", _print_margin(16)).replace("THINK_INDENT", _print_margin(12))

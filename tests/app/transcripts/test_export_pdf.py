@@ -128,3 +128,17 @@ def test_a_users_pasted_code_keeps_its_indentation(qapp, tmp_path):
         return page.get_charbox(start)[0]
 
     assert left("def f") < left("if n_value") < left("return 1")
+
+
+def test_a_quote_and_thinking_are_indented_by_their_css_pixels(qapp, tmp_path):
+    """A quote is indented by 16 CSS px (1/96 inch each) and thinking by 12, not by a fraction of a
+    millimetre (Qt prints block margins in the writer's 1,200 dpi device pixels)."""
+    reply = "<think>Thinking it over.</think>A paragraph.\n\n> A quoted line."
+    page = _pages(_conv("Quote something", reply), tmp_path)[0].get_textpage()
+    text = page.get_text_range()
+
+    def left(words: str) -> float:
+        return page.get_charbox(text.index(words))[0]
+
+    assert left("A quoted line") - left("A paragraph") == pytest.approx(16 / 96 * 72, abs=1.5)  # points
+    assert left("Thinking it over") - left("A paragraph") == pytest.approx(12 / 96 * 72, abs=1.5)
