@@ -468,8 +468,9 @@ def _message_meta(m: Message, names: dict) -> str:
     tps = stats.get("decode_tps")
     if isinstance(tps, (int, float)) and not isinstance(tps, bool) and tps > 0:
         bits.append(f"{tps:.1f} tok/s")
-    if m.role == MessageRole.ASSISTANT and m.status == MessageStatus.COMPLETE and cut_note(stats):
-        bits.append(cut_note(stats))  # a reader sees why it ends mid-sentence
+    note = cut_note(stats) if m.role == MessageRole.ASSISTANT and m.status == MessageStatus.COMPLETE else ""
+    if note:
+        bits.append(note)  # a reader sees why it ends mid-sentence
     return " · ".join(bits)
 
 

@@ -49,7 +49,8 @@ def _close_fences(text: str) -> str:
     return text.rstrip("\n") + "\n" + fence
 
 
-def _table_start(lines: list[str], i: int) -> bool:
+def table_start(lines: list[str], i: int) -> bool:
+    """Whether line i is a table's header row (GFM: the delimiter row below has as many cells)."""
     return (
         "|" in lines[i]
         and i + 1 < len(lines)
@@ -67,7 +68,7 @@ def _starts_block(lines: list[str], i: int) -> bool:
     m = _ITEM.match(line)
     if m and m.group(3) and (not m.group(2)[0].isdigit() or m.group(2)[:-1] == "1"):
         return True
-    return _table_start(lines, i)
+    return table_start(lines, i)
 
 
 def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[str]:
@@ -112,7 +113,7 @@ def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[st
             html_list, i = _list(lines, i, depth, hl)
             out.append(html_list)
             continue
-        if _table_start(lines, i):
+        if table_start(lines, i):
             html_table, i = _table(lines, i)
             out.append(html_table)
             continue

@@ -6,14 +6,13 @@ would join to the next is marked before import, and the mark and the space after
 line separator (U+2028) in the document: one paragraph, its lines kept.
 """
 
-import re
-
 from PySide6.QtGui import QTextCursor, QTextDocument
+
+from app.transcripts.markdown_html import table_start
 
 # A private-use character (Qt itself uses the noncharacters U+FDD0 and U+FDD1 for frames): a reply's own are dropped.
 MARK = "\ue000"
 LINE_SEPARATOR = "\u2028"
-_TABLE_SEP = re.compile(r"^ *\|? *:?-+:? *(?:\| *:?-+:? *)*\|? *$")
 
 
 def mark_soft_breaks(text: str) -> str:
@@ -24,7 +23,7 @@ def mark_soft_breaks(text: str) -> str:
         following = lines[i + 1] if i + 1 < len(lines) else ""
         if not line.strip():
             in_table = False
-        elif "|" in line and _TABLE_SEP.match(following) and "-" in following:
+        elif table_start(lines, i):
             in_table = True  # a table's header row: rows run to the next blank line
         if in_table or not line.strip() or not following.strip() or line.endswith(("  ", "\\")):
             out.append(line)

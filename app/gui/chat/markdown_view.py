@@ -132,8 +132,8 @@ def _space_chunks(doc: QTextDocument, chunks: tuple) -> None:
     """Put CHUNK_GAP above the first block of every chunk but the first (found by rendering each alone)."""
     cursor, n = QTextCursor(doc), 0
     for chunk in chunks[:-1]:
-        alone = QTextDocument()
-        line_breaks.set_markdown(alone, chunk, MD_FEATURES)
+        alone = QTextDocument()  # its blocks are counted: the marks need not become line breaks
+        alone.setMarkdown(line_breaks.mark_soft_breaks(chunk), MD_FEATURES)
         n += alone.blockCount()
         block = doc.findBlockByNumber(n)
         if not block.isValid():

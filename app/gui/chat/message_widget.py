@@ -97,8 +97,8 @@ def format_stats(stats) -> str:
     dropped = stat(stats, "dropped_messages", 0) or 0
     if dropped:
         parts.append(f"dropped {dropped} old message(s) to fit the context")
-    if cut_note(stats):
-        parts.append(cut_note(stats))
+    if note := cut_note(stats):
+        parts.append(note)
     return " · ".join(parts)
 
 
