@@ -40,6 +40,7 @@ JUMP = 4  # tokens by which a match elsewhere must be longer than the copy's to 
 WINDOW_BACK, WINDOW_AHEAD = 32, 64  # "near the copy position", in tokens
 MAX_SUBSTITUTION = 16  # the longest replacement remembered, in tokens
 MAX_SUBSTITUTIONS = 32  # replacements remembered at once
+SYNC = 2  # tokens back in step before a replacement is remembered: one alone is often chance
 # A draft model's drafting pauses while its recent acceptance rate is below this.
 MIN_ACCEPT_RATE = 0.3
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
@@ -80,7 +81,7 @@ class PromptLookup:
     mismatches in a row it is dropped. A match of the conversation's last tokens near the cursor
     (an insertion or deletion of a few tokens) moves it there; elsewhere, the longest earlier
     match is taken (not the latest), and it must beat the cursor by JUMP tokens to move it.
-    Once the copy is back in step, what replaced what is remembered, and later drafts apply it
+    Once the copy is back in step for SYNC tokens, what replaced what is remembered, and later drafts apply it
     (a rename renames every occurrence) until the model declines it.
     """
 
@@ -92,6 +93,8 @@ class PromptLookup:
         self.misses = 0  # tokens since the last one that matched the copy
         self.length = 0  # how long the match of the last proposal was (0: a substitution's guess)
         self._diverged = (0, 0)  # (source position, position in ids) of the first of those misses
+        self._resync: tuple | None = None  # (diverged, back in step) of a replacement not yet confirmed
+        self._synced = 0  # tokens in step since that replacement
         self.substitutions: dict[tuple, tuple] = {}  # replaced source tokens -> what replaced them
         self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
         self.extend(ids)
@@ -102,20 +105,31 @@ class PromptLookup:
             if self.cursor is not None:
                 if self.cursor < len(ids) and ids[self.cursor] == tok:
                     if self.misses:
-                        self._remember(self._diverged, (self.cursor, len(ids)))
+                        self._back_in_step(self._diverged, (self.cursor, len(ids)), 1)
+                    elif self._resync is not None:
+                        self._back_in_step(*self._resync, self._synced + 1)
                     self.misses = 0
                 else:
                     if not self.misses:
-                        self._diverged = (self.cursor, len(ids))
+                        # After a chance match, the replacement began where the copy first diverged.
+                        self._diverged = self._resync[0] if self._resync else (self.cursor, len(ids))
+                    self._resync = None
                     self.misses += 1  # a substitution: the copy skips the token it replaced
                 self.cursor += 1
                 if self.misses > MAX_MISSES or self.cursor > len(ids) + 1:
-                    self.cursor = None
+                    self.cursor, self._resync = None, None
             ids.append(tok)
             # The n-grams ending just before this token now have a follower (the last never does).
             end = len(ids) - 2
             for n in range(1, min(MAX_NGRAM, end + 1) + 1):
                 self.follow[n].setdefault(tuple(ids[end + 1 - n : end + 1]), []).append(end + 1)
+
+    def _back_in_step(self, start: tuple, end: tuple, synced: int) -> None:
+        """The copy has matched `synced` tokens since ids[start[1]:end[1]] replaced ids[start[0]:end[0]]."""
+        self._resync, self._synced = (start, end), synced
+        if synced >= SYNC:
+            self._remember(start, end)
+            self._resync = None
 
     def _remember(self, start: tuple, end: tuple) -> None:
         """ids[start[1]:end[1]] replaced the source's ids[start[0]:end[0]]."""
@@ -175,8 +189,10 @@ class PromptLookup:
         if choice is None:
             return []
         if self.length:
-            if self.misses and choice >= self.length:  # back in step: remember what was replaced
-                self._remember(self._diverged, (choice - self.length, len(self.ids) - self.length))
+            if self.misses and choice >= self.length:  # back in step: what was replaced
+                self._back_in_step(self._diverged, (choice - self.length, len(self.ids) - self.length), self.length)
+            elif choice != self.cursor:
+                self._resync = None  # the copy moved: what it was confirming is elsewhere
             self.cursor, self.misses = choice, 0
         return self._copy(choice, k)
 

@@ -132,14 +132,34 @@ def test_a_rename_is_applied_to_later_occurrences_until_the_model_declines_it():
     source = [1, 2, 50, 3, 4, 5, 6, 7, 50, 8, 9, 50, 7]
     lookup = PromptLookup(source + [0, 1, 2])
     lookup.propose(1)
-    lookup.extend([60, 61, 3])  # 50 renamed to 60 61, and the copy back in step
+    lookup.extend([60, 61, 3, 4])  # 50 renamed to 60 61, and the copy back in step
     draft = lookup.propose(8)
     assert lookup.substitutions == {(50,): (60, 61)}
-    assert draft == [4, 5, 6, 7, 60, 61, 8, 9]
-    lookup.judged(4)  # the model kept 50 there: the rename is forgotten
+    assert draft == [5, 6, 7, 60, 61, 8, 9, 60]
+    lookup.judged(3)  # the model kept 50 there: the rename is forgotten
     assert lookup.substitutions == {}
-    lookup.extend(draft[:4] + [50])
+    lookup.extend(draft[:3] + [50])
     assert lookup.propose(3) == [8, 9, 50]
+
+
+def test_one_token_back_in_step_is_not_yet_a_replacement():
+    lookup = PromptLookup([1, 2, 50, 3, 4, 5, 50, 6] + [0, 1, 2])
+    lookup.propose(1)
+    lookup.extend([60, 3])  # back in step on one token, which may be chance
+    assert lookup.substitutions == {}
+    assert lookup.propose(5) == [4, 5, 50, 6, 0]  # the draft copies the source as it was
+    lookup.extend([4])  # a second token in step: 50 was replaced by 60
+    assert lookup.substitutions == {(50,): (60,)}
+    assert lookup.propose(3) == [5, 60, 6]
+
+
+def test_a_replacement_spans_a_chance_match_inside_it():
+    source = [1, 2, 50, 51, 52, 3, 4, 5, 50, 51, 52, 6]
+    lookup = PromptLookup(source + [0, 1, 2])
+    lookup.propose(1)
+    lookup.extend([60, 51, 62, 3, 4])  # 50 51 52 -> 60 51 62: the 51 in it matched by chance
+    assert lookup.substitutions == {(50, 51, 52): (60, 51, 62)}
+    assert lookup.propose(4) == [5, 60, 51, 62]
 
 
 def test_a_draft_models_length_pauses_when_drafts_fail_and_grows_when_they_hit():
