@@ -93,8 +93,8 @@ class PromptLookup:
         self.misses = 0  # tokens since the last one that matched the copy
         self.length = 0  # how long the match of the last proposal was (0: a substitution's guess)
         self._diverged = (0, 0)  # (source position, position in ids) of the first of those misses
-        self._resync: tuple[tuple, tuple] | None = None  # (diverged, back in step) of a replacement not yet confirmed
-        self._synced = 0  # tokens in step since that replacement
+        # (diverged, back in step, tokens in step since) of a replacement not yet confirmed
+        self._resync: tuple[tuple, tuple, int] | None = None
         self.substitutions: dict[tuple, tuple] = {}  # replaced source tokens -> what replaced them
         self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
         self.extend(ids)
@@ -107,7 +107,8 @@ class PromptLookup:
                     if self.misses:
                         self._back_in_step(self._diverged, (self.cursor, len(ids)), 1)
                     elif self._resync is not None:
-                        self._back_in_step(self._resync[0], self._resync[1], self._synced + 1)
+                        began, back, synced = self._resync
+                        self._back_in_step(began, back, synced + 1)
                     self.misses = 0
                 else:
                     if not self.misses:
@@ -126,7 +127,7 @@ class PromptLookup:
 
     def _back_in_step(self, start: tuple, end: tuple, synced: int) -> None:
         """The copy has matched `synced` tokens since ids[start[1]:end[1]] replaced ids[start[0]:end[0]]."""
-        self._resync, self._synced = (start, end), synced
+        self._resync = (start, end, synced)
         if synced >= SYNC:
             self._remember(start, end)
             self._resync = None
