@@ -42,11 +42,14 @@ class TokenSampler:
 
     def __init__(self, params: GenerationParams, prompt_ids: list) -> None:
         self.sampler, self.processors = _sampler(params), _processors(params)
+        self.greedy = params.temperature == 0
         self.history = mx.array(prompt_ids[-REPETITION_CONTEXT:]) if self.processors else None
 
     def sample(self, logits: mx.array) -> mx.array:
         for p in self.processors:
             logits = p(self.history, logits)
+        if self.greedy:  # the largest logit is the likeliest token: no need to normalise them
+            return mx.argmax(logits, axis=-1)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
         return self.sampler(logprobs)
 

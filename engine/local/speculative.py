@@ -559,18 +559,20 @@ class Sampling:
         self.context = context
 
     def process(self, logits: mx.array, history: mx.array, fed: list) -> mx.array:
-        """Log-probabilities of each row, processed as plain decoding would at that position."""
-        if not self.processors:
-            return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        rows = []
-        for i in range(logits.shape[0]):
-            # Row i follows the fed tokens 0..i: each is in the history by then.
-            seen = mx.concatenate([history, mx.array(fed[: i + 1])])[-self.context :]
-            row = logits[i : i + 1]
-            for p in self.processors:
-                row = p(seen, row)
-            rows.append(row - mx.logsumexp(row, axis=-1, keepdims=True))
-        return mx.concatenate(rows, axis=0)
+        """Log-probabilities of each row, processed as plain decoding would at that position; for
+        greedy decoding the processed logits, whose argmax is the same (normalising a pass's rows
+        cost ~0.7 ms each on the CPU, ~0.01 of a plain step per drafted token)."""
+        if self.processors:
+            rows = []
+            for i in range(logits.shape[0]):
+                # Row i follows the fed tokens 0..i: each is in the history by then.
+                seen = mx.concatenate([history, mx.array(fed[: i + 1])])[-self.context :]
+                row = logits[i : i + 1]
+                for p in self.processors:
+                    row = p(seen, row)
+                rows.append(row)
+            logits = mx.concatenate(rows, axis=0)
+        return logits if self.temperature == 0 else logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
     def judge(self, logprobs: mx.array, draft: list) -> Verdict:
         if self.temperature == 0:
