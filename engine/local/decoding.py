@@ -48,10 +48,9 @@ class TokenSampler:
     def sample(self, logits: mx.array) -> mx.array:
         for p in self.processors:
             logits = p(self.history, logits)
-        if self.greedy:  # the largest logit is the likeliest token: no need to normalise them
-            return mx.argmax(logits, axis=-1)
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return self.sampler(logprobs)
+        if not self.greedy:  # greedy's argmax is the same on the logits: normalising them is skipped
+            logits = logits - mx.logsumexp(logits, keepdims=True)
+        return self.sampler(logits)
 
     def saw(self, tokens: list[int]) -> None:
         """`tokens` (an mx.array) follow in the history."""
