@@ -1,6 +1,7 @@
 """The download dialog with a catalogue: curated MLX chat models (resources/catalogue.json)
-with their approximate size, quantization, context and whether they fit this machine, plus
-a Hugging Face search by name. Picking one fills the repo id; Download works as before."""
+with their approximate size, quantization, context, the kind of cache their architecture keeps
+and whether they fit this machine, plus a Hugging Face search by name. Picking one fills the
+repo id; Download works as before."""
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -19,6 +20,7 @@ from app.gui.models.menu import DownloadDialog, sentence
 from engine.errors import ChinwagError
 from engine.models.catalogue import (
     USABLE_RAM_FRACTION,
+    CatalogueEntry,
     fits,
     load_catalogue,
     machine_ram_bytes,
@@ -29,10 +31,25 @@ from engine.models.catalogue import (
 )
 
 REPO_ROLE = Qt.ItemDataRole.UserRole
+# The catalogue's columns.
+NAME, SIZE, QUANTIZATION, CONTEXT, CACHE, FIT = range(6)
+CATALOGUE_HEADERS = ["Model", "Size", "Quantization", "Context", "Cache", "This machine"]
 
 
 def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def _size_tip(entry: CatalogueEntry) -> str:
+    params = f"about {entry.params_b:g} billion parameters at {entry.quantization}"
+    if entry.active_params_b:
+        params += f", {entry.active_params_b:g} billion of them read per token"
+    source = (
+        "estimated from the parameter count (no file listing found)"
+        if entry.size_estimated
+        else "the download's size as Hugging Face lists it"
+    )
+    return f"{params}; {source}"
 
 
 class CatalogueDownloadDialog(DownloadDialog):
@@ -52,7 +69,7 @@ class CatalogueDownloadDialog(DownloadDialog):
         )
         intro.setWordWrap(True)
         layout.insertWidget(0, intro)
-        self.catalogue = self._tree(["Model", "Size", "Quantization", "Context", "This machine"])
+        self.catalogue = self._tree(CATALOGUE_HEADERS)
         self.catalogue.setObjectName("catalogue")
         try:
             entries = load_catalogue()
@@ -72,33 +89,32 @@ class CatalogueDownloadDialog(DownloadDialog):
                     "≈ " + format_bytes(entry.approx_size_bytes),
                     entry.quantization,
                     _tokens(entry.context),
+                    entry.cache_kind.value,
                     "Downloaded" if have else verdict,
                 ]
             )
-            item.setData(0, REPO_ROLE, entry.repo)
-            item.setToolTip(0, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
+            item.setData(NAME, REPO_ROLE, entry.repo)
+            item.setToolTip(NAME, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
+            item.setToolTip(SIZE, _size_tip(entry))
+            item.setToolTip(CACHE, f"{entry.model_type} architecture: {entry.cache_kind.explanation}")
             item.setToolTip(
-                1,
-                f"about {entry.params_b:g} billion parameters at {entry.quantization}; the download is about this size",
-            )
-            item.setToolTip(
-                4,
+                FIT,
                 f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
                 f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory"
                 + (
-                    f"\nspeed: each token reads all the weights once; this machine moves about "
+                    f"\nspeed: each token reads all the weights it uses once; this machine moves about "
                     f"{self.bandwidth / 1e9:.0f} GB/s (expect less while it is busy)"
                     if speed
                     else ""
                 ),
             )
             if ok is False:
-                item.setForeground(4, self.palette().placeholderText())
+                item.setForeground(FIT, self.palette().placeholderText())
             self.catalogue.addTopLevelItem(item)
         header = self.catalogue.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in range(1, self.catalogue.columnCount()):
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        for column in range(SIZE, self.catalogue.columnCount()):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         layout.insertWidget(1, self.catalogue, 1)
         row = QHBoxLayout()
