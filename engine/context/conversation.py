@@ -3,14 +3,17 @@
 Runs on the engine thread only.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache
 
+from engine.context import kinds
+from engine.context.checkpoints import Checkpoint, Checkpoints
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import History
+from engine.context.window_cache import WindowedKVCache
 
 MIN_INITIAL_CAPACITY = 256
 
@@ -47,12 +50,11 @@ def layer_shapes(model: Any) -> list[tuple[int, int]]:
 
 
 def supports_contiguous_cache(model: Any) -> bool:
-    """Models whose mlx-lm cache is a plain KVCache per layer (no sliding windows, no SSM)."""
-    if hasattr(model, "make_cache"):
-        from mlx_lm.models.cache import KVCache
-
-        return all(type(c) is KVCache for c in model.make_cache())
-    return True
+    """Models whose every layer is plain attention (no sliding windows, no recurrent state)."""
+    return all(
+        isinstance(c, ContiguousAttentionKVCache) and not isinstance(c, WindowedKVCache)
+        for c in kinds.make_layers(model, 1)
+    )
 
 
 @dataclass
@@ -61,71 +63,119 @@ class ConversationCache:
     token_ids: list = field(default_factory=list)
     # Each message's ids as the model saw them, by position, and the window's start.
     history: History = field(default_factory=History)
-    # Builds fresh layers for caches that cannot be trimmed (sliding windows, SSM state).
-    fresh_layers: Callable[[], list] | None = None
+    # Copies of the caches that cannot trim, by position (engine/context/checkpoints.py).
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
 
     @classmethod
     def create(cls, model: Any, capacity: int) -> "ConversationCache":
-        if supports_contiguous_cache(model):
-            layers = [ContiguousAttentionKVCache(h, d, max_seq_len=capacity) for h, d in layer_shapes(model)]
-        else:
-            from mlx_lm.models.cache import make_prompt_cache
-
-            return cls(layers=make_prompt_cache(model), fresh_layers=lambda: make_prompt_cache(model))
-        return cls(layers=layers)
+        return cls(layers=kinds.make_layers(model, capacity))
 
     @property
     def offset(self) -> int:
-        return self.layers[0].offset if self.layers else 0
+        """The tokens held: the conversation's own count (a recurrent layer has no offset)."""
+        return len(self.token_ids)
+
+    def leaves(self) -> list:
+        return list(kinds.leaves(self.layers))
 
     @property
     def capacity(self) -> int:
-        if not self.layers:
-            return 0
-        first = self.layers[0]
-        return getattr(first, "max_seq_len", None) or (
-            first.keys.shape[2] if getattr(first, "keys", None) is not None else 0
-        )
+        """Positions reserved by the first growing layer (the tokens held if there is none)."""
+        for c in self.leaves():
+            if isinstance(c, ContiguousAttentionKVCache) and not isinstance(c, WindowedKVCache):
+                return c.max_seq_len
+        return len(self.token_ids)
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.layers)
+        return sum(c.nbytes for c in self.leaves()) + self.checkpoints.nbytes
 
     def trimmable(self) -> bool:
-        return all(c.is_trimmable() for c in self.layers)
+        """Whether every layer trims to any position it holds (plain attention only)."""
+        return not any(kinds.held_back(c) for c in self.leaves())
 
-    def truncate(self, n_tokens: int) -> None:
-        """Keep the first n_tokens; the cache and the id list stay in step."""
-        drop = len(self.token_ids) - n_tokens
-        if drop <= 0:
+    def can_trim_to(self, position: int) -> bool:
+        n = len(self.token_ids)
+        return all(kinds.can_trim_to(c, position, n) for c in self.leaves())
+
+    def checkpoint(self) -> None:
+        """Remember the caches that cannot trim as they are now (nothing when every layer trims)."""
+        held = [c for c in self.leaves() if kinds.held_back(c)]
+        if not held or not self.token_ids:
             return
-        if not self.trimmable():
+        states = tuple(kinds.save(c) for c in held)
+        arrays = [a for s in states for a in kinds.state_arrays(s)]
+        mx.eval(arrays)
+        self.checkpoints.add(Checkpoint(len(self.token_ids), states, sum(a.nbytes for a in arrays)))
+
+    def truncate(self, n_tokens: int) -> int:
+        """Keep at most the first n_tokens: by trimming, else from the latest checkpoint at or before
+        them, else from nothing. Returns the tokens kept; the cache and the ids stay in step."""
+        n_tokens = max(0, min(n_tokens, len(self.token_ids)))
+        if n_tokens == len(self.token_ids):
+            return n_tokens
+        return self._back_to(n_tokens, trim=True)
+
+    def _back_to(self, n_tokens: int, trim: bool) -> int:
+        if trim and self.can_trim_to(n_tokens):
+            for c in self.leaves():
+                kinds.trim_to(c, n_tokens)
+            return self._kept(n_tokens)
+        point = self.checkpoints.at_or_before(n_tokens)
+        while point is not None and not self._restore(point):
+            point = self.checkpoints.at_or_before(point.position - 1)
+        if point is None:
             self.reset()
-            return
-        for c in self.layers:
-            c.trim(c.offset - n_tokens)
+            return 0
+        return self._kept(point.position)
+
+    def _restore(self, point: Checkpoint) -> bool:
+        """Bring every layer back to `point`: False if a layer without a copy cannot trim there."""
+        n = len(self.token_ids)
+        if not all(kinds.held_back(c) or kinds.can_trim_to(c, point.position, n) for c in self.leaves()):
+            return False
+        states = iter(point.states)
+        for c in self.leaves():
+            if kinds.held_back(c):
+                kinds.restore(c, next(states))
+            else:
+                kinds.trim_to(c, point.position)
+        return True
+
+    def _kept(self, n_tokens: int) -> int:
         del self.token_ids[n_tokens:]
+        self.checkpoints.drop_after(n_tokens)
+        return n_tokens
 
     def reset(self) -> None:
-        if self.trimmable():
-            for c in self.layers:
-                c.trim(c.offset)
-        else:
-            assert self.fresh_layers is not None, "an untrimmable cache is built with fresh_layers"
-            self.layers = self.fresh_layers()
+        for c in self.leaves():
+            kinds.reset(c)
         self.token_ids.clear()
+        self.checkpoints.clear()
 
     def repair(self) -> None:
-        """After an error mid-step or a rejected draft: every layer back to exactly `token_ids`, or empty."""
+        """After an error mid-step or a rejected draft: every layer back to exactly `token_ids`, or
+        to the checkpoint before them (a failed step may have moved recurrent state), or empty."""
         target = len(self.token_ids)
-        if any(c.offset < target for c in self.layers) or not self.trimmable():
+        attention = [c for c in self.leaves() if not isinstance(c, ArraysCache)]
+        if any(c.offset < target for c in attention):
             self.reset()
             return
-        for c in self.layers:
+        for c in attention:
             c.trim(c.offset - target)
+        if len(attention) < len(self.leaves()):
+            self._back_to(target, trim=False)
+
+    def fork(self, n_tokens: int, history: History) -> "ConversationCache":
+        """An independent cache of this one's first `n_tokens` (or the checkpoint before them)."""
+        twin = ConversationCache([kinds.copy(c) for c in self.layers], list(self.token_ids), history)
+        twin.checkpoints.items = list(self.checkpoints.items)  # never changed in place: shared
+        twin.truncate(n_tokens)
+        twin.eval()
+        return twin
 
     def eval(self) -> None:
-        mx.eval([c.state for c in self.layers])
+        mx.eval([a for c in self.leaves() for a in kinds.arrays(c)])
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -53,7 +53,8 @@ def _run(
             earlier = max(0, history_ids - (len(target) - total))  # the earlier messages' ids still to read
             progress(PrefillProgress(done, total, len(target), limit, earlier))
 
-    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop, report)
+    marks = turn.marks if turn is not None else ()
+    reused, done, finished = prefill_ahead(session.model, conv, target, should_stop, report, marks)
     session.caches.enforce(keep=conv_id)
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 

@@ -9,10 +9,7 @@ parent's `token_ids` and what reading the fork ahead would compute (engine/local
 
 from typing import TYPE_CHECKING
 
-import mlx.core as mx
-
-from engine.context.conversation import ConversationCache, common_prefix, initial_capacity
-from engine.context.kv_cache import ContiguousAttentionKVCache
+from engine.context.conversation import common_prefix
 from engine.context.prompt import History
 from engine.errors import ChinwagError
 from engine.local.background import ahead_ids
@@ -39,16 +36,9 @@ def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: G
     n = common_prefix(src.token_ids, target)
     if n == 0:
         return ForkedCache(0, len(target), "the fork's prompt shares nothing with its parent's cache")
-    if not all(isinstance(c, ContiguousAttentionKVCache) for c in src.layers):
-        return ForkedCache(0, len(target), "this model's cache cannot be cut at the fork (sliding window)")
-    capacity = session.kv_initial_capacity or initial_capacity(
-        len(turn.prompt_ids) + params.max_tokens, turn.context_limit
-    )
-    layers = []
-    for c in src.layers:
-        keys, values = c.get_kv()
-        layers.append(ContiguousAttentionKVCache.from_state((keys[..., :n, :], values[..., :n, :]), max(n, capacity)))
-    mx.eval([x for c in layers for x in (c.keys, c.values)])  # independent of the parent's arrays from here
-    session.caches.put(dst_id, ConversationCache(layers, list(src.token_ids[:n]), history))
+    dst = src.fork(n, history)
+    if not dst.token_ids:
+        return ForkedCache(0, len(target), "no checkpoint of this model's state lies before the fork")
+    session.caches.put(dst_id, dst)
     session.caches.enforce(keep=dst_id)
-    return ForkedCache(n, len(target))
+    return ForkedCache(len(dst.token_ids), len(target))

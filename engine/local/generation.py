@@ -47,16 +47,14 @@ class TurnInput:
     progress: Callable[[int, int], None] | None = None  # (done, total) while reading the prompt
     # A continued reply: its last `written` prompt ids are its text so far (shown already).
     written: int = 0
+    # Where each message's piece ends in the prompt: checkpoints are taken there (engine/context/checkpoints.py).
+    marks: tuple = ()
 
 
 def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
-    """Trim the cache to its longest common prefix with the prompt, at most `keep` tokens."""
-    reused = min(common_prefix(conv.token_ids, prompt_ids), keep)
-    if not conv.trimmable() and reused < len(conv.token_ids):
-        conv.reset()
-        reused = 0
-    conv.truncate(reused)
-    return reused
+    """Bring the cache back to its longest common prefix with the prompt, at most `keep` tokens
+    (or to the checkpoint before it); returns the tokens reused."""
+    return conv.truncate(min(common_prefix(conv.token_ids, prompt_ids), keep))
 
 
 def extend(
@@ -66,23 +64,29 @@ def extend(
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int], None] | None = None,
     check_first: bool = True,
+    marks: tuple = (),
 ) -> int:
     """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
 
     `should_stop` is asked before each chunk (not the first unless `check_first`), so
-    work ends within one chunk; the cache always holds exactly `conv.token_ids`.
+    work ends within one chunk; the cache always holds exactly `conv.token_ids`. A chunk ends
+    at each of `marks` (positions in the conversation), where a checkpoint is taken.
     """
-    start, step = 0, PREFILL_FIRST_STEP
+    start, step, base = 0, PREFILL_FIRST_STEP, len(conv.token_ids)
+    ahead = sorted(m - base for m in marks if base < m <= base + len(ids))
     while start < len(ids):
         if (start or check_first) and should_stop():
             return start
-        chunk = ids[start : start + step]
+        end = min([start + step] + [m for m in ahead if m > start])
+        chunk = ids[start:end]
         began = time.perf_counter()
         model(mx.array(chunk)[None], cache=conv.layers)
         # Evaluate the cache alone: the output layer's logits at these positions are never used.
         conv.eval()
         conv.token_ids.extend(chunk)  # the ids follow only once computed
         start += len(chunk)
+        if start in ahead:
+            conv.checkpoint()
         if progress is not None:
             progress(start)
         if time.perf_counter() - began < PREFILL_CHUNK_SECONDS:
@@ -96,12 +100,14 @@ def prefill(
     prompt_ids: list,
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int], None] | None = None,
+    marks: tuple = (),
 ) -> tuple[mx.array | None, int, int]:
     """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
 
     Logits are None if `should_stop` said so between chunks. `progress(done, total)` is
     called once the prompt is read (`total` being the tokens computed) and, when that takes
-    more than one chunk, also before the first chunk and after each one.
+    more than one chunk, also before the first chunk and after each one. Checkpoints are taken
+    at `marks` and before the last token (where a regenerate goes back to).
     """
     reused = reuse_prefix(conv, prompt_ids, len(prompt_ids) - 1)  # always compute at least one token
     rest = prompt_ids[reused:]
@@ -111,7 +117,7 @@ def prefill(
     chunked = report if len(rest) > PREFILL_FIRST_STEP else None
     if chunked is not None:
         chunked(0)
-    done = extend(model, conv, body, should_stop, chunked, check_first=False)
+    done = extend(model, conv, body, should_stop, chunked, check_first=False, marks=(*marks, len(prompt_ids) - 1))
     if done < len(body) or (body and should_stop()):
         return None, reused, done
     logits = model(mx.array(last)[None], cache=conv.layers)[:, -1, :]
@@ -128,16 +134,15 @@ def prefill_ahead(
     target_ids: list,
     should_stop: Callable[[], bool],
     progress: Callable[[int, int], None] | None = None,
+    marks: tuple = (),
 ) -> tuple[int, int, bool]:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
     `progress(done, total)` is called before the first chunk and after each one (`total`: the
-    ids not reused, so the target's ids held are `len(target_ids) - total + done`).
-
-    Caches that cannot be trimmed are left alone: a draft that then changed would cost
-    the turn a re-prefill of the whole chat instead of its new tokens.
+    ids not reused, so the target's ids held are `len(target_ids) - total + done`). Checkpoints
+    at `marks` and at the end let a draft that then changes go back only to where it differs.
     """
-    if should_stop() or not conv.trimmable():
+    if should_stop():
         return common_prefix(conv.token_ids, target_ids), 0, False
     reused = reuse_prefix(conv, target_ids, len(target_ids))
     rest = target_ids[reused:]
@@ -145,7 +150,7 @@ def prefill_ahead(
     if report is not None:
         report(0)  # before the first chunk (also when all of it was held already: nothing left)
     try:
-        done = extend(model, conv, rest, should_stop, report)
+        done = extend(model, conv, rest, should_stop, report, marks=(*marks, len(target_ids)))
     except Exception:
         conv.repair()  # a failed chunk: the cache goes back to exactly its token_ids
         raise
@@ -236,6 +241,15 @@ def _speculator(
     return Speculator(prompt_ids, rule, drafter=drafter, cost=cost, tokenizer=tokenizer)
 
 
+def _after_reply(conv: ConversationCache) -> None:
+    """The checkpoint after the turn; a failure here costs a later prefill, never the reply written."""
+    try:
+        conv.checkpoint()
+    except Exception as e:  # noqa: BLE001 - the reply stands; the bug is logged with its traceback
+        report_bug(e, "a checkpoint after a reply")
+        conv.checkpoints.clear()
+
+
 def run_turn(
     model: Any,
     tokenizer: Any,
@@ -260,7 +274,7 @@ def run_turn(
     spec = _speculator(params, tokenizer, drafter, conv, turn.prompt_ids, sampling, verify_cost)
     finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
     try:
-        logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress)
+        logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress, turn.marks)
         prefill_done = time.perf_counter()
         if logits is None:
             finish = FinishReason.CANCELLED
@@ -277,6 +291,7 @@ def run_turn(
         finish = FinishReason.ERROR
         error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
         conv.repair()
+    _after_reply(conv)
     if spec is not None:
         spec.finish(conv.token_ids)
     reply.flush()

@@ -4,6 +4,7 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 """
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,13 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.context import kinds
 from engine.context.cache_file import layout_of
-from engine.context.conversation import (
-    MIN_INITIAL_CAPACITY,
-    ConversationCache,
-    initial_capacity,
-    supports_contiguous_cache,
-)
+from engine.context.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial_capacity
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
 from engine.context.prompt import History, WithTools, check_messages, encode_text, tools_cost, tools_off_reason
@@ -25,7 +22,7 @@ from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
-from engine.local.speculative import ModelDrafter, VerifyCost, check_vocabularies, device_kind
+from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
 from engine.models import registry
 from engine.types import (
     LOADED_STAGE,
@@ -99,6 +96,7 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
+        kinds.check_model(model)  # a cache kind Chinwag does not keep: refused here, not mid-turn
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
@@ -153,7 +151,8 @@ class Session:
         )
         if written:  # the prompt that wrote the reply, then what it wrote: the ids the cache holds
             plan = dataclasses.replace(plan, prompt_ids=plan.prompt_ids + written)
-        return plan, TurnInput(plan.prompt_ids, limit, plan.dropped, written=len(written))
+        marks = tuple(itertools.accumulate(plan.prompt.lengths))  # where each message's piece ends
+        return plan, TurnInput(plan.prompt_ids, limit, plan.dropped, written=len(written), marks=marks)
 
     def written(self, messages: list[dict], history: History) -> list:
         """The ids of the reply that ends `messages`, to continue: as generated when the history
@@ -274,8 +273,8 @@ class Session:
             raise ChinwagError(f"draft model: {e}") from None
         model, tokenizer = loading.load(path)
         check_vocabularies(self.tokenizer, tokenizer.get_vocab(), name, info.name)
-        if not supports_contiguous_cache(model):
-            raise ChinwagError(f"draft model {info.name} cannot draft: its cache cannot be trimmed (sliding window)")
+        if not can_speculate(kinds.make_layers(model, 1)):
+            raise ChinwagError(f"draft model {info.name} cannot draft: its recurrent state cannot be trimmed")
         self._draft = (spec, model)
         self.caches.drop_drafts()
         return model

@@ -23,6 +23,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
+from engine.context import kinds
 from engine.context.conversation import ConversationCache
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
@@ -663,5 +664,6 @@ def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name:
 
 
 def can_speculate(layers: list) -> bool:
-    """Only contiguous caches trim back exactly; sliding windows and SSM state cannot."""
-    return all(isinstance(c, ContiguousAttentionKVCache) for c in layers)
+    """Attention caches trim a rejected draft back exactly (a window within its reserve, which
+    outlasts any draft); recurrent state cannot go back a token."""
+    return all(isinstance(c, ContiguousAttentionKVCache) for c in kinds.leaves(layers))

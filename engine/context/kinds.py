@@ -1,0 +1,154 @@
+"""Every kind of layer cache mlx-lm models make, in one place: what Chinwag keeps for each.
+
+- plain attention (`KVCache`): our growing contiguous cache, shaped by its first write, which
+  also fits latent attention (MLA: deepseek_v3, glm4_moe_lite write a `kv_lora_rank` latent and a
+  rope key); trims to any position.
+- sliding-window attention (`RotatingKVCache`, keep=0): `WindowedKVCache`, bounded, trims within
+  its reserve; checkpoints hold its window for deeper edits.
+- recurrent state (`ArraysCache`: Mamba/Mamba2 SSM state, gated delta nets, short convolutions):
+  kept as mlx-lm makes it; it cannot trim, so checkpoints hold copies of it.
+- composites (`CacheList`): their parts, each of the kinds above.
+Any other kind is refused when the model loads (`UnsupportedCache`), never met mid-turn.
+"""
+
+from collections.abc import Iterator
+from copy import deepcopy
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache
+
+from engine.context.kv_cache import ContiguousAttentionKVCache
+from engine.context.window_cache import WindowedKVCache
+from engine.errors import ModelError
+
+PLAIN, WINDOWED, RECURRENT, LATENT = "attention", "sliding window", "recurrent state", "latent attention (MLA)"
+# Families whose plain KVCache holds a latent (kv_lora_rank) and a rope key, not heads x head_dim.
+LATENT_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "minicpm3", "kimi_k2"})
+
+
+class UnsupportedCache(ModelError):
+    """A model whose cache kind Chinwag does not keep; the message names the family and the kind."""
+
+
+def family_of(model: Any) -> str:
+    args = getattr(model, "args", None) or getattr(model, "config", None)
+    return str(getattr(args, "model_type", None) or type(model).__module__.rsplit(".", 1)[-1])
+
+
+def make_layers(model: Any, capacity: int) -> list:
+    """The model's per-layer caches as Chinwag keeps them (see the module's docstring)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    family = family_of(model)
+    return [_convert(c, capacity, family) for c in make_prompt_cache(model)]
+
+
+def _convert(cache: Any, capacity: int, family: str) -> Any:
+    kind = type(cache)
+    if kind is KVCache:
+        return ContiguousAttentionKVCache(max_seq_len=capacity)
+    if kind is RotatingKVCache and cache.keep == 0:
+        return WindowedKVCache(cache.max_size)
+    if isinstance(cache, ArraysCache):
+        return cache
+    if kind is CacheList:
+        return CacheList(*(_convert(c, capacity, family) for c in cache.caches))
+    detail = f" keeping {cache.keep} tokens" if kind is RotatingKVCache else ""
+    raise UnsupportedCache(
+        f"{family} models are not supported yet: their {kind.__name__}{detail} cache is not one Chinwag keeps"
+    )
+
+
+def check_model(model: Any) -> None:
+    """Refuse a model whose caches Chinwag cannot keep, before any turn (UnsupportedCache)."""
+    make_layers(model, 1)
+
+
+def kinds_of(model: Any) -> list[str]:
+    """The kinds of cache this model's layers use (PLAIN, WINDOWED, RECURRENT, LATENT), once each."""
+    found: list[str] = []
+    latent = family_of(model) in LATENT_FAMILIES
+    for leaf in leaves(make_layers(model, 1)):
+        kind = RECURRENT if isinstance(leaf, ArraysCache) else WINDOWED if isinstance(leaf, WindowedKVCache) else PLAIN
+        kind = LATENT if kind == PLAIN and latent else kind
+        if kind not in found:
+            found.append(kind)
+    return found
+
+
+def leaves(layers: list) -> Iterator[Any]:
+    """Every cache below `layers`, composites opened."""
+    for c in layers:
+        if isinstance(c, CacheList):
+            yield from leaves(list(c.caches))
+        else:
+            yield c
+
+
+def held_back(leaf: Any) -> bool:
+    """Whether going back needs a checkpoint of this leaf (beyond what it trims itself)."""
+    return isinstance(leaf, (ArraysCache, WindowedKVCache))
+
+
+def can_trim_to(leaf: Any, position: int, length: int) -> bool:
+    """Whether `leaf`, holding `length` tokens, can be brought back to `position` by trimming."""
+    if isinstance(leaf, ArraysCache):
+        return position == length
+    return bool(leaf.can_trim_to(position))
+
+
+def trim_to(leaf: Any, position: int) -> None:
+    if not isinstance(leaf, ArraysCache):
+        leaf.trim(leaf.offset - position)
+
+
+def save(leaf: Any) -> Any:
+    """A copy of what `leaf` needs to resume from here (the caller's position): state or window."""
+    if isinstance(leaf, WindowedKVCache):
+        return leaf.window_state()
+    # New handles: a model's in-place write to the live state cannot reach the copy.
+    return [None if a is None else mx.array(a) for a in leaf.cache]
+
+
+def restore(leaf: Any, state: Any) -> None:
+    if isinstance(leaf, WindowedKVCache):
+        leaf.restore_window(state)
+    else:
+        leaf.cache = [None if a is None else mx.array(a) for a in state]
+        leaf.left_padding = leaf.lengths = None
+
+
+def state_arrays(state: Any) -> list:
+    if isinstance(state, tuple):  # a window: keys, values, offset
+        return [a for a in state[:2] if a.ndim == 4]
+    return [a for a in state if a is not None]
+
+
+def reset(leaf: Any) -> None:
+    if isinstance(leaf, ArraysCache):
+        leaf.cache = [None] * len(leaf.cache)
+        leaf.left_padding = leaf.lengths = None
+    elif isinstance(leaf, WindowedKVCache):
+        leaf.trim(leaf.held)
+        leaf.start = leaf.offset = 0
+    else:
+        leaf.trim(leaf.offset)
+
+
+def arrays(leaf: Any) -> list:
+    """The arrays a leaf holds now (to evaluate them)."""
+    if isinstance(leaf, ArraysCache):
+        return [a for a in leaf.cache if a is not None]
+    return [leaf.keys, leaf.values]
+
+
+def copy(leaf: Any) -> Any:
+    """An independent copy of `leaf` and everything it holds (a fork's)."""
+    if isinstance(leaf, CacheList):
+        return CacheList(*(copy(c) for c in leaf.caches))
+    if isinstance(leaf, ArraysCache):
+        twin = ArraysCache(len(leaf.cache))
+        twin.cache = [None if a is None else mx.array(a) for a in leaf.cache]
+        return twin
+    return deepcopy(leaf)  # the attention caches copy what they hold
