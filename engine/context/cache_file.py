@@ -7,6 +7,9 @@ format, layer count, shapes and dtype those of the loaded model; its checksum (s
 metadata and a CRC-32 of every tensor's bytes) matching; its ids in the vocabulary; its History well formed
 and agreeing with its ids. Otherwise `UnusableCache` says why in one line and the caller
 re-reads the history. The capacity reserved is derived from the tokens held, never read.
+Every cache kind is saved (engine/context/kinds.py): a plain layer's keys and values, a window's
+held positions (its start derived from the ids), recurrent state, and each checkpoint's copies;
+what each leaf must hold is probed from the loaded model (`LeafSpec`), never read from the file.
 Runs on the engine thread, but for `Snapshot.write`, which calls no MLX and runs on any thread.
 """
 
@@ -23,13 +26,19 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, CacheList
 
 from engine.atomic import describe_kind
-from engine.context.conversation import ConversationCache, initial_capacity, layer_shapes, supports_contiguous_cache
+from engine.context import kinds
+from engine.context.checkpoints import MAX_CHECKPOINTS, Checkpoint
+from engine.context.conversation import ConversationCache, initial_capacity
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import ROLES, History, Span
+from engine.context.window_cache import DEFAULT_RESERVE, WindowedKVCache
 
-FORMAT = "chinwag-kv-2"
+FORMAT = "chinwag-kv-3"
+# A window holds at most its size, twice its reserve and one prefill chunk (engine/local/generation.py).
+WINDOW_SLACK = 2 * DEFAULT_RESERVE + 1024
 # Room for the History's JSON (every message's text) besides the tensors.
 MAX_METADATA_BYTES = 64 << 20
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -39,15 +48,33 @@ class UnusableCache(Exception):
     """A saved cache that must not be used; the message says why, in one line."""
 
 
+@dataclass(frozen=True)
+class LeafSpec:
+    """What one leaf cache of the loaded model holds: its kind, shapes and dtypes."""
+
+    kind: str  # "plain", "window" or "recurrent"
+    keys: tuple = ()  # (heads, dim) of an attention leaf's keys, and of its values
+    values: tuple = ()
+    window: int = 0
+    states: tuple = ()  # a recurrent leaf's state shapes (None: an entry left empty)
+    dtypes: tuple = ()  # of keys and values, or of each state entry
+
+    @property
+    def held_back(self) -> bool:
+        return self.kind != "plain"
+
+
 @dataclass
 class CacheLayout:
     """What a saved cache must hold to be used with the loaded model."""
 
-    shapes: list  # (kv heads, head dim) of each layer
+    shapes: list  # (kv heads, head dim) of each layer of a plain-attention model ([] if `specs_probe` says)
     vocab_size: int
     max_tokens: int  # the context length
     probe: Callable[[], mx.Dtype]  # the dtype the model writes into its cache
+    specs_probe: Callable[[], tuple[list, list]] | None = None  # (LeafSpec per leaf, leaves per layer or None)
     _dtype: mx.Dtype | None = None
+    _specs: tuple | None = None
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -58,31 +85,85 @@ class CacheLayout:
                 raise UnusableCache(f"the dtype of this model's cache is unknown ({_one_line(e)})") from None
         return self._dtype
 
+    def _probed(self) -> tuple:
+        if self._specs is None:
+            if self.specs_probe is None:
+                dtype = str(self.dtype)
+                specs = [LeafSpec("plain", s, s, dtypes=(dtype, dtype)) for s in self.shapes]
+                self._specs = (specs, [None] * len(specs))
+            else:
+                try:
+                    self._specs = self.specs_probe()
+                except Exception as e:  # noqa: BLE001 - as for the dtype: this model's caches are not used
+                    raise UnusableCache(f"the shape of this model's cache is unknown ({_one_line(e)})") from None
+        return self._specs
+
+    @property
+    def specs(self) -> list:
+        return self._probed()[0]
+
+    @property
+    def groups(self) -> list:
+        """For each layer, how many leaves its CacheList holds (None: the layer is one leaf)."""
+        return self._probed()[1]
+
     @property
     def max_file_bytes(self) -> int:
-        per_token = sum(2 * heads * dim for heads, dim in self.shapes) * 4 + 4  # float32 at most, and the id
-        return per_token * self.max_tokens + MAX_METADATA_BYTES
+        per_token, fixed = 4, 0  # the id
+        for spec in self.specs:
+            if spec.kind == "plain":
+                per_token += (_prod(spec.keys) + _prod(spec.values)) * 4  # float32 at most
+            elif spec.kind == "window":
+                fixed += (_prod(spec.keys) + _prod(spec.values)) * 4 * (spec.window + WINDOW_SLACK)
+            else:
+                fixed += sum(_prod(s) for s in spec.states if s) * 4
+        return per_token * self.max_tokens + fixed * (1 + MAX_CHECKPOINTS) + MAX_METADATA_BYTES
+
+
+def _prod(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def layout_of(model: Any, context_length: int) -> CacheLayout | None:
     """The layout a saved cache of `model` has; None for models whose caches are not saved."""
-    try:
-        if not supports_contiguous_cache(model):
-            return None
-        shapes = layer_shapes(model)
-    except (ValueError, AttributeError, TypeError):
-        return None
     vocab = _vocab_size(model)
     if not vocab or context_length < 1:
         return None
 
-    def probe() -> mx.Dtype:
-        # A one-token forward builds a lazy graph (nothing is computed): the dtype the cache takes.
+    def probed() -> ConversationCache:
+        # A one-token forward builds a lazy graph (nothing is computed): the shapes and dtypes the cache takes.
         conv = ConversationCache.create(model, 1)
         model(mx.array([[0]], dtype=mx.int32), cache=conv.layers)
-        return conv.layers[0].dtype
+        return conv
 
-    return CacheLayout(shapes, vocab, context_length, probe)
+    def probe() -> mx.Dtype:
+        for leaf in probed().leaves():
+            if isinstance(leaf, ContiguousAttentionKVCache):
+                return leaf.dtype
+        return mx.float32
+
+    def specs_probe() -> tuple[list, list]:
+        conv = probed()
+        groups = [len(list(kinds.leaves([c]))) if isinstance(c, CacheList) else None for c in conv.layers]
+        return [_spec(leaf) for leaf in conv.leaves()], groups
+
+    return CacheLayout([], vocab, context_length, probe, specs_probe)
+
+
+def _spec(leaf: Any) -> LeafSpec:
+    if isinstance(leaf, ArraysCache):
+        states = tuple(None if a is None else tuple(a.shape) for a in leaf.cache)
+        return LeafSpec(
+            "recurrent", states=states, dtypes=tuple(None if a is None else str(a.dtype) for a in leaf.cache)
+        )
+    k, v = leaf.keys.shape, leaf.values.shape
+    dtypes = (str(leaf.keys.dtype), str(leaf.values.dtype))
+    if isinstance(leaf, WindowedKVCache):
+        return LeafSpec("window", (k[1], k[3]), (v[1], v[3]), leaf.window, dtypes=dtypes)
+    return LeafSpec("plain", (k[1], k[3]), (v[1], v[3]), dtypes=dtypes)
 
 
 def _vocab_size(model: Any) -> int:
@@ -153,20 +234,43 @@ class Snapshot:
 
 
 def snapshot(conv_id: str, cache: ConversationCache) -> Snapshot:
-    """`cache` (every layer a ContiguousAttentionKVCache) as a Snapshot; on the engine thread.
-    Copies nothing but the ids: the tensors are views of the cache's buffers."""
+    """`cache` as a Snapshot; on the engine thread. Copies nothing but the ids and small state:
+    an attention layer's tensors are views of its buffers."""
     ids = mx.array(cache.token_ids, dtype=mx.int32)
-    mx.eval([ids] + [a for layer in cache.layers for a in (layer.keys, layer.values)])
+    leaves = cache.leaves()
+    mx.eval([ids] + [a for leaf in leaves for a in kinds.arrays(leaf)])
     tensors = [Tensor("token_ids", ids.dtype, tuple(ids.shape), [_bytes(ids)])]
-    for i, layer in enumerate(cache.layers):
-        tensors += [_prefix(f"{i}.keys", layer.keys, layer.offset), _prefix(f"{i}.values", layer.values, layer.offset)]
+    for i, leaf in enumerate(leaves):
+        tensors += _leaf_tensors(str(i), leaf)
+    held = [i for i, leaf in enumerate(leaves) if kinds.held_back(leaf)]
+    for k, point in enumerate(cache.checkpoints.items):
+        for i, state in zip(held, point.states):
+            tensors += _state_tensors(f"cp{k}.{i}", state)
     meta = {
         "format": FORMAT,
         "conversation": conv_id,
         "history": json.dumps(cache.history.to_json()),
-        "layers": str(len(cache.layers)),
+        "layers": str(len(leaves)),
+        "checkpoints": json.dumps(cache.checkpoints.positions()),
     }
     return Snapshot(meta, sorted(tensors, key=lambda t: t.name), cache)
+
+
+def _leaf_tensors(name: str, leaf: Any) -> list:
+    if isinstance(leaf, ArraysCache):
+        return _state_tensors(name, leaf.cache)
+    return [_prefix(f"{name}.keys", leaf.keys, leaf.held), _prefix(f"{name}.values", leaf.values, leaf.held)]
+
+
+def _state_tensors(name: str, state: Any) -> list:
+    """A checkpoint's copy (kinds.save) or a recurrent leaf's state, as evaluated contiguous tensors."""
+    if isinstance(state, tuple):  # a window: keys, values, offset
+        named = [(f"{name}.keys", state[0]), (f"{name}.values", state[1])] if state[0].ndim == 4 else []
+    else:
+        named = [(f"{name}.state{j}", a) for j, a in enumerate(state) if a is not None]
+    arrays = [mx.contiguous(a) for _, a in named]
+    mx.eval(arrays)
+    return [Tensor(n, a.dtype, tuple(a.shape), [_bytes(a)]) for (n, _), a in zip(named, arrays)]
 
 
 def _bytes(array: mx.array) -> memoryview:
@@ -249,13 +353,62 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
     if not _agrees(history, token_ids):
         raise UnusableCache("its history does not match the tokens it holds")
     capacity = initial_capacity(n_tokens, layout.max_tokens)  # what a new cache of these tokens reserves
-    layers = [
-        ContiguousAttentionKVCache.from_state((arrays[f"{i}.keys"], arrays[f"{i}.values"]), capacity)
-        for i in range(len(layout.shapes))
-    ]
-    cache = ConversationCache(layers=layers, token_ids=token_ids, history=history)
+    leaves = [_leaf(arrays, str(i), spec, n_tokens, capacity) for i, spec in enumerate(layout.specs)]
+    cache = ConversationCache(layers=_grouped(leaves, layout.groups), token_ids=token_ids, history=history)
+    held = [i for i, spec in enumerate(layout.specs) if spec.held_back]
+    for k, position in enumerate(_positions(meta, n_tokens)):
+        states = tuple(_state(arrays, f"cp{k}.{i}", layout.specs[i], position) for i in held)
+        nbytes = sum(a.nbytes for state in states for a in kinds.state_arrays(state))
+        cache.checkpoints.items.append(Checkpoint(position, states, nbytes))
     cache.eval()
     return cache
+
+
+def _leaf(arrays: dict, name: str, spec: LeafSpec, n: int, capacity: int) -> Any:
+    if spec.kind == "plain":
+        return ContiguousAttentionKVCache.from_state((arrays[f"{name}.keys"], arrays[f"{name}.values"]), capacity)
+    if spec.kind == "window":
+        leaf = WindowedKVCache(spec.window)
+        leaf.restore_window((arrays[f"{name}.keys"], arrays[f"{name}.values"], n))
+        return leaf
+    leaf = ArraysCache(len(spec.states))
+    leaf.cache = [None if shape is None else arrays[f"{name}.state{j}"] for j, shape in enumerate(spec.states)]
+    return leaf
+
+
+def _state(arrays: dict, name: str, spec: LeafSpec, position: int) -> Any:
+    """A checkpoint's copy of one leaf, as kinds.save() gives it."""
+    if spec.kind == "window":
+        return arrays[f"{name}.keys"], arrays[f"{name}.values"], position
+    return [None if shape is None else arrays[f"{name}.state{j}"] for j, shape in enumerate(spec.states)]
+
+
+def _grouped(leaves: list, groups: list) -> list:
+    layers, at = [], 0
+    for count in groups:
+        if count is None:
+            layers.append(leaves[at])
+            at += 1
+        else:
+            layers.append(CacheList(*leaves[at : at + count]))
+            at += count
+    return layers
+
+
+def _positions(meta: dict, n: int) -> list:
+    """The checkpoints' positions: increasing, within the ids, at most MAX_CHECKPOINTS."""
+    try:
+        positions = json.loads(meta.get("checkpoints", "[]"))
+    except ValueError:
+        raise UnusableCache("its checkpoints are not well formed") from None
+    if (
+        not isinstance(positions, list)
+        or len(positions) > MAX_CHECKPOINTS
+        or not all(type(p) is int and 0 < p <= n for p in positions)
+        or positions != sorted(set(positions))
+    ):
+        raise UnusableCache(f"its checkpoints are not up to {MAX_CHECKPOINTS} increasing positions within its ids")
+    return positions
 
 
 def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -> int:
@@ -264,22 +417,56 @@ def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -
         raise UnusableCache("it was written by another version of Chinwag")
     if meta.get("conversation") != conv_id:
         raise UnusableCache("it belongs to another conversation")
-    n_layers = len(layout.shapes)
-    names = {"token_ids"} | {f"{i}.{part}" for i in range(n_layers) for part in ("keys", "values")}
-    if meta.get("layers") != str(n_layers) or set(arrays) != names:
-        raise UnusableCache(f"its layers are not the model's {n_layers}")
+    specs = layout.specs
     ids = arrays["token_ids"]
     if ids.dtype != mx.int32 or ids.ndim != 1 or not 0 < ids.shape[0] <= layout.max_tokens:
         raise UnusableCache(f"its token ids are not 1 to {layout.max_tokens} int32 values")
     n = ids.shape[0]
-    for i, (heads, dim) in enumerate(layout.shapes):
-        for part in ("keys", "values"):
-            array = arrays[f"{i}.{part}"]
-            if tuple(array.shape) != (1, heads, n, dim):
-                raise UnusableCache(f"layer {i} {part} have shape {tuple(array.shape)}, not {(1, heads, n, dim)}")
-            if array.dtype != layout.dtype:
-                raise UnusableCache(f"layer {i} {part} are {array.dtype}, not the model's {layout.dtype}")
+    if meta.get("layers") != str(len(specs)):
+        raise UnusableCache(f"its layers are not the model's {len(specs)}")
+    expected = {"token_ids": None}
+    for i, spec in enumerate(specs):
+        expected.update(_expected(str(i), spec, n, current=True))
+    held = [i for i, spec in enumerate(specs) if spec.held_back]
+    for k, position in enumerate(_positions(meta, n)):
+        for i in held:
+            expected.update(_expected(f"cp{k}.{i}", specs[i], position, current=False))
+    if set(arrays) != set(expected):
+        raise UnusableCache(f"its layers are not the model's {len(specs)}")
+    for name, want in expected.items():
+        if want is not None:
+            _check_tensor(name, arrays[name], *want)
     return n
+
+
+def _check_tensor(name: str, array: mx.array, shape: tuple, dtype: str, longest: int | None) -> None:
+    got, where = tuple(array.shape), name.replace(".", " ", 1)
+    if longest is not None:  # a window's held positions: any length from 1 to `longest`
+        if len(got) != 4 or got[:2] + got[3:] != shape[:2] + shape[3:] or not 0 < got[2] <= longest:
+            raise UnusableCache(f"{where} have shape {got}, not {shape[:2]} x up to {longest} x {shape[3:]}")
+    elif got != shape:
+        raise UnusableCache(f"{where} have shape {got}, not {shape}")
+    if str(array.dtype) != dtype:
+        raise UnusableCache(f"{where} are {array.dtype}, not the model's {dtype}")
+
+
+def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict:
+    """Tensor name -> (shape, dtype, longest held or None) that a leaf (or its checkpoint copy) must have."""
+    if spec.kind == "recurrent":
+        return {f"{name}.state{j}": (shape, spec.dtypes[j], None) for j, shape in enumerate(spec.states) if shape}
+    (kh, kd), (vh, vd) = spec.keys, spec.values
+    if spec.kind == "plain":
+        return {
+            f"{name}.keys": ((1, kh, n, kd), spec.dtypes[0], None),
+            f"{name}.values": ((1, vh, n, vd), spec.dtypes[1], None),
+        }
+    longest = min(n, spec.window + WINDOW_SLACK) if current else min(n, spec.window - 1)
+    if longest == 0:
+        return {}
+    return {
+        f"{name}.keys": ((1, kh, longest, kd), spec.dtypes[0], longest),
+        f"{name}.values": ((1, vh, longest, vd), spec.dtypes[1], longest),
+    }
 
 
 def _history(text: str, vocab_size: int) -> History:

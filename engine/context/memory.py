@@ -261,10 +261,7 @@ class ConversationCaches:
         return self.save_dir / self.model_key / kv_file_name(conv_id)
 
     def _savable(self, cache: ConversationCache) -> bool:
-        # Other cache kinds are dropped and re-prefilled.
-        return bool(self.model_key and cache.token_ids) and all(
-            isinstance(c, ContiguousAttentionKVCache) for c in cache.layers
-        )
+        return bool(self.model_key and cache.token_ids)
 
     def _save(self, conv_id: str, cache: ConversationCache) -> bool:
         if not self._savable(cache):
@@ -355,5 +352,8 @@ def _unlink(path: Path) -> None:
 
 def _file_bytes(cache: ConversationCache) -> int:
     """About what a saved cache takes on disk: the valid prefix of every layer, and its ids."""
-    per_token = sum(c.nbytes // max(1, c.max_seq_len) for c in cache.layers if hasattr(c, "max_seq_len"))
-    return per_token * len(cache.token_ids) + 8 * len(cache.token_ids)
+    n = len(cache.token_ids)
+    held = sum(
+        c.bytes_per_token * c.held if isinstance(c, ContiguousAttentionKVCache) else c.nbytes for c in cache.leaves()
+    )
+    return held + cache.checkpoints.nbytes + 8 * n
