@@ -5,16 +5,19 @@ with the tiny BPE tokenizer of ``tests/tiny_model.py``, in float32, with just en
 that every cache kind of the family appears. Sliding windows are ``WINDOW`` tokens, so a chat
 of a few hundred tokens wraps them many times. Recurrent layers are set to decay slowly, so
 their state remembers the start of a prompt: a recurrent state restored at the wrong
-position changes the greedy continuation.
+position changes the greedy continuation. The repos of multimodal models (gemma3, gemma4,
+mistral3) are written as mlx-community converts them: the text model's config under
+``text_config``, its weights under ``language_model.``, no vision or audio tower.
 
 ``build_family_model(path, family)`` writes a folder that ``mlx_lm.load`` opens;
 ``family_model_path(tmp_path_factory, family)`` builds it once per test session.
 """
 
+import copy
 import json
 from pathlib import Path
 
-from tests.tiny_model import CHATML_TEMPLATE, CONFIG, build_tiny_model
+from tests.tiny_model import CHATML_TEMPLATE, CONFIG, build_tiny_model, build_tokenizer
 
 WINDOW = 32
 
@@ -60,9 +63,59 @@ _GATED_DELTA = {
     "full_attention_interval": 4,
 }
 _SLIDING_FULL = ["sliding_attention", "full_attention"]
+# Layer 0 slides (RotatingKVCache), layer 1 is global (KVCache).
+_GEMMA3_TEXT = {
+    "model_type": "gemma3_text",
+    **_ATTENTION,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 2,
+    "query_pre_attn_scalar": 16,
+    "sliding_window": WINDOW,
+    "sliding_window_pattern": 2,
+    "rms_norm_eps": 1e-6,
+}
+# Layers 2 and 3 share the KV of layers 0 and 1 (num_kv_shared_layers): make_cache returns
+# 2 caches for 4 layers. Global layers have their own head_dim and a partial rope.
+_GEMMA4_TEXT = {
+    "model_type": "gemma4_text",
+    **_ATTENTION,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 4,
+    "layer_types": _SLIDING_FULL * 2,
+    "sliding_window": WINDOW,
+    "global_head_dim": 32,
+    "num_kv_shared_layers": 2,
+    "hidden_size_per_layer_input": 8,
+    "vocab_size_per_layer_input": 512,
+    "rms_norm_eps": 1e-6,
+}
+# Ministral 3's yarn rope, with queries scaled by position (llama_4_scaling_beta).
+_MINISTRAL3_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 1000000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 1024,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "llama_4_scaling_beta": 0.1,
+}
 
 FAMILIES: dict[str, dict] = {
     "llama": CONFIG,
+    # Llama with rope left out of every no_rope_layer_interval-th layer (layer 1 here).
+    "smollm3": {
+        "model_type": "smollm3",
+        **_ATTENTION,
+        "num_hidden_layers": 2,
+        "no_rope_layer_interval": 2,
+        "tie_word_embeddings": True,
+        # transformers' defaults (128000...) are outside the tiny vocab: <|im_end|>, <|endoftext|>.
+        "bos_token_id": None,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    },
     # mlx-lm maps model_type "mistral" to its llama module, which reads layer_types (Ministral 8B's
     # interleaved sliding window); ministral3 (Ministral 3) reads them too and scales queries by
     # position (llama_4_scaling_beta).
@@ -81,17 +134,26 @@ FAMILIES: dict[str, dict] = {
         "layer_types": _SLIDING_FULL,
         "sliding_window": WINDOW,
         "tie_word_embeddings": False,
-        "rope_parameters": {
-            "rope_type": "yarn",
-            "rope_theta": 1000000.0,
-            "factor": 4.0,
-            "original_max_position_embeddings": 1024,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "llama_4_scaling_beta": 0.1,
+        "rope_parameters": _MINISTRAL3_ROPE,
+    },
+    # The repo of a multimodal model (Ministral 3 with its vision tower): a text_config of the
+    # ministral3 text model, all layers global as in Ministral 3, weights under language_model.
+    "mistral3": {
+        "model_type": "mistral3",
+        "text_config": {
+            "model_type": "ministral3",
+            **_ATTENTION,
+            "num_hidden_layers": 2,
+            "tie_word_embeddings": False,
+            "rope_parameters": _MINISTRAL3_ROPE,
         },
+    },
+    # Per-head RMSNorm of queries and keys (q_norm, k_norm).
+    "qwen3": {
+        "model_type": "qwen3",
+        **_ATTENTION,
+        "num_hidden_layers": 2,
+        "tie_word_embeddings": False,
     },
     "qwen3_moe": {
         "model_type": "qwen3_moe",
@@ -105,32 +167,11 @@ FAMILIES: dict[str, dict] = {
         "norm_topk_prob": True,
         "tie_word_embeddings": False,
     },
-    # Layer 0 slides (RotatingKVCache), layer 1 is global (KVCache).
-    "gemma3_text": {
-        "model_type": "gemma3_text",
-        **_ATTENTION,
-        "num_key_value_heads": 1,
-        "num_hidden_layers": 2,
-        "query_pre_attn_scalar": 16,
-        "sliding_window": WINDOW,
-        "sliding_window_pattern": 2,
-        "rms_norm_eps": 1e-6,
-    },
-    # Layers 2 and 3 share the KV of layers 0 and 1 (num_kv_shared_layers): make_cache returns
-    # 2 caches for 4 layers. Global layers have their own head_dim and a partial rope.
-    "gemma4_text": {
-        "model_type": "gemma4_text",
-        **_ATTENTION,
-        "num_key_value_heads": 1,
-        "num_hidden_layers": 4,
-        "layer_types": _SLIDING_FULL * 2,
-        "sliding_window": WINDOW,
-        "global_head_dim": 32,
-        "num_kv_shared_layers": 2,
-        "hidden_size_per_layer_input": 8,
-        "vocab_size_per_layer_input": 512,
-        "rms_norm_eps": 1e-6,
-    },
+    "gemma3_text": _GEMMA3_TEXT,
+    # Gemma 3 4B and up: the multimodal repo, gemma3_text under text_config (language_model.*).
+    "gemma3": {"model_type": "gemma3", "text_config": _GEMMA3_TEXT},
+    "gemma4_text": _GEMMA4_TEXT,
+    "gemma4": {"model_type": "gemma4", "text_config": _GEMMA4_TEXT},
     "gpt_oss": {
         "model_type": "gpt_oss",
         **_ATTENTION,
@@ -316,11 +357,16 @@ FAMILIES: dict[str, dict] = {
 # CacheList holds an ArraysCache and a KVCache).
 CACHE_KINDS: dict[str, set[str]] = {
     "llama": {"KVCache"},
+    "smollm3": {"KVCache"},
     "mistral": {"KVCache", "RotatingKVCache"},
     "ministral3": {"KVCache", "RotatingKVCache"},
+    "mistral3": {"KVCache"},
+    "qwen3": {"KVCache"},
     "qwen3_moe": {"KVCache"},
     "gemma3_text": {"KVCache", "RotatingKVCache"},
+    "gemma3": {"KVCache", "RotatingKVCache"},
     "gemma4_text": {"KVCache", "RotatingKVCache"},
+    "gemma4": {"KVCache", "RotatingKVCache"},
     "gpt_oss": {"KVCache", "RotatingKVCache"},
     "cohere2": {"KVCache", "RotatingKVCache"},
     "olmo3": {"KVCache", "RotatingKVCache"},
@@ -337,7 +383,7 @@ CACHE_KINDS: dict[str, set[str]] = {
 }
 # Families with sliding-window layers (RotatingKVCache of WINDOW tokens); all of them also have
 # global layers.
-WINDOWED = {"mistral", "ministral3", "gemma3_text", "gemma4_text", "gpt_oss", "cohere2", "olmo3"}
+WINDOWED = {"mistral", "ministral3", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "gpt_oss", "cohere2", "olmo3"}
 # Families with recurrent state (ArraysCache): state-space, gated delta net or short-conv layers.
 RECURRENT = {"qwen3_next", "qwen3_5", "lfm2", "mamba2", "falcon_h1", "nemotron_h", "granitemoehybrid"}
 # Families whose attention caches a compressed latent instead of per-head keys and values.
@@ -380,8 +426,12 @@ def build_family_model(path: Path, family: str, seed: int = 0, context_length: i
     from mlx_lm.utils import MODEL_REMAPPING, _get_classes
 
     path = Path(path)
-    config = FAMILIES[family]
+    config = copy.deepcopy(FAMILIES[family])  # the wrappers' ModelArgs write into text_config
     model_type = config["model_type"]
+    if "text_config" in config:
+        # build_tiny_model sets these at the top level; mistral3 hands text_config on as it is.
+        vocab_size = build_tokenizer().get_vocab_size()
+        config["text_config"].update(vocab_size=vocab_size, max_position_embeddings=context_length)
     # build_tiny_model writes the tokenizer, config and ChatML template; it imports the module
     # named by model_type, so a remapped type (mistral -> llama) goes in under its module's name.
     module = MODEL_REMAPPING.get(model_type, model_type)
