@@ -162,24 +162,38 @@ class _Shape:
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 
     async def stream(self, items: AsyncGenerator) -> AsyncIterator[str]:
+        """The SSE events of a reply; a failed turn (or a bug mid-stream) still ends with an error
+        event, a chunk with its finish_reason, and [DONE]."""
         async with aclosing(items):
             if self.chat:
                 yield _sse(self._chunk("", None, role=True))
-            async for item in items:
-                if isinstance(item, Waiting):  # an SSE comment: clients skip it, a person reading the stream sees why
-                    yield f": {item.reason}\n\n"
-                elif not isinstance(item, Outcome):
-                    yield _sse(self._chunk(item, None))
-                elif item.finish_reason == "error":
-                    yield _sse(ApiError(500, f"generation failed: {item.error}").body())
-                else:
-                    if item.tool_calls:
-                        yield _sse(self._tool_chunk(item.tool_calls))
-                    yield _sse(self._chunk(None, item.finish_reason))
-                    if self.req.include_usage:
-                        kind = "chat.completion.chunk" if self.chat else self.kind
-                        yield _sse({**self._head(kind), "choices": [], "usage": _usage(item)})
+            try:
+                async for event in self._events(items):
+                    yield event
+            except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, the stream still ends
+                yield self._failed(report_bug(e, "a streamed reply"))
+                yield _sse(self._chunk(None, "error"))
             yield _sse("[DONE]")
+
+    def _failed(self, error: str) -> str:
+        return _sse(ApiError(500, f"generation failed: {error}").body())
+
+    async def _events(self, items: AsyncGenerator) -> AsyncIterator[str]:
+        async for item in items:
+            if isinstance(item, Waiting):  # an SSE comment: clients skip it, a person reading the stream sees why
+                yield f": {item.reason}\n\n"
+            elif not isinstance(item, Outcome):
+                yield _sse(self._chunk(item, None))
+            elif item.finish_reason == "error":
+                yield self._failed(item.error)
+                yield _sse(self._chunk(None, "error"))
+            else:
+                if item.tool_calls:
+                    yield _sse(self._tool_chunk(item.tool_calls))
+                yield _sse(self._chunk(None, item.finish_reason))
+                if self.req.include_usage:
+                    kind = "chat.completion.chunk" if self.chat else self.kind
+                    yield _sse({**self._head(kind), "choices": [], "usage": _usage(item)})
 
 
 def create_app(service: ChatService, config: ServerConfig) -> Starlette:

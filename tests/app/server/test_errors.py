@@ -136,3 +136,29 @@ def test_a_taken_port_is_one_line(serve, capsys):
     s = serve()
     assert main(["serve", "--port", str(s.server.port), "--model", str(s.server.config.model)]) == 2
     assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
+
+
+def test_a_turn_that_fails_mid_stream_still_ends_with_an_error_a_finish_reason_and_done(serve, monkeypatch, caplog):
+    from engine import Engine
+
+    engine = Engine()
+    running = serve(engine=engine)
+    model = engine._local.session.model
+    real, calls = type(model).__call__, []
+
+    def failing(self, *args, **kwargs):  # a bug in the third forward pass: mid-reply
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a broken kernel")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "__call__", failing)
+    body = {"messages": HELLO, "stream": True, "max_tokens": 8, "temperature": 0}
+    with httpx.stream("POST", running.url + "/chat/completions", json=body, timeout=60) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert len(errors) == 1 and "a broken kernel" in errors[0]["message"] and "\n" not in errors[0]["message"]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
+    assert finishes[-1] == "error"
