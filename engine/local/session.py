@@ -109,7 +109,7 @@ class Session:
     def count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
             raise ChinwagError("no model is loaded: load one to count tokens")
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return len(encode_text(self.tokenizer, text))  # content: its special-token strings are text
 
     def context_limit(self, params: GenerationParams) -> int:
         limit = self.context_length

@@ -14,6 +14,8 @@ Runs on the engine thread only.
 import re
 from typing import Any
 
+from engine.context.prompt import encode_text
+
 SOURCE_TOKENS = 32_768  # the prompt's end that is searched: a long chat's start is not being edited
 TAIL_TOKENS = 32  # the reply's last tokens decoded to align it (an O(1) step, not the whole reply)
 MATCHES = (16, 10, 6)  # non-space characters aligned, longest first; fewer is a coincidence
@@ -83,7 +85,7 @@ class TextLookup:
         text = text[len(written) :]
         if not text:
             return []
-        return list(self.tokenizer.encode(text, add_special_tokens=False))[:k]
+        return encode_text(self.tokenizer, text)[:k]  # the prompt's text: a special token's string is text
 
     def _align(self, tail: str) -> tuple[int, int] | None:
         """(the skeleton index the tail's last character aligns with, characters aligned), or None."""
