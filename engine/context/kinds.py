@@ -22,10 +22,6 @@ from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.window_cache import WindowedKVCache
 from engine.errors import ModelError
 
-PLAIN, WINDOWED, RECURRENT, LATENT = "attention", "sliding window", "recurrent state", "latent attention (MLA)"
-# Families whose plain KVCache holds a latent (kv_lora_rank) and a rope key, not heads x head_dim.
-LATENT_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "minicpm3", "kimi_k2"})
-
 
 class UnsupportedCache(ModelError):
     """A model whose cache kind Chinwag does not keep; the message names the family and the kind."""
@@ -63,18 +59,6 @@ def _convert(cache: Any, capacity: int, family: str) -> Any:
 def check_model(model: Any) -> None:
     """Refuse a model whose caches Chinwag cannot keep, before any turn (UnsupportedCache)."""
     make_layers(model, 1)
-
-
-def kinds_of(model: Any) -> list[str]:
-    """The kinds of cache this model's layers use (PLAIN, WINDOWED, RECURRENT, LATENT), once each."""
-    found: list[str] = []
-    latent = family_of(model) in LATENT_FAMILIES
-    for leaf in leaves(make_layers(model, 1)):
-        kind = RECURRENT if isinstance(leaf, ArraysCache) else WINDOWED if isinstance(leaf, WindowedKVCache) else PLAIN
-        kind = LATENT if kind == PLAIN and latent else kind
-        if kind not in found:
-            found.append(kind)
-    return found
 
 
 def leaves(layers: list) -> Iterator[Any]:
