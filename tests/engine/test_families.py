@@ -91,11 +91,15 @@ async def _chat(path, home_budget=None) -> Script:
         _, s.steps["forked turn"] = await _turn(engine, "f", last[:4])
     finally:
         await engine.close()
-    engine = Engine()  # a restart: the caches saved at close
+    engine = Engine(memory_budget_bytes=1)  # a restart (the caches saved at close), and every other chat evicted
     try:
         await engine.load_model(str(path))
         follow = sent + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks!"}]
-        _, s.steps["after restart"] = await _turn(engine, "c", follow)
+        thanks, s.steps["after restart"] = await _turn(engine, "c", follow)
+        await _turn(engine, "other", [{"role": "user", "content": "Hello"}])  # evicts "c" to disk
+        await asyncio.to_thread(engine._local.session.caches.writer.flush)
+        again = follow + [{"role": "assistant", "content": thanks}, {"role": "user", "content": "Bye!"}]
+        _, s.steps["after eviction"] = await _turn(engine, "c", again)
     finally:
         await engine.close()
     return s
@@ -187,6 +191,12 @@ def test_a_restart_reuses_the_saved_history(family):
     name, script, _, _ = family
     before = script.steps["after draft"]
     assert script.steps["after restart"].reused_tokens >= len(before.prompt_ids) + len(before.reply_ids), name
+
+
+def test_an_evicted_cache_is_restored_whole(family):
+    name, script, _, _ = family
+    before = script.steps["after restart"]
+    assert script.steps["after eviction"].reused_tokens >= len(before.prompt_ids) + len(before.reply_ids), name
 
 
 def test_recurrent_families_do_not_speculate(family):
