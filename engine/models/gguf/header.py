@@ -5,9 +5,11 @@ listing models, and a truncated file must be refused before MLX memory-maps it.
 """
 
 import mmap
+import os
 import stat
 import struct
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,11 +68,18 @@ class GGUFTensor:
 
 @dataclass
 class GGUFHeader:
-    path: Path
+    path: Path  # the file (or its first piece)
     version: int
     metadata: dict
     tensors: list = field(default_factory=list)
     data_offset: int = 0
+    # A GGUF stored as consecutive pieces (a package's chunks): all of them, path first; () for one file.
+    parts: tuple = ()
+
+    @property
+    def files(self) -> tuple:
+        """The files whose concatenation is the GGUF."""
+        return self.parts or (self.path,)
 
     @property
     def architecture(self) -> str:
@@ -168,28 +177,44 @@ class _Skipped:
     length: int
 
 
-def read_gguf_header(path: str | Path, keep_arrays: bool = False) -> GGUFHeader:
-    """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF."""
-    path = Path(path)
+def read_gguf_header(path: str | Path | Sequence[Path], keep_arrays: bool = False) -> GGUFHeader:
+    """Parse a GGUF file's metadata and tensor table; ModelError if it is not a whole GGUF.
+
+    path: a file, or the consecutive pieces of one (a list or tuple, the header in the first).
+    """
+    if isinstance(path, (str, Path)):
+        parts: tuple[Path, ...] = ()
+        first = Path(path)
+    else:
+        parts = tuple(Path(p) for p in path)
+        if not parts:
+            raise ModelError("no GGUF file given")
+        first = parts[0]
     try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-            # Opening a named pipe would wait forever for a writer.
-            raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {path}")
-        size = st.st_size
-        with open(path, "rb") as f:
-            if size < 24:
+        size = 0
+        for p in parts or (first,):
+            st = p.stat()
+            if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+                # Opening a named pipe would wait forever for a writer.
+                raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {p}")
+            if parts and stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(p)
+            size += st.st_size
+        with open(first, "rb") as f:
+            if size < 24 or os.fstat(f.fileno()).st_size < 24:
                 raise ValueError("file is too small")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse_header(path, buf, size, keep_arrays)
+                header = _parse_header(first, buf, size, keep_arrays)
+        header.parts = parts
+        return header
     except ChinwagError:
         raise
     except FileNotFoundError as e:
-        raise ModelError(f"GGUF file not found: {path}") from e
+        raise ModelError(f"GGUF file not found: {e.filename or first}") from e
     except IsADirectoryError as e:
-        raise ModelError(f"not a GGUF file (it is a folder): {path}") from e
+        raise ModelError(f"not a GGUF file (it is a folder): {e.filename or first}") from e
     except (ValueError, struct.error, OverflowError, MemoryError, OSError) as e:
-        raise ModelError(f"corrupt or truncated GGUF file ({e}): {path}") from e
+        raise ModelError(f"corrupt or truncated GGUF file ({e}): {first}") from e
 
 
 def _parse_header(path: Path, buf: bytes | memoryview | mmap.mmap, size: int, keep_arrays: bool) -> GGUFHeader:

@@ -6,19 +6,21 @@ The tokenizer is built in engine/models/gguf/tokenizer.py.
 """
 
 import json
+import math
 import os
 import re
 import shutil
 import stat
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from engine import paths
 from engine.errors import ModelError
 from engine.models.folders import (
+    BUNDLED_NAMES,
     INFO_FILE,
     STARTER_ID,
     TMP_PREFIX,
@@ -27,10 +29,12 @@ from engine.models.folders import (
     read_info_file,
     starter_gguf_path,
 )
+from engine.models.gguf import gemma3
 from engine.models.gguf.checks import (
-    LAYER_NAMES,
     REQUANT_BITS,
     check_importable,
+    layer_names,
+    needs_numpy_reader,
 )
 from engine.models.gguf.header import GGUFHeader, read_gguf_header
 
@@ -59,31 +63,30 @@ def slugify(text: str) -> str:
 
 
 def import_gguf(
-    path: str | Path, progress: Progress = None, dest_root: Path | None = None, model_id: str | None = None
+    path: str | Path | Sequence[Path],
+    progress: Progress = None,
+    dest_root: Path | None = None,
+    model_id: str | None = None,
 ) -> ModelInfo:
-    """Convert a llama GGUF to an MLX folder under models_dir(); returns its ModelInfo.
+    """Convert a llama or Gemma 3 GGUF to an MLX folder under models_dir(); returns its ModelInfo.
 
-    model_id: the folder's name (the registry passes the starter's); by default from the file name.
+    path: a GGUF file, or the consecutive pieces of one (a list or tuple: a package's chunks).
+    model_id: the folder's name (the registry passes a bundled model's); by default from the file name.
 
     Idempotent: a folder already imported from the same file (path, size, mtime) is reused.
     Atomic: the folder appears complete or not at all.
     """
-    src = Path(path).expanduser()
-    if "\0" in str(src):
-        raise ModelError(f"not a file name (it holds a NUL byte): {str(src)!r}")
-    try:
-        src = src.resolve()
-    except OSError:
-        pass
+    parts = () if isinstance(path, (str, Path)) else tuple(_clean_path(p) for p in path)
+    src = parts[0] if parts else _clean_path(path)  # type: ignore[arg-type]
     report = _reporter(progress)
     report("Reading GGUF", 0)
-    header = read_gguf_header(src)
+    header = read_gguf_header(parts or src)
     check_importable(header)
-    st = src.stat()
+    stamp = _stamp(header)
     root = Path(dest_root) if dest_root is not None else paths.models_dir()
     root.mkdir(parents=True, exist_ok=True)
     dest, existing = _destination(root, src, header, model_id)
-    if existing is not None and _same_source(existing, src, st):
+    if existing is not None and _same_source(existing, src, stamp):
         info = info_from_folder(dest)
         if info.status == ModelStatus.READY:
             report("Imported", 5)
@@ -93,7 +96,7 @@ def import_gguf(
     tmp = root / f"{TMP_PREFIX}{dest.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        _convert(src, st, tmp, report)
+        _convert(parts or src, stamp, tmp, report)
         _install(tmp, dest)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -102,6 +105,22 @@ def import_gguf(
         raise  # a ChinwagError says what is wrong; anything else is a bug for the log
     report("Imported", 5)
     return info_from_folder(dest)
+
+
+def _clean_path(path: str | Path) -> Path:
+    src = Path(path).expanduser()
+    if "\0" in str(src):
+        raise ModelError(f"not a file name (it holds a NUL byte): {str(src)!r}")
+    try:
+        return src.resolve()
+    except OSError:
+        return src
+
+
+def _stamp(header: GGUFHeader) -> tuple[int, int]:
+    """(size, newest mtime) of the GGUF's file or pieces: what says the source changed."""
+    stats = [p.stat() for p in header.files]
+    return sum(st.st_size for st in stats), max(st.st_mtime_ns for st in stats)
 
 
 def _remove_stale_temps(root: Path, max_age_s: float = 86400) -> None:
@@ -143,8 +162,8 @@ def _destination(root: Path, src: Path, header: GGUFHeader, model_id: str | None
     if model_id is None and starter is not None and _same_file(src, starter):
         model_id = STARTER_ID  # the starter's own file, imported by its path
     base = model_id or slugify(src.stem)
-    if base == STARTER_ID and model_id is None:
-        base = f"{STARTER_ID}-gguf"  # the starter's id is reserved for the starter
+    if base in BUNDLED_NAMES and model_id is None:
+        base = f"{base}-gguf"  # a bundled model's id is reserved for it
     for i in range(1, 1000):
         dest = root / (base if i == 1 else f"{base}-{i}")
         record = read_info_file(dest)
@@ -162,11 +181,11 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _same_source(record: dict, src: Path, st: os.stat_result) -> bool:
+def _same_source(record: dict, src: Path, stamp: tuple[int, int]) -> bool:
     return (
         record.get("source_path") == str(src)
-        and record.get("source_size") == st.st_size
-        and record.get("source_mtime_ns") == st.st_mtime_ns
+        and record.get("source_size") == stamp[0]
+        and record.get("source_mtime_ns") == stamp[1]
     )
 
 
@@ -186,34 +205,43 @@ def _install(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _convert(src: Path, st: os.stat_result, out: Path, report: Callable[[str, float], None]) -> None:
+def _convert(source: Path | tuple, stamp: tuple[int, int], out: Path, report: Callable[[str, float], None]) -> None:
     import mlx.core as mx
 
     report("Reading GGUF", 1)
-    header = read_gguf_header(src, keep_arrays=True)
+    header = read_gguf_header(source, keep_arrays=True)
+    src = header.path
     try:
         check_tokenizer_metadata(header.metadata)
     except ModelError as e:
         raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
-    readable = _writable_copy(src, out)
+    # The tokenizer first: its Python lists (a 262K vocabulary's merges) are gone before the weights come.
+    report("Building tokenizer", 1.5)
     try:
-        weights = mx.load(str(readable))  # metadata comes from our own reader
-    except (RuntimeError, ValueError) as e:  # MLX's words for a GGUF it cannot parse
-        raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from e
-
-    report("Converting weights", 2)
-    types = {t.name: t.type_name for t in header.tensors}
-    weights, quant = convert_weights(weights, types, src)
-    config = build_config(header, weights, quant)
-    _eval_with_progress(weights, lambda fraction: report("Converting weights", 2 + fraction))
-
-    report("Building tokenizer", 3)
-    try:
-        tokenizer = build_tokenizer(header.metadata)
+        build_tokenizer(header.metadata).save(str(out / "tokenizer.json"))
     except ModelError as e:
         raise ModelError(f"cannot import {src.name}: {e}: {src}") from e
-    tokenizer.save(str(out / "tokenizer.json"))
-    _write_json(out / "tokenizer_config.json", build_tokenizer_config(header.metadata, config))
+
+    readable = src
+    report("Converting weights", 2)
+    if needs_numpy_reader(header):
+        weights = read_weights(header, lambda fraction: report("Converting weights", 2 + 1.8 * fraction))
+    else:
+        readable = _writable_copy(src, out)
+        try:
+            weights = mx.load(str(readable))  # metadata comes from our own reader
+        except (RuntimeError, ValueError) as e:  # MLX's words for a GGUF it cannot parse
+            raise ModelError(f"cannot read {src.name} with MLX ({e}): {src}") from e
+
+    types = {t.name: t.type_name for t in header.tensors}
+    weights, quant = convert_weights(weights, types, src, architecture=header.architecture)
+    config = build_config(header, weights, quant)
+    _eval_with_progress(weights, lambda fraction: report("Converting weights", 3.8 + 0.2 * fraction))
+
+    tokenizer_config = build_tokenizer_config(header.metadata, config)
+    if header.architecture == "gemma3":
+        tokenizer_config.setdefault("chat_template", gemma3.CHAT_TEMPLATE)
+    _write_json(out / "tokenizer_config.json", tokenizer_config)
 
     report("Writing model", 4)
     _write_json(out / "config.json", config)
@@ -222,8 +250,8 @@ def _convert(src: Path, st: os.stat_result, out: Path, report: Callable[[str, fl
         out / INFO_FILE,
         {
             "source_path": str(src),
-            "source_size": st.st_size,
-            "source_mtime_ns": st.st_mtime_ns,
+            "source_size": stamp[0],
+            "source_mtime_ns": stamp[1],
             "architecture": header.architecture,
             "quantization": quantization_label(header.type_counts()),
             "mlx_quantization": mlx_quantization_label(config),
@@ -235,6 +263,43 @@ def _convert(src: Path, st: os.stat_result, out: Path, report: Callable[[str, fl
     )
     if readable != src:
         readable.unlink()
+
+
+def read_weights(header: GGUFHeader, report: Callable[[float], None] | None = None) -> dict:
+    """A GGUF's tensors as mx.load names them, read with numpy (engine/models/gguf/blocks.py).
+
+    Affine types become MLX quantized triples (`name.weight` packed, `.scales`, `.biases`),
+    exactly; the others float arrays. One tensor is in numpy at a time.
+    """
+    import mlx.core as mx
+    import numpy as np
+
+    from engine.models.gguf import blocks
+
+    data = blocks.GGUFBytes(header.files)
+    total = sum(blocks.tensor_nbytes(t.type_name, math.prod(t.shape)) for t in header.tensors) or 1
+    out: dict = {}
+    done = reported = 0
+    for t in header.tensors:
+        nbytes = blocks.tensor_nbytes(t.type_name, math.prod(t.shape))
+        offset = header.data_offset + t.offset
+        shape = tuple(reversed(t.shape))  # GGUF lists the fastest dimension first
+        if t.type_name in blocks.AFFINE_BITS and len(shape) == 2 and t.name.endswith(".weight"):
+            base = t.name[: -len(".weight")]
+            for suffix, array in zip(
+                ("weight", "scales", "biases"), blocks.read_affine(data, offset, t.type_name, *shape)
+            ):
+                out[f"{base}.{suffix}"] = mx.array(array)
+                del array
+        else:
+            out[t.name] = mx.array(
+                np.ascontiguousarray(blocks.dense(t.type_name, data.read(offset, nbytes))).reshape(shape)
+            )
+        done += nbytes
+        if report is not None and done * 20 // total > reported:
+            reported = done * 20 // total
+            report(done / total)
+    return out
 
 
 def _writable_copy(src: Path, out: Path) -> Path:
@@ -260,13 +325,14 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "
 _IGNORED = {"rope_freqs"}
 
 
-def mlx_module_name(gguf_base: str) -> str | None:
+def mlx_module_name(gguf_base: str, architecture: str = "llama") -> str | None:
     """'blk.3.attn_q' → 'model.layers.3.self_attn.q_proj'; None if unknown."""
     if gguf_base in _TOP_NAMES:
         return _TOP_NAMES[gguf_base]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)", gguf_base)
-    if m and m.group(2) in LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
+    names = layer_names(architecture)
+    if m and m.group(2) in names:
+        return f"model.layers.{m.group(1)}.{names[m.group(2)]}"
     return None
 
 
@@ -277,11 +343,14 @@ def default_float_dtype() -> Any:  # an mx.Dtype
     return mx.float16 if mx.metal.is_available() else mx.float32
 
 
-def convert_weights(weights: dict, types: dict, src: Path, float_dtype: Any = None) -> tuple[dict, dict]:
-    """Rename GGUF tensors to mlx-lm llama names; returns (weights, per-module quantization).
+def convert_weights(
+    weights: dict, types: dict, src: Path, float_dtype: Any = None, architecture: str = "llama"
+) -> tuple[dict, dict]:
+    """Rename GGUF tensors to mlx-lm names; returns (weights, per-module quantization).
 
-    Quantized triples stay as they are (only scales/biases change dtype); every float
-    tensor becomes float_dtype.
+    Quantized triples stay as they are (only scales/biases change dtype); float tensors of
+    a K-quant type are quantized again (REQUANT_BITS); every other float tensor becomes
+    float_dtype. Gemma 3's norms lose the 1 llama.cpp added (engine/models/gguf/gemma3.py).
     """
     import mlx.core as mx
 
@@ -291,26 +360,56 @@ def convert_weights(weights: dict, types: dict, src: Path, float_dtype: Any = No
         base, _, suffix = key.rpartition(".")
         if base in _IGNORED:
             continue
-        module = mlx_module_name(base)
+        module = mlx_module_name(base, architecture)
         if module is None or suffix not in ("weight", "scales", "biases", "bias"):
             raise ModelError(f"cannot import {src.name}: unexpected tensor '{key}': {src}")
         if suffix == "scales":
             bits = weights[f"{base}.weight"].shape[-1] // value.shape[-1]
             quant[module] = {"group_size": 32, "bits": bits}
         gguf_type = types.get(key, "")
-        if suffix == "weight" and gguf_type in REQUANT_BITS and value.ndim == 2 and value.shape[-1] % 32 == 0:
+        floating = mx.issubdtype(value.dtype, mx.floating)
+        if architecture == "gemma3" and gemma3.is_norm(key) and floating:
+            value = value.astype(mx.float32) - gemma3.NORM_SHIFT
+        requant = suffix == "weight" and gguf_type in REQUANT_BITS and floating
+        if requant and value.ndim == 2 and value.shape[-1] % 32 == 0:
             bits = REQUANT_BITS[gguf_type]
             wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
             out.update({f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases})
             quant[module] = {"group_size": 32, "bits": bits}
             continue
-        if mx.issubdtype(value.dtype, mx.floating) and value.dtype != float_dtype:
+        if floating and value.dtype != float_dtype:
             value = value.astype(float_dtype)
         out[f"{module}.{suffix}"] = value
     return out, quant
 
 
 def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
+    config = _gemma3_config(header, weights) if header.architecture == "gemma3" else _llama_config(header, weights)
+    if quant:
+        config["quantization"] = _quant_config(quant)
+    return config
+
+
+def _gemma3_config(header: GGUFHeader, weights: dict) -> dict:
+    meta = header.metadata
+    config = gemma3.build_config(
+        header,
+        vocab_size=int(weights["model.embed_tokens.weight"].shape[0]),
+        tied="lm_head.weight" not in weights,
+        rope_scaling=_rope_scaling(header),
+    )
+    # The turn ends with <end_of_turn>, which the file does not name: it stops a reply as <eos> does.
+    eos = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")] + [gemma3.end_of_turn_id(meta)]
+    eos = list(dict.fromkeys(int(e) for e in eos if isinstance(e, int)))
+    if eos:
+        config["eos_token_id"] = eos if len(eos) > 1 else eos[0]
+    for kind in ("bos", "padding"):
+        if isinstance(meta.get(f"tokenizer.ggml.{kind}_token_id"), int):
+            config[f"{kind[:3]}_token_id"] = meta[f"tokenizer.ggml.{kind}_token_id"]
+    return config
+
+
+def _llama_config(header: GGUFHeader, weights: dict) -> dict:
     meta = header.metadata
     arch = header.architecture
     get = header.arch_value
@@ -350,8 +449,6 @@ def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
         config["eos_token_id"] = eos if len(eos) > 1 else eos[0]
     if isinstance(meta.get("tokenizer.ggml.bos_token_id"), int):
         config["bos_token_id"] = meta["tokenizer.ggml.bos_token_id"]
-    if quant:
-        config["quantization"] = _quant_config(quant)
     return config
 
 

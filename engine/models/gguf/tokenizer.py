@@ -160,7 +160,8 @@ def _byte_level_bpe(meta: dict, tokens: list[str]) -> Any:
 
 
 def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
-    """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials)."""
+    """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials),
+    or without the leading space as its GemmaConverter does."""
     from tokenizers import Tokenizer, decoders, models, normalizers
 
     vocab = _vocab(tokens)
@@ -170,17 +171,14 @@ def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
     unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
     tok = Tokenizer(_bpe(models, vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
     steps: list = [normalizers.Replace(" ", "\u2581")]
-    if meta.get("tokenizer.ggml.add_space_prefix", True):
+    # Llama 2's pieces start words with the space marker, so text gets one in front (and the
+    # decoder takes it off again); Gemma's (add_space_prefix false) do not.
+    space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    if space_prefix:
         steps.insert(0, normalizers.Prepend("\u2581"))
     tok.normalizer = normalizers.Sequence(steps)
-    tok.decoder = decoders.Sequence(
-        [
-            decoders.Replace("\u2581", " "),
-            decoders.ByteFallback(),
-            decoders.Fuse(),
-            decoders.Strip(" ", 1, 0),
-        ]
-    )
+    decode = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    tok.decoder = decoders.Sequence(decode + [decoders.Strip(" ", 1, 0)] if space_prefix else decode)
     return tok
 
 
