@@ -5,22 +5,29 @@ anyio task groups must be left by the task that entered them); calls come from a
 same loop. A stdio server is a child process, stopped when its connection closes (`ToolHost.close`),
 and started with only the SDK's minimal environment (PATH, HOME, USER, SHELL, TERM, LOGNAME) plus
 the env of its configuration: none of Chinwag's own environment leaks to it.
+
+A result's structured content is checked against the tool's output schema here, not by the SDK (on
+the loop, with no time bound): in a child process, within the call's timeout (app/tools/schema_check.py).
 """
 
 import asyncio
 import contextlib
+import functools
 import logging
 import tempfile
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from app.tools.config import ServerConfig
 from app.tools.results import neutralise, result_text
+from app.tools.schema_check import CheckerBug, SchemaChecker
+from engine.log import report_bug
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
+    from mcp.types import CallToolResult
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,18 @@ def _closed(e: BaseException) -> bool:
     return isinstance(e, MCPError) and e.error.code == CONNECTION_CLOSED
 
 
+@functools.cache
+def _session_class() -> "type[ClientSession]":
+    """The SDK's ClientSession without its own check of results against output schemas (see `_checked`)."""
+    from mcp.client.session import ClientSession
+
+    class UncheckedSession(ClientSession):
+        async def validate_tool_result(self, name: str, result: "CallToolResult") -> None:
+            """Not here, on the loop: ServerConnection checks it in a child process, in time."""
+
+    return UncheckedSession
+
+
 def _short(e: BaseException) -> str:
     text = neutralise(str(e)).strip() or type(e).__name__
     return " ".join(text.split())[:300]
@@ -80,6 +99,7 @@ class ServerConnection:
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
         self._errlog: TextIO | None = None
+        self._checker = SchemaChecker()
 
     @property
     def name(self) -> str:
@@ -127,8 +147,6 @@ class ServerConnection:
         return neutralise(lines[-1])[:300] if lines else ""
 
     async def _hold(self, ready: asyncio.Future) -> None:
-        from mcp.client.session import ClientSession
-
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.config.url:
@@ -146,7 +164,7 @@ class ServerConnection:
                         command=self.config.command, args=list(self.config.args), env=dict(self.config.env)
                     )
                     streams = await stack.enter_async_context(stdio_client(params, errlog=self._errlog))
-                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                session = await stack.enter_async_context(_session_class()(streams[0], streams[1]))
                 await session.initialize()
                 tools, cursor = [], None
                 while True:
@@ -198,11 +216,31 @@ class ServerConnection:
                 await self.stop()
                 return failed(f"the MCP server {self.name} stopped: {self.error}")
             return failed(f"{self.name}/{tool}: {_short(e)}")
+        if not result.is_error:
+            wrong = await self._checked(tool, result, timeout, timeout - (time.monotonic() - started))
+            if wrong:
+                return failed(f"{self.name}/{tool}: {wrong}")
         text, cut = result_text(result)
         return ToolResult(text, bool(result.is_error), time.monotonic() - started, cut)
 
+    async def _checked(self, tool: str, result: "CallToolResult", timeout: float, seconds: float) -> str:
+        """Why `result` does not conform to the tool's output schema ("" if it does, or it has none),
+        found in the `seconds` left of the call's `timeout`."""
+        schema: Any = next((t.output_schema for t in self.tools if t.name == tool), None)
+        if schema is None:
+            return ""
+        if result.structured_content is None:
+            return "it has an output schema but returned no structured content"
+        try:
+            return await self._checker.check(schema, result.structured_content, max(seconds, 0.0))
+        except TimeoutError:
+            return f"its result could not be checked against its output schema within {timeout:g} s"
+        except CheckerBug as e:
+            return report_bug(e, "checking a tool's result against its output schema")
+
     async def stop(self) -> None:
         """Close the connection; a stdio server's process is ended (the SDK terminates it if needed)."""
+        await self._checker.close()
         task, self._task = self._task, None
         if task is None:
             return

@@ -201,3 +201,76 @@ def _children() -> set:
             if fields[1] == me and fields[0] != "Z":
                 found.add(entry)
     return found
+
+
+def backtracking_call() -> None:
+    """A call whose result the output schema's pattern takes for ever to reject, with a ticker beside it
+    (run in a child process by the test: a frozen loop holds the GIL, so no thread could time it out)."""
+    import time
+
+    async def body():
+        conn = ServerConnection(stdio("schema", "schema"))
+        ticks: list = []
+
+        async def ticker():
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        try:
+            assert await conn.start()
+            tick = asyncio.create_task(ticker())
+            started = time.monotonic()
+            result = await conn.call("backtracks", {}, timeout=5)
+            took = time.monotonic() - started
+            tick.cancel()
+            assert result.is_error and "output schema" in result.text and "5 s" in result.text, result.text
+            assert 4 < took < 5 + 10, took  # the timeout, give or take a loaded machine
+            gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+            assert max(gaps) < 2, f"the loop stood still for {max(gaps):.1f} s"
+        finally:
+            await conn.stop()
+
+    run(body)
+
+
+@pytest.mark.timing
+def test_an_output_schema_that_backtracks_cannot_freeze_the_loop_past_the_timeout():
+    import subprocess
+
+    code = "from tests.app.tools.test_mcp_client import backtracking_call; backtracking_call()"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the call was still running after 60 s (its timeout was 5 s)")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_result_is_checked_against_its_output_schema():
+    async def body():
+        conn = ServerConnection(stdio("schema", "schema"))
+        try:
+            assert await conn.start()
+            assert (await conn.call("matches", {})).text == "aaaa"
+            wrong = await conn.call("mismatches", {})
+            assert wrong.is_error and "does not match its output schema" in wrong.text and "bbbb" in wrong.text
+        finally:
+            await conn.stop()
+
+    run(body)
+
+
+def test_after_a_check_runs_out_of_time_the_next_is_checked_and_nothing_is_left_running():
+    async def body():
+        conn = ServerConnection(stdio("schema", "schema"))
+        try:
+            assert await conn.start()
+            assert "within 3 s" in (await conn.call("backtracks", {}, timeout=3)).text
+            assert (await conn.call("matches", {})).text == "aaaa"
+        finally:
+            await conn.stop()
+            conn.close_log()
+
+    before = _children()
+    run(body)
+    assert _children() - before == set()
