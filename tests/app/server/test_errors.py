@@ -13,7 +13,8 @@ HELLO = [{"role": "user", "content": "Hello"}]
 
 def post(url: str, body, path: str = "/chat/completions", **kw) -> httpx.Response:
     content = body if isinstance(body, bytes | str) else json.dumps(body)
-    return httpx.post(url + path, content=content, timeout=60, **kw)
+    headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
+    return httpx.post(url + path, content=content, timeout=60, headers=headers, **kw)
 
 
 def error_of(response: httpx.Response, status: int) -> dict:
@@ -46,7 +47,7 @@ CASES = [
     (
         {"messages": [*HELLO, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]},
         400,
-        "tool_calls[0].function.arguments: must be JSON",
+        "tool_calls[0].function.arguments: must be the JSON text of an object",
     ),
     ({"messages": [*HELLO, {"role": "assistant", "tool_calls": "f"}]}, 400, "must be a list of tool calls"),
     ({"messages": HELLO, "temperature": "hot"}, 400, "temperature must be"),
@@ -89,7 +90,8 @@ def test_too_large_bodies_get_413(serve, monkeypatch):
         for _ in range(limits.MAX_BODY_BYTES // 65536 + 2):
             yield b" " * 65536
 
-    error_of(httpx.post(s.url + "/chat/completions", content=chunks(), timeout=60), 413)
+    headers = {"Content-Type": "application/json"}
+    error_of(httpx.post(s.url + "/chat/completions", content=chunks(), headers=headers, timeout=60), 413)
     monkeypatch.setattr(limits, "MAX_MESSAGES", 2)
     from app.server import requests
 
@@ -162,3 +164,20 @@ def test_a_turn_that_fails_mid_stream_still_ends_with_an_error_a_finish_reason_a
     assert len(errors) == 1 and "a broken kernel" in errors[0]["message"] and "\n" not in errors[0]["message"]
     finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
     assert finishes[-1] == "error"
+
+
+def test_tool_call_arguments_must_be_the_json_text_of_an_object(serve):
+    s = serve()
+    for arguments in ("NaN", "[1, 2]", '{"a": Infinity}', '"text"'):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        messages = [*HELLO, {"role": "assistant", "tool_calls": [call]}, {"role": "tool", "content": "1"}]
+        error = error_of(post(s.url, {"messages": messages, "max_tokens": 2}), 400)
+        assert error["param"] == "messages[1].tool_calls[0].function.arguments", arguments
+        assert "must be the JSON text of an object" in error["message"]
+
+
+def test_numbers_given_as_text_are_refused(serve):
+    s = serve()
+    for field, value in (("max_tokens", "8"), ("max_completion_tokens", "8"), ("temperature", "0.5"), ("seed", "1")):
+        error = error_of(post(s.url, {"messages": HELLO, field: value}), 400)
+        assert error["param"] == field and "a JSON number, not text" in error["message"], field
