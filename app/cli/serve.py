@@ -23,7 +23,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     key.add_argument("--api-key-env", default="", metavar="VAR", help="require the key held in this variable")
     p.add_argument("--allow-switch", action="store_true", help="let a request for another model load it")
     p.add_argument(
-        "--cors-origin", action="append", default=[], metavar="ORIGIN", help="allow browser pages from this origin"
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages from this origin in (e.g. http://localhost:3000; others get 403)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="answer requests whose Host is NAME too (a proxy's or a machine's name; *.example.com; others get 421)",
     )
     p.set_defaults(func=lambda a: asyncio.run(_serve(a)))
 
@@ -40,7 +51,13 @@ async def _serve(args: argparse.Namespace) -> int:
         if not api_key:
             raise ChinwagError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     config = ServerConfig(
-        args.host, args.port, args.model, api_key, args.allow_switch, tuple(o.rstrip("/") for o in args.cors_origin)
+        args.host,
+        args.port,
+        args.model,
+        api_key,
+        args.allow_switch,
+        cors_origins=tuple(o.rstrip("/") for o in args.cors_origin),
+        allowed_hosts=tuple(args.allowed_host),
     )
     check_config(config)  # before the model loads: a refused address fails at once
 

@@ -13,20 +13,20 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from app.server.auth import check_key
-from app.server.errors import ApiError, refuse
+from app.server.errors import ApiError, no_paths, refuse
+from app.server.guard import Guard
+from app.server.http import PIN_HEADER, ClientGone, ClosingStream, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
-from app.server.service import ChatService, Outcome, Started, Waiting
+from app.server.service import ChatService, Outcome, Waiting
 from engine.log import report_bug
 from engine.types import ToolCall
 
 log = logging.getLogger("chinwag.server")
-PIN_HEADER = "x-chinwag-conversation"
 
 
 @dataclass(frozen=True)
@@ -38,22 +38,11 @@ class ServerConfig:
     model: str = ""
     api_key: str = ""
     allow_switch: bool = False
-    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)  # pages allowed in (403 for others)
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)  # Host names besides its own (421 for others)
 
 
-def _client(request: Request) -> str:
-    return f"{request.client.host}:{request.client.port}" if request.client else "?"
-
-
-class ClosingStream(StreamingResponse):
-    """A stream whose body is always closed when the response ends, a client disconnect included:
-    closing it stops the engine's turn and frees the queue at once, not when it is garbage-collected."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+GONE = Response(status_code=499)  # never sent: the client is gone (nginx's code, for the log)
 
 
 def _usage(outcome: Outcome) -> dict:
@@ -92,26 +81,22 @@ class Routes:
         body = await read_json(request)
         pin = request.headers.get(PIN_HEADER, "")
         req = chat_request(body, pin) if chat else completion_request(body, pin)
-        items = self.service.generate(req, _client(request))
-        started = await _first(items)  # waits its turn; an ApiError (bad model, context overflow) is raised here
+        items = self.service.generate(req, client_of(request))
+        try:  # waits its turn (a client that leaves the queue gives up its place)
+            started = await unless_gone(request, first(items))
+        except ClientGone:
+            return GONE
         shape = _Shape(chat, req, started.model)
         if req.stream:
             return ClosingStream(shape.stream(items), media_type="text/event-stream")
-        async with aclosing(items):
-            text, outcome = await shape.collect(items)
+        try:  # a whole reply: a client that goes away stops its turn, as a stream's does
+            async with aclosing(items):
+                text, outcome = await unless_gone(request, shape.collect(items))
+        except ClientGone:
+            return GONE
         if outcome.finish_reason == "error":
             raise ApiError(500, f"generation failed: {outcome.error}")
         return JSONResponse(shape.whole(text, outcome))
-
-
-async def _first(items: AsyncGenerator) -> Started:
-    try:
-        started = await anext(items)
-    except BaseException:
-        await items.aclose()
-        raise
-    assert isinstance(started, Started)
-    return started
 
 
 class _Shape:
@@ -171,7 +156,7 @@ class _Shape:
                 async for event in self._events(items):
                     yield event
             except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, the stream still ends
-                yield self._failed(report_bug(e, "a streamed reply"))
+                yield self._failed(no_paths(report_bug(e, "a streamed reply")))
                 yield _sse(self._chunk(None, "error"))
             yield _sse("[DONE]")
 
@@ -197,23 +182,25 @@ class _Shape:
 
 
 def create_app(service: ChatService, config: ServerConfig) -> Starlette:
-    """The Starlette app: the routes, OpenAI-style errors for everything, CORS only for named origins."""
+    """The Starlette app: the routes, errors in each wire's shape, only Host names that name this
+    server (`config.port` is the port it listens on), CORS only for named origins, 403 for others."""
     routes = Routes(service, config)
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return refuse(exc, request.method, request.url.path, _client(request))
+        return refuse(exc, request.method, request.url.path, client_of(request))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
-        return refuse(error, request.method, request.url.path, _client(request))
+        return refuse(error, request.method, request.url.path, client_of(request))
 
     async def bug(request: Request, exc: Exception) -> Response:
-        line = report_bug(exc, f"the server ({request.method} {request.url.path})")
-        return ApiError(500, line).response()
+        line = no_paths(report_bug(exc, f"the server ({request.method} {request.url.path})"))
+        return ApiError(500, line).response(request.url.path)
 
-    middleware = []
+    # Outermost first: a request that does not name this server, or comes from a page not allowed, goes no further.
+    middleware = [Middleware(Guard, config.host, config.port, config.allowed_hosts, config.cors_origins)]
     if config.cors_origins:
         middleware.append(
             Middleware(

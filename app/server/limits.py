@@ -12,10 +12,27 @@ MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API
 MAX_TOOLS = 128  # as the OpenAI API
 MAX_WAITING = 64  # requests queued for the engine before more get a 429
+# Connections: a new one past MAX_CONNECTIONS closes the oldest that has no request under way (503 if
+# every one has); one that has not sent a request's headers within HEADER_TIMEOUT_S is closed.
+MAX_CONNECTIONS = 128
+HEADER_TIMEOUT_S = 5.0
+KEEP_ALIVE_S = 5  # an idle connection between requests (uvicorn's timeout_keep_alive)
+DISCONNECT_POLL_S = 0.5  # how often a whole (non-streamed) reply checks that its client is still there
+
+
+def check_json_type(request: Request) -> None:
+    """415 unless the body is declared JSON: a web page can POST text/plain or a form without asking first."""
+    declared = request.headers.get("content-type", "")
+    media = declared.partition(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        got = f"got {declared!r:.60}" if declared else "none was given"
+        raise ApiError(415, f"Content-Type must be application/json; {got}")
 
 
 async def read_json(request: Request) -> dict:
-    """The request's JSON object; 413 past MAX_BODY_BYTES, 400 for anything that is not a JSON object."""
+    """The request's JSON object; 415 unless declared JSON, 413 past MAX_BODY_BYTES, 400 for anything
+    that is not a JSON object."""
+    check_json_type(request)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise ApiError(413, f"request body is {declared} bytes, more than the limit of {MAX_BODY_BYTES}")

@@ -10,10 +10,13 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import uvicorn
 
+from app.server import limits
 from app.server.api import ServerConfig, create_app
+from app.server.connections import Connections, protocol_class
 from app.server.conversations import ConversationMap
 from app.server.service import ChatService
 from engine.errors import ChinwagError
@@ -86,6 +89,7 @@ class ApiServer:
         self.service.conversations.load()
         self._sock: socket.socket | None = None
         self._server: _Uvicorn | None = None
+        self.connections: Connections | None = None  # while serving
         self.task: asyncio.Task | None = None  # our own reference: qasync keeps none
 
     @property
@@ -101,12 +105,15 @@ class ApiServer:
     def start(self) -> asyncio.Task:
         """Bind now (a taken port fails here, as a ChinwagError) and serve in a task on the running loop."""
         self._sock = bind(self.config.host, self.config.port)
-        app = create_app(self.service, self.config)
+        app = create_app(self.service, replace(self.config, port=self.port))  # the port Host headers name
+        self.connections = Connections(limits.MAX_CONNECTIONS, limits.HEADER_TIMEOUT_S)
         uv_config = uvicorn.Config(
             app,
+            http=protocol_class(self.connections),  # h11, with a header deadline and a connection cap
             log_config=None,  # chinwag's own logging (engine/log.py) stays as it is
             access_log=False,
             lifespan="off",
+            timeout_keep_alive=limits.KEEP_ALIVE_S,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
         self._server = _Uvicorn(uv_config, on_exit=self._stop_turns)

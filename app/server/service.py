@@ -5,16 +5,19 @@ each to a conversation (conversations.py), applies stop sequences, and records w
 """
 
 import asyncio
+import hashlib
 import json
+import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 from typing import cast
 
 from app.server.conversations import ConversationMap
-from app.server.errors import ApiError
+from app.server.errors import ApiError, no_paths
 from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
@@ -43,8 +46,29 @@ class RequestRecord:
 class Started:
     """The first item of a generation: the request's turn has come and its model is loaded."""
 
-    model: str
+    model: str  # its public id (public_ids)
     conversation: str
+
+
+def _is_path(model_id: str) -> bool:
+    return model_id.startswith(("/", "~", "\\")) or re.match(r"[A-Za-z]:[\\/]", model_id) is not None
+
+
+def public_ids(ids: list[str]) -> dict[str, str]:
+    """Each model id -> the id a client sees: a folder's absolute path becomes the folder's name
+    (with a short digest if another id has that name), so no response shows where files are."""
+    taken = {i for i in ids if not _is_path(i)}
+    out = {}
+    for i in ids:
+        if _is_path(i):
+            name = PurePath(i.rstrip("/\\")).name or "model"
+            if name in taken:
+                name = f"{name}-{hashlib.sha256(i.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+            taken.add(name)
+            out[i] = name
+        else:
+            out[i] = i
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,8 @@ class Outcome:
     completion_tokens: int
     error: str = ""
     tool_calls: tuple = ()  # engine.types.ToolCall, when finish_reason is tool_calls
+    stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
+    context_full: bool = False  # "length" because the context window is full, not max_tokens
 
 
 class StopScanner:
@@ -73,6 +99,7 @@ class StopScanner:
         self.stops = stops
         self.pending = ""
         self.hit = False
+        self.matched = ""  # the stop sequence found
 
     def feed(self, text: str) -> str:
         if self.hit:  # the token or so generated before the stop took effect
@@ -80,9 +107,10 @@ class StopScanner:
         if not self.stops:
             return text
         self.pending += text
-        cuts = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        cuts = [(i, s) for i, s in ((self.pending.find(s), s) for s in self.stops) if i >= 0]
         if cuts:
-            out, self.pending, self.hit = self.pending[: min(cuts)], "", True
+            at, self.matched = min(cuts, key=lambda c: c[0])
+            out, self.pending, self.hit = self.pending[:at], "", True
             return out
         keep = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
         out = self.pending[: len(self.pending) - keep]
@@ -120,6 +148,7 @@ class ChatService:
         self.active = ""  # the conversation generating now ("" while none)
         # The ids of a reply's tool calls -> the reply's text as generated (its tool-call markup included).
         self.tool_replies: OrderedDict[tuple, str] = OrderedDict()
+        self.real_ids: dict[str, str] = {}  # a public model id -> the engine's
 
     def written_back(self, messages: list) -> list:
         """Messages as the engine takes them: an assistant message's tool_calls back in its text.
@@ -145,32 +174,50 @@ class ChatService:
         return out
 
     async def model_ids(self) -> list[str]:
-        """The local models a client may name (as `chinwag models --json` ids), the loaded one first."""
+        """The local models a client may name (as `chinwag models --json` ids, a folder by its name),
+        the loaded one first."""
         models = await self.engine.list_models()
         ids = [m.id for m in models if m.source != "server" and m.status != ModelStatus.UNUSABLE]
         current = self.engine.current_model
         if current is not None:
             ids = [current.id] + [i for i in ids if i != current.id]
-        return ids
+        shown = public_ids(ids)
+        self.real_ids = {public: real for real, public in shown.items()}
+        return [shown[i] for i in ids]
+
+    def public_id(self, model_id: str) -> str:
+        """The id a client sees for the engine's `model_id`."""
+        for public, real in self.real_ids.items():
+            if real == model_id:
+                return public
+        return public_ids([model_id])[model_id]
 
     async def _ensure_model(self, wanted: str) -> str:
+        """The engine's id of the model `wanted` names (a public id, or "" for the loaded one), loaded."""
         current = self.engine.current_model
-        if not wanted or (current is not None and wanted == current.id):
+        if not self.real_ids:  # the public ids, worked out over every model once
+            await self.model_ids()
+        if current is not None and wanted and wanted in (current.id, self.public_id(current.id)):
+            return current.id
+        if not wanted:
             if current is None:
                 raise ApiError(503, "no model is loaded: start the server with --model NAME")
             return current.id
         ids = await self.model_ids()
-        if wanted not in ids:
+        real = self.real_ids.get(wanted, wanted if wanted in self.real_ids.values() else "")
+        if not real:
             raise ApiError(404, f"model {wanted!r:.80} does not exist; models: {', '.join(ids)[:400]}", "model")
+        if current is not None and real == current.id:
+            return current.id
         if not self.allow_switch:
-            loaded = current.id if current else "none"
+            loaded = self.public_id(current.id) if current else "none"
             raise ApiError(
                 404, f"model {wanted!r:.80} is not loaded (loaded: {loaded}); start with --allow-switch", "model"
             )
         try:
-            return (await self.engine.load_model(wanted)).id
+            return (await self.engine.load_model(real)).id
         except ChinwagError as e:
-            raise ApiError(400, f"model {wanted}: {e}", "model") from None
+            raise ApiError(400, no_paths(f"model {wanted}: {e}"), "model") from None
 
     async def generate(
         self, request: GenerationRequest, client: str = ""
@@ -192,7 +239,7 @@ class ChatService:
             request = replace(request, messages=self.written_back(request.messages))
             model = await self._ensure_model(request.model)
             conv_id = self.conversations.route(model, request.messages, request.pin)
-            yield Started(model, conv_id)
+            yield Started(self.public_id(model), conv_id)
             self.active = conv_id
             async with aclosing(self._turn(conv_id, model, request, client, waited)) as items:
                 async for item in items:
@@ -237,7 +284,7 @@ class ChatService:
                         stats = event
         except ChinwagError as e:  # refused before it began (a prompt longer than the context...)
             refused = True
-            raise ApiError(400, str(e)) from None
+            raise ApiError(400, no_paths(str(e))) from None
         finally:
             if behind and not began:
                 self._tell_waiting("")
@@ -245,7 +292,9 @@ class ChatService:
                 self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
                 self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
-                self._publish(RequestRecord(client, model, prompt_tokens, 0, emitted, 0.0, "cancelled", waited))
+                self._publish(
+                    RequestRecord(client, self.public_id(model), prompt_tokens, 0, emitted, 0.0, "cancelled", waited)
+                )
         if stats is None:
             raise RuntimeError("the engine ended a turn without its stats")
         rest = scanner.flush()
@@ -272,7 +321,7 @@ class ChatService:
             waited += max(0.0, first_text - called - stats.ttft_s)
         record = RequestRecord(
             client,
-            model,
+            self.public_id(model),
             stats.prompt_tokens,
             stats.reused_tokens,
             stats.generated_tokens,
@@ -281,7 +330,16 @@ class ChatService:
             waited,
         )
         self._publish(record)
-        yield Outcome(reason, stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens, stats.error, calls)
+        yield Outcome(
+            reason,
+            stats.prompt_tokens,
+            stats.reused_tokens,
+            stats.generated_tokens,
+            no_paths(stats.error),
+            calls,
+            scanner.matched,
+            stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
+        )
 
     def _tell_waiting(self, line: str) -> None:
         for listener in list(self.wait_listeners):
