@@ -115,6 +115,8 @@ def extract_bytes(name: str, data: bytes, progress: Progress = None) -> Extracte
 
 
 def _text(name: str, data: bytes) -> str:
+    if not data:
+        raise ChinwagError(f"{name} is empty")
     for magic, what in _MAGIC:
         if data.startswith(magic):
             return _refuse(name, what)
@@ -123,31 +125,49 @@ def _text(name: str, data: bytes) -> str:
     if Path(name).suffix.lower() in _IMAGE_SUFFIXES:
         return _refuse(name, "an image")
     if data.startswith(b"\xef\xbb\xbf"):
-        return _decoded(name, data[3:], "utf-8")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return _decoded(name, data, "utf-16")
-    if b"\x00" in data[:8192]:
+        text = _decoded(name, data[3:], "utf-8")
+    elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = _decoded(name, data, "utf-16")
+    elif b"\x00" in data[:8192]:
         return _refuse(name, "a binary file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")  # every byte is a character: old Western files
-        if _control_share(text) > 0.05:
-            return _refuse(name, "a binary file")
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")  # every byte is a character: old Western files
+            if _odd_share(text) > BINARY_SHARE:
+                return _refuse(name, "a binary file")
+    if not text.strip():
+        raise ChinwagError(f"{name} has no text: it holds only spaces and line breaks")
     return text.replace("\r\n", "\n")
 
 
+# Past this share of odd characters (controls, unassigned, private use) in a file's first 8,192, it is binary.
+BINARY_SHARE = 0.05
+_ODD = frozenset(("Cc", "Cn", "Co", "Cs"))
+
+
 def _decoded(name: str, data: bytes, encoding: str) -> str:
+    """Text after a byte-order mark: the mark says nothing of what follows, so binary is still refused."""
     try:
-        return data.decode(encoding).replace("\r\n", "\n")
+        text = data.decode(encoding)
     except UnicodeDecodeError as e:
+        if _odd_share(data[:16384].decode(encoding, "replace"), "\ufffd") > BINARY_SHARE:
+            return _refuse(name, "a binary file")
         raise ChinwagError(f"{name} is not valid {encoding.upper()} (byte {e.start})") from None
+    if _odd_share(text) > BINARY_SHARE:
+        return _refuse(name, "a binary file")
+    return text
 
 
-def _control_share(text: str) -> float:
+def _odd_share(text: str, also: str = "") -> float:
+    """The share of characters no text holds in its first 8,192: controls but tab, line breaks and form
+    feed, unassigned code points, private use, lone surrogates (and `also`)."""
+    import unicodedata
+
     sample = text[:8192]
-    controls = sum(1 for c in sample if (ord(c) < 32 and c not in "\t\n\r\f") or 0x7F <= ord(c) < 0xA0)
-    return controls / max(1, len(sample))
+    odd = sum(1 for c in sample if c in also or (unicodedata.category(c) in _ODD and c not in "\t\n\r\f"))
+    return odd / max(1, len(sample))
 
 
 def _refuse(name: str, what: str) -> str:

@@ -154,6 +154,39 @@ def test_images_and_binaries(tmp_path):
         extract(tmp_path / "blob.dat")
 
 
+def _random_utf16_units(count: int, seed: int = 0) -> bytes:
+    """Random 16-bit units, none a surrogate: every pair decodes, to characters from all over the BMP."""
+    import random
+
+    r = random.Random(seed)
+    units = (u for u in iter(lambda: r.randrange(1 << 16), None) if not 0xD800 <= u < 0xE000)
+    return b"".join(next(units).to_bytes(2, "little") for _ in range(count))
+
+
+def test_binary_after_a_utf16_bom_that_decodes_is_refused():
+    """Issue 35 item 8: the mark says UTF-16, what follows is noise; it decodes, so only the binary check can tell."""
+    with pytest.raises(ChinwagError, match=r"^noise\.txt is a binary file: Chinwag reads text, PDF and DOCX$"):
+        extract_bytes("noise.txt", b"\xff\xfe" + _random_utf16_units(50_000))
+
+
+def test_binary_after_a_utf16_bom_that_does_not_decode_is_called_binary():
+    import random
+
+    data = b"\xff\xfe" + random.Random(1).randbytes(100_000)
+    with pytest.raises(ChinwagError, match=r"^noise\.txt is a binary file: Chinwag reads text, PDF and DOCX$"):
+        extract_bytes("noise.txt", data)
+
+
+def test_an_empty_text_file_is_refused():
+    with pytest.raises(ChinwagError, match=r"^empty\.txt is empty$"):
+        extract_bytes("empty.txt", b"")
+
+
+def test_a_text_file_of_only_spaces_is_refused():
+    with pytest.raises(ChinwagError, match=r"^blank\.md has no text: it holds only spaces and line breaks$"):
+        extract_bytes("blank.md", b" \n\r\n\t \n")
+
+
 def test_text_bound(monkeypatch):
     monkeypatch.setattr(limits, "MAX_TEXT_CHARS", 1000)
     with pytest.raises(ChinwagError, match=r"^long\.txt holds too much text"):
