@@ -6,6 +6,7 @@ delegates to it. What both share stays here: each running turn's stop, and the e
 """
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -262,6 +263,23 @@ class Engine:
     def _session_count(self, text: str, params: GenerationParams) -> TokenCount:
         session = self._local.queued_session()
         return TokenCount(session.count_tokens(text), session.context_limit(params))
+
+    async def count_prompt(self, messages: list[dict], params: GenerationParams | None = None) -> TokenCount:
+        """The tokens a turn's prompt of `messages` would take (chat template and tools included, no
+        message dropped), against the context limit; an estimate for a server's model."""
+        if self.current_model is None:
+            raise ChinwagError("no model is loaded: load one to count tokens")
+        params = params or GenerationParams()
+        if self._backend is not self._local:
+            text = "".join(str(m.get("content", "")) for m in messages) + (
+                json.dumps(params.tools) if params.tools else ""
+            )
+            return await self.count_tokens(text, params)
+        return await self._local.call(self._session_prompt_count, list(messages), params)
+
+    def _session_prompt_count(self, messages: list[dict], params: GenerationParams) -> TokenCount:
+        session = self._local.queued_session()
+        return TokenCount(session.count_prompt(messages, params), session.context_limit(params))
 
     async def memory_stats(self) -> MemoryReport:
         """Every conversation's KV cache against the memory budget, with evictions and restores."""

@@ -230,6 +230,9 @@ class FakeEngine:
             raise ChinwagError("no model is loaded")
         return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
+    async def count_prompt(self, messages, params=None):
+        return await self.count_tokens("".join(m["content"] for m in messages), params)
+
     async def prefill(self, conv_id, messages, params=None, progress=None):
         self.prefills.append((conv_id, list(messages), params))
         total = len(self.tokens(messages[-1]["content"])) if messages else 0

@@ -1,4 +1,5 @@
-"""The HTTP routes: OpenAI's /v1/models, /v1/chat/completions and /v1/completions (Starlette)."""
+"""The HTTP routes: OpenAI's /v1/models, /v1/chat/completions and /v1/completions (Starlette),
+and the app that serves them with Anthropic's /v1/messages (anthropic.py)."""
 
 import json
 import logging
@@ -184,7 +185,10 @@ class _Shape:
 def create_app(service: ChatService, config: ServerConfig) -> Starlette:
     """The Starlette app: the routes, errors in each wire's shape, only Host names that name this
     server (`config.port` is the port it listens on), CORS only for named origins, 403 for others."""
+    from app.server.anthropic import AnthropicRoutes
+
     routes = Routes(service, config)
+    anthropic = AnthropicRoutes(service, config)
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -207,7 +211,7 @@ def create_app(service: ChatService, config: ServerConfig) -> Starlette:
                 CORSMiddleware,
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST"],
-                allow_headers=["authorization", "content-type", PIN_HEADER],
+                allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", PIN_HEADER],
             )
         )
     return Starlette(
@@ -215,6 +219,8 @@ def create_app(service: ChatService, config: ServerConfig) -> Starlette:
             Route("/v1/models", routes.models, methods=["GET"]),
             Route("/v1/chat/completions", routes.chat, methods=["POST"]),
             Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/messages", anthropic.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", anthropic.count_tokens, methods=["POST"]),
         ],
         middleware=middleware,
         exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: bug},

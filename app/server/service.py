@@ -341,6 +341,25 @@ class ChatService:
             stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
         )
 
+    async def count_prompt(self, request: GenerationRequest) -> int:
+        """The prompt tokens `request` would take on its model (template and tools included), in its turn."""
+        if self.waiting >= MAX_WAITING:
+            raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
+        self.waiting += 1
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            await self._ensure_model(request.model)
+            try:
+                counted = await self.engine.count_prompt(self.written_back(request.messages), request.params)
+            except ChinwagError as e:
+                raise ApiError(400, no_paths(str(e))) from None
+            return counted.tokens
+        finally:
+            self.lock.release()
+
     def _tell_waiting(self, line: str) -> None:
         for listener in list(self.wait_listeners):
             listener(line)

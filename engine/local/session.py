@@ -111,6 +111,16 @@ class Session:
             raise ChinwagError("no model is loaded: load one to count tokens")
         return len(encode_text(self.tokenizer, text))  # content: its special-token strings are text
 
+    def count_prompt(self, messages: list[dict], params: GenerationParams) -> int:
+        """A turn's prompt tokens for `messages`, built as a turn builds it but with no message dropped."""
+        if self.model is None:
+            raise ChinwagError("no model is loaded: load one to count tokens")
+        messages = check_messages(messages)
+        head = prompt_messages(messages, params)
+        plan = plan_window(self.prompt_tokenizer(params), head, History(), 1 << 40, 0, params.low_water)
+        written = self.written(messages, History()) if params.continue_reply else []
+        return len(plan.prompt_ids) + len(written)
+
     def context_limit(self, params: GenerationParams) -> int:
         limit = self.context_length
         if params.context_cap:
