@@ -16,6 +16,7 @@ import functools
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -42,7 +43,7 @@ class ToolSpec:
 
     server: str
     tool: str  # the server's own name for it
-    name: str  # the name the model calls it by: the tool's, or server__tool when two servers share it
+    name: str  # the name the model calls it by: the tool's, or server__tool when another tool has it (model_names)
     description: str = ""
     input_schema: dict = field(default_factory=dict)
 
@@ -260,6 +261,31 @@ class ServerConnection:
             self._errlog = None
 
 
+def model_names(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The name the model calls each (server, tool) by, all different: the tool's own name while no
+    other tool has it, else `server__tool`; a tool whose own name is another's qualified name is
+    qualified too (a and b have `x`, c has `a__x`: `a__x`, `b__x`, `c__a__x`); a name shared even
+    so (`x` of `a__b` and of `d`, `b__x` of `a` and of `e`) is numbered after its first (`a__b__x_2`)."""
+    names = [tool for _, tool in pairs]
+    changed = True
+    while changed:  # each name is qualified at most once
+        counts = Counter(names)
+        changed = False
+        for i, (server, tool) in enumerate(pairs):
+            if counts[names[i]] > 1 and names[i] == tool:
+                names[i], changed = f"{server}__{tool}", True
+    counts, taken, first = Counter(names), set(names), set()
+    for i, name in enumerate(names):
+        if counts[name] > 1 and name in first:
+            n = 2
+            while f"{name}_{n}" in taken:
+                n += 1
+            names[i] = f"{name}_{n}"
+            taken.add(names[i])
+        first.add(name)
+    return names
+
+
 class ToolHost:
     """The MCP servers of one chat session: their tools under unique names, calls routed by name."""
 
@@ -278,20 +304,19 @@ class ToolHost:
 
     @property
     def tools(self) -> list:
-        """Every running server's tools (ToolSpec), a name two servers share qualified by the server."""
-        pairs = [(c.name, t) for c in self.connections.values() if c.running for t in c.tools]
-        seen: dict = {}
-        for _, t in pairs:
-            seen[t.name] = seen.get(t.name, 0) + 1
+        """Every running server's tools (ToolSpec) under names that are all different (`model_names`)."""
+        pairs = []
+        for c in self.connections.values():
+            if c.running:
+                own: set = set()
+                for t in c.tools:
+                    if t.name not in own:  # a server that lists a name twice has one tool of that name
+                        own.add(t.name)
+                        pairs.append((c.name, t))
+        names = model_names([(server, t.name) for server, t in pairs])
         return [
-            ToolSpec(
-                server,
-                t.name,
-                t.name if seen[t.name] == 1 else f"{server}__{t.name}",
-                neutralise(t.description or "")[:2000],
-                dict(t.input_schema or {}),
-            )
-            for server, t in pairs
+            ToolSpec(server, t.name, name, neutralise(t.description or "")[:2000], dict(t.input_schema or {}))
+            for (server, t), name in zip(pairs, names)
         ]
 
     def subset(self, names: Collection[str]) -> "ToolHost":

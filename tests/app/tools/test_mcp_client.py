@@ -274,3 +274,25 @@ def test_after_a_check_runs_out_of_time_the_next_is_checked_and_nothing_is_left_
     before = _children()
     run(body)
     assert _children() - before == set()
+
+
+def test_names_offered_to_the_model_are_unique_and_each_reaches_its_own_server():
+    async def body():
+        host = ToolHost([stdio("a", "names", "a:x"), stdio("b", "names", "b:x"), stdio("c", "names", "c:a__x")])
+        try:
+            assert await host.start() == {}
+            names = [t.name for t in host.tools]
+            assert len(names) == len(set(names)) == 3, names
+            for spec in host.tools:
+                assert (await host.call(host.find(spec.name), {})).text == f"{spec.server}/{spec.tool}"
+        finally:
+            await host.close()
+
+    run(body)
+
+
+def test_a_qualified_name_that_is_still_shared_is_numbered():
+    from app.tools.client import model_names
+
+    pairs = [("a__b", "x"), ("d", "x"), ("a", "b__x"), ("e", "b__x"), ("f", "y")]
+    assert model_names(pairs) == ["a__b__x", "d__x", "a__b__x_2", "e__b__x", "y"]
