@@ -83,3 +83,18 @@ def test_model_ids_and_errors_show_no_absolute_paths(serve, monkeypatch, tiny_mo
     message = error_of(r, 500)["message"]
     assert "a broken kernel in model.safetensors" in message and "details are in chinwag.log" in message
     assert str(tiny_model_path) not in message and str(chinwag_home) not in message
+
+
+def test_on_every_address_any_ip_and_the_machine_name_are_this_server():
+    import socket
+
+    from app.server.guard import HostCheck
+
+    every = HostCheck("0.0.0.0", 8080)  # the window's "Allow other machines"
+    machine = socket.gethostname()
+    for host in ("192.168.1.10:8080", "[fe80::1]:8080", f"{machine}:8080", f"{machine}.local:8080", "localhost:8080"):
+        assert every.allows(host), host
+    for host in ("evil.example:8080", "192.168.1.10:8081", "192.168.1.10"):
+        assert not every.allows(host), host
+    one = HostCheck("192.168.1.10", 8080)  # --host given
+    assert one.allows("192.168.1.10:8080") and one.allows("127.0.0.1:8080") and not one.allows("10.0.0.2:8080")
