@@ -11,7 +11,7 @@ from app.tools.client import ToolHost, ToolSpec
 from app.tools.loop import RoundLimit, ToolRun, pretty_arguments
 from app.tools.loop import reply as tool_reply
 from app.tools.policy import Answer, Approvals
-from app.tools.results import neutralise
+from app.tools.results import neutralise, shown_name
 from engine.errors import one_line
 from engine.protocol import EngineAPI
 from engine.types import GenerationParams, ToolCall, TurnStats
@@ -47,7 +47,7 @@ class TerminalTools:
         host = ToolHost(cfg.enabled)
         for name, why in (await host.start()).items():
             print(f"[MCP server {name} failed: {one_line(why)}]", file=sys.stderr)
-        names = ", ".join(t.name for t in host.tools)
+        names = ", ".join(shown_name(t.name) for t in host.tools)
         print(f"[tools: {names or 'none'}{'; every call allowed' if args.allow_tools else ''}]")
         rounds = args.max_tool_rounds or cfg.max_rounds
         return cls(host, Approvals(cfg, allow_all=args.allow_tools), rounds, stream)
@@ -69,7 +69,9 @@ class TerminalTools:
         return added, stats
 
     async def ask(self, call: ToolCall, spec: ToolSpec) -> Answer:
-        print(f"\n[tool call: {spec.tool} on {spec.server}]\n{neutralise(pretty_arguments(call))}")
+        print(
+            f"\n[tool call: {shown_name(spec.tool)} on {shown_name(spec.server)}]\n{neutralise(pretty_arguments(call))}"
+        )
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -90,7 +92,7 @@ class TerminalTools:
         elif isinstance(event, ToolRun):
             self.runs[event.call.id] = event
             result = event.result
-            head = f"{event.call.name}" + (f" on {event.server}" if event.server else "")
+            head = shown_name(event.call.name) + (f" on {shown_name(event.server)}" if event.server else "")
             status = "error" if result.is_error else f"{result.seconds:.1f} s"
             text = result.text if len(result.text) <= SHOWN_RESULT_CHARS else result.text[:SHOWN_RESULT_CHARS] + " …"
             print(f"\n[{head} ({status})]\n{text}")

@@ -68,7 +68,7 @@ async def server_rows(configs: Sequence[ServerConfig]) -> list:
             if await conn.start():
                 row["status"] = "ok"
                 row["tools"] = [
-                    {"name": t.name, "description": one_line(t.description or "")[:200], "policy": c.policy_for(t.name)}
+                    {"name": t.name, "description": _description(t.description), "policy": c.policy_for(t.name)}
                     for t in conn.tools
                 ]
             else:
@@ -81,8 +81,15 @@ async def server_rows(configs: Sequence[ServerConfig]) -> list:
     return list(await asyncio.gather(*(probe(c) for c in configs)))
 
 
+def _description(text: str | None) -> str:
+    from app.tools.results import clip, neutralise
+
+    return clip(one_line(neutralise(text or "")), 500)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from app.tools import config
+    from app.tools.results import clip, shown_name
 
     cfg = config.load()
     rows = asyncio.run(server_rows(cfg.servers))
@@ -92,11 +99,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no MCP servers in {config.mcp_path()} (add one: chinwag mcp add NAME -- COMMAND [ARGS...])")
     for r in rows:
-        print(f"{r['name']:20} {r['transport']:5} {r['status']:8} {one_line(r['target'])[:80]}")
+        print(f"{r['name']:20} {r['transport']:5} {r['status']:8} {clip(one_line(r['target']), 80)}")
         if r["reason"]:
             print(f"    {one_line(r['reason'])}")
         for t in r["tools"]:
-            print(f"    {t['name']:28} {t['policy']:5}  {t['description'][:80]}")
+            print(f"    {shown_name(t['name']):28} {t['policy']:5}  {clip(t['description'], 80)}")
     return 0
 
 

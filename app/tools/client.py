@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app.tools.config import ServerConfig
-from app.tools.results import neutralise, result_text
+from app.tools.results import clip, neutralise, result_text, shown_name
 from app.tools.schema_check import CheckerBug, SchemaChecker
 from engine.log import report_bug
 
@@ -85,7 +85,7 @@ def _session_class() -> "type[ClientSession]":
 
 def _short(e: BaseException) -> str:
     text = neutralise(str(e)).strip() or type(e).__name__
-    return " ".join(text.split())[:300]
+    return clip(" ".join(text.split()), 300)
 
 
 class ServerConnection:
@@ -145,7 +145,7 @@ class ServerConnection:
             lines = [ln.strip() for ln in self._errlog.read()[-4000:].splitlines() if ln.strip()]
         except (OSError, ValueError):
             return ""
-        return neutralise(lines[-1])[:300] if lines else ""
+        return clip(neutralise(lines[-1]), 300) if lines else ""
 
     async def _hold(self, ready: asyncio.Future) -> None:
         try:
@@ -207,7 +207,7 @@ class ServerConnection:
         try:
             result = await asyncio.wait_for(session.call_tool(tool, arguments, read_timeout_seconds=timeout), timeout)
         except TimeoutError:
-            return failed(f"{self.name}/{tool} did not answer within {timeout:g} s")
+            return failed(f"{self.name}/{shown_name(tool)} did not answer within {timeout:g} s")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - whatever a server does to a call is one failed tool result, not a crash of the chat
@@ -216,11 +216,11 @@ class ServerConnection:
                 self.error = self.error or self._why(e)
                 await self.stop()
                 return failed(f"the MCP server {self.name} stopped: {self.error}")
-            return failed(f"{self.name}/{tool}: {_short(e)}")
+            return failed(f"{self.name}/{shown_name(tool)}: {_short(e)}")
         if not result.is_error:
             wrong = await self._checked(tool, result, timeout, timeout - (time.monotonic() - started))
             if wrong:
-                return failed(f"{self.name}/{tool}: {wrong}")
+                return failed(f"{self.name}/{shown_name(tool)}: {wrong}")
         text, cut = result_text(result)
         return ToolResult(text, bool(result.is_error), time.monotonic() - started, cut)
 

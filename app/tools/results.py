@@ -19,6 +19,26 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|
 # Every other C0/C1 control character except tab and newline.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What a name is never shown with as it is: controls, bidi overrides and isolates, invisible characters.
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
+MAX_NAME_CHARS = 80
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, an ellipsis saying where it was cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
+
+
+def shown_name(name: str, limit: int = MAX_NAME_CHARS) -> str:
+    """A name from an MCP server (a tool's) as a terminal or the window shows it: every control, bidi
+    or invisible character written as its escape (`\\x1b`), so a name can neither act on the terminal
+    nor pass for another name; cut with an ellipsis."""
+
+    def escape(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return clip(_HIDDEN.sub(escape, name), limit)
 
 
 def neutralise(text: str) -> str:

@@ -1,7 +1,8 @@
 """Real MCP servers for the tests, written with the SDK: `python servers.py KIND [--http PORT] [ARG]`.
 
 KIND: calculator, files (reads files under ARG), hang (hangs when started), slow (a tool that
-never returns), crash (dies when started, or in its `die` tool), big (a 10 MB result), hostile
+never returns), crash (dies when started, `--at-start-wordy` with a long last line,
+or in its `die` tool), big (a 10 MB result), hostile
 (escape sequences, an image), env (shows its environment), schema (results declared by an output
 schema: one whose pattern backtracks for ever on its result, one that matches, one that does not),
 names (ARG `LABEL:NAME,NAME...`: tools of those names, each answering `LABEL/NAME`; the NAME
@@ -156,6 +157,12 @@ def main() -> None:
         port, rest = int(rest[1]), rest[2:]
     if kind == "crash" and rest[:1] == ["--at-start"]:
         print("crash: cannot start, the configuration is broken", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if kind == "crash" and rest[:1] == ["--at-start-wordy"]:
+        print(
+            "crash: cannot start, " + "the configuration is broken in yet another place, " * 10 + "the end",
+            file=sys.stderr,
+        )
         sys.exit(1)
     if kind == "hang":
         time.sleep(3600)

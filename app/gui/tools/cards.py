@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPush
 
 from app.tools.loop import ToolRun, pretty_arguments
 from app.tools.policy import Answer
-from app.tools.results import neutralise
+from app.tools.results import neutralise, shown_name
 
 
 def _plain(text: str, name: str, lines: int = 8) -> QPlainTextEdit:
@@ -41,8 +41,8 @@ class ApprovalCard(QFrame):
         self.setObjectName("toolApproval")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QVBoxLayout(self)
-        self.server, self.tool = server, tool
-        self.title = _label(f"Run the tool {tool} on the server {server}?", "toolApprovalTitle")
+        self.server, self.tool = shown_name(server), shown_name(tool)  # names come from the server
+        self.title = _label(f"Run the tool {self.tool} on the server {self.server}?", "toolApprovalTitle")
         layout.addWidget(self.title)
         self.arguments = _plain(pretty_arguments(call), "toolApprovalArguments", lines=12)
         layout.addWidget(self.arguments)
@@ -111,10 +111,10 @@ class ToolResultBlock(QFrame):
         layout = QVBoxLayout(self)
         result = run.result
         state = "error" if result.is_error else f"{result.seconds:.1f} s"
-        where = f" · {run.server}" if run.server else ""
+        where = f" · {shown_name(run.server)}" if run.server else ""
         self.toggle = QToolButton()
         self.toggle.setObjectName("toolResultToggle")
-        self.toggle.setText(f"{neutralise(run.call.name)}{where} · {state}" + (" · cut" if result.truncated else ""))
+        self.toggle.setText(f"{shown_name(run.call.name)}{where} · {state}" + (" · cut" if result.truncated else ""))
         self.toggle.setCheckable(True)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.gui.folders import start_folder
 from app.tools import config
 from app.tools.config import Policy
+from app.tools.results import shown_name
 from engine.errors import ChinwagError, one_line
 
 HINT = (
@@ -281,10 +282,11 @@ class ToolsDialog(QDialog):
             box.currentIndexChanged.connect(
                 lambda _i, t=tool["name"], b=box: self._do(lambda: config.set_policy(name, Policy(b.currentData()), t))
             )
-            label = QLabel(tool["name"])
+            label = QLabel(shown_name(tool["name"]))
             label.setTextFormat(Qt.TextFormat.PlainText)
             self.tools_form.addRow(label, box)
-        self.say(f"{name}: {len(row['tools'])} tools.")
+        count = len(row["tools"])
+        self.say(f"{name}: {count} tool{'' if count == 1 else 's'}.")
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from app.tools.loop import ToolRun
 from tests.app.cli.test_chat_saved import ROOT, chat
 from tests.tools_servers.launch import stdio_entry
 
@@ -40,3 +41,33 @@ def test_broken_mcp_json_is_one_line_and_status_2(chinwag_home, tiny_model_path)
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith('mcpServers.x needs "command" (a stdio server) or "url" (an HTTP server)')
+
+
+def test_names_from_a_server_are_shown_neutralised(chinwag_home, capsys, monkeypatch):
+    import argparse
+    import asyncio
+    import io
+
+    from app.cli.chat_tools import TerminalTools
+    from engine.types import ToolCall
+    from tests.tools_servers.servers import ESCAPE_NAME
+
+    (chinwag_home / "mcp.json").write_text(json.dumps({"mcpServers": {"odd": stdio_entry("names", "odd:escapes")}}))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    call = ToolCall("call-1", ESCAPE_NAME)
+
+    async def body():
+        args = argparse.Namespace(allow_tools=False, max_tool_rounds=None)
+        tools = await TerminalTools.start(args, stream=None)
+        try:
+            (spec,) = tools.host.tools
+            assert await tools.ask(call, spec) == "once"
+            tools.show(ToolRun(call, spec.server, await tools.host.call(spec, {}), True))
+        finally:
+            await tools.close()
+
+    asyncio.run(body())
+    out = capsys.readouterr().out
+    assert not set(out) & {"\x1b", "\x07"}
+    shown = "ok_tool\\x1b]0;PWNED\\x07\\x1b[2J\\x1b[Hrun me"
+    assert f"[tools: {shown}]" in out and f"[tool call: {shown} on odd]" in out and f"\n[{shown} on odd (" in out

@@ -296,3 +296,14 @@ def test_a_qualified_name_that_is_still_shared_is_numbered():
 
     pairs = [("a__b", "x"), ("d", "x"), ("a", "b__x"), ("e", "b__x"), ("f", "y")]
     assert model_names(pairs) == ["a__b__x", "d__x", "a__b__x_2", "e__b__x", "y"]
+
+
+def test_a_long_last_line_is_cut_with_an_ellipsis():
+    async def body():
+        conn = ServerConnection(stdio("wordy", "crash", "--at-start-wordy"))
+        assert not await conn.start()
+        conn.close_log()
+        return conn.error
+
+    error = run(body)
+    assert error.endswith("…)") and "the end" not in error and "its last words: crash: cannot start" in error

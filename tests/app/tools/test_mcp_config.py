@@ -116,3 +116,17 @@ def test_cli_add_list_remove(chinwag_home, capsys):
     assert main(["mcp", "remove", "broken"]) == 2
     assert "no MCP server named 'broken'" in capsys.readouterr().err
     assert main(["mcp", "add", "x"]) == 2
+
+
+def test_cli_list_shows_a_tool_name_with_escapes_neutralised(chinwag_home, capsys):
+    from tests.tools_servers.servers import ESCAPE_NAME
+
+    write_mcp(
+        chinwag_home, {"mcpServers": {"odd": {"command": sys.executable, "args": [SCRIPT, "names", "odd:escapes"]}}}
+    )
+    assert main(["mcp", "list"]) == 0
+    out = capsys.readouterr().out
+    assert not set(out) & {"\x1b", "\x07"}
+    assert "ok_tool\\x1b]0;PWNED\\x07\\x1b[2J" in out  # the name as it is, every escape visible
+    assert main(["mcp", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tools"][0]["name"] == ESCAPE_NAME  # JSON keeps the exact name

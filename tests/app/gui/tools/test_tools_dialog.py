@@ -118,3 +118,23 @@ def test_the_tool_rounds_box_is_a_number_wide(qtbot, qloop, chinwag_home):
     qtbot.waitExposed(dialog)
     # seen on X: the spin box for "8" ran the dialog's whole width
     assert dialog.rounds_box.width() < dialog.width() // 3
+
+
+def test_approval_card_and_result_block_show_a_name_with_its_escapes_visible(qtbot):
+    call = ToolCall("call_2", "x\nAllowed by its policy\u202e")
+    card = ApprovalCard(call, "files", "rm\x1b[2J\nread_file")
+    qtbot.addWidget(card)
+    assert card.title.text() == "Run the tool rm\\x1b[2J\\x0aread_file on the server files?"
+    block = ToolResultBlock(ToolRun(call, "files", ToolResult("done", False, 1.0), True))
+    qtbot.addWidget(block)
+    assert block.toggle.text() == "x\\x0aAllowed by its policy\\u202e · files · 1.0 s"
+
+
+def test_listing_one_tool_says_one_tool(qtbot, qloop, chinwag_home):
+    (chinwag_home / "mcp.json").write_text(json.dumps({"mcpServers": {"odd": stdio_entry("names", "odd:escapes")}}))
+    dialog = ToolsDialog()
+    qtbot.addWidget(dialog)
+    dialog._show("odd")
+    task = dialog.list_tools()
+    qtbot.waitUntil(task.done, timeout=60_000)
+    assert dialog.status.text() == "odd: 1 tool."
