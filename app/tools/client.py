@@ -238,6 +238,8 @@ class ServerConnection:
             return f"its result could not be checked against its output schema within {timeout:g} s"
         except CheckerBug as e:
             return report_bug(e, "checking a tool's result against its output schema")
+        except OSError as e:  # the checker's process could not start (no memory, no processes left)
+            return f"its result could not be checked against its output schema: {e.strerror or e}"
 
     async def stop(self) -> None:
         """Close the connection; a stdio server's process is ended (the SDK terminates it if needed)."""
