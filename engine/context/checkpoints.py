@@ -6,12 +6,13 @@ going back restores the latest checkpoint at or before the first differing token
 other layers to it, and the turn prefills the rest. Taken before each message of a prompt, before
 its last token (a regenerate), after each turn and at the end of a read-ahead; at most
 MAX_CHECKPOINTS per conversation: the first (after the system prompt: a context cap's slide goes
-back to it) and the newest. Engine thread only.
+back to it), the newest, and older ones spaced out (the most crowded goes first). Engine thread only.
 """
 
 from dataclasses import dataclass
 
 MAX_CHECKPOINTS = 8
+KEEP_NEWEST = 4  # the last turn's: before its message, before its last prompt token, after it
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,15 @@ class Checkpoints:
         self.items = [c for c in self.items if c.position != checkpoint.position]
         self.items.append(checkpoint)
         self.items.sort(key=lambda c: c.position)
-        if len(self.items) > MAX_CHECKPOINTS:  # the oldest but the first go
-            del self.items[1 : len(self.items) - MAX_CHECKPOINTS + 1]
+        while len(self.items) > MAX_CHECKPOINTS:
+            del self.items[self._crowded()]
+
+    def _crowded(self) -> int:
+        """The older checkpoint whose loss leaves the smallest gap: the rest stay spaced out (the
+        first, after the system prompt, and the KEEP_NEWEST newest always stay)."""
+        at = [c.position for c in self.items]
+        older = range(1, len(at) - KEEP_NEWEST)
+        return min(older, key=lambda i: (at[i + 1] - at[i - 1], i))
 
     def at_or_before(self, position: int) -> Checkpoint | None:
         found = [c for c in self.items if c.position <= position]

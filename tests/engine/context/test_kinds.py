@@ -99,3 +99,17 @@ def test_an_unknown_cache_kind_is_refused_with_the_family_named():
 
     with pytest.raises(kinds.UnsupportedCache, match="llama4 models are not supported yet: their ChunkedKVCache"):
         kinds.check_model(Model())
+
+
+def test_checkpoints_keep_the_first_the_newest_and_older_ones_spaced_out():
+    from engine.context.checkpoints import KEEP_NEWEST, MAX_CHECKPOINTS, Checkpoint, Checkpoints
+
+    points = Checkpoints()
+    for position in range(10, 400, 10):
+        points.add(Checkpoint(position, (), 0))
+    kept = points.positions()
+    assert len(kept) == MAX_CHECKPOINTS and kept[0] == 10
+    assert kept[-KEEP_NEWEST:] == [360, 370, 380, 390]
+    older = kept[:-KEEP_NEWEST]
+    gaps = [b - a for a, b in zip(older, older[1:])]
+    assert min(gaps) >= 60  # spread over the chat, not bunched at its end
