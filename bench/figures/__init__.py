@@ -28,6 +28,7 @@ FIGURES = [
     "documents",
     "tools",
     "speculative_edits",
+    "families",
 ]
 
 

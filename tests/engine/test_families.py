@@ -1,108 +1,19 @@
 """Every model family's cache kinds through the engine: many turns past the window, regenerate,
 edits, a version switch, a read-ahead draft, a sliding context cap, eviction and a restart.
 
-Each family's chat runs once (`script`); the tests read what it recorded. Every reply must equal
+Each family's chat (tests/family_chat.py) runs once; the tests read what it recorded. Every reply must equal
 a fresh mlx-lm `generate_step` over the same ids (mlx-lm's own caches: RotatingKVCache,
 ArraysCache...), and reuse is asserted from the turn's stats.
 """
 
 import asyncio
-from dataclasses import dataclass, field
 
 import mlx.core as mx
 import pytest
 
-from engine import Engine, GenerationParams, TextDelta, TurnStats
-from tests.tiny_families import FAMILIES, RECURRENT, WINDOW, family_model_path
-
-MAX = 12
-GREEDY = GenerationParams(temperature=0.0, max_tokens=MAX)
-SYSTEM = {"role": "system", "content": "You are a helpful assistant who answers briefly."}
-QUESTIONS = [
-    "Hello, how are you today?",
-    "What is the capital of France?",
-    "Tell me a story about a cat.",
-    "Numbers 0 1 2 3 4 5 6 7 8 9 and code.",
-    "Markdown has headings, lists and tables.",
-    "The quick brown fox jumps over the lazy dog.",
-    "A chat app keeps every conversation.",
-]
-
-
-@dataclass
-class Script:
-    """What one family's chat recorded: each step's stats, by name, and the held ids before it."""
-
-    steps: dict = field(default_factory=dict)
-    held_before: dict = field(default_factory=dict)
-    turns: list = field(default_factory=list)
-
-
-async def _turn(engine, conv, messages, params=GREEDY):
-    text, stats = "", None
-    async for ev in engine.chat(conv, messages, params):
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, TurnStats):
-            stats = ev
-    assert stats is not None and not stats.error, stats
-    return text, stats
-
-
-def _with_replies(texts):
-    messages = [SYSTEM]
-    for q, a in zip(QUESTIONS, texts):
-        messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-    return messages
-
-
-async def _chat(path, home_budget=None) -> Script:
-    s = Script()
-    engine = Engine(memory_budget_bytes=home_budget)
-    try:
-        await engine.load_model(str(path))
-        texts = []
-        for q in QUESTIONS:  # 7 turns, far past the window
-            text, stats = await _turn(engine, "c", _with_replies(texts) + [{"role": "user", "content": q}])
-            s.turns.append(stats)
-            texts.append(text)
-        last = _with_replies(texts[:-1]) + [{"role": "user", "content": QUESTIONS[-1]}]
-        _, s.steps["regenerate"] = await _turn(engine, "c", last)
-        edited = last[:-1] + [{"role": "user", "content": "A chat app keeps every message."}]
-        _, s.steps["edit last"] = await _turn(engine, "c", edited)
-        middle = [dict(m) for m in last]
-        middle[5] = {"role": "user", "content": "Tell me a story about a dog."}
-        _, s.steps["edit middle"] = await _turn(engine, "c", middle)
-        _, s.steps["switch back"] = await _turn(engine, "c", last)
-        draft = _with_replies(texts) + [{"role": "user", "content": "Please"}]
-        s.steps["read ahead"] = await engine.prefill("c", draft, GREEDY)
-        sent = draft[:-1] + [{"role": "user", "content": "Please summarise the chat so far in one line."}]
-        answer, s.steps["after draft"] = await _turn(engine, "c", sent)
-        capped = GenerationParams(temperature=0.0, max_tokens=MAX, context_cap=8 * WINDOW)
-        _, s.steps["slide"] = await _turn(engine, "capped", sent, capped)
-        _, s.steps["slide again"] = await _turn(
-            engine,
-            "capped",
-            sent + [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "More?"}],
-            capped,
-        )
-        fork = await engine.fork("c", "f", last[:4], GREEDY)
-        s.steps["fork"] = fork
-        _, s.steps["forked turn"] = await _turn(engine, "f", last[:4])
-    finally:
-        await engine.close()
-    engine = Engine(memory_budget_bytes=1)  # a restart (the caches saved at close), and every other chat evicted
-    try:
-        await engine.load_model(str(path))
-        follow = sent + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks!"}]
-        thanks, s.steps["after restart"] = await _turn(engine, "c", follow)
-        await _turn(engine, "other", [{"role": "user", "content": "Hello"}])  # evicts "c" to disk
-        await asyncio.to_thread(engine._local.session.caches.writer.flush)
-        again = follow + [{"role": "assistant", "content": thanks}, {"role": "user", "content": "Bye!"}]
-        _, s.steps["after eviction"] = await _turn(engine, "c", again)
-    finally:
-        await engine.close()
-    return s
+from engine import TurnStats
+from tests.family_chat import MAX, run_chat
+from tests.tiny_families import FAMILIES, RECURRENT, family_model_path
 
 
 def _reference(model, prompt_ids, eos):
@@ -125,7 +36,7 @@ def family(request, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("CHINWAG_HOME", str(home))
     try:
-        script = asyncio.run(_chat(path))
+        script = asyncio.run(run_chat(path))
     finally:
         mp.undo()
     model, tokenizer = mlx_lm.load(str(path))
