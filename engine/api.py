@@ -21,6 +21,7 @@ from engine.types import (
     ForkedCache,
     GenerationParams,
     HubModel,
+    KVQuantization,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -37,15 +38,17 @@ class Engine:
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
         save_seconds: float | None = None,
+        kv_quantization: KVQuantization | None = None,
     ) -> None:
         """`save_seconds`: how long close() may spend saving caches (None: the window's short default,
-        engine/context/memory.py; the most recent one is saved whatever the time)."""
+        engine/context/memory.py; the most recent one is saved whatever the time). `kv_quantization`:
+        store plain attention layers' caches quantized (`--kv-bits`); None: at full precision."""
         if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
             raise ChinwagError(
                 f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
             )
         # The engine thread: it runs local models, imports GGUFs, and keeps every local cache.
-        self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work, save_seconds)
+        self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work, save_seconds, kv_quantization)
         self._backend: Backend = self._local  # the current model's: local, or a server's
         self._stops: dict[str, StopSignal] = {}
         self._generating = 0

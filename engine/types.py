@@ -79,6 +79,34 @@ def _param(default: float | None, help: str, lo: float, hi: float, tiny: float =
 # More KV positions than this up front would reserve gigabytes before a word is read.
 MAX_KV_INITIAL_CAPACITY = 1 << 20
 
+# A quantized KV cache (--kv-bits, --kv-group-size): what mx.quantize accepts.
+KV_BITS = (2, 3, 4, 5, 6, 8)
+KV_GROUP_SIZES = (32, 64, 128)
+DEFAULT_KV_GROUP_SIZE = 64
+
+
+@dataclass(frozen=True)
+class KVQuantization:
+    """Plain attention layers' caches stored at `bits` per value, in groups of `group_size`."""
+
+    bits: int
+    group_size: int = DEFAULT_KV_GROUP_SIZE
+
+    def __post_init__(self) -> None:
+        from engine.errors import ChinwagError
+
+        if type(self.bits) is not int or self.bits not in KV_BITS:
+            raise ChinwagError(f"--kv-bits must be one of {', '.join(map(str, KV_BITS))}, got {self.bits!r}")
+        if type(self.group_size) is not int or self.group_size not in KV_GROUP_SIZES:
+            raise ChinwagError(
+                f"--kv-group-size must be one of {', '.join(map(str, KV_GROUP_SIZES))}, got {self.group_size!r}"
+            )
+
+    @property
+    def label(self) -> str:
+        return f"{self.bits}-bit, groups of {self.group_size}"
+
+
 # Below this, 1/temperature overflows float32 and sampling reads NaN: 0 (greedy) or at least this.
 MIN_TEMPERATURE = 0.01
 

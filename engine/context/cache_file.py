@@ -34,7 +34,9 @@ from engine.context.checkpoints import MAX_CHECKPOINTS, Checkpoint
 from engine.context.conversation import ConversationCache, initial_capacity
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import ROLES, History, Span
+from engine.context.quantized_cache import QuantizedContiguousKVCache
 from engine.context.window_cache import DEFAULT_RESERVE, WindowedKVCache
+from engine.types import KVQuantization
 
 FORMAT = "chinwag-kv-3"
 # A window holds at most its size, twice its reserve and one prefill chunk (engine/local/generation.py).
@@ -52,12 +54,14 @@ class UnusableCache(Exception):
 class LeafSpec:
     """What one leaf cache of the loaded model holds: its kind, shapes and dtypes."""
 
-    kind: str  # "plain", "window" or "recurrent"
+    kind: str  # "plain", "quantized", "window" or "recurrent"
     keys: tuple = ()  # (heads, dim) of an attention leaf's keys, and of its values
     values: tuple = ()
     window: int = 0
     states: tuple = ()  # a recurrent leaf's state shapes (None: an entry left empty)
     dtypes: tuple = ()  # of keys and values, or of each state entry
+    bits: int = 0  # a quantized leaf's settings
+    group_size: int = 0
 
     @property
     def held_back(self) -> bool:
@@ -113,6 +117,8 @@ class CacheLayout:
         for spec in self.specs:
             if spec.kind == "plain":
                 per_token += (_prod(spec.keys) + _prod(spec.values)) * 4  # float32 at most
+            elif spec.kind == "quantized":
+                per_token += sum(_prod(s) for s in spec.states) * 4
             elif spec.kind == "window":
                 fixed += (_prod(spec.keys) + _prod(spec.values)) * 4 * (spec.window + WINDOW_SLACK)
             else:
@@ -127,7 +133,7 @@ def _prod(shape: tuple) -> int:
     return n
 
 
-def layout_of(model: Any, context_length: int) -> CacheLayout | None:
+def layout_of(model: Any, context_length: int, quant: KVQuantization | None = None) -> CacheLayout | None:
     """The layout a saved cache of `model` has; None for models whose caches are not saved."""
     vocab = _vocab_size(model)
     if not vocab or context_length < 1:
@@ -135,13 +141,13 @@ def layout_of(model: Any, context_length: int) -> CacheLayout | None:
 
     def probed() -> ConversationCache:
         # A one-token forward builds a lazy graph (nothing is computed): the shapes and dtypes the cache takes.
-        conv = ConversationCache.create(model, 1)
+        conv = ConversationCache.create(model, 1, quant)
         model(mx.array([[0]], dtype=mx.int32), cache=conv.layers)
         return conv
 
     def probe() -> mx.Dtype:
         for leaf in probed().leaves():
-            if isinstance(leaf, ContiguousAttentionKVCache):
+            if kinds.trims_exactly(leaf):
                 return leaf.dtype
         return mx.float32
 
@@ -154,6 +160,15 @@ def layout_of(model: Any, context_length: int) -> CacheLayout | None:
 
 
 def _spec(leaf: Any) -> LeafSpec:
+    if isinstance(leaf, QuantizedContiguousKVCache):  # each part's (heads, last dim), keys' then values'
+        parts = [*leaf.keys, *leaf.values]
+        return LeafSpec(
+            "quantized",
+            states=tuple((a.shape[1], a.shape[3]) for a in parts),
+            dtypes=tuple(str(a.dtype) for a in parts),
+            bits=leaf.bits,
+            group_size=leaf.group_size,
+        )
     if isinstance(leaf, ArraysCache):
         states = tuple(None if a is None else tuple(a.shape) for a in leaf.cache)
         return LeafSpec(
@@ -183,7 +198,7 @@ def _vocab_size(model: Any) -> int:
 # --- writing -------------------------------------------------------------------
 
 # safetensors' names for the dtypes a cache holds.
-_SAFETENSORS_DTYPES = {mx.float32: "F32", mx.float16: "F16", mx.bfloat16: "BF16", mx.int32: "I32"}
+_SAFETENSORS_DTYPES = {mx.float32: "F32", mx.float16: "F16", mx.bfloat16: "BF16", mx.int32: "I32", mx.uint32: "U32"}
 
 
 @dataclass
@@ -252,13 +267,27 @@ def snapshot(conv_id: str, cache: ConversationCache) -> Snapshot:
         "history": json.dumps(cache.history.to_json()),
         "layers": str(len(leaves)),
         "checkpoints": json.dumps(cache.checkpoints.positions()),
+        "kv_quantization": _quant_label(leaves),
     }
     return Snapshot(meta, sorted(tensors, key=lambda t: t.name), cache)
+
+
+def _quant_label(leaves: list) -> str:
+    """How the plain attention layers are stored: "none", or bits/group size (a file of other settings is dropped)."""
+    for leaf in leaves:
+        if isinstance(leaf, QuantizedContiguousKVCache):
+            return f"{leaf.bits}/{leaf.group_size}"
+    return "none"
 
 
 def _leaf_tensors(name: str, leaf: Any) -> list:
     if isinstance(leaf, ArraysCache):
         return _state_tensors(name, leaf.cache)
+    if isinstance(leaf, QuantizedContiguousKVCache):
+        parts = [("keys", j, a) for j, a in enumerate(leaf.keys)] + [
+            ("values", j, a) for j, a in enumerate(leaf.values)
+        ]
+        return [_prefix(f"{name}.{side}{j}", a, leaf.held) for side, j, a in parts]
     return [_prefix(f"{name}.keys", leaf.keys, leaf.held), _prefix(f"{name}.values", leaf.values, leaf.held)]
 
 
@@ -365,6 +394,10 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
 
 
 def _leaf(arrays: dict, name: str, spec: LeafSpec, n: int, capacity: int) -> Any:
+    if spec.kind == "quantized":
+        keys = tuple(arrays[f"{name}.keys{j}"] for j in range(3))
+        values = tuple(arrays[f"{name}.values{j}"] for j in range(3))
+        return QuantizedContiguousKVCache.from_parts(keys, values, spec.bits, spec.group_size, capacity)
     if spec.kind == "plain":
         return ContiguousAttentionKVCache.from_state((arrays[f"{name}.keys"], arrays[f"{name}.values"]), capacity)
     if spec.kind == "window":
@@ -418,6 +451,12 @@ def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -
     if meta.get("conversation") != conv_id:
         raise UnusableCache("it belongs to another conversation")
     specs = layout.specs
+    quantized = [s for s in specs if s.kind == "quantized"]
+    expected_quant = f"{quantized[0].bits}/{quantized[0].group_size}" if quantized else "none"
+    if meta.get("kv_quantization") != expected_quant:
+        raise UnusableCache(
+            f"its KV cache quantization is {meta.get('kv_quantization')}, not this run's {expected_quant}"
+        )
     ids = arrays["token_ids"]
     if ids.dtype != mx.int32 or ids.ndim != 1 or not 0 < ids.shape[0] <= layout.max_tokens:
         raise UnusableCache(f"its token ids are not 1 to {layout.max_tokens} int32 values")
@@ -454,6 +493,9 @@ def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict:
     """Tensor name -> (shape, dtype, longest held or None) that a leaf (or its checkpoint copy) must have."""
     if spec.kind == "recurrent":
         return {f"{name}.state{j}": (shape, spec.dtypes[j], None) for j, shape in enumerate(spec.states) if shape}
+    if spec.kind == "quantized":
+        names = [f"{name}.{side}{j}" for side in ("keys", "values") for j in range(3)]
+        return {k: ((1, h, n, d), dt, None) for k, (h, d), dt in zip(names, spec.states, spec.dtypes)}
     (kh, kd), (vh, vd) = spec.keys, spec.values
     if spec.kind == "plain":
         return {

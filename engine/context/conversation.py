@@ -14,6 +14,7 @@ from engine.context.checkpoints import Checkpoint, Checkpoints
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import History
 from engine.context.window_cache import WindowedKVCache
+from engine.types import KVQuantization
 
 MIN_INITIAL_CAPACITY = 256
 
@@ -67,8 +68,8 @@ class ConversationCache:
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
 
     @classmethod
-    def create(cls, model: Any, capacity: int) -> "ConversationCache":
-        return cls(layers=kinds.make_layers(model, capacity))
+    def create(cls, model: Any, capacity: int, quant: KVQuantization | None = None) -> "ConversationCache":
+        return cls(layers=kinds.make_layers(model, capacity, quant))
 
     @property
     def offset(self) -> int:
@@ -82,8 +83,8 @@ class ConversationCache:
     def capacity(self) -> int:
         """Positions reserved by the first growing layer (the tokens held if there is none)."""
         for c in self.leaves():
-            if isinstance(c, ContiguousAttentionKVCache) and not isinstance(c, WindowedKVCache):
-                return c.max_seq_len
+            if kinds.trims_exactly(c) and not isinstance(c, WindowedKVCache):
+                return int(c.max_seq_len)
         return len(self.token_ids)
 
     @property

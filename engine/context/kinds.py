@@ -19,8 +19,13 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache
 
 from engine.context.kv_cache import ContiguousAttentionKVCache
+from engine.context.quantized_cache import QuantizedContiguousKVCache
 from engine.context.window_cache import WindowedKVCache
-from engine.errors import ModelError
+from engine.errors import ChinwagError, ModelError
+from engine.types import KVQuantization
+
+# Families whose KVCache holds a latent (kv_lora_rank) and a rope key read by their own attention.
+LATENT_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "minicpm3", "kimi_k2"})
 
 
 class UnsupportedCache(ModelError):
@@ -32,16 +37,20 @@ def family_of(model: Any) -> str:
     return str(getattr(args, "model_type", None) or type(model).__module__.rsplit(".", 1)[-1])
 
 
-def make_layers(model: Any, capacity: int) -> list:
-    """The model's per-layer caches as Chinwag keeps them (see the module's docstring)."""
+def make_layers(model: Any, capacity: int, quant: KVQuantization | None = None) -> list:
+    """The model's per-layer caches as Chinwag keeps them (see the module's docstring); with
+    `quant`, plain attention layers are stored quantized (latent ones never)."""
     from mlx_lm.models.cache import make_prompt_cache
 
     family = family_of(model)
-    return [_convert(c, capacity, family) for c in make_prompt_cache(model)]
+    quant = None if family in LATENT_FAMILIES else quant
+    return [_convert(c, capacity, family, quant) for c in make_prompt_cache(model)]
 
 
-def _convert(cache: Any, capacity: int, family: str) -> Any:
+def _convert(cache: Any, capacity: int, family: str, quant: KVQuantization | None) -> Any:
     kind = type(cache)
+    if kind is KVCache and quant is not None:
+        return QuantizedContiguousKVCache(quant.bits, quant.group_size, capacity)
     if kind is KVCache:
         return ContiguousAttentionKVCache(max_seq_len=capacity)
     if kind is RotatingKVCache and cache.keep == 0:
@@ -49,16 +58,27 @@ def _convert(cache: Any, capacity: int, family: str) -> Any:
     if isinstance(cache, ArraysCache):
         return cache
     if kind is CacheList:
-        return CacheList(*(_convert(c, capacity, family) for c in cache.caches))
+        return CacheList(*(_convert(c, capacity, family, quant) for c in cache.caches))
     detail = f" keeping {cache.keep} tokens" if kind is RotatingKVCache else ""
     raise UnsupportedCache(
         f"{family} models are not supported yet: their {kind.__name__}{detail} cache is not one Chinwag keeps"
     )
 
 
-def check_model(model: Any) -> None:
-    """Refuse a model whose caches Chinwag cannot keep, before any turn (UnsupportedCache)."""
-    make_layers(model, 1)
+def check_model(model: Any, quant: KVQuantization | None = None) -> None:
+    """Refuse a model whose caches Chinwag cannot keep, before any turn (UnsupportedCache); with
+    `quant`, also one whose attention cannot read a quantized cache (a one-token graph, not computed)."""
+    layers = make_layers(model, 1, quant)
+    if quant is None or not any(isinstance(c, QuantizedContiguousKVCache) for c in leaves(layers)):
+        return
+    try:
+        model(mx.array([[0]], dtype=mx.int32), cache=layers)
+    except ChinwagError:
+        raise
+    except (ValueError, TypeError) as e:  # mlx-lm's quantized attention: no sinks, shapes
+        raise UnsupportedCache(
+            f"{family_of(model)} models cannot use a quantized KV cache ({quant.label}): {e}"
+        ) from None
 
 
 def leaves(layers: list) -> Iterator[Any]:
@@ -68,6 +88,11 @@ def leaves(layers: list) -> Iterator[Any]:
             yield from leaves(list(c.caches))
         else:
             yield c
+
+
+def trims_exactly(leaf: Any) -> bool:
+    """Attention caches trim any few tokens back (a window within its reserve); recurrent state cannot."""
+    return isinstance(leaf, (ContiguousAttentionKVCache, QuantizedContiguousKVCache))
 
 
 def held_back(leaf: Any) -> bool:
@@ -124,6 +149,8 @@ def arrays(leaf: Any) -> list:
     """The arrays a leaf holds now (to evaluate them)."""
     if isinstance(leaf, ArraysCache):
         return [a for a in leaf.cache if a is not None]
+    if isinstance(leaf, QuantizedContiguousKVCache):
+        return [*leaf.keys, *leaf.values] if leaf.shaped else []
     return [leaf.keys, leaf.values]
 
 

@@ -28,7 +28,6 @@ from engine.context import cache_file
 from engine.context.cache_file import CacheLayout, Snapshot, UnusableCache
 from engine.context.cache_writer import CacheWriter, Job
 from engine.context.conversation import ConversationCache
-from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
 from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
 from engine.types import MemoryReport
@@ -353,7 +352,5 @@ def _unlink(path: Path) -> None:
 def _file_bytes(cache: ConversationCache) -> int:
     """About what a saved cache takes on disk: the valid prefix of every layer, and its ids."""
     n = len(cache.token_ids)
-    held = sum(
-        c.bytes_per_token * c.held if isinstance(c, ContiguousAttentionKVCache) else c.nbytes for c in cache.leaves()
-    )
+    held = sum(c.bytes_per_token * c.held if hasattr(c, "bytes_per_token") else c.nbytes for c in cache.leaves())
     return held + cache.checkpoints.nbytes + 8 * n

@@ -19,6 +19,7 @@ from engine.types import (
     BackgroundPrefill,
     ForkedCache,
     GenerationParams,
+    KVQuantization,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -85,8 +86,9 @@ class LocalBackend:
         memory_budget_bytes: int | None = None,
         idle_work: bool = IDLE_WORK,
         save_seconds: float | None = None,
+        kv_quantization: KVQuantization | None = None,
     ) -> None:
-        self._options = (kv_initial_capacity, memory_budget_bytes)
+        self._options = (kv_initial_capacity, memory_budget_bytes, kv_quantization)
         self.idle_work = idle_work
         self.save_seconds = save_seconds
         # The background job (a draft's prefill, the next window) and the event that cancels it.

@@ -28,6 +28,7 @@ from engine.types import (
     LOADED_STAGE,
     FinishReason,
     GenerationParams,
+    KVQuantization,
     LoadProgress,
     ModelInfo,
     PrefillProgress,
@@ -69,8 +70,14 @@ ONE_MESSAGE = {"role": "user", "content": "hi"}
 
 
 class Session:
-    def __init__(self, kv_initial_capacity: int | None = None, memory_budget_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        kv_initial_capacity: int | None = None,
+        memory_budget_bytes: int | None = None,
+        kv_quantization: KVQuantization | None = None,
+    ) -> None:
         self.kv_initial_capacity = kv_initial_capacity
+        self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
         # mlx-lm's model and tokenizer (untyped); None until a model loads.
         self.model: Any = None
@@ -96,13 +103,13 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
-        kinds.check_model(model)  # a cache kind Chinwag does not keep: refused here, not mid-turn
+        kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
-        self.caches.set_model(str(path), layout_of(model, self.context_length))
+        self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
         report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
 
@@ -185,7 +192,7 @@ class Session:
         capacity = self.kv_initial_capacity or initial_capacity(
             len(turn.prompt_ids) + params.max_tokens, turn.context_limit
         )
-        conv = ConversationCache.create(self.model, capacity)
+        conv = ConversationCache.create(self.model, capacity, self.kv_quantization)
         conv.history = history
         self.caches.put(conv_id, conv)
         return conv

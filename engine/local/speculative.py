@@ -25,7 +25,6 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from engine.context import kinds
 from engine.context.conversation import ConversationCache
-from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.errors import ChinwagError
 from engine.local.decoding import TokenSampler, plain_step
 from engine.local.text_lookup import TextLookup
@@ -666,4 +665,4 @@ def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name:
 def can_speculate(layers: list) -> bool:
     """Attention caches trim a rejected draft back exactly (a window within its reserve, which
     outlasts any draft); recurrent state cannot go back a token."""
-    return all(isinstance(c, ContiguousAttentionKVCache) for c in kinds.leaves(layers))
+    return all(kinds.trims_exactly(c) for c in kinds.leaves(layers))
