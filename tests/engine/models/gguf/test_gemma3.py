@@ -201,3 +201,64 @@ def test_the_engine_loads_it_and_replies(folder, chinwag_home):
     assert stats.prompt_ids[-3:] == (105, 4368, 107)  # <start_of_turn>model\n
     assert 0 < stats.generated_tokens <= 6
     assert "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def test_a_chat_past_its_window_is_exact_reused_and_restored(folder, tmp_path, chinwag_home):
+    """Gemma's real weights with its window cut to 32 (512 costs minutes on this CPU; figure 17 reads
+    2K tokens through the real one): 3 turns past the window, a regenerate, a restart."""
+    import asyncio
+
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    from engine import Engine, GenerationParams, TextDelta, TurnStats
+    from engine.local.loading import load
+
+    narrow = tmp_path / "gemma-narrow"
+    shutil.copytree(folder, narrow)
+    config = json.loads((narrow / "config.json").read_text())
+    (narrow / "config.json").write_text(json.dumps({**config, "sliding_window": 32}))
+    params = GenerationParams(temperature=0.0, max_tokens=6)
+
+    async def turn(engine, messages):
+        stats, text = None, ""
+        async for ev in engine.chat("g", messages, params):
+            if isinstance(ev, TurnStats):
+                stats = ev
+            elif isinstance(ev, TextDelta):
+                text += ev.text
+        assert stats is not None and not stats.error
+        return text, stats
+
+    async def body():
+        engine, turns, messages = Engine(idle_work=False), [], []
+        await engine.load_model(str(narrow))
+        for q in PARAGRAPH.split(". ")[:3]:
+            messages.append({"role": "user", "content": q})
+            text, stats = await turn(engine, messages)
+            turns.append(stats)
+            messages.append({"role": "assistant", "content": text})
+        turns.append((await turn(engine, messages[:-1]))[1])  # regenerate
+        await engine.close()
+        engine = Engine(idle_work=False)
+        await engine.load_model(str(narrow))
+        turns.append((await turn(engine, messages + [{"role": "user", "content": "Thanks."}]))[1])
+        await engine.close()
+        return turns
+
+    turns = asyncio.run(body())
+    first, second, third, regenerate, restarted = turns
+    assert len(third.prompt_ids) > 2 * 32  # past the window
+    for prev, stats in ((first, second), (second, third)):
+        assert stats.reused_tokens == len(prev.prompt_ids) + len(prev.reply_ids)
+    assert regenerate.reused_tokens == len(regenerate.prompt_ids) - 1
+    assert restarted.reused_tokens >= len(third.prompt_ids) + len(third.reply_ids)
+    assert regenerate.reply_ids == third.reply_ids  # greedy, from the same prompt
+    model, tokenizer = load(narrow)
+    for stats in (third, restarted):  # the turns past the window, with and without the restored cache
+        expected = []
+        for tok, _ in generate_step(mx.array(stats.prompt_ids), model, max_tokens=6):
+            expected.append(int(tok))
+            if int(tok) in tokenizer.eos_token_ids:
+                break
+        assert list(stats.reply_ids) == expected
