@@ -39,16 +39,21 @@ class Engine:
         idle_work: bool = IDLE_WORK,
         save_seconds: float | None = None,
         kv_quantization: KVQuantization | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         """`save_seconds`: how long close() may spend saving caches (None: the window's short default,
         engine/context/memory.py; the most recent one is saved whatever the time). `kv_quantization`:
-        store plain attention layers' caches quantized (`--kv-bits`); None: at full precision."""
+        store plain attention layers' caches quantized (`--kv-bits`); None: at full precision.
+        `memory_limit_bytes`: the memory a model may need (`--memory-limit`); a model whose weights and a
+        short chat need more is refused before its weights are read. None: what this machine has available."""
         if kv_initial_capacity is not None and not 1 <= kv_initial_capacity <= MAX_KV_INITIAL_CAPACITY:
             raise ChinwagError(
                 f"the initial KV capacity must be from 1 to {MAX_KV_INITIAL_CAPACITY} positions, got {kv_initial_capacity}"
             )
         # The engine thread: it runs local models, imports GGUFs, and keeps every local cache.
-        self._local = LocalBackend(kv_initial_capacity, memory_budget_bytes, idle_work, save_seconds, kv_quantization)
+        self._local = LocalBackend(
+            kv_initial_capacity, memory_budget_bytes, idle_work, save_seconds, kv_quantization, memory_limit_bytes
+        )
         self._backend: Backend = self._local  # the current model's: local, or a server's
         self._stops: dict[str, StopSignal] = {}
         self._generating = 0

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.cli import fit
 from app.cli.parser import OneLineParser
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
@@ -86,6 +87,7 @@ def _add_sampling(p: argparse.ArgumentParser, defaults: GenerationParams) -> Non
         default=None,
         help="KV cache positions reserved per conversation at first (default: sized to the chat)",
     )
+    fit.add_flags(p)
     p.add_argument(
         "--no-speculative",
         action="store_true",
@@ -150,7 +152,7 @@ async def _chat(args: argparse.Namespace) -> int:
 
     pending = documents.read_all(args.attach)  # bad files fail here, before the model loads
     indexes: list = []  # documents too big for the context: every question picks passages from them
-    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity, **fit.engine_options(args))
     # Saved like the window's chats (and its cache kept, so the window resumes it), unless --no-save.
     saved = None if args.no_save else TerminalChat(args.system)
     conv = "cli"
@@ -434,7 +436,7 @@ def load_script(path: str) -> dict:
 
 async def _replay(args: argparse.Namespace) -> int:
     script = load_script(args.script)
-    engine = Engine(kv_initial_capacity=args.kv_initial_capacity)
+    engine = Engine(kv_initial_capacity=args.kv_initial_capacity, **fit.engine_options(args))
     try:
         await engine.load_model(args.model)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []

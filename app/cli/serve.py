@@ -6,6 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from app.cli import fit
+
 if TYPE_CHECKING:
     from app.server.run import ApiServer
 
@@ -36,6 +38,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="answer requests whose Host is NAME too (a proxy's or a machine's name; *.example.com; others get 421)",
     )
+    fit.add_flags(p)
     p.set_defaults(func=lambda a: asyncio.run(_serve(a)))
 
 
@@ -60,11 +63,12 @@ async def _serve(args: argparse.Namespace) -> int:
         allowed_hosts=tuple(args.allowed_host),
     )
     check_config(config)  # before the model loads: a refused address fails at once
+    options = fit.engine_options(args)  # bad --kv-bits or --memory-limit: one line, before anything starts
 
     def ready(server: "ApiServer") -> None:
         model = server.engine.current_model
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
 
-    await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S), ready)
+    await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S, **options), ready)
     print("stopped; caches saved", file=sys.stderr)
     return 0

@@ -87,8 +87,9 @@ class LocalBackend:
         idle_work: bool = IDLE_WORK,
         save_seconds: float | None = None,
         kv_quantization: KVQuantization | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
-        self._options = (kv_initial_capacity, memory_budget_bytes, kv_quantization)
+        self._options = (kv_initial_capacity, memory_budget_bytes, kv_quantization, memory_limit_bytes)
         self.idle_work = idle_work
         self.save_seconds = save_seconds
         # The background job (a draft's prefill, the next window) and the event that cancels it.

@@ -23,7 +23,7 @@ from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
 from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
-from engine.models import registry
+from engine.models import fit, registry
 from engine.types import (
     LOADED_STAGE,
     FinishReason,
@@ -75,8 +75,10 @@ class Session:
         kv_initial_capacity: int | None = None,
         memory_budget_bytes: int | None = None,
         kv_quantization: KVQuantization | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         self.kv_initial_capacity = kv_initial_capacity
+        self.memory_limit_bytes = memory_limit_bytes  # what a model may take (None: what is available)
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
         # mlx-lm's model and tokenizer (untyped); None until a model loads.
@@ -102,6 +104,8 @@ class Session:
             report(LoadProgress(f"Importing the model (first time only): {stage}", p.done, p.total))
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
+        # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
+        fit.plan(path, self.memory_limit_bytes, self.kv_quantization, info.name or info.id).check(self.kv_quantization)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
         # Only a model that loaded replaces the current one.

@@ -1,0 +1,222 @@
+"""Whether a model fits this machine, from its folder alone: no weight is read and MLX is not
+imported (`plan(folder, limit)` reads config.json and the safetensors headers).
+
+What a model needs here: its weights as this machine's load path holds them (on the CPU backend
+engine/local/loading.py casts float16/bfloat16 to float32 and engine/local/blas.py may run a small
+quantized model dequantized to float32), a KV cache per token, and a working reserve. The limit is
+`--memory-limit` / `CHINWAG_MEMORY_LIMIT`, else on Metal the recommended working set, elsewhere the
+memory available now."""
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ChinwagError
+from engine.types import KVQuantization
+
+MINIMAL_CHAT_TOKENS = 2048  # the smallest chat worth loading a model for
+RESERVE_BYTES = 256 << 20  # activations, the tokenizer, the interpreter: a working reserve
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "U32": 4,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "TIB": 1 << 40,
+}
+
+
+def ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def parse_memory_limit(text: str, where: str) -> int:
+    """`6GB`, `6144MB`, `6GiB`, or `70%` of RAM, in bytes; a ChinwagError naming `where` otherwise."""
+    value = text.strip()
+    bad = ChinwagError(
+        f"{where} must be a size such as 6GB, 6144MB or 6GiB, or a share of RAM such as 70%, got {text!r}"
+    )
+    if value.endswith("%"):
+        try:
+            share = float(value[:-1])
+        except ValueError:
+            raise bad from None
+        if not 0 < share <= 100:
+            raise ChinwagError(f"{where} must be a share of RAM above 0% and at most 100%, got {text!r}")
+        return int(ram_bytes() * share / 100)
+    match = _SIZE.match(value)
+    if not match:
+        raise bad
+    n = int(float(match.group(1)) * _UNITS[(match.group(2) or "B").upper()])
+    if n <= 0:
+        raise ChinwagError(f"{where} must be more than 0 bytes, got {text!r}")
+    return n
+
+
+def available_bytes() -> int:
+    """The memory this machine can give a model now: Metal's recommended working set on macOS,
+    else MemAvailable from /proc/meminfo, else the physical RAM."""
+    if sys.platform == "darwin":
+        try:
+            import mlx.core as mx  # only on macOS, where Metal says what a process may use
+
+            return int(mx.metal.device_info()["max_recommended_working_set_size"])
+        except Exception:  # noqa: BLE001 - no Metal (an Intel Mac): fall back to the RAM
+            return ram_bytes()
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return ram_bytes()
+
+
+def _on_cpu_float32() -> bool:
+    """Whether this machine's load path casts floats to float32 (the CPU backend: not Apple silicon)."""
+    from engine.local.loading import CPU_FLOAT32_ENV
+
+    return (
+        not (sys.platform == "darwin" and os.uname().machine == "arm64") and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
+    )
+
+
+def weight_bytes(folder: Path, config: dict) -> int:
+    """The bytes the folder's weights take once loaded here, from the safetensors headers."""
+    from engine.local import blas
+    from engine.models.folders import _safetensors_header
+
+    float32 = _on_cpu_float32()
+    bits = int((config.get("quantization") or {}).get("bits", 0) or 0)
+    loaded = dequantized = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        header, why = _safetensors_header(path)
+        if header is None:
+            raise ChinwagError(f"cannot size the model in {folder}: {why}")
+        for name, v in header.items():
+            if name == "__metadata__" or not isinstance(v, dict):
+                continue
+            count = 1
+            for d in v.get("shape", []):
+                count *= int(d)
+            size = DTYPE_BYTES.get(v.get("dtype", ""), 4)
+            is_float = v.get("dtype") in ("F16", "BF16", "F32")
+            loaded += count * (4 if float32 and is_float else size)
+            if name.endswith((".scales", ".biases")) and bits:
+                continue  # gone once dequantized
+            if v.get("dtype") == "U32" and bits:
+                dequantized += count * (32 // bits) * 4
+            else:
+                dequantized += count * (4 if is_float else size)
+    choice = os.environ.get(blas.DEQUANTIZE_ENV, "")
+    if float32 and bits and choice != "0":
+        if choice == "1" or dequantized <= ram_bytes() * blas.DEQUANTIZE_MAX_RAM_FRACTION:
+            return dequantized  # as loading.py runs it with OpenBLAS (at most this)
+    return loaded
+
+
+def _text_config(config: dict) -> dict:
+    return {**config, **(config.get("text_config") or {})}
+
+
+def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool) -> tuple[float, int]:
+    """(bytes per token of the layers that keep every token, fixed bytes: windows at their length
+    and recurrent state), for a chat of any length."""
+    c = _text_config(config)
+    layers = int(c.get("num_hidden_layers", 0) or 0)
+    heads = int(c.get("num_attention_heads", 1) or 1)
+    kv_heads = int(c.get("num_key_value_heads", heads) or heads)
+    head_dim = int(c.get("head_dim") or (int(c.get("hidden_size", 0) or 0) // heads))
+    dtype = 4 if float32 else 2
+    per_value = kv.bits / 8 + 2 * dtype / kv.group_size if kv else dtype
+    per_layer = 2 * kv_heads * head_dim * per_value
+    window = int(c.get("sliding_window", 0) or 0)
+    kinds = c.get("layer_types") or []
+    if not kinds and window and c.get("sliding_window_pattern"):
+        pattern = int(c["sliding_window_pattern"])
+        kinds = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
+    full = sum(1 for k in kinds if "full" in k or k == "attention") if kinds else layers
+    sliding = sum(1 for k in kinds if "sliding" in k) if kinds else 0
+    recurrent = max(0, len(kinds) - full - sliding) if kinds else 0
+    state = recurrent * int(c.get("hidden_size", 0) or 0) * 4 * dtype  # a rough fixed state per layer
+    return full * per_layer, int(sliding * min(window or 0, 1 << 20) * 2 * kv_heads * head_dim * dtype + state)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    weights: int  # bytes, as loaded here
+    per_token: float  # bytes of cache per token
+    fixed: int  # cache bytes whatever the length (windows, recurrent state)
+    reserve: int
+    limit: int
+
+    def needs(self, tokens: int) -> int:
+        return int(self.weights + self.reserve + self.fixed + self.per_token * tokens)
+
+    @property
+    def longest_context(self) -> int:
+        room = self.limit - self.weights - self.reserve - self.fixed
+        return max(0, int(room // self.per_token)) if self.per_token else (1 << 40 if room >= 0 else 0)
+
+    def check(self, kv: KVQuantization | None) -> None:
+        """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
+        need = self.needs(MINIMAL_CHAT_TOKENS)
+        if need <= self.limit:
+            return
+        hint = "a smaller model, " + ("fewer --kv-bits" if kv else "--kv-bits 8 or 4") + ", or a higher --memory-limit"
+        raise ChinwagError(
+            f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}"
+            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}; try {hint}"
+        )
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None, name: str = "") -> Plan:
+    """What the model in `folder` needs here against `limit` (None: this machine's available memory)."""
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ChinwagError(f"cannot read {folder / 'config.json'}: {e}") from e
+    if not isinstance(config, dict):
+        raise ChinwagError(f"{folder / 'config.json'} is not a JSON object")
+    per_token, fixed = cache_bytes_per_token(config, kv, _on_cpu_float32())
+    return Plan(
+        name or folder.name,
+        weight_bytes(folder, config),
+        per_token,
+        fixed,
+        RESERVE_BYTES,
+        available_bytes() if limit is None else limit,
+    )

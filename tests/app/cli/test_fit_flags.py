@@ -1,0 +1,101 @@
+"""`--kv-bits`, `--kv-group-size` and `--memory-limit` on chat, replay and serve, through the CLI's main()."""
+
+import json
+
+import pytest
+
+from app.cli.main import main
+from tests.tiny_model import CONFIG, build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def wide_heads_path(tmp_path_factory):
+    """The tiny llama with head dim 64, which every KV group size divides."""
+    return build_tiny_model(tmp_path_factory.mktemp("wide-heads"), config=dict(CONFIG, head_dim=64))
+
+
+def _script(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"system": "", "turns": ["hello there", "more"]}))
+    return script
+
+
+def _error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_replay_with_4_bit_kv_runs_on_a_model_whose_head_dim_fits(wide_heads_path, tmp_path, capsys):
+    code = main(
+        ["replay", str(_script(tmp_path)), "--model", str(wide_heads_path), "--max-tokens", "3", "--kv-bits", "4"]
+    )
+    assert code == 0
+    assert [json.loads(line)["turn"] for line in capsys.readouterr().out.splitlines()] == [0, 1]
+
+
+def test_replay_with_8_bit_kv_and_groups_of_32_runs(wide_heads_path, tmp_path, capsys):
+    argv = ["replay", str(_script(tmp_path)), "--model", str(wide_heads_path), "--max-tokens", "2"]
+    assert main([*argv, "--kv-bits", "8", "--kv-group-size", "32"]) == 0
+
+
+@pytest.mark.parametrize("command", ["chat", "replay", "serve"])
+def test_seven_kv_bits_is_one_line_and_exit_2(command, tmp_path, capsys):
+    extra = [str(_script(tmp_path)), "--model", "x"] if command == "replay" else []
+    assert main([command, *extra, "--kv-bits", "7"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "--kv-bits" in lines[0] and "7" in lines[0]
+
+
+def test_a_group_size_no_head_divides_is_refused_in_one_line(wide_heads_path, tmp_path, capsys):
+    argv = [
+        "replay",
+        str(_script(tmp_path)),
+        "--model",
+        str(wide_heads_path),
+        "--kv-bits",
+        "4",
+        "--kv-group-size",
+        "48",
+    ]
+    assert main(argv) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "--kv-group-size" in lines[0]
+
+
+def test_kv_bits_on_the_tiny_models_head_dim_16_is_refused_in_one_line(tiny_model_path, tmp_path, capsys):
+    argv = ["replay", str(_script(tmp_path)), "--model", str(tiny_model_path), "--kv-bits", "4"]
+    assert main(argv) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "error" in lines[0]
+
+
+def test_a_group_size_without_kv_bits_is_refused(tmp_path, capsys):
+    assert main(["replay", str(_script(tmp_path)), "--model", "x", "--kv-group-size", "32"]) == 2
+    assert "--kv-bits" in _error_lines(capsys)[0]
+
+
+@pytest.mark.parametrize("value", ["banana", "-1GB", "0", "0%", "150%"])
+@pytest.mark.parametrize("command", ["chat", "replay", "serve"])
+def test_a_bad_memory_limit_is_one_line_and_exit_2(command, value, tmp_path, capsys):
+    extra = [str(_script(tmp_path)), "--model", "x"] if command == "replay" else []
+    assert main([command, *extra, f"--memory-limit={value}"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "--memory-limit" in lines[0] and value in lines[0]
+
+
+def test_a_bad_memory_limit_in_the_environment_names_the_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CHINWAG_MEMORY_LIMIT", "banana")
+    assert main(["replay", str(_script(tmp_path)), "--model", "x"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "CHINWAG_MEMORY_LIMIT" in lines[0]
+
+
+def test_a_model_that_does_not_fit_the_limit_is_refused_naming_it(tiny_model_path, tmp_path, capsys):
+    argv = ["replay", str(_script(tmp_path)), "--model", str(tiny_model_path), "--memory-limit", "1MB"]
+    assert main(argv) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "does not fit" in lines[0] and "--kv-bits" in lines[0] and "--memory-limit" in lines[0]
+
+
+def test_the_tiny_model_runs_under_a_1GB_limit(tiny_model_path, tmp_path, capsys):
+    argv = ["replay", str(_script(tmp_path)), "--model", str(tiny_model_path), "--max-tokens", "2"]
+    assert main([*argv, "--memory-limit", "1GB"]) == 0
