@@ -324,6 +324,7 @@ class TurnStats:
     # Speculative decoding: tokens drafted, and how many of them the model accepted.
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    speculation_off: str = ""  # why speculation was off although asked for (this model's cache cannot go back)
     # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
     tool_calls: tuple = ()
     tool_text: str = ""  # the reply's text outside its tool-call blocks (what an API client shows as content)

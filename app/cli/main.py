@@ -490,6 +490,7 @@ async def _replay(args: argparse.Namespace) -> int:
                         "error": stats.error,
                         "drafted_tokens": stats.drafted_tokens,
                         "accepted_tokens": stats.accepted_tokens,
+                        "speculation_off": stats.speculation_off,
                         "attachment_tokens": attachment_tokens,
                     }
                 ),

@@ -37,6 +37,7 @@ from engine.types import FinishReason, GenerationParams, TextDelta, TurnStats
 PREFILL_FIRST_STEP = 32
 PREFILL_MAX_STEP = 512
 PREFILL_CHUNK_SECONDS = 0.25
+SPECULATION_OFF = "speculative decoding is off for this model: its recurrent state cannot go back a rejected draft"
 
 
 @dataclass
@@ -317,4 +318,5 @@ def run_turn(
         error=error,
         drafted_tokens=spec.drafted if spec else 0,
         accepted_tokens=spec.accepted if spec else 0,
+        speculation_off=SPECULATION_OFF if spec is None and speculation_enabled(params, drafter) else "",
     )

@@ -113,4 +113,6 @@ def test_an_evicted_cache_is_restored_whole(family):
 def test_recurrent_families_do_not_speculate(family):
     name, script, _, _ = family
     if name in RECURRENT:
-        assert all(s.drafted_tokens == 0 for s in _all_turns(script))
+        assert all(s.drafted_tokens == 0 and "recurrent state" in s.speculation_off for s in _all_turns(script))
+    else:
+        assert all(not s.speculation_off for s in _all_turns(script))

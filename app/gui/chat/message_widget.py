@@ -106,7 +106,8 @@ def format_speculation(stats) -> str:
     """The stats tooltip's line on speculative decoding: drafted tokens the model accepted."""
     drafted = stat(stats, "drafted_tokens", 0) or 0
     if not drafted:
-        return ""
+        off = stat(stats, "speculation_off", "") or ""
+        return off[:1].upper() + off[1:] + "." if off else ""
     accepted = stat(stats, "accepted_tokens", 0) or 0
     return f"Speculative decoding: {accepted} of {drafted} drafted tokens accepted ({accepted / drafted:.0%})"
 
