@@ -133,6 +133,17 @@ class CatalogueDownloadDialog(DownloadDialog):
         layout.insertWidget(3, self.results, 1)
         self._query = ""
         self.setMinimumSize(640, 520)
+        self.resize(self._width_for_rows(), 560)
+
+    def _width_for_rows(self) -> int:
+        """Wide enough that every column, model names included, shows whole (within the screen)."""
+        tree = self.catalogue
+        columns = sum(
+            max(tree.sizeHintForColumn(c), tree.header().sectionSizeHint(c)) for c in range(tree.columnCount())
+        )
+        wanted = columns + tree.verticalScrollBar().sizeHint().width() + 4 * tree.frameWidth() + 48
+        screen = self.screen().availableGeometry().width() if self.screen() is not None else wanted
+        return max(640, min(wanted, screen - 40))
 
     def _tree(self, headers) -> QTreeWidget:
         tree = QTreeWidget()

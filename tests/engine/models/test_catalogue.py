@@ -329,3 +329,15 @@ def test_a_failed_download_is_said_once_in_the_open_dialog(qtbot, qloop, store, 
         "no network connection (name lookup failed)"
     ]
     dispose(qtbot, window, None)
+
+
+@pytest.mark.qt
+def test_the_dialog_opens_wide_enough_to_show_every_model_name_whole(qtbot):
+    from app.gui.models.download_dialog import NAME, CatalogueDownloadDialog
+
+    dialog = CatalogueDownloadDialog(ram_bytes=16 << 30, bandwidth=10e9, cpu=True)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    tree = dialog.catalogue
+    assert tree.columnWidth(NAME) >= tree.sizeHintForColumn(NAME)  # no name elided
