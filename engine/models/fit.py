@@ -133,10 +133,25 @@ def weight_bytes(folder: Path, config: dict) -> int:
             else:
                 dequantized += count * (4 if is_float else size)
     choice = os.environ.get(blas.DEQUANTIZE_ENV, "")
-    if float32 and bits and choice != "0":
-        if choice == "1" or dequantized <= ram_bytes() * blas.DEQUANTIZE_MAX_RAM_FRACTION:
-            return dequantized  # as loading.py runs it with OpenBLAS (at most this)
+    if not (float32 and bits) or choice == "0":
+        return loaded
+    if choice == "1" or (_has_openblas() and dequantized <= ram_bytes() * blas.DEQUANTIZE_MAX_RAM_FRACTION):
+        return dequantized  # as blas.should_dequantize decides: float32 on OpenBLAS
     return loaded
+
+
+def _has_openblas() -> bool:
+    """Whether loading.py's path here runs on OpenBLAS: loaded in this process (the engine thread
+    loads it before MLX), or, before MLX was imported, whether the system has one to load."""
+    import ctypes.util
+
+    from engine.local import blas
+
+    if blas._loaded is not None:
+        return True
+    if "mlx.core" in sys.modules or os.environ.get(blas.DISABLE_ENV, "") not in ("", "0"):
+        return False
+    return sys.platform.startswith("linux") and ctypes.util.find_library("openblas") is not None
 
 
 def _text_config(config: dict) -> dict:
