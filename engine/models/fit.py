@@ -18,6 +18,7 @@ from engine.errors import ChinwagError
 from engine.types import KVQuantization
 
 MINIMAL_CHAT_TOKENS = 2048  # the smallest chat worth loading a model for
+WINDOW_RESERVE = 64  # positions a sliding window's cache keeps behind it (engine/context/window_cache.py)
 RESERVE_BYTES = 256 << 20  # activations, the tokenizer, the interpreter: a working reserve
 DTYPE_BYTES = {
     "F64": 8,
@@ -169,6 +170,8 @@ def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool
     dtype = 4 if float32 else 2
     per_value = kv.bits / 8 + 2 * dtype / kv.group_size if kv else dtype
     per_layer = 2 * kv_heads * head_dim * per_value
+    if c.get("kv_lora_rank"):  # latent attention: one latent and a rope key per token, at full precision
+        per_layer = (int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim", 0) or 0)) * dtype
     window = int(c.get("sliding_window", 0) or 0)
     kinds = c.get("layer_types") or []
     if not kinds and window and c.get("sliding_window_pattern"):
@@ -178,7 +181,8 @@ def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool
     sliding = sum(1 for k in kinds if "sliding" in k) if kinds else 0
     recurrent = max(0, len(kinds) - full - sliding) if kinds else 0
     state = recurrent * int(c.get("hidden_size", 0) or 0) * 4 * dtype  # a rough fixed state per layer
-    return full * per_layer, int(sliding * min(window or 0, 1 << 20) * 2 * kv_heads * head_dim * dtype + state)
+    held = window + 2 * WINDOW_RESERVE if window else 0  # what a window's cache holds between writes
+    return full * per_layer, int(sliding * held * 2 * kv_heads * head_dim * dtype + state)
 
 
 @dataclass(frozen=True)
