@@ -9,11 +9,13 @@ import hashlib
 import io
 import os
 import stat
+import struct
 import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.core.sizes import format_bytes
 from app.documents import limits
@@ -223,6 +225,7 @@ def _pdf(name: str, data: bytes, progress: Progress) -> tuple[str, int]:
 
 
 def _docx(name: str, data: bytes) -> str:
+    _check_directory(name, data)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
@@ -234,31 +237,18 @@ def _docx(name: str, data: bytes) -> str:
         if "ppt/presentation.xml" in names:
             what = "a PowerPoint presentation"
         return _refuse(name, what)
+    if len(members) > limits.MAX_DOCX_MEMBERS:
+        raise ChinwagError(_too_many_members(name, len(members)))
     declared = sum(m.file_size for m in members)
-    if len(members) > limits.MAX_DOCX_MEMBERS or declared > limits.MAX_DOCX_UNCOMPRESSED:
+    if declared > limits.MAX_DOCX_UNCOMPRESSED:
         raise ChinwagError(f"{name} unpacks to {format_bytes(declared)}: too big to be a document (a zip bomb?)")
     import docx
     from docx.opc.exceptions import PackageNotFoundError
-    from docx.table import Table
     from lxml import etree
 
     try:
-        document = docx.Document(io.BytesIO(data))
-        lines = []
-        for block in document.iter_inner_content():
-            if isinstance(block, Table):
-                for row in block.rows:
-                    lines.append(" | ".join(cell.text.strip() for cell in row.cells))
-                lines.append("")
-                continue
-            text = block.text.strip()
-            style = (block.style.name if block.style is not None else "") or ""
-            if text and style.startswith("Heading"):
-                level = style.removeprefix("Heading").strip()
-                text = "#" * (int(level) if level.isdigit() else 1) + " " + text
-            elif text and style == "Title":
-                text = "# " + text
-            lines.append(text)
+        _check_parsing_cost(name, archive, members)
+        lines = _docx_lines(docx.Document(io.BytesIO(data)))
     except ChinwagError:
         raise
     except (KeyError, ValueError, EOFError, zlib.error, zipfile.BadZipFile, etree.LxmlError, PackageNotFoundError):
@@ -269,3 +259,121 @@ def _docx(name: str, data: bytes) -> str:
     if not text:
         raise ChinwagError(f"{name} has no text")
     return text
+
+
+def _docx_lines(document: Any) -> list[str]:
+    """Paragraphs (headings as Markdown) and table rows, in document order."""
+    from docx.enum.style import WD_STYLE_TYPE
+    from docx.table import Table
+
+    # A paragraph's style name, found once per style (python-docx searches every style for each paragraph:
+    # a millisecond a paragraph). As python-docx: an unknown id, or one of another type, is the default style.
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    default_name = (default.name if default is not None else "") or ""
+    styles: dict[str, str] = {}
+    for style in document.styles:
+        if style.style_id not in styles:
+            styles[style.style_id] = (style.name or "") if style.type == WD_STYLE_TYPE.PARAGRAPH else default_name
+    lines = []
+    for block in document.iter_inner_content():
+        if isinstance(block, Table):
+            for row in block.rows:
+                lines.append(" | ".join(cell.text.strip() for cell in row.cells))
+            lines.append("")
+            continue
+        text = block.text.strip()
+        style_id = block._p.style
+        style_name = styles.get(style_id, default_name) if style_id is not None else default_name
+        if text and style_name.startswith("Heading"):
+            level = style_name.removeprefix("Heading").strip()
+            text = "#" * (int(level) if level.isdigit() else 1) + " " + text
+        elif text and style_name == "Title":
+            text = "# " + text
+        lines.append(text)
+    return lines
+
+
+def _too_many_members(name: str, count: int) -> str:
+    return f"{name} holds {count:,} files: a document holds at most {limits.MAX_DOCX_MEMBERS:,} (a zip bomb?)"
+
+
+def _check_directory(name: str, data: bytes) -> None:
+    """The ZIP's own count of its members and the size of their list, checked before zipfile reads the
+    list (it makes an object per member: millions fit in a file under the size limit)."""
+    end = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 0xFFFF))
+    if end < 0 or len(data) < end + 22:
+        return  # no end record: zipfile says it is damaged
+    count, size = struct.unpack_from("<HL", data, end + 10)
+    if (count == 0xFFFF or size == 0xFFFFFFFF) and data[end - 20 : end - 16] == b"PK\x06\x07":
+        (at,) = struct.unpack_from("<Q", data, end - 12)  # the Zip64 end record: 64-bit fields
+        if data[at : at + 4] == b"PK\x06\x06" and len(data) >= at + 48:
+            count, size = struct.unpack_from("<QQ", data, at + 32)
+    if count > limits.MAX_DOCX_MEMBERS and count != 0xFFFF:
+        raise ChinwagError(_too_many_members(name, count))
+    if size > limits.MAX_DOCX_DIRECTORY_BYTES and size != 0xFFFFFFFF:
+        raise ChinwagError(f"{name} lists its files in {format_bytes(size)}: too big to be a document (a zip bomb?)")
+
+
+# The longest text node python-docx's parser takes (libxml2 without XML_PARSE_HUGE).
+_PARSER_TEXT_BYTES = 10_000_000
+_W_P = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}p"
+
+
+class _ParsingCost:
+    """What python-docx's parse of a DOCX will build, counted by the same parser with no tree: elements,
+    paragraphs, characters of text, the longest text node. Each past its limit refuses the file at once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.elements = self.paragraphs = self.chars = self.node_bytes = 0
+
+    def start(self, tag: str, attrib: object) -> None:
+        self.elements += 1
+        self.node_bytes = 0
+        if self.elements > limits.MAX_DOCX_ELEMENTS:
+            raise ChinwagError(
+                f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"
+                " (a DOCX bomb?)"
+            )
+        if tag == _W_P:
+            self.paragraphs += 1
+            if self.paragraphs > limits.MAX_DOCX_PARAGRAPHS:
+                raise ChinwagError(
+                    f"{self.name} holds more than {limits.MAX_DOCX_PARAGRAPHS:,} paragraphs: too many for a document"
+                    " (a DOCX bomb?)"
+                )
+
+    def end(self, tag: str) -> None:
+        self.node_bytes = 0
+
+    def data(self, text: str) -> None:
+        self.chars += len(text)
+        if self.chars > limits.MAX_TEXT_CHARS:
+            raise ChinwagError(f"{self.name} holds too much text: more than {limits.MAX_TEXT_CHARS:,} characters")
+        self.node_bytes += len(text.encode("utf-8", "surrogatepass"))
+        if self.node_bytes > _PARSER_TEXT_BYTES:
+            raise ChinwagError(
+                f"{self.name} holds too much text in one piece: more than {format_bytes(_PARSER_TEXT_BYTES)} in one run"
+            )
+
+    def close(self) -> None:
+        return None
+
+
+def _check_parsing_cost(name: str, archive: zipfile.ZipFile, members: list[zipfile.ZipInfo]) -> None:
+    """Stream every member through python-docx's parser with no tree built, before python-docx builds one.
+
+    A member that is not XML (an image) stops its parse at once; one that breaks midway stops there, and
+    python-docx says the file is damaged if it needs it. Either way its elements so far are counted."""
+    from lxml import etree
+
+    cost = _ParsingCost(name)
+    for member in members:
+        parser = etree.XMLParser(target=cost, remove_blank_text=True, resolve_entities=False)
+        with archive.open(member) as f:
+            try:
+                while chunk := f.read(1 << 20):
+                    parser.feed(chunk)
+                parser.close()
+            except etree.XMLSyntaxError:
+                continue

@@ -14,6 +14,13 @@ MAX_PDF_PAGES = 5_000
 # inflates a member past its declared size, so checking the declarations bounds the work.
 MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024
 MAX_DOCX_MEMBERS = 10_000
+# The list of a ZIP's members is read before any member: its size is checked first (about 100 bytes a member).
+MAX_DOCX_DIRECTORY_BYTES = MAX_DOCX_MEMBERS * 512
+# What parsing a DOCX's XML may build (python-docx keeps a tree of every part it reads), counted first by a
+# streaming parse that builds nothing. At these limits extraction peaks near 350 MB and takes about 15 s on
+# a slow CPU; a 1,000-page report holds some 30,000 paragraphs and well under a million elements.
+MAX_DOCX_ELEMENTS = 2_000_000
+MAX_DOCX_PARAGRAPHS = 200_000
 # Files attached to one message.
 MAX_FILES_PER_MESSAGE = 20
 # Originals kept in <data>/attachments/ (app/documents/originals.py): the oldest go first past this.

@@ -87,6 +87,63 @@ def write_zip_bomb_docx(path: Path, source: Path, inflated: int) -> Path:
     return path
 
 
+def _with_body(path: Path, source: Path, write_body) -> Path:
+    """A copy of a real DOCX whose document.xml body is what `write_body(f)` streams (never all in memory)."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for item in src.infolist():
+            if item.filename != "word/document.xml":
+                out.writestr(item, src.read(item))
+                continue
+            head, _, tail = src.read(item).partition(b"<w:body>")
+            with out.open("word/document.xml", "w", force_zip64=True) as f:
+                f.write(head + b"<w:body>")
+                write_body(f)
+                f.write(tail)
+    return path
+
+
+def write_paragraph_bomb_docx(path: Path, source: Path, declared: int) -> Path:
+    """Issue 35 item 4: `declared` bytes of empty paragraphs (<w:p/>), deflated to almost nothing."""
+
+    def body(f) -> None:
+        block = b"<w:p/>" * (1 << 17)
+        for _ in range(declared // len(block)):
+            f.write(block)
+
+    return _with_body(path, source, body)
+
+
+def write_elements_docx(path: Path, source: Path, paragraphs: int, runs: int) -> Path:
+    """`paragraphs` paragraphs of `runs` one-word runs each: many elements, few paragraphs."""
+    paragraph = b"<w:p>" + b"<w:r><w:t>word </w:t></w:r>" * runs + b"</w:p>"
+    return _with_body(path, source, lambda f: f.write(paragraph * paragraphs))
+
+
+def write_one_run_docx(path: Path, source: Path, text: str, repeat: int) -> Path:
+    """One paragraph whose one run holds `text` `repeat` times."""
+
+    def body(f) -> None:
+        f.write(b"<w:p><w:r><w:t>")
+        piece = text.encode() * max(1, (1 << 20) // len(text.encode()))
+        left = repeat * len(text.encode())
+        while left > 0:
+            f.write(piece[:left])
+            left -= len(piece)
+        f.write(b"</w:t></w:r></w:p>")
+
+    return _with_body(path, source, body)
+
+
+def write_many_members_docx(path: Path, source: Path, count: int) -> Path:
+    """A real DOCX plus `count` empty members: a list of members far longer than a document's."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as out:
+        for item in src.infolist():
+            out.writestr(item, src.read(item))
+        for i in range(count):
+            out.writestr(f"word/media/m{i}", b"")
+    return path
+
+
 # Every bad input of issue 16, each with the one line it must get (a regex anchored at the start).
 BAD_INPUTS = [
     "encrypted",

@@ -15,7 +15,11 @@ from tests.app.documents.files import (
     png_bytes,
     write_cyclic_pdf,
     write_docx,
+    write_elements_docx,
     write_encrypted_pdf,
+    write_many_members_docx,
+    write_one_run_docx,
+    write_paragraph_bomb_docx,
     write_pdf,
     write_scanned_pdf,
     write_zip_bomb_docx,
@@ -107,6 +111,88 @@ def test_docx_zip_bomb_refused_before_unpacking(tmp_path, monkeypatch):
     assert path.stat().st_size < 1 << 20
     with pytest.raises(ChinwagError, match=r"^bomb\.docx unpacks to .*zip bomb"):
         extract(path)
+
+
+def test_docx_paragraph_bomb_is_refused_within_a_memory_bound(tmp_path):
+    """Issue 35 item 4: 262 MB of empty paragraphs, under the unpacked limit, built a tree of ~40M elements
+    (3 GB); the paragraphs are counted by a parse that builds nothing, and the file refused early."""
+    from tests.app.documents.bounded import extract_bounded
+
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_paragraph_bomb_docx(tmp_path / "paras.docx", source, 262_000_000)
+    assert path.stat().st_size < 1 << 20
+    result = extract_bounded(path, max_bytes=2 << 30)
+    assert result["line"] == (
+        f"paras.docx holds more than {limits.MAX_DOCX_PARAGRAPHS:,} paragraphs: too many for a document (a DOCX bomb?)"
+    )
+    assert result["peak"] < 300 << 20
+
+
+def test_docx_elements_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_DOCX_ELEMENTS", 5_000)
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_elements_docx(tmp_path / "runs.docx", source, paragraphs=100, runs=40)
+    with pytest.raises(ChinwagError, match=r"^runs\.docx holds more than 5,000 XML elements: too costly"):
+        extract(path)
+
+
+def test_docx_with_too_many_members_says_so(tmp_path, monkeypatch):
+    """It said "unpacks to 932 B: too big to be a document": the member count is what is over its limit."""
+    monkeypatch.setattr(limits, "MAX_DOCX_MEMBERS", 100)
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_many_members_docx(tmp_path / "many.docx", source, 200)
+    with pytest.raises(
+        ChinwagError, match=r"^many\.docx holds 2\d\d files: a document holds at most 100 \(a zip bomb\?\)$"
+    ):
+        extract(path)
+
+
+def test_docx_member_list_is_checked_before_zipfile_reads_it(tmp_path):
+    """400,000 members: zipfile made an object for each (300 MB) before the count was checked."""
+    import tracemalloc
+
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_many_members_docx(tmp_path / "many.docx", source, 100_000)
+    data = path.read_bytes()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChinwagError):
+            extract_bytes("many.docx", data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def test_docx_with_one_huge_run_is_too_big_not_damaged(tmp_path):
+    """250 MB in one run said "damaged" (the XML parser's limit on one text node): it is too much text."""
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_one_run_docx(tmp_path / "run.docx", source, "word ", 2_400_000)
+    with pytest.raises(ChinwagError, match=r"^run\.docx holds too much text: more than 8,000,000 characters$"):
+        extract(path)
+
+
+def test_docx_run_longer_than_the_parser_takes_says_so(tmp_path):
+    """Under the characters limit but over the parser's 10 MB for one text node (three bytes a character)."""
+    source = write_docx(tmp_path / "plain.docx", "T", ["text"])
+    path = write_one_run_docx(tmp_path / "cjk.docx", source, "文字", 1_800_000)
+    with pytest.raises(
+        ChinwagError, match=r"^cjk\.docx holds too much text in one piece: more than [\d.]+ MB in one run$"
+    ):
+        extract(path)
+
+
+@pytest.mark.timing
+def test_docx_paragraph_styles_cost_little(tmp_path):
+    """python-docx looked each paragraph's style up among all the styles (a millisecond a paragraph):
+    100,000 paragraphs took minutes. A wide bound: seconds now."""
+    import time
+
+    source = write_docx(tmp_path / "plain.docx", "Title", ["text"])
+    path = write_elements_docx(tmp_path / "long.docx", source, paragraphs=100_000, runs=1)
+    start = time.monotonic()
+    doc = extract(path)
+    assert "# Title" in doc.text.splitlines() and time.monotonic() - start < 40
 
 
 def test_huge_file_refused_before_reading(tmp_path):
