@@ -67,3 +67,27 @@ def memory_limit(args: argparse.Namespace) -> int | None:
 def engine_options(args: argparse.Namespace) -> dict:
     """The Engine's keyword arguments for these flags (checked: one line for a bad value)."""
     return {"kv_quantization": kv_quantization(args), "memory_limit_bytes": memory_limit(args)}
+
+
+def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantization | None) -> dict | None:
+    """What a local model folder needs here (`chinwag models --json`): its weights' bytes, the cache's
+    bytes per token, and the longest context that fits the limit; None when it cannot be sized."""
+    from pathlib import Path
+
+    from engine.models.fit import plan
+
+    if not path or not (Path(path) / "config.json").is_file():
+        return None  # a server's model, or one not imported yet
+    try:
+        p = plan(path, limit, kv)
+    except ChinwagError:
+        return None
+    longest = p.longest_context
+    return {
+        "weight_bytes": p.weights,
+        "cache_bytes_per_token": p.per_token,
+        "fixed_cache_bytes": p.fixed,
+        "reserve_bytes": p.reserve,
+        "memory_limit_bytes": p.limit,
+        "longest_context": min(longest, context_length) if context_length else longest,
+    }

@@ -118,7 +118,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     models = registry.list_models() + servers.server_models()
     if args.json:
-        print(json.dumps([m.to_json() for m in models], indent=2))
+        limit, kv = fit.memory_limit(args), fit.kv_quantization(args)
+        rows = [{**m.to_json(), "fit": fit.model_fit(m.path, m.context_length, limit, kv)} for m in models]
+        print(json.dumps(rows, indent=2))
         return 0
     from engine.models.gguf.header import printable
 
@@ -548,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="list the models you can pick")
     p.add_argument("--json", action="store_true")
+    fit.add_flags(p)  # --json's "fit": the longest context under this limit and KV setting
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("import", help="import a GGUF file as an MLX model")

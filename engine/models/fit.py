@@ -112,7 +112,8 @@ def weight_bytes(folder: Path, config: dict) -> int:
     from engine.models.folders import _safetensors_header
 
     float32 = _on_cpu_float32()
-    bits = int((config.get("quantization") or {}).get("bits", 0) or 0)
+    quantization = config.get("quantization") or {}
+    bits = int(quantization.get("bits", 0) or 0) if isinstance(quantization, dict) else 0
     loaded = dequantized = 0
     for path in sorted(folder.glob("*.safetensors")):
         header, why = _safetensors_header(path)
@@ -130,7 +131,9 @@ def weight_bytes(folder: Path, config: dict) -> int:
             if name.endswith((".scales", ".biases")) and bits:
                 continue  # gone once dequantized
             if v.get("dtype") == "U32" and bits:
-                dequantized += count * (32 // bits) * 4
+                own = quantization.get(name.rsplit(".", 1)[0])  # a mixed model's per-layer setting
+                layer_bits = int(own.get("bits", bits)) if isinstance(own, dict) else bits
+                dequantized += count * (32 // layer_bits) * 4
             else:
                 dequantized += count * (4 if is_float else size)
     choice = os.environ.get(blas.DEQUANTIZE_ENV, "")

@@ -99,3 +99,27 @@ def test_a_model_that_does_not_fit_the_limit_is_refused_naming_it(tiny_model_pat
 def test_the_tiny_model_runs_under_a_1GB_limit(tiny_model_path, tmp_path, capsys):
     argv = ["replay", str(_script(tmp_path)), "--model", str(tiny_model_path), "--max-tokens", "2"]
     assert main([*argv, "--memory-limit", "1GB"]) == 0
+
+
+def _listed_fit(chinwag_home, capsys, *flags):
+    build_tiny_model(chinwag_home / "models" / "tiny", config=dict(CONFIG, head_dim=64))
+    assert main(["models", "--json", *flags]) == 0
+    return next(m["fit"] for m in json.loads(capsys.readouterr().out) if m["path"].endswith("tiny"))
+
+
+def test_models_json_gives_a_local_models_weights_and_cache_per_token(chinwag_home, capsys):
+    listed = _listed_fit(chinwag_home, capsys)
+    assert listed["weight_bytes"] > 0 and listed["cache_bytes_per_token"] == 2 * 2 * 64 * 2 * 4
+
+
+def test_models_json_gives_the_longest_context_under_the_memory_limit(chinwag_home, capsys):
+    listed = _listed_fit(chinwag_home, capsys, "--memory-limit", "270MB")
+    room = 270 * 10**6 - listed["weight_bytes"] - listed["reserve_bytes"] - listed["fixed_cache_bytes"]
+    assert 0 < listed["longest_context"] == int(room // listed["cache_bytes_per_token"]) < 2048
+
+
+def test_models_json_sizes_a_quantized_cache_smaller(chinwag_home, capsys):
+    full = _listed_fit(chinwag_home, capsys)["cache_bytes_per_token"]
+    assert main(["models", "--json", "--kv-bits", "4"]) == 0
+    quantized = next(m["fit"] for m in json.loads(capsys.readouterr().out) if m["path"].endswith("tiny"))
+    assert quantized["cache_bytes_per_token"] < full / 4
