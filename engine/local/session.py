@@ -80,6 +80,7 @@ class Session:
         self.kv_initial_capacity = kv_initial_capacity
         self.memory_limit_bytes = memory_limit_bytes  # what a model may take (None: what is available)
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
+        self.budget_given = memory_budget_bytes is not None  # else sized to the limit once a model loads
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
         # mlx-lm's model and tokenizer (untyped); None until a model loads.
         self.model: Any = None
@@ -105,7 +106,8 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
-        fit.plan(path, self.memory_limit_bytes, self.kv_quantization, info.name or info.id).check(self.kv_quantization)
+        plan = fit.plan(path, self.memory_limit_bytes, self.kv_quantization, info.name or info.id)
+        plan.check(self.kv_quantization)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
         # Only a model that loaded replaces the current one.
@@ -114,6 +116,8 @@ class Session:
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
+        if self.memory_limit_bytes is not None and not self.budget_given:
+            self.caches.budget_bytes = plan.cache_budget  # what the limit leaves the caches
         report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
 

@@ -205,6 +205,13 @@ class Plan:
         room = self.limit - self.weights - self.reserve - self.fixed
         return max(0, int(room // self.per_token)) if self.per_token else (1 << 40 if room >= 0 else 0)
 
+    @property
+    def cache_budget(self) -> int:
+        """What the limit leaves every conversation's cache: the limit less the weights and the reserve."""
+        return max(
+            self.needs(MINIMAL_CHAT_TOKENS) - self.weights - self.reserve, self.limit - self.weights - self.reserve
+        )
+
     def check(self, kv: KVQuantization | None) -> None:
         """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
         need = self.needs(MINIMAL_CHAT_TOKENS)
