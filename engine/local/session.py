@@ -79,6 +79,7 @@ class Session:
     ) -> None:
         self.kv_initial_capacity = kv_initial_capacity
         self.memory_limit_bytes = memory_limit_bytes  # what a model may take (None: what is available)
+        self.weight_bytes = 0  # the loaded model's weights, as engine/models/fit.py sizes them
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.budget_given = memory_budget_bytes is not None  # else sized to the limit once a model loads
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
@@ -106,12 +107,16 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
-        plan = fit.plan(path, self.memory_limit_bytes, self.kv_quantization, info.name or info.id)
+        limit = self.memory_limit_bytes
+        if limit is None and self.model is not None:  # what is available now, plus the weights this load replaces
+            limit = fit.available_bytes() + self.weight_bytes
+        plan = fit.plan(path, limit, self.kv_quantization, info.name or info.id)
         plan.check(self.kv_quantization)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.weight_bytes = plan.weights
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
