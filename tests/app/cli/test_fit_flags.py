@@ -123,3 +123,9 @@ def test_models_json_sizes_a_quantized_cache_smaller(chinwag_home, capsys):
     assert main(["models", "--json", "--kv-bits", "4"]) == 0
     quantized = next(m["fit"] for m in json.loads(capsys.readouterr().out) if m["path"].endswith("tiny"))
     assert quantized["cache_bytes_per_token"] < full / 4
+
+
+def test_serve_refuses_a_model_over_the_limit_in_one_line_before_serving(tiny_model_path, capsys):
+    assert main(["serve", "--port", "0", "--model", str(tiny_model_path), "--memory-limit", "1MB"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "does not fit" in lines[0]
