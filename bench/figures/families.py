@@ -70,9 +70,9 @@ def history_messages(tokens: int) -> list:
 
 async def gemma_part(reps: int, history: int) -> dict | None:
     from engine import Engine, GenerationParams
-    from engine.models import registry
+    from engine.models.folders import GEMMA_ID
 
-    spec = registry.GEMMA3_ID if hasattr(registry, "GEMMA3_ID") else "gemma-3-270m"
+    spec = GEMMA_ID
     params = GenerationParams(temperature=0.0, max_tokens=8)
     messages = history_messages(history)
     sides: dict = {"cached": [], "re-read": [], "restart": []}
