@@ -225,7 +225,7 @@ def _convert(source: Path | tuple, stamp: tuple[int, int], out: Path, report: Ca
     readable = src
     report("Converting weights", 2)
     if needs_numpy_reader(header):
-        weights = read_weights(header, lambda fraction: report("Converting weights", 2 + 1.8 * fraction))
+        weights = read_weights(header, lambda fraction: report("Converting weights", 2 + 0.5 * fraction))
     else:
         readable = _writable_copy(src, out)
         try:
@@ -236,7 +236,7 @@ def _convert(source: Path | tuple, stamp: tuple[int, int], out: Path, report: Ca
     types = {t.name: t.type_name for t in header.tensors}
     weights, quant = convert_weights(weights, types, src, architecture=header.architecture)
     config = build_config(header, weights, quant)
-    _eval_with_progress(weights, lambda fraction: report("Converting weights", 3.8 + 0.2 * fraction))
+    _eval_with_progress(weights, lambda fraction: report("Converting weights", 2.5 + 0.5 * fraction))
 
     tokenizer_config = build_tokenizer_config(header.metadata, config)
     if header.architecture == "gemma3":
