@@ -22,7 +22,7 @@ from app.server.errors import ApiError, no_paths
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest
-from app.server.service import ChatService, Outcome, Waiting
+from app.server.service import ChatService, Outcome, Waiting, collect
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -84,15 +84,6 @@ class _Message:
             "stop_sequence": (outcome.stop_sequence or None) if outcome else None,
             "usage": usage(outcome),
         }
-
-    async def collect(self, items: AsyncIterator) -> tuple[str, Outcome]:
-        parts: list[str] = []
-        async for item in items:
-            if isinstance(item, Outcome):
-                return "".join(parts), item
-            if isinstance(item, str):
-                parts.append(item)
-        raise RuntimeError("a generation ended without its outcome")
 
     def whole(self, text: str, outcome: Outcome) -> dict:
         content = ([{"type": "text", "text": text}] if text else []) + [tool_use(c) for c in outcome.tool_calls]
@@ -168,7 +159,7 @@ class AnthropicRoutes:
             return ClosingStream(shape.stream(items), media_type="text/event-stream")
         try:
             async with aclosing(items):
-                text, outcome = await unless_gone(request, shape.collect(items))
+                text, outcome = await unless_gone(request, collect(items))
         except ClientGone:
             return Response(status_code=499)
         if outcome.finish_reason == "error":

@@ -10,11 +10,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from app.server.limits import MAX_MESSAGES
 from app.server.requests import (
     GenerationRequest,
     bad,
     function_tool,
+    message_list,
     number,
     stop_sequences,
     tool_arguments,
@@ -102,13 +102,7 @@ def _assistant(content: Any, where: str) -> dict:
 
 
 def _messages(body: dict) -> list:
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise bad("messages", "is required: a list of {'role', 'content'} objects")
-    if not messages:
-        raise bad("messages", "is empty: a conversation needs at least one message")
-    if len(messages) > MAX_MESSAGES:
-        raise bad("messages", f"holds {len(messages)} messages, more than the limit of {MAX_MESSAGES}")
+    messages = message_list(body, "a conversation")
     system = body.get("system")
     clean = [{"role": "system", "content": _text_blocks(system, "system")}] if system else []
     for i, m in enumerate(messages):

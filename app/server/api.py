@@ -23,7 +23,7 @@ from app.server.guard import Guard
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
-from app.server.service import ChatService, Outcome, Waiting
+from app.server.service import ChatService, Outcome, Waiting, collect
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -92,7 +92,7 @@ class Routes:
             return ClosingStream(shape.stream(items), media_type="text/event-stream")
         try:  # a whole reply: a client that goes away stops its turn, as a stream's does
             async with aclosing(items):
-                text, outcome = await unless_gone(request, shape.collect(items))
+                text, outcome = await unless_gone(request, collect(items))
         except ClientGone:
             return GONE
         if outcome.finish_reason == "error":
@@ -111,15 +111,6 @@ class _Shape:
 
     def _head(self, kind: str) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
-
-    async def collect(self, items: AsyncIterator) -> tuple[str, Outcome]:
-        parts: list[str] = []
-        async for item in items:
-            if isinstance(item, Outcome):
-                return "".join(parts), item
-            if isinstance(item, str):
-                parts.append(item)
-        raise RuntimeError("a generation ended without its outcome")
 
     def whole(self, text: str, outcome: Outcome) -> dict:
         if self.chat:

@@ -182,14 +182,20 @@ def _content(content: object, where: str) -> str:
     raise bad(f"{where}.content", f"must be a string or a list of text parts, got {type(content).__name__}")
 
 
-def _messages(body: dict) -> list:
+def message_list(body: dict, what: str = "a chat") -> list:
+    """The body's `messages`: a list of 1 to MAX_MESSAGES entries (each checked by its wire's parser)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise bad("messages", "is required: a list of {'role', 'content'} objects")
     if not messages:
-        raise bad("messages", "is empty: a chat needs at least one message")
+        raise bad("messages", f"is empty: {what} needs at least one message")
     if len(messages) > MAX_MESSAGES:
         raise bad("messages", f"holds {len(messages)} messages, more than the limit of {MAX_MESSAGES}")
+    return messages
+
+
+def _messages(body: dict) -> list:
+    messages = message_list(body)
     clean = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"

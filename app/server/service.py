@@ -10,7 +10,7 @@ import json
 import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from pathlib import PurePath
@@ -90,6 +90,17 @@ class Outcome:
     tool_calls: tuple = ()  # engine.types.ToolCall, when finish_reason is tool_calls
     stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
     context_full: bool = False  # "length" because the context window is full, not max_tokens
+
+
+async def collect(items: AsyncIterator) -> tuple[str, Outcome]:
+    """A whole (not streamed) reply: its text pieces joined, and its Outcome."""
+    parts: list[str] = []
+    async for item in items:
+        if isinstance(item, Outcome):
+            return "".join(parts), item
+        if isinstance(item, str):
+            parts.append(item)
+    raise RuntimeError("a generation ended without its outcome")
 
 
 class StopScanner:
@@ -226,14 +237,8 @@ class ChatService:
 
         Waits its turn (first its turn among requests, then the engine's one thread); ApiError before any text.
         """
-        if self.waiting >= MAX_WAITING:
-            raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
         queued = time.perf_counter()
-        self.waiting += 1
-        try:
-            await self.lock.acquire()
-        finally:
-            self.waiting -= 1
+        await self._wait_turn()
         try:
             waited = time.perf_counter() - queued
             request = replace(request, messages=self.written_back(request.messages))
@@ -341,8 +346,8 @@ class ChatService:
             stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
         )
 
-    async def count_prompt(self, request: GenerationRequest) -> int:
-        """The prompt tokens `request` would take on its model (template and tools included), in its turn."""
+    async def _wait_turn(self) -> None:
+        """Take the lock in this request's turn (429 past MAX_WAITING waiting); the caller releases it."""
         if self.waiting >= MAX_WAITING:
             raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
         self.waiting += 1
@@ -350,6 +355,10 @@ class ChatService:
             await self.lock.acquire()
         finally:
             self.waiting -= 1
+
+    async def count_prompt(self, request: GenerationRequest) -> int:
+        """The prompt tokens `request` would take on its model (template and tools included), in its turn."""
+        await self._wait_turn()
         try:
             await self._ensure_model(request.model)
             try:
