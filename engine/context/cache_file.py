@@ -30,7 +30,7 @@ from mlx_lm.models.cache import ArraysCache, CacheList
 
 from engine.atomic import describe_kind
 from engine.context import kinds
-from engine.context.checkpoints import MAX_CHECKPOINTS, Checkpoint
+from engine.context.checkpoints import MAX_CHECKPOINTS
 from engine.context.conversation import ConversationCache, initial_capacity
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import ROLES, History, Span
@@ -387,8 +387,7 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
     held = [i for i, spec in enumerate(layout.specs) if spec.held_back]
     for k, position in enumerate(_positions(meta, n_tokens)):
         states = tuple(_state(arrays, f"cp{k}.{i}", layout.specs[i], position) for i in held)
-        nbytes = sum(a.nbytes for state in states for a in kinds.state_arrays(state))
-        cache.checkpoints.items.append(Checkpoint(position, states, nbytes))
+        cache.checkpoints.items.append(kinds.checkpoint(position, states))
     cache.eval()
     return cache
 

@@ -11,7 +11,6 @@ from mlx_lm.models.cache import ArraysCache
 
 from engine.context import kinds
 from engine.context.checkpoints import Checkpoint, Checkpoints
-from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.prompt import History
 from engine.context.window_cache import WindowedKVCache
 from engine.types import KVQuantization
@@ -50,14 +49,6 @@ def layer_shapes(model: Any) -> list[tuple[int, int]]:
     return shapes
 
 
-def supports_contiguous_cache(model: Any) -> bool:
-    """Models whose every layer is plain attention (no sliding windows, no recurrent state)."""
-    return all(
-        isinstance(c, ContiguousAttentionKVCache) and not isinstance(c, WindowedKVCache)
-        for c in kinds.make_layers(model, 1)
-    )
-
-
 @dataclass
 class ConversationCache:
     layers: list
@@ -91,10 +82,6 @@ class ConversationCache:
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.leaves()) + self.checkpoints.nbytes
 
-    def trimmable(self) -> bool:
-        """Whether every layer trims to any position it holds (plain attention only)."""
-        return not any(kinds.held_back(c) for c in self.leaves())
-
     def can_trim_to(self, position: int) -> bool:
         n = len(self.token_ids)
         return all(kinds.can_trim_to(c, position, n) for c in self.leaves())
@@ -104,10 +91,7 @@ class ConversationCache:
         held = [c for c in self.leaves() if kinds.held_back(c)]
         if not held or not self.token_ids:
             return
-        states = tuple(kinds.save(c) for c in held)
-        arrays = [a for s in states for a in kinds.state_arrays(s)]
-        mx.eval(arrays)
-        self.checkpoints.add(Checkpoint(len(self.token_ids), states, sum(a.nbytes for a in arrays)))
+        self.checkpoints.add(kinds.checkpoint(len(self.token_ids), tuple(kinds.save(c) for c in held)))
 
     def truncate(self, n_tokens: int) -> int:
         """Keep at most the first n_tokens: by trimming, else from the latest checkpoint at or before

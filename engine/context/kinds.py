@@ -18,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache
 
+from engine.context.checkpoints import Checkpoint
 from engine.context.kv_cache import ContiguousAttentionKVCache
 from engine.context.quantized_cache import QuantizedContiguousKVCache
 from engine.context.window_cache import WindowedKVCache
@@ -126,6 +127,13 @@ def restore(leaf: Any, state: Any) -> None:
     else:
         leaf.cache = [None if a is None else mx.array(a) for a in state]
         leaf.left_padding = leaf.lengths = None
+
+
+def checkpoint(position: int, states: tuple) -> Checkpoint:
+    """A checkpoint of `states` (each leaf's save()), evaluated, with the bytes it holds."""
+    arrays = [a for state in states for a in state_arrays(state)]
+    mx.eval(arrays)
+    return Checkpoint(position, states, sum(a.nbytes for a in arrays))
 
 
 def state_arrays(state: Any) -> list:
