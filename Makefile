@@ -30,6 +30,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Two workers: most tests wait (on servers, timeouts, Qt) rather than compute, and the build
 # machine has 2 cores.

@@ -3,13 +3,14 @@
 Two implement it: `LocalBackend` (engine/local/backend.py: MLX on the engine thread) and
 `RemoteBackend` (engine/remote/backend.py: a model on a server). `Engine` keeps one and
 delegates; what is common to both (the stop of each running turn, the engine's state) stays
-in `Engine`. mypy checks both against this Protocol (the end of this file).
+in `Engine`. mypy checks both against this Protocol where `Engine` holds them (`Engine._backend`
+in engine/api.py: an import from here would tie the backends' files in a circle).
 """
 
 import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress, TextDelta, TurnStats
 
@@ -56,11 +57,3 @@ class Backend(Protocol):
     async def forget(self, conversation_id: str, /) -> None:
         """Drop what this backend keeps for the conversation (the chat was deleted)."""
         ...
-
-
-if TYPE_CHECKING:  # mypy: both backends keep this interface
-    from engine.local.backend import LocalBackend
-    from engine.remote.backend import RemoteBackend
-
-    def _backends(local: LocalBackend, remote: RemoteBackend) -> list[Backend]:
-        return [local, remote]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli import fit
-from app.cli.parser import OneLineParser
+from app.cli.parser import MODEL_HELP, OneLineParser
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
 from app.tools.results import neutralise  # a reply (a server's, or a model's) may hold terminal escapes
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 PROG = "chinwag"
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
-MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
 
 
 def fail(message: str) -> int:

@@ -3,9 +3,7 @@
 import argparse
 import asyncio
 import json
-from collections.abc import Sequence
 
-from app.tools.config import ServerConfig
 from engine.errors import one_line
 
 
@@ -46,49 +44,9 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-async def server_rows(configs: Sequence[ServerConfig]) -> list:
-    """Start each enabled server, list its tools, stop it: one row per server."""
-    from app.tools.client import ServerConnection
-
-    async def probe(c: ServerConfig) -> dict:
-        row = {
-            "name": c.name,
-            "transport": c.transport,
-            "target": c.describe(),
-            "enabled": c.enabled,
-            "policy": c.policy.value,
-            "status": "disabled",
-            "reason": "",
-            "tools": [],
-        }
-        if not c.enabled:
-            return row
-        conn = ServerConnection(c)
-        try:
-            if await conn.start():
-                row["status"] = "ok"
-                row["tools"] = [
-                    {"name": t.name, "description": _description(t.description), "policy": c.policy_for(t.name)}
-                    for t in conn.tools
-                ]
-            else:
-                row["status"], row["reason"] = "failed", conn.error
-        finally:
-            await conn.stop()
-            conn.close_log()
-        return row
-
-    return list(await asyncio.gather(*(probe(c) for c in configs)))
-
-
-def _description(text: str | None) -> str:
-    from app.tools.results import clip, neutralise
-
-    return clip(one_line(neutralise(text or "")), 500)
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     from app.tools import config
+    from app.tools.probe import server_rows
     from app.tools.results import clip, shown_name
 
     cfg = config.load()

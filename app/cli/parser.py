@@ -4,6 +4,9 @@ import argparse
 import sys
 from typing import NoReturn
 
+# --model's help, for every subcommand that takes one.
+MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with its errors as one line that says where the usage is (exit status 2)."""

@@ -7,13 +7,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.cli import fit
+from app.cli.parser import MODEL_HELP
 
 if TYPE_CHECKING:
     from app.server.run import ApiServer
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from app.cli.main import MODEL_HELP
     from engine.models.folders import STARTER_ID
 
     p = sub.add_parser("serve", help="serve the local models over an OpenAI-compatible API")
@@ -43,7 +43,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from app.server.api import ServerConfig
+    from app.server.http import ServerConfig
     from app.server.run import SAVE_ON_STOP_S, check_config, serve_forever
     from engine import Engine
     from engine.errors import ChinwagError

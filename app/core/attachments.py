@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.documents import limits
-from app.documents.block import Attachment
+from app.core.document_block import Attachment, message_content
 from engine import paths
 from engine.atomic import write_atomic
 
@@ -35,6 +34,8 @@ CREATE TABLE IF NOT EXISTS attachments (
 CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
 """
 _COLUMNS = "name, kind, size, sha256, text, passages"
+# Originals kept in <data>/attachments/: the oldest go first past this.
+ORIGINALS_BUDGET_BYTES = 2 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def keep_original(sha256: str, data: bytes, budget: int | None = None) -> Path:
     path = folder / sha256
     if not path.exists():
         write_atomic(path, data, mode=paths.FILE_MODE)
-    _enforce_budget(folder, limits.ORIGINALS_BUDGET_BYTES if budget is None else budget, keep=path)
+    _enforce_budget(folder, ORIGINALS_BUDGET_BYTES if budget is None else budget, keep=path)
     return path
 
 
@@ -166,8 +167,6 @@ def drop_unreferenced(db: sqlite3.Connection) -> int:
 
 def message_text(message: Any) -> str:  # a store Message (or anything with content and attachments)
     """What the engine gets for a stored message: its documents' blocks, then its text."""
-    from app.documents.block import message_content
-
     return message_content(message.content, [a.for_message() for a in getattr(message, "attachments", ())])
 
 

@@ -4,8 +4,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from app.core.document_block import Attachment, message_content
 from app.documents import limits
-from app.documents.block import Attachment, message_content
 from app.documents.extract import extract
 from app.documents.retrieval import Index
 from app.documents.turn import Turn, prepare

@@ -23,5 +23,3 @@ MAX_DOCX_ELEMENTS = 2_000_000
 MAX_DOCX_PARAGRAPHS = 200_000
 # Files attached to one message.
 MAX_FILES_PER_MESSAGE = 20
-# Originals kept in <data>/attachments/ (app/documents/originals.py): the oldest go first past this.
-ORIGINALS_BUDGET_BYTES = 2 * 1024 * 1024 * 1024

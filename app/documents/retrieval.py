@@ -7,7 +7,7 @@ DOCX/Markdown section) so the reply can say which passages it was given.
 import re
 from dataclasses import dataclass
 
-from app.documents.block import Attachment
+from app.core.document_block import Attachment
 
 # Characters per chunk: a few paragraphs, small enough that several fit beside a conversation.
 CHUNK_CHARS = 1_500

@@ -3,7 +3,7 @@ related to the question (one line says so). Counts are the engine's, in the curr
 
 from dataclasses import dataclass, field
 
-from app.documents.block import Attachment, document_block, message_content
+from app.core.document_block import Attachment, document_block, message_content
 from app.documents.retrieval import Index
 from engine.context.policy import reply_room
 from engine.protocol import EngineAPI

@@ -71,7 +71,7 @@ class ServerControl(QObject):
         return self.bridge.run(self._start(port, others))
 
     async def _start(self, port: int, others: bool) -> None:
-        from app.server.api import ServerConfig
+        from app.server.http import ServerConfig
         from app.server.run import ApiServer
 
         if self._stopping is not None:

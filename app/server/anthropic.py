@@ -11,7 +11,6 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,15 +18,12 @@ from starlette.responses import JSONResponse, Response
 from app.server.anthropic_requests import messages_request
 from app.server.auth import check_key
 from app.server.errors import ApiError, no_paths
-from app.server.http import PIN_HEADER, ClientGone, ClosingStream, client_of, first, unless_gone
+from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest
 from app.server.service import ChatService, Outcome, Waiting, collect
 from engine.log import report_bug
 from engine.types import ToolCall
-
-if TYPE_CHECKING:
-    from app.server.api import ServerConfig
 
 
 def stop_reason(outcome: Outcome) -> str:
@@ -138,7 +134,7 @@ def _key(request: Request) -> str | None:
 
 
 class AnthropicRoutes:
-    def __init__(self, service: ChatService, config: "ServerConfig") -> None:
+    def __init__(self, service: ChatService, config: ServerConfig) -> None:
         self.service = service
         self.config = config
 

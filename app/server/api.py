@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -20,7 +19,7 @@ from starlette.routing import Route
 from app.server.auth import check_key
 from app.server.errors import ApiError, no_paths, refuse
 from app.server.guard import Guard
-from app.server.http import PIN_HEADER, ClientGone, ClosingStream, client_of, first, unless_gone
+from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
 from app.server.service import ChatService, Outcome, Waiting, collect
@@ -28,19 +27,6 @@ from engine.log import report_bug
 from engine.types import ToolCall
 
 log = logging.getLogger("chinwag.server")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """How `chinwag serve` (or the window) runs the server."""
-
-    host: str = "127.0.0.1"
-    port: int = 8080
-    model: str = ""
-    api_key: str = ""
-    allow_switch: bool = False
-    cors_origins: tuple[str, ...] = field(default_factory=tuple)  # pages allowed in (403 for others)
-    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)  # Host names besides its own (421 for others)
 
 
 GONE = Response(status_code=499)  # never sent: the client is gone (nginx's code, for the log)

@@ -1,10 +1,11 @@
 """What both wires (OpenAI's routes in api.py, Anthropic's in anthropic.py) do the same way:
-who the client is, its key, its turn in the queue, a client that goes away, a stream that always closes."""
+how the server runs (ServerConfig), who the client is, its key, its turn in the queue, a client that goes away, a stream that always closes."""
 
 import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from starlette.requests import Request
@@ -16,6 +17,19 @@ from app.server.service import Started
 log = logging.getLogger("chinwag.server")
 T = TypeVar("T")
 PIN_HEADER = "x-chinwag-conversation"  # names the conversation a request continues (as OpenAI's `user`)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How `chinwag serve` (or the window) runs the server."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    model: str = ""
+    api_key: str = ""
+    allow_switch: bool = False
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)  # pages allowed in (403 for others)
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)  # Host names besides its own (421 for others)
 
 
 class ClientGone(Exception):

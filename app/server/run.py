@@ -15,9 +15,10 @@ from dataclasses import replace
 import uvicorn
 
 from app.server import limits
-from app.server.api import ServerConfig, create_app
+from app.server.api import create_app
 from app.server.connections import Connections, protocol_class
 from app.server.conversations import ConversationMap
+from app.server.http import ServerConfig
 from app.server.service import ChatService
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI

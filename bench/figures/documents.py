@@ -87,7 +87,7 @@ def extraction_speed(source: Path, reps: int) -> dict:
 
 async def document_of(engine, source: Path, tokens: int, params):
     """The real PDF's first pages, cut at a page boundary near `tokens` tokens, as an Attachment."""
-    from app.documents.block import Attachment, document_block
+    from app.core.document_block import Attachment, document_block
     from app.documents.extract import extract
 
     doc = extract(source)
@@ -103,7 +103,7 @@ async def document_of(engine, source: Path, tokens: int, params):
 
 
 async def main_async(args):
-    from app.documents.block import message_content
+    from app.core.document_block import message_content
     from bench.figures.followup import MlxLmChat
     from engine import Engine, GenerationParams
     from engine.local import loading
@@ -232,7 +232,7 @@ async def passages_ttft(engine, source: Path, params, context: int) -> dict:
     """Time to first token on the passages path: index the document, pick passages, answer."""
     from dataclasses import replace
 
-    from app.documents.block import Attachment
+    from app.core.document_block import Attachment
     from app.documents.extract import extract
     from app.documents.turn import prepare
 

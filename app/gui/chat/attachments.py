@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.attachments import StoredAttachment, keep_original, openable_copy, original_path
+from app.core.document_block import Attachment, document_block, message_content
 from app.documents import limits
-from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index, references
 from app.documents.turn import CHARS_PER_TOKEN, context_share

@@ -258,7 +258,7 @@ class ToolsDialog(QDialog):
         return self.probe_task
 
     async def _probe(self, name: str) -> None:
-        from app.cli.mcp import server_rows
+        from app.tools.probe import server_rows
 
         try:
             # Listed even while disabled: the user asked for this one.

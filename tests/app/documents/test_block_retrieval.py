@@ -1,6 +1,6 @@
 """The document block (one per file, name and page markers) and the passages path (bm25s over chunks)."""
 
-from app.documents.block import Attachment, document_block, message_content
+from app.core.document_block import Attachment, document_block, message_content
 from app.documents.retrieval import Index, chunk, references
 
 

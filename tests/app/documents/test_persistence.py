@@ -9,9 +9,9 @@ import pytest
 
 from app.core import attachments as attached
 from app.core.attachments import StoredAttachment, keep_original, message_text, original_path
+from app.core.document_block import message_content
 from app.core.settings import engine_messages
 from app.core.store import Store
-from app.documents.block import message_content
 from app.documents.extract import extract
 from app.transcripts.export import export_conversation, to_html, to_markdown, to_text
 from app.transcripts.json_import import import_conversation

@@ -1,7 +1,7 @@
 """A document is read into the conversation's cache when it is attached (engine.prefill of the draft),
 so sending computes only the question; the reply equals a fresh computation (greedy). Tiny model."""
 
-from app.documents.block import Attachment, document_block, message_content
+from app.core.document_block import Attachment, document_block, message_content
 from app.documents.extract import extract
 from engine.types import GenerationParams, PrefillProgress, TextDelta
 from tests.app.documents.files import write_pdf

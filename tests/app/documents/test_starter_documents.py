@@ -4,7 +4,7 @@ window slide drops a document whole."""
 
 import pytest
 
-from app.documents.block import Attachment, message_content
+from app.core.document_block import Attachment, message_content
 from engine.models.folders import STARTER_ID
 from engine.types import GenerationParams, PrefillProgress, TextDelta
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.server.api import ServerConfig
+from app.server.http import ServerConfig
 
 
 @dataclass

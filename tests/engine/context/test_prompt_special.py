@@ -11,7 +11,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 
-from app.documents.block import Attachment, message_content
+from app.core.document_block import Attachment, message_content
 from engine.context import prompt
 from engine.context.prompt import History, WithTools, build, encode_piece, encode_text, render
 from tests.tiny_model import _CORPUS, CHATML_TEMPLATE, TOOLS_TEMPLATE, build_tokenizer

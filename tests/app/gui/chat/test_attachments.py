@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QLabel, QPlainTextEdit
 
-from app.documents.block import message_content
+from app.core.document_block import message_content
 from tests.app.documents.files import BAD_INPUTS, make_bad, png_bytes, write_pdf
 from tests.app_helpers import send
 
