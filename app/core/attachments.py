@@ -55,7 +55,7 @@ class StoredAttachment:
             return Attachment(self.name, self.passages, self.kind, passages=True)
         return Attachment(self.name, self.text, self.kind)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("name", "kind", "size", "sha256", "text", "passages")}
 
 
@@ -197,7 +197,7 @@ def from_json(value: object, where: str) -> list[StoredAttachment]:
     return out
 
 
-def _typed(item: dict, key: str, kind: type, where: str, default: Any = None) -> Any:
+def _typed(item: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
     if key not in item:
         if default is None:
             raise KeyError(key)

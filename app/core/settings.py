@@ -52,7 +52,7 @@ def _problem(key: str, value: object) -> str | None:
     return None
 
 
-def settings_problems(settings: object) -> list:
+def settings_problems(settings: object) -> list[str]:
     """What is wrong with a settings object, one phrase per bad key ([] if nothing)."""
     if not isinstance(settings, dict):
         return ["settings is not an object"]
@@ -64,7 +64,7 @@ def settings_problems(settings: object) -> list:
     return out
 
 
-def valid_settings(settings: object) -> dict:
+def valid_settings(settings: object) -> dict[str, Any]:
     """The keys of settings whose values are usable; the rest fall back to the defaults."""
     if not isinstance(settings, dict):
         return {}
@@ -72,7 +72,7 @@ def valid_settings(settings: object) -> dict:
 
 
 # --- defaults, overrides, effective values -----------------------------------------
-def builtin_defaults() -> dict:
+def builtin_defaults() -> dict[str, Any]:
     text = importlib_resources.files("resources").joinpath("default_settings.json").read_text("utf-8")
     # speculative None: the engine's per-backend default (on where the benchmark measured a gain).
     return {
@@ -83,7 +83,7 @@ def builtin_defaults() -> dict:
     }
 
 
-def load_defaults(store: Store) -> dict:
+def load_defaults(store: Store) -> dict[str, Any]:
     defaults = builtin_defaults()
     try:
         saved = store.get_state(DEFAULTS_KEY, {}) or {}
@@ -93,18 +93,18 @@ def load_defaults(store: Store) -> dict:
     return defaults
 
 
-def effective(conv_settings: dict | None, defaults: dict) -> dict:
+def effective(conv_settings: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
     values = dict(defaults)
     values.update({k: v for k, v in valid_settings(conv_settings).items() if k in KEYS and v is not None})
     return values
 
 
-def overrides(values: dict, defaults: dict) -> dict:
+def overrides(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """Keys to write with store.update_settings: changed values, None for back-to-default."""
     return {k: (None if values.get(k) == defaults.get(k) else values.get(k)) for k in KEYS}
 
 
-def setting_value(spec: ParamSpec, values: dict) -> Any:
+def setting_value(spec: ParamSpec, values: dict[str, Any]) -> Any:
     """One sampling key's value from a settings dict (None: off), converted to its type."""
     value = values.get(spec.name, spec.default)
     if spec.optional and value == 0 and spec.lo > 0:  # older settings wrote 0 for "off"
@@ -112,7 +112,7 @@ def setting_value(spec: ParamSpec, values: dict) -> Any:
     return spec.convert(value)
 
 
-def params_from_settings(values: dict) -> GenerationParams:
+def params_from_settings(values: dict[str, Any]) -> GenerationParams:
     """The engine's parameters for effective settings; a value out of range is a ChinwagError."""
     try:
         numbers = {name: setting_value(spec, values) for name, spec in SPECS.items()}
@@ -126,7 +126,7 @@ def params_from_settings(values: dict) -> GenerationParams:
     )
 
 
-def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dict]:
+def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dict[str, Any]]:
     """What the engine gets: the system prompt first, then the turns that have text, and tool rounds
     (a reply's `tool_calls`, each `tool` result) as the terminal chat and the window store them."""
     out = []
@@ -157,7 +157,7 @@ def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dic
     return out
 
 
-def load_presets() -> list[dict]:
+def load_presets() -> list[dict[str, Any]]:
     """System prompt presets ({"name", "prompt"}) shipped in resources/prompt_presets.json."""
     text = importlib_resources.files("resources").joinpath("prompt_presets.json").read_text("utf-8")
     return [p for p in json.loads(text) if isinstance(p, dict) and "name" in p and "prompt" in p]

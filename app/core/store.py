@@ -133,12 +133,12 @@ class Message:
     status: str = MessageStatus.COMPLETE
     created_at: float = 0.0
     model_id: str = ""
-    stats: dict | None = None
+    stats: dict[str, Any] | None = None
     parent_id: int | None = None  # the message this one answers or follows; None for the first
     active: bool = True  # the version shown among its siblings
     version: int = 1  # 1-based, among the messages with the same parent (by creation)
     versions: int = 1
-    attachments: list = field(default_factory=list)  # list[StoredAttachment] (app/core/attachments.py)
+    attachments: list[attached.StoredAttachment] = field(default_factory=list)
 
 
 @dataclass
@@ -148,9 +148,9 @@ class Conversation:
     created_at: float
     updated_at: float
     model_id: str = ""
-    settings: dict = field(default_factory=dict)
-    messages: list = field(default_factory=list)  # list[Message]: the active path, first to last
-    tree: list = field(default_factory=list)  # list[Message]: every version, by creation; [] = messages
+    settings: dict[str, Any] = field(default_factory=dict)
+    messages: list[Message] = field(default_factory=list)  # the active path, first to last
+    tree: list[Message] = field(default_factory=list)  # every version, by creation; [] = messages
 
 
 @dataclass
@@ -206,8 +206,7 @@ def _db_errors(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatena
     """Turn sqlite environment failures (locked, disk full, I/O, read-only) into one-line
     ChinwagErrors; a programming error (ProgrammingError, a bad statement) stays a bug."""
 
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> T:
+    def wrapper(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as e:
@@ -216,6 +215,7 @@ def _db_errors(method: Callable[Concatenate[Store, P], T]) -> Callable[Concatena
                 raise
             raise error from e
 
+    functools.update_wrapper(wrapper, method)  # not @wraps: its type would hide the signature
     return wrapper
 
 
@@ -413,7 +413,7 @@ class Store:
 
     @_db_errors
     def create_conversation(
-        self, title: str = DEFAULT_TITLE, model_id: str = "", settings: dict | None = None
+        self, title: str = DEFAULT_TITLE, model_id: str = "", settings: dict[str, Any] | None = None
     ) -> Conversation:
         now = self._now()
         conv = Conversation(str(uuid.uuid4()), _clean(title), now, now, model_id or "", dict(settings or {}))
@@ -486,7 +486,7 @@ class Store:
         if not prefix:
             raise ChinwagError("no conversation id given")
         pattern = _like_escape(prefix) + "%"
-        ids = [
+        ids: list[str] = [
             r[0]
             for r in self._db().execute("SELECT id FROM conversations WHERE id LIKE ? ESCAPE '\\' LIMIT 11", (pattern,))
         ]
@@ -513,7 +513,7 @@ class Store:
                 raise NotFoundError(f"no conversation with id {conv_id}")
 
     @_db_errors
-    def update_settings(self, conv_id: str, settings: dict) -> None:
+    def update_settings(self, conv_id: str, settings: dict[str, Any]) -> None:
         """Merge settings into the conversation's; a key set to None is removed."""
         with self._write() as db:
             row = db.execute("SELECT settings FROM conversations WHERE id=?", (conv_id,)).fetchone()
@@ -580,7 +580,7 @@ class Store:
             ]
         )
         chosen = chosen_versions(tree)  # exactly one shown version among siblings
-        new_ids: dict = {}
+        new_ids: dict[int | None, int] = {}
         with self._write() as db:
             db.execute(
                 "INSERT INTO conversations (id, title, created_at, updated_at, model_id, settings)"
@@ -857,7 +857,7 @@ _BRANCH = (
 )
 
 
-def _delete_messages(db: sqlite3.Connection, ids: list) -> None:
+def _delete_messages(db: sqlite3.Connection, ids: list[int]) -> None:
     """Delete exactly these messages, with no cascade: parent links into them are cut first.
 
     A message elsewhere that followed one of them (only a hand-edited database has one) stays,
@@ -896,7 +896,7 @@ def _row_id(cur: sqlite3.Cursor) -> int:
     return cur.lastrowid
 
 
-def _message(row: tuple) -> Message:
+def _message(row: tuple[Any, ...]) -> Message:
     return Message(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], _loads(row[8]), row[9], bool(row[10])
     )

@@ -20,7 +20,7 @@ def status_of(stats: TurnStats) -> MessageStatus:
     return FINISH_STATUS.get(stats.finish_reason, MessageStatus.COMPLETE)
 
 
-def stat(stats: TurnStats | dict | None, key: str, default: Any = 0) -> Any:
+def stat(stats: TurnStats | dict[str, Any] | None, key: str, default: Any = 0) -> Any:
     """One value of a TurnStats or of its stored dict; `default` when it has none (or no stats)."""
     if not stats:
         return default
@@ -31,7 +31,7 @@ def stat(stats: TurnStats | dict | None, key: str, default: Any = 0) -> Any:
 CUT_NOTES = {FinishReason.LENGTH: "hit max tokens", FinishReason.CONTEXT: "hit the context limit"}
 
 
-def cut_note(stats: TurnStats | dict | None) -> str:
+def cut_note(stats: TurnStats | dict[str, Any] | None) -> str:
     """ "hit max tokens" for a reply cut at its length limit (at the context's: "hit the context limit"), else ""."""
     return CUT_NOTES.get(stat(stats, "finish_reason", ""), "")
 
@@ -43,7 +43,9 @@ def prompt_digest(system_prompt: str) -> str:
     return hashlib.sha256(system_prompt.encode("utf-8", "replace")).hexdigest()[:PROMPT_DIGEST_CHARS]
 
 
-def stats_dict(stats: TurnStats | dict, system_prompt: str | None = None, earlier_tokens: int = 0) -> dict:
+def stats_dict(
+    stats: TurnStats | dict[str, Any], system_prompt: str | None = None, earlier_tokens: int = 0
+) -> dict[str, Any]:
     """TurnStats for the store, without the (long) token id lists; with system_prompt (the one the
     reply was written with, "" for none) its digest under PROMPT_KEY. A continued reply passes
     the tokens it had before (`earlier_tokens`): its count is the whole reply's."""

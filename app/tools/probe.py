@@ -3,18 +3,19 @@ the window's MCP Servers dialog show the same rows)."""
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from app.tools.config import ServerConfig
 from app.tools.results import clip, neutralise
 from engine.errors import one_line
 
 
-async def server_rows(configs: Sequence[ServerConfig]) -> list:
+async def server_rows(configs: Sequence[ServerConfig]) -> list[dict[str, Any]]:
     """Start each enabled server, list its tools, stop it: one row per server."""
     from app.tools.client import ServerConnection
 
-    async def probe(c: ServerConfig) -> dict:
-        row = {
+    async def probe(c: ServerConfig) -> dict[str, Any]:
+        row: dict[str, Any] = {
             "name": c.name,
             "transport": c.transport,
             "target": c.describe(),
