@@ -1,5 +1,6 @@
 # Two commands: `make run` and `make test`. Both set up .venv on a fresh clone.
-# `make test` runs `make check` (ruff and mypy, configured in pyproject.toml) first.
+# `make test` runs `make check` (ruff, mypy, the import contracts and the size limits, configured in
+# pyproject.toml) first.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -31,6 +32,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) .ci/limits.py
 
 # Two workers: most tests wait (on servers, timeouts, Qt) rather than compute, and the build
 # machine has 2 cores.
