@@ -1,7 +1,7 @@
 """Documents attached to messages: their table in the conversation database and their original bytes.
 
-The table is added by inspecting the schema (CREATE TABLE IF NOT EXISTS), not by a numbered
-migration, so it stays additive beside other changes to the store. A row holds what the message
+The table is made by migration 3 of app/core/store.py (a read-only database of an older schema
+may lack it: then no message has documents). A row holds what the message
 needs to be rebuilt exactly: the extracted text and, for a document too big for the context,
 the passages that were sent instead. Originals live in <data>/attachments/<sha256> (0600),
 shared by every message that attached the same bytes, within a disk budget.
@@ -18,21 +18,6 @@ from app.core.document_block import Attachment, message_content
 from engine import paths
 from engine.atomic import write_atomic
 
-TABLE = """
-CREATE TABLE IF NOT EXISTS attachments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    text TEXT NOT NULL,
-    passages TEXT NOT NULL DEFAULT '',
-    UNIQUE (message_id, position)
-);
-CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
-"""
 _COLUMNS = "name, kind, size, sha256, text, passages"
 # Originals kept in <data>/attachments/: the oldest go first past this.
 ORIGINALS_BUDGET_BYTES = 2 * 1024 * 1024 * 1024
@@ -57,12 +42,6 @@ class StoredAttachment:
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("name", "kind", "size", "sha256", "text", "passages")}
-
-
-def ensure_table(conn: sqlite3.Connection) -> None:
-    """Add the table to a writable database that lacks it (idempotent)."""
-    if not has_table(conn):
-        conn.executescript(f"BEGIN IMMEDIATE; {TABLE}; COMMIT;")
 
 
 def has_table(conn: sqlite3.Connection) -> bool:

@@ -18,7 +18,7 @@ from importlib import resources as importlib_resources
 from typing import Any
 
 from app.core.attachments import message_text
-from app.core.store import Message, MessageRole, MessageStatus, Store
+from app.core.store import Message, MessageRole, MessageStatus, NotFoundError, Store
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, ParamSpec, param_specs
 
@@ -31,10 +31,19 @@ PREFILL_KEY = "prefill_while_typing"
 KEYS = ("system_prompt", PREFILL_KEY, *SPECS, "speculative", "draft_model")
 TEXT_KEYS = ("system_prompt", "draft_model")
 BOOL_KEYS = ("speculative",)
+# The MCP servers switched off in this chat (names from mcp.json); not a generation setting, so not
+# in KEYS: no default, and Chat Settings leaves it alone.
+TOOLS_OFF_KEY = "tools_off"
 
 
 # --- what stored settings may hold ---------------------------------------------
+def _names_problem(value: object) -> str | None:
+    return None if isinstance(value, list) and all(isinstance(v, str) for v in value) else "is not a list of names"
+
+
 def _problem(key: str, value: object) -> str | None:
+    if key == TOOLS_OFF_KEY:
+        return _names_problem(value)
     if key in TEXT_KEYS:
         return None if isinstance(value, str) else "is not text"
     if key in BOOL_KEYS:
@@ -69,6 +78,20 @@ def valid_settings(settings: object) -> dict[str, Any]:
     if not isinstance(settings, dict):
         return {}
     return {k: v for k, v in settings.items() if _problem(k, v) is None}
+
+
+def tools_off(store: Store, conv_id: str) -> set[str]:
+    """The MCP servers switched off in a saved chat (none for an id the store does not hold)."""
+    try:
+        value = store.conversation_settings(conv_id).get(TOOLS_OFF_KEY)
+    except NotFoundError:
+        return set()
+    return set(value) if isinstance(value, list) and _problem(TOOLS_OFF_KEY, value) is None else set()
+
+
+def set_tools_off(store: Store, conv_id: str, servers: set[str]) -> None:
+    """Save which servers are off in a saved chat (none: the key goes)."""
+    store.update_settings(conv_id, {TOOLS_OFF_KEY: sorted(servers) or None})
 
 
 # --- defaults, overrides, effective values -----------------------------------------

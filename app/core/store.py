@@ -110,6 +110,36 @@ MIGRATIONS = [
     );
     CREATE INDEX messages_by_parent ON messages(parent_id);
     """,
+    # 3: documents attached to messages (app/core/attachments.py). Releases before this number
+    # added the table by inspecting the schema, so an upgraded database may have it already.
+    """
+    CREATE TABLE IF NOT EXISTS attachments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        text TEXT NOT NULL,
+        passages TEXT NOT NULL DEFAULT '',
+        UNIQUE (message_id, position)
+    );
+    CREATE INDEX IF NOT EXISTS attachments_by_message ON attachments(message_id);
+    """,
+    # 4: the MCP servers switched off in a chat are its setting `tools_off` (deleted, exported and
+    # imported with it), no longer app state {conversation id: [servers]} that outlived the chat.
+    # The blank chat's choice ("") and the choices of deleted chats are dropped.
+    """
+    UPDATE conversations SET settings = json_set(
+        CASE WHEN json_valid(settings) AND json_type(settings) = 'object' THEN settings ELSE '{}' END,
+        '$.tools_off', json(choice.value))
+    FROM state, json_each(CASE WHEN json_valid(state.value) AND json_type(state.value) = 'object'
+                               THEN state.value ELSE '{}' END) AS choice
+    WHERE state.key = 'chat_tools_off' AND choice.key = conversations.id AND choice.type = 'array'
+        AND json_array_length(choice.value) > 0;
+    DELETE FROM state WHERE key = 'chat_tools_off';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000  # sqlite3.connect(timeout=5)
@@ -342,7 +372,6 @@ class Store:
             conn.execute("PRAGMA temp_store=MEMORY")  # no sort spill files with message text
             self._register(conn)
             self._migrate(conn)
-            attached.ensure_table(conn)  # additive, by inspecting the schema: no migration number taken
             create_private(self.path)  # the WAL and SHM the pragmas made
             self._writer = WriterLock(self.path)
             if self._writer.alone:
@@ -511,6 +540,15 @@ class Store:
         with self._write() as db:
             if not db.execute("UPDATE conversations SET model_id=? WHERE id=?", (model_id or "", conv_id)).rowcount:
                 raise NotFoundError(f"no conversation with id {conv_id}")
+
+    @_db_errors
+    def conversation_settings(self, conv_id: str) -> dict[str, Any]:
+        """One conversation's stored settings, without reading its messages."""
+        row = self._db().execute("SELECT settings FROM conversations WHERE id=?", (conv_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no conversation with id {conv_id}")
+        value = _loads(row[0])
+        return value if isinstance(value, dict) else {}
 
     @_db_errors
     def update_settings(self, conv_id: str, settings: dict[str, Any]) -> None:

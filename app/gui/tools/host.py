@@ -1,6 +1,7 @@
 """The window's MCP host: the servers enabled in mcp.json start with the window (tasks on its loop,
-never blocking it) and stop when it closes; each chat's choice of servers; what their tool
-definitions cost in context. One `ToolHost` (app/tools/client.py) for the whole window.
+never blocking it) and stop when it closes; each chat's choice of servers (its setting `tools_off`,
+app/core/settings.py); what their tool definitions cost in context. One `ToolHost`
+(app/tools/client.py) for the whole window.
 """
 
 import asyncio
@@ -9,13 +10,12 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.settings import set_tools_off, tools_off
 from app.tools import config
 from app.tools.client import ToolHost
 from engine.errors import ChinwagError, one_line
 
 log = logging.getLogger(__name__)
-
-CHAT_CHOICE_KEY = "chat_tools_off"  # store state: {conversation id: [servers switched off in that chat]}
 
 
 class WindowTools(QObject):
@@ -31,6 +31,7 @@ class WindowTools(QObject):
         self.costs: dict = {}  # conversation id -> tokens the chat's tool definitions take
         self.estimated: set = set()  # chats whose cost is counted from the definitions' JSON, not the template
         self.said_off: set = set()  # chats already told that the model cannot call tools
+        self.unsaved_off: set = set()  # servers switched off in the blank chat, saved with it once it has an id
         self._task: asyncio.Task | None = None  # qasync keeps no reference: we do
         self._closed = False
 
@@ -101,26 +102,24 @@ class WindowTools(QObject):
 
     # --- one chat's choice ---------------------------------------------------------------
 
-    def _choices(self) -> dict:
-        try:
-            value = self.store.get_state(CHAT_CHOICE_KEY, {}) or {}
-        except ChinwagError:
-            return {}
-        return value if isinstance(value, dict) else {}
-
     def off_in(self, conv_id) -> set:
-        off = self._choices().get(str(conv_id), [])
-        return {s for s in off if isinstance(s, str)} if isinstance(off, list) else set()
+        """The servers switched off in this chat: its setting, or the blank chat's choice (not saved yet)."""
+        if not conv_id:
+            return set(self.unsaved_off)
+        try:
+            return tools_off(self.store, str(conv_id))
+        except ChinwagError:
+            return set()
 
     def set_on(self, conv_id, server: str, on: bool) -> None:
-        """Switch a server's tools on or off in one chat (a new chat's choice is kept under "")."""
-        choices = self._choices()
+        """Switch a server's tools on or off in one chat (the blank chat's choice waits for its id)."""
         off = self.off_in(conv_id)
         off = off - {server} if on else off | {server}
-        choices[str(conv_id or "")] = sorted(off)
-        if not self.store.read_only:
+        if not conv_id:
+            self.unsaved_off = off
+        elif not self.store.read_only:
             try:
-                self.store.set_state(CHAT_CHOICE_KEY, choices)
+                set_tools_off(self.store, str(conv_id), off)
             except ChinwagError as e:
                 self.notice.emit(str(e))
         self.costs.pop(conv_id, None)
@@ -128,16 +127,13 @@ class WindowTools(QObject):
 
     def adopt_choice(self, conv_id) -> None:
         """A new chat was saved: the choice made before it had an id becomes its own (conv_id None: forget it)."""
-        choices = self._choices()
-        if "" not in choices or self.store.read_only:
+        off, self.unsaved_off = self.unsaved_off, set()
+        if not conv_id or not off or self.store.read_only:
             return
-        chosen = choices.pop("")
-        if conv_id:
-            choices[str(conv_id)] = chosen
         try:
-            self.store.set_state(CHAT_CHOICE_KEY, choices)
-        except ChinwagError:
-            pass
+            set_tools_off(self.store, str(conv_id), off)
+        except ChinwagError as e:
+            self.notice.emit(str(e))
 
     def host_for(self, conv_id) -> ToolHost | None:
         """The servers on in this chat (None: no tools in its replies)."""

@@ -11,7 +11,7 @@ from app.core import attachments as attached
 from app.core.attachments import StoredAttachment, keep_original, message_text, original_path
 from app.core.document_block import message_content
 from app.core.settings import engine_messages
-from app.core.store import Store
+from app.core.store import SCHEMA_VERSION, Store
 from app.documents.extract import extract
 from app.transcripts.export import export_conversation, to_html, to_markdown, to_text
 from app.transcripts.json_import import import_conversation
@@ -79,22 +79,26 @@ def test_originals_budget_drops_the_oldest(tmp_path):
     assert original_path("1" * 64) is None and original_path("2" * 64) is not None
 
 
-def test_table_is_added_once_by_inspecting_the_schema(chinwag_home, report):
+def test_the_table_comes_with_migration_3_and_a_database_without_it_shows_no_documents(chinwag_home, report):
     with Store() as s:
         conv = s.create_conversation()
         s.add_message(conv.id, "user", "q", attachments=[_stored(report)])
-        version = s._db().execute("PRAGMA user_version").fetchone()[0]
-    with Store() as s:  # opened again: the table is kept, not recreated
+    with Store() as s:  # opened again: the table is kept
         assert s.get_conversation(conv.id).messages[0].attachments == [_stored(report)]
-        assert s._db().execute("PRAGMA user_version").fetchone()[0] == version  # no migration number taken
     db = sqlite3.connect(chinwag_home / "chinwag.db")
-    db.execute("DROP TABLE attachments")  # a database written before documents existed
+    db.execute("DROP TABLE attachments")  # hand-damaged: read-only, it shows the messages without documents
     db.commit()
     db.close()
     with Store(read_only=True) as s:
         assert s.get_conversation(conv.id).messages[0].attachments == []
-    with Store() as s:
+    db = sqlite3.connect(chinwag_home / "chinwag.db")
+    db.execute("PRAGMA user_version = 2")  # as a release before documents left it
+    db.commit()
+    db.close()
+    with Store() as s:  # migrated: the table is back (empty), the schema current
         assert attached.has_table(s._db())
+        assert s._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert s.get_conversation(conv.id).messages[0].attachments == []
 
 
 def test_json_round_trip_rebuilds_the_same_prompt(store, report, tmp_path):

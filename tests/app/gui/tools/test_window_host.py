@@ -30,8 +30,15 @@ def test_the_tools_dialog_restarts_the_servers_only_when_they_changed(qtbot, win
     assert tools.host is host
 
     # A chat's choice: off in this chat only, and a new chat starts with every server on.
-    window.tools.set_on("some-chat", "calc", False)
-    assert tools.host_for("some-chat") is None and tools.host_for("other-chat") is not None
+    # The choice is the chat's setting: it goes with the chat.
+    chat, other = window.store.create_conversation(), window.store.create_conversation()
+    window.tools.set_on(chat.id, "calc", False)
+    assert tools.host_for(chat.id) is None and tools.host_for(other.id) is not None
+    assert window.store.conversation_settings(chat.id)["tools_off"] == ["calc"]
+    window.tools.set_on("", "calc", False)  # the blank chat's choice waits for its id
+    assert tools.host_for("") is None and "tools_off" not in window.store.conversation_settings(other.id)
+    window.tools.adopt_choice(other.id)
+    assert tools.host_for(other.id) is None and tools.host_for("") is not None
 
     dialog = window.open_tools()
     config.set_enabled("calc", False)
