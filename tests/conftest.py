@@ -82,3 +82,19 @@ def run_with_engine(model_path, body, **options):
 def engine_with(tiny_model_path):
     """Run `body(engine)` on a fresh engine with the tiny model loaded."""
     return lambda body, **options: run_with_engine(tiny_model_path, body, **options)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of tests/slow.py `slow` (`make test-fast` leaves them out); a stale entry fails."""
+    from tests.slow import SLOW
+
+    found: dict = {}
+    for item in items:
+        path, _, name = item.nodeid.partition("::")
+        found.setdefault(path, set()).add(name.split("[")[0])
+        if name.split("[")[0] in SLOW.get(path, ()):
+            item.add_marker(pytest.mark.slow)
+    stale = sorted(f"{path}::{name}" for path, names in found.items() for name in SLOW.get(path, set()) - names)
+    if stale and not any("::" in arg for arg in config.args):  # whole files collected: an entry matches or is stale
+        raise pytest.UsageError(f"tests/slow.py lists tests that are gone: {', '.join(stale)}")
