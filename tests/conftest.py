@@ -93,8 +93,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path, _, name = item.nodeid.partition("::")
         found.setdefault(path, set()).add(name.split("[")[0])
-        if name.split("[")[0] in SLOW.get(path, ()):
+        listed = SLOW.get(path, set())
+        if "*" in listed or name.split("[")[0] in listed:
             item.add_marker(pytest.mark.slow)
-    stale = sorted(f"{path}::{name}" for path, names in found.items() for name in SLOW.get(path, set()) - names)
+    stale = sorted(f"{path}::{name}" for path, names in found.items() for name in SLOW.get(path, set()) - names - {"*"})
     if stale and not any("::" in arg for arg in config.args):  # whole files collected: an entry matches or is stale
         raise pytest.UsageError(f"tests/slow.py lists tests that are gone: {', '.join(stale)}")

@@ -2,7 +2,8 @@
 more on the 2-core build machine (its items together, measured with `pytest -n 2 --durations=0`):
 subprocesses (the `chinwag` command, MCP servers, `mlx_lm.server`), whole window flows, every model
 family's tiny fixture. tests/conftest.py marks them `slow`; `make test` runs them all. A test that
-grows past a second joins this list; an entry whose file has no such test any more fails the run.
+grows past a second joins this list ("*": the whole file); an entry whose file has no such test any
+more fails the run.
 """
 
 SLOW = {
@@ -223,9 +224,7 @@ SLOW = {
     "tests/app/transcripts/test_export.py": {
         "test_megabyte_of_unmatched_emphasis_is_fast",
     },
-    "tests/bench/test_figures.py": {
-        "test_the_stored_results_render_every_section_and_plot",
-    },
+    "tests/bench/test_figures.py": {"*"},  # the whole file
     "tests/engine/context/test_kinds.py": {
         "test_restored_recurrent_state_equals_a_one_shot_prefill",
     },
@@ -278,11 +277,7 @@ SLOW = {
         "test_a_stalled_stream_times_out_with_a_clear_line",
         "test_chat_in_the_terminal_through_a_saved_server",
     },
-    "tests/engine/test_families.py": {
-        "test_a_fork_starts_from_its_parents_cache",
-        "test_a_restart_reuses_the_saved_history",
-        "test_every_reply_equals_a_fresh_mlx_lm_computation",
-    },
+    "tests/engine/test_families.py": {"*"},  # the whole file
     "tests/engine/test_log.py": {
         "test_processes_rotating_the_log_at_once_print_no_logging_errors",
     },
