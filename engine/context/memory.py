@@ -112,6 +112,7 @@ class ConversationCaches:
         finally:
             self._caches.clear()
             self._drafts.clear()
+            self.prefixes.clear()
             self.model_key, self.layout = "", None  # nothing saved or restored if the key cannot be made
             self.model_key = weights_identity(model_path)
             self.layout = layout
@@ -192,8 +193,7 @@ class ConversationCaches:
             evicted.append(victim)
         if evicted:
             self.writer.submit(self.prune_disk, "pruning the saved KV caches")  # after the writes
-            chains = partial(prefixes.write, self._index_path(), dict(self.prefixes.chains))
-            self.writer.submit(chains, "saving the prefix index")
+            self._save_index_later()
         self._hold_writing_to_budget()
         return evicted
 
@@ -264,10 +264,12 @@ class ConversationCaches:
         text must not survive in a cache saved while another model was loaded)."""
         self._caches.pop(conv_id, None)
         self._drafts.pop(conv_id, None)
-        self.prefixes.remove(conv_id)
         if conv_id in self._writing:
             self._stop_writing(conv_id)  # before the files go: a write under way ends first
         forget_saved_caches(conv_id, self.save_dir)
+        if conv_id in self.prefixes:  # its ids' hashes go too (another model's index drops them at its load)
+            self.prefixes.remove(conv_id)
+            self._save_index_later()
 
     # --- shared prefixes -----------------------------------------------------
 
@@ -318,6 +320,12 @@ class ConversationCaches:
 
     def _index_path(self) -> Path:
         return self.save_dir / self.model_key / prefixes.FILE_NAME
+
+    def _save_index_later(self) -> None:
+        """Write the index on the writer's thread, after the files queued before it (a copy of it now)."""
+        if self.model_key:
+            chains = partial(prefixes.write, self._index_path(), dict(self.prefixes.chains))
+            self.writer.submit(chains, "saving the prefix index")
 
     def _load_index(self) -> None:
         """The loaded model's prefix index, without the files gone since it was written."""

@@ -1,6 +1,8 @@
 """Shared prefixes: the index of the saved caches' ids (engine/context/prefixes.py) and what
 ConversationCaches.shared copies, reads and keeps within the budget."""
 
+import asyncio
+
 from engine import GenerationParams
 from engine.context import cache_file
 from engine.context.conversation import common_prefix
@@ -101,3 +103,20 @@ def test_an_index_entry_whose_file_is_gone_costs_a_prefill_and_nothing_else(tiny
 
     entries, b = run_with_engine(tiny_model_path, second)
     assert entries == 0 and b.reused_tokens == 0 and b.generated_tokens > 0
+
+
+def test_a_forgotten_chat_leaves_the_saved_index_at_once(engine_with, chinwag_home):
+    async def body(engine):
+        caches = engine._local.session.caches
+        await turn(engine, "a", ask("Hello there"), GREEDY)
+        await turn(engine, "b", ask("What now?"), GREEDY)
+        await asyncio.to_thread(caches.save_all)
+        (index,) = (chinwag_home / "kv").rglob(FILE_NAME)
+        before = index.read_text()
+        await engine.forget("a")
+        await asyncio.to_thread(caches.writer.flush)
+        return before, index.read_text()
+
+    before, after = engine_with(body, idle_work=False)
+    assert '"a"' in before and '"b"' in before
+    assert '"a"' not in after and '"b"' in after  # a deleted chat's ids leave no trace, not even hashed
