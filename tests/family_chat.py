@@ -1,5 +1,6 @@
 """One scripted chat on a model: 7 turns past its window, regenerate, edits, a version switch, a
-read-ahead draft, a sliding context cap, a fork, a restart and an eviction, each step's stats kept.
+read-ahead draft, a sliding context cap, a fork, a restart and an eviction, each step's stats kept;
+and new chats sharing a ~1.5K-token system prompt, before and after the restart.
 
 tests/engine/test_families.py runs it on every family's fixture and checks the stats;
 bench/figures/families.py reports the reuse it shows.
@@ -23,6 +24,18 @@ QUESTIONS = [
     "The quick brown fox jumps over the lazy dog.",
     "A chat app keeps every conversation.",
 ]
+# About 1,500 tokens of the tiny tokenizer: new chats with it start from another chat's cache.
+LONG_SYSTEM = {
+    "role": "system",
+    "content": " ".join(
+        f"Rule {i}: when asked about topic {i}, answer in {i % 5 + 1} short sentences and cite the source."
+        for i in range(26)
+    ),
+}
+
+
+def _shared(question: str) -> list:
+    return [LONG_SYSTEM, {"role": "user", "content": question}]
 
 
 @dataclass
@@ -84,6 +97,8 @@ async def run_chat(path) -> Script:
         fork = await engine.fork("c", "f", last[:4], GREEDY)
         s.steps["fork"] = fork
         _, s.steps["forked turn"] = await _turn(engine, "f", last[:4])
+        _, s.steps["shared first"] = await _turn(engine, "s1", _shared(QUESTIONS[0]))
+        _, s.steps["shared second"] = await _turn(engine, "s2", _shared(QUESTIONS[1]))
     finally:
         await engine.close()
     engine = Engine(memory_budget_bytes=1)  # a restart (the caches saved at close), and every other chat evicted
@@ -95,6 +110,7 @@ async def run_chat(path) -> Script:
         await asyncio.to_thread(engine._local.session.caches.writer.flush)
         again = follow + [{"role": "assistant", "content": thanks}, {"role": "user", "content": "Bye!"}]
         _, s.steps["after eviction"] = await _turn(engine, "c", again)
+        _, s.steps["shared after restart"] = await _turn(engine, "s3", _shared(QUESTIONS[2]))  # from a saved file
     finally:
         await engine.close()
     return s

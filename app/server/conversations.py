@@ -4,7 +4,9 @@ The map holds, for each conversation the server made, a digest of every message 
 (the request's messages and the reply it sent). A request whose messages begin with all of a
 conversation's messages continues it (the longest such one), so its cache holds nothing the
 new prompt does not contain; the engine then reuses the exact token-id prefix. Anything else
-starts a new conversation. Only digests are kept (persisted in <data>/server_conversations.json),
+starts a new conversation, which the engine starts from the longest token-id prefix any cache
+holds (engine/context/memory.py `shared`): a tool call sent back with another id or
+re-serialized arguments costs only the tokens from where it differs. Only digests are kept (persisted in <data>/server_conversations.json),
 never the text: the caches themselves are the engine's, saved under the same ids.
 """
 

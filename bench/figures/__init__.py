@@ -29,6 +29,7 @@ FIGURES = [
     "tools",
     "speculative_edits",
     "families",
+    "agent",
 ]
 
 

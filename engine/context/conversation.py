@@ -151,9 +151,11 @@ class ConversationCache:
         if len(attention) < len(self.leaves()):
             self._back_to(target, trim=False)
 
-    def fork(self, n_tokens: int, history: History) -> "ConversationCache":
-        """An independent cache of this one's first `n_tokens` (or the checkpoint before them)."""
-        twin = ConversationCache([kinds.copy(c) for c in self.layers], list(self.token_ids), history)
+    def fork(self, n_tokens: int, history: History, reserve: int = 0) -> "ConversationCache":
+        """An independent cache of this one's first `n_tokens` (or the checkpoint before them); its
+        growing layers copy only those and reserve room for `reserve` positions."""
+        layers = [kinds.copy(c, n_tokens, reserve) for c in self.layers]
+        twin = ConversationCache(layers, list(self.token_ids), history)
         twin.checkpoints.items = list(self.checkpoints.items)  # never changed in place: shared
         twin.truncate(n_tokens)
         twin.eval()

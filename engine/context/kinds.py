@@ -162,12 +162,23 @@ def arrays(leaf: Any) -> list:
     return [leaf.keys, leaf.values]
 
 
-def copy(leaf: Any) -> Any:
-    """An independent copy of `leaf` and everything it holds (a fork's)."""
+def copy(leaf: Any, upto: int | None = None, reserve: int = 0) -> Any:
+    """An independent copy of `leaf` and everything it holds (a fork's). With `upto`, a growing
+    attention cache copies only its first `upto` positions, in a buffer of at least `reserve`
+    (a shared prefix: no copy of what is trimmed at once); other kinds are copied whole."""
     if isinstance(leaf, CacheList):
-        return CacheList(*(copy(c) for c in leaf.caches))
+        return CacheList(*(copy(c, upto, reserve) for c in leaf.caches))
     if isinstance(leaf, ArraysCache):
         twin = ArraysCache(len(leaf.cache))
         twin.cache = [None if a is None else mx.array(a) for a in leaf.cache]
         return twin
-    return deepcopy(leaf)  # the attention caches copy what they hold
+    if upto is None or not leaf.shaped or not 0 < upto <= leaf.offset:
+        return deepcopy(leaf)  # the attention caches copy what they hold
+    if type(leaf) is ContiguousAttentionKVCache:
+        keys, values = leaf.get_kv()
+        return ContiguousAttentionKVCache.from_state((keys[..., :upto, :], values[..., :upto, :]), reserve)
+    if isinstance(leaf, QuantizedContiguousKVCache):
+        keys, values = leaf.get_kv()
+        cut = [tuple(a[..., :upto, :] for a in part) for part in (keys, values)]
+        return QuantizedContiguousKVCache.from_parts(cut[0], cut[1], leaf.bits, leaf.group_size, reserve)
+    return deepcopy(leaf)  # a window: bounded, copied whole and trimmed by the caller

@@ -9,8 +9,10 @@ the most recently used caches are saved too, within a disk budget for `kv/` (lea
 recently used files deleted first), so they survive a restart. Files live under a key of
 the model's weights (sizes, times and the first megabyte), so other weights never
 restore them. A saved file is untrusted input: engine/context/cache_file.py checks it against
-the loaded model before use, and one that fails is dropped (a re-prefill). Runs on the engine
-thread only.
+the loaded model before use, and one that fails is dropped (a re-prefill). A new conversation
+starts with a copy of the longest prefix of its prompt that any cache holds, in memory or saved
+(`shared`; saved ones are found through an index of block hashes, engine/context/prefixes.py).
+Runs on the engine thread only.
 """
 
 import hashlib
@@ -19,15 +21,18 @@ import os
 import stat
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from engine import log as chinwag_log
 from engine.atomic import TEMP_SUFFIX, replacing
-from engine.context import cache_file
+from engine.context import cache_file, prefixes
 from engine.context.cache_file import CacheLayout, Snapshot, UnusableCache
 from engine.context.cache_writer import CacheWriter, Job
-from engine.context.conversation import ConversationCache
+from engine.context.conversation import ConversationCache, common_prefix
+from engine.context.prompt import History
 from engine.errors import ChinwagError
 from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
 from engine.types import MemoryReport
@@ -78,6 +83,8 @@ class MemoryStats:
     restores: int = 0
     save_seconds: float = 0.0
     restore_seconds: float = 0.0
+    shared: int = 0  # new conversations started from another cache's prefix
+    shared_tokens: int = 0
 
 
 class ConversationCaches:
@@ -95,6 +102,7 @@ class ConversationCaches:
         self._writing: dict[str, tuple[Snapshot, Job]] = {}
         self.writer = CacheWriter()
         self.stats = MemoryStats()
+        self.prefixes = prefixes.PrefixIndex()  # the saved caches' ids, by block hashes
 
     def set_model(self, model_path: str, layout: CacheLayout | None = None) -> None:
         """A new model: the old one's caches are saved for later and dropped from memory
@@ -104,9 +112,11 @@ class ConversationCaches:
         finally:
             self._caches.clear()
             self._drafts.clear()
+            self.prefixes.clear()
             self.model_key, self.layout = "", None  # nothing saved or restored if the key cannot be made
             self.model_key = weights_identity(model_path)
             self.layout = layout
+            self._load_index()
 
     @property
     def total_bytes(self) -> int:
@@ -158,6 +168,7 @@ class ConversationCaches:
             if cache is None:
                 return None
             self._caches[conv_id] = cache
+            self.prefixes.remove(conv_id)  # its file is gone: it is saved again from memory
         self._caches.move_to_end(conv_id)
         return cache
 
@@ -182,6 +193,7 @@ class ConversationCaches:
             evicted.append(victim)
         if evicted:
             self.writer.submit(self.prune_disk, "pruning the saved KV caches")  # after the writes
+            self._save_index_later()
         self._hold_writing_to_budget()
         return evicted
 
@@ -216,6 +228,8 @@ class ConversationCaches:
             except OSError:
                 break  # a full disk costs a re-prefill later, never a failed close
         self.prune_disk()
+        if self.model_key:
+            self.prefixes.save(self._index_path())
         return saved
 
     def prune_disk(self) -> None:
@@ -253,6 +267,72 @@ class ConversationCaches:
         if conv_id in self._writing:
             self._stop_writing(conv_id)  # before the files go: a write under way ends first
         forget_saved_caches(conv_id, self.save_dir)
+        if conv_id in self.prefixes:  # its ids' hashes go too (another model's index drops them at its load)
+            self.prefixes.remove(conv_id)
+            self._save_index_later()
+
+    # --- shared prefixes -----------------------------------------------------
+
+    def shared(self, conv_id: str, ids: list, history: History, reserve: int = 0) -> ConversationCache | None:
+        """A new cache for `conv_id` holding the longest prefix of `ids` that another cache holds
+        (in memory, being written, or saved), copied with `history`; None when none holds a block
+        of them, or the one that does cannot go back there (a checkpointed kind without a
+        checkpoint before that point: the turn computes it all)."""
+        self._settle()
+        held = dict(self._held())
+        held.pop(conv_id, None)
+        n, source = max(((common_prefix(c.token_ids, ids), cid) for cid, c in held.items()), default=(0, ""))
+        twin = held[source].fork(n, history, reserve) if n >= prefixes.BLOCK else None
+        got = len(twin.token_ids) if twin is not None else 0
+        for depth, cid in self.prefixes.candidates(ids, exclude=set(held) | {conv_id}):
+            if depth <= got:
+                break
+            saved = self._read_saved(cid)
+            if saved is None:
+                continue
+            copy = saved.fork(common_prefix(saved.token_ids, ids), history, reserve)
+            if len(copy.token_ids) > got:
+                twin, got = copy, len(copy.token_ids)
+            break
+        if twin is None or not got:
+            return None
+        self.stats.shared += 1
+        self.stats.shared_tokens += got
+        return twin
+
+    def _held(self) -> Iterator[tuple[str, ConversationCache]]:
+        """Every cache in memory: the conversations', and the evicted ones still being written."""
+        yield from self._caches.items()
+        for conv_id, (snap, _) in self._writing.items():
+            yield conv_id, snap.cache
+
+    def _read_saved(self, conv_id: str) -> ConversationCache | None:
+        """Another conversation's saved cache, read to copy its prefix; its file stays (a bad one goes)."""
+        path = self._path(conv_id)
+        if not self.model_key or not os.path.lexists(path):
+            self.prefixes.remove(conv_id)  # pruned meanwhile
+            return None
+        cache = self._read(path, conv_id)
+        if cache is None:
+            _unlink(path)
+            self.prefixes.remove(conv_id)
+        return cache
+
+    def _index_path(self) -> Path:
+        return self.save_dir / self.model_key / prefixes.FILE_NAME
+
+    def _save_index_later(self) -> None:
+        """Write the index on the writer's thread, after the files queued before it (a copy of it now)."""
+        if self.model_key:
+            chains = partial(prefixes.write, self._index_path(), dict(self.prefixes.chains))
+            self.writer.submit(chains, "saving the prefix index")
+
+    def _load_index(self) -> None:
+        """The loaded model's prefix index, without the files gone since it was written."""
+        self.prefixes.load(self._index_path())
+        for conv_id in list(self.prefixes.chains):
+            if not self._path(conv_id).is_file():
+                self.prefixes.remove(conv_id)
 
     # --- disk --------------------------------------------------------------
 
@@ -271,6 +351,7 @@ class ConversationCaches:
         except (ChinwagError, OSError, RuntimeError) as e:  # a full disk costs a re-prefill later, never this turn
             log.warning("KV cache of %s not saved: %s", conv_id, e)
             return False
+        self.prefixes.add(conv_id, cache.token_ids)
         self.stats.save_seconds += time.perf_counter() - started
         return True
 
@@ -286,6 +367,7 @@ class ConversationCaches:
             snap,
             self.writer.submit(lambda: self._write(path, snap), f"saving the KV cache of {conv_id}"),
         )
+        self.prefixes.add(conv_id, cache.token_ids)
 
     def _settle(self) -> None:
         """Let go of the snapshots whose files are written: the files restore them now."""
@@ -323,23 +405,28 @@ class ConversationCaches:
         if not self.model_key or not os.path.lexists(path):
             return None
         started = time.perf_counter()
-        cache = None
         try:
-            if self.layout is None:
-                raise UnusableCache("this model's caches are not saved")
-            cache = cache_file.read(path, self.layout, conv_id)
-        except UnusableCache as e:  # costs a re-prefill, never a failed turn
-            log.warning("saved KV cache %s dropped, its chat is read again: %s", path.name, e)
-        except Exception as e:  # noqa: BLE001 - a bug, logged with its traceback; the chat is still read again
-            chinwag_log.report_bug(e, "restoring a saved KV cache")
-            cache = None
+            cache = self._read(path, conv_id)
         finally:
             _unlink(path)
+            self.prefixes.remove(conv_id)
         if cache is None:
             return None
         self.stats.restores += 1
         self.stats.restore_seconds += time.perf_counter() - started
         return cache
+
+    def _read(self, path: Path, conv_id: str) -> ConversationCache | None:
+        """A saved cache that passes every check, else None (logged)."""
+        try:
+            if self.layout is None:
+                raise UnusableCache("this model's caches are not saved")
+            return cache_file.read(path, self.layout, conv_id)
+        except UnusableCache as e:  # costs a re-prefill, never a failed turn
+            log.warning("saved KV cache %s dropped, its chat is read again: %s", path.name, e)
+        except Exception as e:  # noqa: BLE001 - a bug, logged with its traceback; the chat is still read again
+            chinwag_log.report_bug(e, "restoring a saved KV cache")
+        return None
 
 
 def _unlink(path: Path) -> None:

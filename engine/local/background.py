@@ -44,7 +44,7 @@ def _run(
 ) -> BackgroundPrefill:
     if conv is None:
         assert turn is not None  # a new chat (prefill_draft) always brings its turn
-        conv = session.new_cache(conv_id, history, turn, params)
+        conv = session.new_cache(conv_id, history, turn, params, target)
     report = None
     if progress is not None:
         limit = session.context_limit(params)

@@ -201,13 +201,21 @@ class Session:
             return WithTools(self.tokenizer, params.tools)
         return self.tokenizer
 
-    def new_cache(self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams) -> ConversationCache:
+    def new_cache(
+        self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams, ids: list | None = None
+    ) -> ConversationCache:
+        """A new conversation's cache: a copy of the longest prefix of `ids` (the prompt but its last
+        token, which the turn computes) that any cache holds, in memory or saved, else empty."""
         capacity = self.kv_initial_capacity or initial_capacity(
             len(turn.prompt_ids) + params.max_tokens, turn.context_limit
         )
-        conv = ConversationCache.create(self.model, capacity, self.kv_quantization)
+        ids = turn.prompt_ids[:-1] if ids is None else ids
+        shared = self.caches.shared(conv_id, ids, history, capacity)
+        conv = shared or ConversationCache.create(self.model, capacity, self.kv_quantization)
         conv.history = history
         self.caches.put(conv_id, conv)
+        if shared is not None:
+            self.caches.enforce(keep=conv_id)  # the copy counts in the budget from now on
         return conv
 
     def chat(

@@ -364,7 +364,8 @@ def test_a_reply_cut_at_max_tokens_continues_exactly_from_the_cache(engine_with,
         # Without its cache (a restart, or another chat's history), the reply's text is read instead.
         _, cold = await turn(engine, "cold", more, params)
         written = tokenizer.encode(text, add_special_tokens=False)
-        assert list(cold.prompt_ids) == list(cut.prompt_ids) + written and cold.reused_tokens == 0
+        assert list(cold.prompt_ids) == list(cut.prompt_ids) + written
+        assert cold.reused_tokens >= len(cut.prompt_ids)  # the prompt, shared from "k"'s cache
         assert cold.generated_tokens > 0
         with pytest.raises(ChinwagError, match="no reply to continue"):
             await turn(engine, "k", msgs, params)

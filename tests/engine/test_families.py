@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 
 from engine import TurnStats
-from tests.family_chat import MAX, run_chat
+from tests.family_chat import LONG_SYSTEM, MAX, run_chat
 from tests.tiny_families import FAMILIES, RECURRENT, family_model_path
 
 
@@ -108,6 +108,15 @@ def test_an_evicted_cache_is_restored_whole(family):
     name, script, _, _ = family
     before = script.steps["after restart"]
     assert script.steps["after eviction"].reused_tokens >= len(before.prompt_ids) + len(before.reply_ids), name
+
+
+def test_a_new_chat_with_the_same_long_system_prompt_starts_from_another_chats_cache(family):
+    name, script, _, tokenizer = family
+    system = len(tokenizer.encode(LONG_SYSTEM["content"], add_special_tokens=False))
+    assert system > 1400 and script.steps["shared first"].reused_tokens == 0
+    # From the first chat's cache in memory, then from a cache saved before the restart.
+    for step in ("shared second", "shared after restart"):
+        assert script.steps[step].reused_tokens >= 0.9 * system, (name, step)
 
 
 def test_recurrent_families_do_not_speculate(family):

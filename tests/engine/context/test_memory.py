@@ -169,7 +169,7 @@ def same_cache(a, b) -> bool:
 
 
 def saved_files(caches):
-    return [p for p in caches.save_dir.rglob("*") if p.is_file()]
+    return [p for p in caches.save_dir.rglob("*.safetensors") if p.is_file()]
 
 
 def test_an_eviction_returns_before_its_file_is_written_and_the_file_restores_it(evicting):

@@ -224,3 +224,39 @@ def test_a_quantized_chat_regenerated_edited_and_restarted_matches_a_fresh_compu
     for stats in (first, again, edit, restarted):
         expected = _greedy_with_mlx_lm_quantized_cache(model, list(stats.prompt_ids), 8, 10, tokenizer.eos_token_ids)
         assert list(stats.reply_ids) == expected
+
+
+def test_a_new_quantized_chat_starts_from_another_chats_prefix_in_memory_and_after_a_restart(
+    wide_model_path, wide_model, chinwag_home
+):
+    from tests.family_chat import LONG_SYSTEM
+
+    model, tokenizer = wide_model
+    quant = KVQuantization(8)
+
+    async def turn(engine, conv, question):
+        stats = None
+        async for ev in engine.chat(conv, [LONG_SYSTEM, {"role": "user", "content": question}], GREEDY):
+            if isinstance(ev, TurnStats):
+                stats = ev
+        return stats
+
+    async def body():
+        engine = Engine(kv_quantization=quant)
+        await engine.load_model(str(wide_model_path))
+        first = await turn(engine, "a", "What is the capital of France?")
+        second = await turn(engine, "b", "What is the capital of Spain?")
+        await engine.close()
+        engine = Engine(kv_quantization=quant)
+        await engine.load_model(str(wide_model_path))
+        restarted = await turn(engine, "c", "What is the capital of Italy?")
+        await engine.close()
+        return first, second, restarted
+
+    first, second, restarted = asyncio.run(body())
+    system = len(tokenizer.encode(LONG_SYSTEM["content"], add_special_tokens=False))
+    assert first.reused_tokens == 0
+    assert second.reused_tokens >= 0.9 * system and restarted.reused_tokens >= 0.9 * system
+    for stats in (second, restarted):
+        expected = _greedy_with_mlx_lm_quantized_cache(model, list(stats.prompt_ids), 8, 10, tokenizer.eos_token_ids)
+        assert list(stats.reply_ids) == expected

@@ -1,0 +1,117 @@
+"""Which saved cache holds the longest prefix of a prompt, without opening a single file.
+
+Each saved cache's token ids are kept here as a chain of block hashes: the hash of block k covers
+every id up to the end of that block, so one dict lookup per block of the prompt finds the caches
+that hold the prompt that far. Held in memory, persisted next to the files (`prefixes.json` in
+kv/<model key>/, 0600) so saved prefixes are found after a restart. It is only a hint: a file is
+checked when read (engine/context/cache_file.py) and the exact common prefix taken from its ids,
+so a stale or damaged index costs at most a wasted read. Engine thread only.
+"""
+
+import hashlib
+import json
+import logging
+from array import array
+from pathlib import Path
+
+from engine.atomic import write_atomic
+from engine.errors import ChinwagError
+from engine.paths import private_dir
+
+log = logging.getLogger(__name__)
+
+BLOCK = 32  # ids per hashed block: also the shortest prefix worth sharing
+FILE_NAME = "prefixes.json"
+_VERSION = 1
+_CANDIDATES = 4  # files tried for one prompt, deepest match first
+
+
+def block_hashes(ids: list) -> list[str]:
+    """The chained hash of each whole block of `ids`."""
+    out, h = [], b""
+    for i in range(0, len(ids) - len(ids) % BLOCK, BLOCK):
+        h = hashlib.blake2b(h + array("q", ids[i : i + BLOCK]).tobytes(), digest_size=8).digest()
+        out.append(h.hex())
+    return out
+
+
+class PrefixIndex:
+    def __init__(self) -> None:
+        self.chains: dict[str, list[str]] = {}  # conversation id -> its saved ids' block hashes
+        self._owners: dict[str, set[str]] = {}  # block hash -> the conversations whose ids reach it
+
+    def __len__(self) -> int:
+        return len(self.chains)
+
+    def __contains__(self, conv_id: str) -> bool:
+        return conv_id in self.chains
+
+    def add(self, conv_id: str, ids: list) -> None:
+        self._set(conv_id, block_hashes(ids))
+
+    def _set(self, conv_id: str, chain: list[str]) -> None:
+        self.remove(conv_id)
+        self.chains[conv_id] = chain
+        for h in chain:
+            self._owners.setdefault(h, set()).add(conv_id)
+
+    def remove(self, conv_id: str) -> None:
+        for h in self.chains.pop(conv_id, ()):
+            owners = self._owners.get(h)
+            if owners is not None:
+                owners.discard(conv_id)
+                if not owners:
+                    del self._owners[h]
+
+    def clear(self) -> None:
+        self.chains.clear()
+        self._owners.clear()
+
+    def candidates(self, ids: list, exclude: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+        """(ids shared at least, conversation) of the saved caches that hold a block or more of
+        `ids`, deepest first, at most a few."""
+        levels: list[tuple[int, set[str]]] = []
+        for k, h in enumerate(block_hashes(ids)):
+            owners = self._owners.get(h, set()) - exclude
+            if not owners:
+                break
+            levels.append(((k + 1) * BLOCK, owners))
+        out: list[tuple[int, str]] = []
+        seen: set[str] = set()
+        for depth, owners in reversed(levels):
+            for conv_id in sorted(owners - seen):
+                out.append((depth, conv_id))
+                seen.add(conv_id)
+            if len(out) >= _CANDIDATES:
+                break
+        return out[:_CANDIDATES]
+
+    def load(self, path: Path) -> None:
+        """Read a saved index; a damaged one is logged and ignored (its files are not shared)."""
+        self.clear()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("version") != _VERSION:
+                raise ValueError("not a prefix index of this version")
+            for conv_id, chain in data["chains"].items():
+                if not (isinstance(chain, list) and all(isinstance(h, str) and len(h) == 16 for h in chain)):
+                    raise ValueError(f"bad entry {conv_id!r:.40}")
+                self._set(conv_id, chain)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("ignoring %s: %s", path, e)
+            self.clear()
+
+    def save(self, path: Path) -> None:
+        write(path, dict(self.chains))
+
+
+def write(path: Path, chains: dict[str, list[str]]) -> None:
+    """Write an index's chains (a copy: any thread); a failure costs the sharing of saved prefixes
+    after a restart, nothing else."""
+    try:
+        private_dir(path.parent, "KV cache folder")
+        write_atomic(path, json.dumps({"version": _VERSION, "chains": chains}), mode=0o600)
+    except (ChinwagError, OSError) as e:
+        log.warning("prefix index not saved: %s", e)
