@@ -26,7 +26,7 @@ _VERSION = 1
 _CANDIDATES = 4  # files tried for one prompt, deepest match first
 
 
-def block_hashes(ids: list) -> list[str]:
+def block_hashes(ids: list[int]) -> list[str]:
     """The chained hash of each whole block of `ids`."""
     out, h = [], b""
     for i in range(0, len(ids) - len(ids) % BLOCK, BLOCK):
@@ -46,7 +46,7 @@ class PrefixIndex:
     def __contains__(self, conv_id: str) -> bool:
         return conv_id in self.chains
 
-    def add(self, conv_id: str, ids: list) -> None:
+    def add(self, conv_id: str, ids: list[int]) -> None:
         self._set(conv_id, block_hashes(ids))
 
     def _set(self, conv_id: str, chain: list[str]) -> None:
@@ -67,7 +67,7 @@ class PrefixIndex:
         self.chains.clear()
         self._owners.clear()
 
-    def candidates(self, ids: list, exclude: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    def candidates(self, ids: list[int], exclude: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
         """(ids shared at least, conversation) of the saved caches that hold a block or more of
         `ids`, deepest first, at most a few."""
         levels: list[tuple[int, set[str]]] = []
