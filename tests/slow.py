@@ -236,7 +236,8 @@ SLOW = {
     },
     "tests/engine/context/test_quantized_cache.py": {
         "test_a_quantized_chat_reuses_the_whole_history_on_every_follow_up",
-        "test_every_quantized_reply_equals_mlx_lm_with_its_quantized_cache",
+        "test_every_4_bit_reply_equals_mlx_lm_with_its_quantized_cache_read_in_some_chunks",
+        "test_every_8_bit_reply_equals_mlx_lm_with_its_quantized_cache",
     },
     "tests/engine/local/test_background.py": {
         "test_replay_pause_lets_the_next_window_be_prepared",
