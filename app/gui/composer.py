@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import shortcuts
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
 from app.gui.folders import start_folder
 from app.gui.icons import set_icon
@@ -128,7 +129,9 @@ class Composer(QWidget):
         self.attach_button.setAutoRaise(True)
         self.attach_button.setAccessibleName("Attach files")
         self.attach_button.setObjectName("attachButton")
-        self.attach_button.setToolTip("Attach files: text, PDF or DOCX (or drop them on the window)")
+        self.attach_button.setToolTip(
+            f"Attach files: text, PDF or DOCX ({shortcuts.key_text(shortcuts.ATTACH)}, or drop them on the window)"
+        )
         self.attach_button.clicked.connect(self.choose_files)
         row.addWidget(self.attach_button)
         self.editor = _Editor()

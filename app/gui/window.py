@@ -183,6 +183,7 @@ class MainWindow(QMainWindow):
         dialogs, keys = self.dialogs, self.keys
         file_menu = bar.addMenu("&File")
         self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, shortcuts.NEW_CHAT)
+        self.attach_action = self._action(file_menu, "Attach File…", self.composer.choose_files, shortcuts.ATTACH)
         file_menu.addSeparator()
         self.import_action = self._action(file_menu, "Import Conversation…", dialogs.import_dialog)
         self.export_action = self._action(file_menu, "Export Conversation…", dialogs.export_dialog, shortcuts.EXPORT)
