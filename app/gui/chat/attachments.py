@@ -315,6 +315,10 @@ class AttachmentTray(QWidget):
     def busy(self) -> bool:
         return any(not c.doc.ready and not c.doc.error for c in self._chips)
 
+    def failed(self) -> list[str]:
+        """The names of the files that could not be read (their chips say why)."""
+        return [Path(c.doc.path).name for c in self._chips if c.doc.error]
+
     def ready_documents(self) -> list[_Doc]:
         return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]
 

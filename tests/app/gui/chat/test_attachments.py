@@ -216,7 +216,10 @@ def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot,
     assert re.match(line, shown) and "\n" not in shown
     assert not tray.busy() and not tray.ready_documents() and not engine.prefills
     window.composer.set_text("Hello")
-    assert window.composer.send_button.isEnabled()  # a failed file never holds the message
+    assert not window.composer.send_button.isEnabled()  # never left out silently: removed first
+    assert window.composer.reason_label.text().endswith("remove it (×) to send your message without it.")
+    tray._chips[0].remove_button.click()
+    qtbot.waitUntil(lambda: window.composer.send_button.isEnabled(), timeout=5000)
     send(qtbot, window, "Hello")
     (message,) = [m for m in store.get_conversation(window.chat.conv_id).messages if m.role == "user"]
     assert message.content == "Hello" and message.attachments == []
@@ -325,3 +328,25 @@ def test_a_follow_ups_passages_are_read_ahead_too(qtbot, window, store, engine, 
     window.chat.new_conversation()  # a chat without big documents reads the question alone
     window.composer.set_text("Hello")
     qtbot.waitUntil(lambda: engine.prefills[-1][1][-1]["content"] == "Hello", timeout=5000)
+
+
+def test_a_message_is_not_sent_while_an_unreadable_files_chip_is_shown(qtbot, window, engine, tmp_path):
+    (tmp_path / "photo.png").write_bytes(png_bytes())
+    composer, tray = window.composer, window.composer.attachments
+    tray.add_paths([str(tmp_path / "photo.png")])
+    qtbot.waitUntil(lambda: bool(tray._chips and tray._chips[0].doc.error), timeout=10_000)
+    composer.editor.setPlainText("What does the photo show?")
+    calls = len(engine.calls)
+    assert not composer.send_button.isEnabled()
+    assert composer.reason_label.isVisible()
+    assert composer.reason_label.text() == "photo.png could not be read: remove it (×) to send your message without it."
+    from PySide6.QtTest import QTest
+
+    QTest.keyClick(composer.editor, Qt.Key.Key_Return)
+    qtbot.wait(100)
+    assert len(engine.calls) == calls and composer.text() == "What does the photo show?"  # nothing dropped silently
+    tray._chips[0].remove_button.click()
+    qtbot.waitUntil(lambda: composer.send_button.isEnabled(), timeout=5000)
+    assert not composer.reason_label.isVisible()
+    send(qtbot, window, "What does the photo show?")
+    assert engine.calls[-1][1][-1]["content"] == "What does the photo show?"
