@@ -334,7 +334,8 @@ class TurnStats:
     @property
     def note(self) -> str:
         if self.dropped_messages:
-            return f"dropped {self.dropped_messages} oldest message(s) to fit the context"
+            n = self.dropped_messages
+            return f"dropped {n} oldest {'message' if n == 1 else 'messages'} to fit the context"
         return ""
 
 
