@@ -136,6 +136,8 @@ class MainWindow(QMainWindow):
         self.sidebar.list.itemClicked.connect(lambda _item: self.keys.focus_composer())
         self.sidebar.list.itemActivated.connect(lambda _item: self.keys.focus_composer())
         self.chat.readingProgress.connect(self.status.show_reading)
+        tray = self.composer.attachments  # its reading: one steady line with Cancel, not flickering messages
+        tray.progress.connect(lambda text: self.status.show_activity(text, tray.cancel_progress))
         # A changed chat (instructions, model, version, a fork) is read before the next Enter.
         self.read_ahead = ReadAhead(store, self.bridge, self.chat, self)
         self.read_ahead.labelChanged.connect(

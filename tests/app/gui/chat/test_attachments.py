@@ -135,7 +135,7 @@ def test_reading_into_the_cache_shows_on_the_chip_and_in_the_status_bar(qtbot, w
     # The engine's progress while a long document is read: 43 of its 100 ids held.
     window.bridge.readingAhead.emit("c", PrefillProgress(3, 60, 100))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"
-    assert window.statusBar().currentMessage() == "Reading report.pdf… 43%"
+    assert window.status.state_label.text() == "Reading report.pdf… 43%"  # one steady line, not a message
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(100, 0, 43, False, "preempted"))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"  # newer work goes on reading it
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(0, 0, 0, False, "the engine is busy"))
@@ -350,3 +350,31 @@ def test_a_message_is_not_sent_while_an_unreadable_files_chip_is_shown(qtbot, wi
     assert not composer.reason_label.isVisible()
     send(qtbot, window, "What does the photo show?")
     assert engine.calls[-1][1][-1]["content"] == "What does the photo show?"
+
+
+def test_reading_a_big_documents_passages_is_one_steady_line_with_cancel(qtbot, window, engine, tmp_path, monkeypatch):
+    import asyncio
+
+    from engine.types import PrefillProgress
+
+    attach_too_big(qtbot, window, tmp_path)
+    engine.prefill_progress = (PrefillProgress(0, 100, 100), PrefillProgress(20, 100, 100))
+    engine.reading = asyncio.Event()  # the read stays at 20% until cancelled
+    stops = []
+    monkeypatch.setattr(engine, "stop", lambda conv_id=None: (stops.append(conv_id), engine.reading.set()))
+    status = window.status
+    qtbot.waitUntil(lambda: status.currentMessage() == "", timeout=5000)  # "big.pdf is too big…" said once
+    line = "Reading the passages of big.pdf for your question… 20%"
+    window.composer.set_text("Tell me about topic5")
+    qtbot.waitUntil(lambda: status.state_label.text() == line, timeout=5000)
+    model = status.model_label.text()
+    assert model.startswith("Fake Small") and status.currentMessage() == ""  # no message over the model's name
+    window._on_state(window.bridge.state)  # the engine says it is ready again: the line stays
+    assert status.state_label.text() == line
+    qtbot.wait(3300)  # longer than a status message lasts: nothing flickers back
+    assert status.state_label.text() == line and status.model_label.text() == model and status.currentMessage() == ""
+    assert status.cancel_button.isVisible()
+    status.cancel_button.click()
+    assert stops == [""]  # the background read ends; no reply is stopped
+    qtbot.waitUntil(lambda: status.state_label.text() == "Ready", timeout=3000)
+    assert not status.cancel_button.isVisible()
