@@ -27,6 +27,7 @@ from app.documents.block import Attachment, document_block, message_content
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index, references
 from app.documents.turn import CHARS_PER_TOKEN, context_share
+from app.gui.chat.chip_label import ElidingLabel
 from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
@@ -74,9 +75,10 @@ class AttachmentChip(QFrame):
         self.kind = QLabel()  # the file's type once read: PDF, DOCX or text (whatever the name says)
         self.kind.setObjectName("attachmentKind")
         self.kind.setVisible(False)
-        self.name = QLabel(Path(doc.path).name)
+        self.name = ElidingLabel(Path(doc.path).name)  # both elide in a narrow composer (chip_label.py)
         self.name.setObjectName("attachmentName")
-        self.status = QLabel("waiting…")
+        self.setToolTip(Path(doc.path).name)
+        self.status = ElidingLabel("waiting…")
         self.status.setObjectName("attachmentStatus")
         self.remove_button = QToolButton()
         self.remove_button.setText("×")
@@ -85,6 +87,7 @@ class AttachmentChip(QFrame):
         self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self))
         for w in (self.icon, self.kind, self.name, self.status, self.remove_button):
             row.addWidget(w)
+        row.setStretchFactor(self.status, 1)
 
     def show_progress(self, done: int, total: int):
         self.name.setVisible(False)  # the progress names the file
@@ -115,6 +118,7 @@ class AttachmentChip(QFrame):
                 tip = "Already read into the conversation: sending computes only your question."
             self.status.setText(text)
             self.status.setToolTip(tip)
+        self.setToolTip(f"{Path(doc.path).name}: {self.status.text()}")  # the whole line, when the chip is elided
         self.style().unpolish(self)
         self.style().polish(self)
 
@@ -149,6 +153,7 @@ class AttachmentTray(QWidget):
         layout.addLayout(self._row)
         self.summary = QLabel()
         self.summary.setObjectName("attachmentSummary")
+        self.summary.setWordWrap(True)  # on two lines in a narrow composer, never wider than it
         layout.addWidget(self.summary)
         self.setVisible(False)
 

@@ -378,3 +378,26 @@ def test_reading_a_big_documents_passages_is_one_steady_line_with_cancel(qtbot, 
     assert stops == [""]  # the background read ends; no reply is stopped
     qtbot.waitUntil(lambda: status.state_label.text() == "Ready", timeout=3000)
     assert not status.cancel_button.isVisible()
+
+
+def test_at_the_minimum_size_a_big_documents_chip_elides_in_the_composer(qtbot, window, engine, tmp_path):
+    from app.gui.window import MIN_SIZE
+
+    window.resize(*MIN_SIZE)
+    qtbot.waitUntil(lambda: window.width() == MIN_SIZE[0], timeout=3000)
+    sidebar = window.sidebar.width()
+    tray = attach_too_big(qtbot, window, tmp_path)
+    chip = tray._chips[0]
+    qtbot.waitUntil(lambda: "too big" in chip.status.text(), timeout=5000)
+    qtbot.wait(50)  # the layout settles
+    assert window.sidebar.width() == sidebar  # seen on X: squeezed to ~130 px
+    composer = window.composer
+    right = chip.mapTo(composer, chip.rect().topRight()).x()
+    assert right <= composer.width()  # inside the composer, never cut at its edge
+    assert chip.status.text().endswith("or × to cancel")  # the whole text stays (the tooltip has it)
+    shown = chip.status.shown()
+    assert shown.endswith("…") and chip.status.fontMetrics().horizontalAdvance(shown) <= chip.status.width()
+    assert chip.toolTip().startswith("big.pdf")
+    summary = tray.summary
+    assert summary.isVisible() and summary.mapTo(composer, summary.rect().topRight()).x() <= composer.width()
+    window.grab().save(str(tmp_path / "min.png"))
