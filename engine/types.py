@@ -365,6 +365,7 @@ class ModelInfo:
     reason: str = ""
     source: str = ""  # a ModelSource ("" when not known)
     server: str = ""  # the saved server's name, for a model served elsewhere
+    tools_off: str = ""  # a loaded local model that cannot call tools: why (engine/context/prompt.py tools_off_reason)
 
     def to_json(self) -> dict:
         from dataclasses import asdict
