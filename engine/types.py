@@ -334,7 +334,8 @@ class TurnStats:
     @property
     def note(self) -> str:
         if self.dropped_messages:
-            return f"dropped {self.dropped_messages} oldest message(s) to fit the context"
+            n = self.dropped_messages
+            return f"dropped {n} oldest {'message' if n == 1 else 'messages'} to fit the context"
         return ""
 
 
@@ -364,6 +365,7 @@ class ModelInfo:
     reason: str = ""
     source: str = ""  # a ModelSource ("" when not known)
     server: str = ""  # the saved server's name, for a model served elsewhere
+    tools_off: str = ""  # a loaded local model that cannot call tools: why (engine/context/prompt.py tools_off_reason)
 
     def to_json(self) -> dict:
         from dataclasses import asdict

@@ -43,6 +43,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from app.core import serving
     from app.server.http import ServerConfig
     from app.server.run import SAVE_ON_STOP_S, check_config, serve_forever
     from engine import Engine
@@ -64,11 +65,31 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     check_config(config)  # before the model loads: a refused address fails at once
     options = fit.engine_options(args)  # bad --kv-bits or --memory-limit: one line, before anything starts
+    check_alone()  # a second server on this data folder would load a second model and share its kv/
 
     def ready(server: "ApiServer") -> None:
         model = server.engine.current_model
+        serving.claim(serving.CLI, server.url)  # the window on this data folder says where this is
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
 
-    await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S, **options), ready)
+    try:
+        await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S, **options), ready)
+    finally:
+        serving.release()
     print("stopped; caches saved", file=sys.stderr)
     return 0
+
+
+def check_alone() -> None:
+    """Refuse (one line) when another Chinwag serves this data folder, or its window has it open."""
+    from app.core import serving
+    from engine.errors import ChinwagError
+
+    other = serving.current()
+    if other is not None:
+        raise ChinwagError(f"{other.line()}: stop it there, or give chinwag serve another data folder (CHINWAG_HOME)")
+    if serving.window_open():
+        raise ChinwagError(
+            "the Chinwag window is open on this data folder: serve from it (File › Server…), "
+            "or give chinwag serve another data folder (CHINWAG_HOME)"
+        )

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import shortcuts
 from app.gui.chat.attachments import AttachmentTray, FileDropFilter, local_files
 from app.gui.folders import start_folder
 from app.gui.icons import set_icon
@@ -128,7 +129,9 @@ class Composer(QWidget):
         self.attach_button.setAutoRaise(True)
         self.attach_button.setAccessibleName("Attach files")
         self.attach_button.setObjectName("attachButton")
-        self.attach_button.setToolTip("Attach files: text, PDF or DOCX (or drop them on the window)")
+        self.attach_button.setToolTip(
+            f"Attach files: text, PDF or DOCX ({shortcuts.key_text(shortcuts.ATTACH)}, or drop them on the window)"
+        )
         self.attach_button.clicked.connect(self.choose_files)
         row.addWidget(self.attach_button)
         self.editor = _Editor()
@@ -148,6 +151,7 @@ class Composer(QWidget):
         self.editor.pasted.connect(self._draft_paused)
         self.editor.filesPasted.connect(self.attachments.add_paths)
         self.attachments.changed.connect(self._update_buttons)
+        self.attachments.changed.connect(self._show_reason)
         row.addWidget(self.editor, 1)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("sendButton")
@@ -267,7 +271,7 @@ class Composer(QWidget):
         # While a reply is written (here or elsewhere) the message is queued by the controller.
         if not (self._ready or self._queue) or self._waiting or not text.strip():
             return
-        if self.attachments.busy():  # sent once every document is read
+        if self.attachments.busy() or self.attachments.failed():  # sent once every document is read, or removed
             return
         self.editor.clear()
         self._pause.stop()  # the text is sent, not a draft any more
@@ -298,9 +302,18 @@ class Composer(QWidget):
         self._update_buttons()
 
     def _show_reason(self):
-        text = self._waiting or self._behind or self._reason
+        text = self._waiting or self._behind or self._reason or self._failed_reason()
         self.reason_label.setText(text)
         self.reason_label.setVisible(bool(text))
+
+    def _failed_reason(self) -> str:
+        """A file that could not be read is never left out silently: sending waits until it is removed."""
+        names = self.attachments.failed()
+        if not names:
+            return ""
+        if len(names) == 1:
+            return f"{names[0]} could not be read: remove it (×) to send your message without it."
+        return f"{len(names)} files could not be read: remove them (×) to send your message without them."
 
     def set_generating(self, on: bool, cancels_queued: bool = False):
         """Stop instead of Send: a reply is being written here (Enter queues the next message), or
@@ -339,7 +352,7 @@ class Composer(QWidget):
             and self._ready
             and not (self._generating or self._waiting or self._editing)
             and not self.text().strip()
-            and not (self.attachments.busy() or self.attachments.ready_documents())
+            and not (self.attachments.busy() or self.attachments.ready_documents() or self.attachments.failed())
         )
 
     def is_ready(self) -> bool:
@@ -366,4 +379,5 @@ class Composer(QWidget):
             and not self._waiting
             and bool(self.text().strip())
             and not self.attachments.busy()
+            and not self.attachments.failed()
         )

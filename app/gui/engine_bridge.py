@@ -294,6 +294,11 @@ class EngineBridge(QObject):
             log.warning("adopting a draft's cache: %s", e)
             return False
 
+    def cancel_read_ahead(self):
+        """End the background read (a draft's, a changed chat's) within one chunk; no reply is stopped."""
+        if self._engine is not None and not self._generating:
+            self._engine.stop("")  # no conversation has the id "": only the background work ends
+
     def stop(self, conv_id=None):
         if self._engine is not None:
             self._stop_wanted.update(self._generating if conv_id is None else {conv_id} & self._generating)

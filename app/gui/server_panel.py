@@ -6,6 +6,7 @@ thread. Access from other machines needs a key: one is generated and shown in th
 """
 
 import asyncio
+import logging
 import secrets
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,11 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
 )
 
+from app.core import serving
 from engine.errors import ChinwagError
 
 if TYPE_CHECKING:
@@ -78,6 +81,10 @@ class ServerControl(QObject):
             await asyncio.wait([self._stopping])
         if self.server is not None:
             return
+        other = serving.current()  # `chinwag serve` on this data folder: a second model, the same kv/
+        if other is not None:
+            self.failed.emit(f"{other.line()}: stop it there first.")  # "chinwag serve" is a command: as typed
+            return
         key = await asyncio.to_thread(own_key) if others else ""
         config = ServerConfig(host="0.0.0.0" if others else "127.0.0.1", port=port, api_key=key)
         try:
@@ -91,12 +98,20 @@ class ServerControl(QObject):
         assert server.task is not None
         server.task.add_done_callback(lambda _t: self._ended(server))
         self.server, self.api_key = server, key
+        self._claim(server.url)
         self.changed.emit()
+
+    def _claim(self, url: str) -> None:
+        try:
+            serving.claim(serving.WINDOW, url)  # `chinwag serve` on this data folder says where this is
+        except (OSError, ChinwagError) as e:  # serving goes on; only the other side's warning is lost
+            logging.getLogger(__name__).warning("writing %s: %s", serving.SERVING_FILE, e)
 
     def _ended(self, server: "ApiServer") -> None:
         if self.server is server and server.task is not None and server.task.done():
             error = None if server.task.cancelled() else server.task.exception()
             self.server = None
+            serving.release()
             if error is not None:
                 from engine.log import report_bug
 
@@ -111,11 +126,44 @@ class ServerControl(QObject):
         """Stop the server (before the engine closes): open streams end, the conversation map is saved."""
         server, self.server = self.server, None
         if server is not None:
+            serving.release()
             self.changed.emit()  # no new request is taken from now on
             await server.stop()
 
     def url(self) -> str:
         return self.server.url if self.server is not None else ""
+
+
+class ServingButton(QToolButton):
+    """The status bar's "Serving 127.0.0.1:8080" while the window serves the API; a click opens File › Server…."""
+
+    def __init__(self, control: ServerControl, open_dialog, parent=None):
+        super().__init__(parent)
+        self.setObjectName("statusServing")
+        self.setAutoRaise(True)
+        self.control = control
+        self.clicked.connect(open_dialog)
+        control.changed.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        url = self.control.url()
+        where = url.split("://", 1)[-1].removesuffix("/v1")
+        self.setText(f"Serving {where}" if url else "")
+        self.setToolTip(f"The OpenAI-compatible API is served at {url}: click for the Server window" if url else "")
+        self.setAccessibleName(self.text())
+        self.setVisible(bool(url))
+
+
+def other_server_line() -> str:
+    """A banner's line when `chinwag serve` already serves this data folder ("" : nobody else does)."""
+    other = serving.current()
+    if other is None:
+        return ""
+    return (
+        f"{other.line()}: it and this window share the saved caches. "
+        "Stop it, or give it another data folder (CHINWAG_HOME)."
+    )
 
 
 class ServerDialog(QDialog):

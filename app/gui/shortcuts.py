@@ -21,6 +21,7 @@ NEXT_CHAT = ["Ctrl+Tab", "Ctrl+PgDown"]  # the next chat down the list (the firs
 PREVIOUS_CHAT = ["Ctrl+Shift+Tab", "Ctrl+PgUp"]
 EDIT_LAST = "Up"  # in an empty message box: edit your last message
 EXPORT = "Ctrl+Shift+E"
+ATTACH = "Ctrl+Shift+A"  # File › Attach File… (⌘⇧A on macOS), beside the paperclip
 UNDO = QKeySequence.StandardKey.Undo
 PREFERENCES = "Ctrl+,"
 SHORTCUTS_SHEET = "Ctrl+/"
@@ -34,6 +35,7 @@ SHEET = [
     ("Regenerate the last reply", REGENERATE),
     ("Copy the last reply", COPY_LAST_REPLY),
     ("Show or hide the chat list", TOGGLE_SIDEBAR),
+    ("Attach files to the message", ATTACH),
     ("Rename the chat", RENAME),
     ("Next chat in the list", NEXT_CHAT),
     ("Previous chat in the list", PREVIOUS_CHAT),

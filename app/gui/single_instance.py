@@ -9,9 +9,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from app.core.serving import WINDOW_LOCK  # one name for the lock: `chinwag serve` checks it too
 from engine.errors import ChinwagError
 
-WINDOW_LOCK = "window.lock"
 RAISE_REQUEST = b"raise\n"
 RAISED = b"raised\n"  # the window's answer: whatever else holds the lock or the name is not Chinwag
 CONNECT_TIMEOUT_MS = 1000

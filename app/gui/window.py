@@ -33,7 +33,7 @@ from app.gui.models.model_list import ModelList
 from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
-from app.gui.server_panel import ServerControl, open_api_server_dialog
+from app.gui.server_panel import ServerControl, ServingButton, open_api_server_dialog, other_server_line
 from app.gui.settings.preferences import load_app_settings
 from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
@@ -136,6 +136,8 @@ class MainWindow(QMainWindow):
         self.sidebar.list.itemClicked.connect(lambda _item: self.keys.focus_composer())
         self.sidebar.list.itemActivated.connect(lambda _item: self.keys.focus_composer())
         self.chat.readingProgress.connect(self.status.show_reading)
+        tray = self.composer.attachments  # its reading: one steady line with Cancel, not flickering messages
+        tray.progress.connect(lambda text: self.status.show_activity(text, tray.cancel_progress))
         # A changed chat (instructions, model, version, a fork) is read before the next Enter.
         self.read_ahead = ReadAhead(store, self.bridge, self.chat, self)
         self.read_ahead.labelChanged.connect(
@@ -154,6 +156,8 @@ class MainWindow(QMainWindow):
         if store.notice:
             kind = "warning" if store.read_only else "info"
             self.notices.show_notice("store", store.notice[0].upper() + store.notice[1:] + ".", kind)
+        if line := other_server_line():  # `chinwag serve` on this data folder: a second model, the same kv/
+            self.notices.show_notice("serving", line, "warning")
         self.chat.refresh_list()
         geometry = store.get_state("window_geometry")
         if geometry:
@@ -183,6 +187,7 @@ class MainWindow(QMainWindow):
         dialogs, keys = self.dialogs, self.keys
         file_menu = bar.addMenu("&File")
         self.new_action = self._action(file_menu, "New Chat", self.chat.new_conversation, shortcuts.NEW_CHAT)
+        self.attach_action = self._action(file_menu, "Attach File…", self.composer.choose_files, shortcuts.ATTACH)
         file_menu.addSeparator()
         self.import_action = self._action(file_menu, "Import Conversation…", dialogs.import_dialog)
         self.export_action = self._action(file_menu, "Export Conversation…", dialogs.export_dialog, shortcuts.EXPORT)
@@ -198,6 +203,8 @@ class MainWindow(QMainWindow):
         self.server_control = ServerControl(self.bridge, self)  # File › Server…: the OpenAI-compatible API
         self.server_action = self._action(file_menu, "Server…", lambda: open_api_server_dialog(self))
         self.server_control.waiting.connect(self._show_waiting)
+        self.serving_button = ServingButton(self.server_control, lambda: open_api_server_dialog(self))
+        self.status.addPermanentWidget(self.serving_button)  # "Serving 127.0.0.1:8080" once the dialog is closed
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit, QAction.MenuRole.QuitRole)
 

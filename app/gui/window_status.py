@@ -4,7 +4,7 @@ and reads the bridge only for the loaded model and its KV memory."""
 
 from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
+from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QToolButton
 
 from app.core.sizes import format_bytes
 from app.core.turns import stat
@@ -77,15 +77,43 @@ class StatusBar(QStatusBar):
         self.addWidget(self.progress)
         for label in (self.context_label, self.kv_label, self.state_label):
             self.addPermanentWidget(label)
+        self.activity = ""  # a background read's steady line, shown in the state's place (show_activity)
+        self._cancel_activity = None
+        self.cancel_button = QToolButton()
+        self.cancel_button.setObjectName("statusCancel")
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setAutoRaise(True)
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self._on_cancel)
+        self.addPermanentWidget(self.cancel_button)
         bridge.draftReading.connect(lambda _conv: self.show_draft_reading())
         bridge.draftPrefilled.connect(lambda _conv, result: self.show_draft_read(result))
 
     def show_state(self, text: str):
+        if self.activity and text == STATE_LABELS[EngineStatus.READY]:
+            return  # not "Ready" beside a document being read: the read's line stays
         self.state_label.setText(text)
 
     def show_engine_state(self):
         """The bridge's state in words ("Ready", "Generating…")."""
-        self.state_label.setText(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+        self.show_state(STATE_LABELS.get(self.bridge.state, self.bridge.state))
+
+    def show_activity(self, text: str, cancel=None):
+        """One steady line while documents are read or read ahead, in the state's place, with Cancel
+        (calls `cancel`); "" ends it and the engine's state is shown again."""
+        self.activity, self._cancel_activity = text, cancel if text else None
+        self.cancel_button.setVisible(bool(text) and cancel is not None)
+        self.cancel_button.setToolTip("Stop reading the documents (asking reads what it needs)" if text else "")
+        if text:
+            self.state_label.setText(text)
+        else:
+            self.show_engine_state()
+
+    def _on_cancel(self):
+        cancel = self._cancel_activity
+        self.show_activity("")
+        if cancel is not None:
+            cancel()
 
     def show_loading(self, loading: bool):
         """A model load started (a busy bar until its progress arrives) or ended."""

@@ -114,6 +114,7 @@ class Session:
         plan.check(self.kv_quantization)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
         kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
+        info = dataclasses.replace(info, tools_off=tools_off_reason(tokenizer))  # said from the load on
         # Only a model that loaded replaces the current one.
         self.model, self.tokenizer, self.info = model, tokenizer, info
         self.weight_bytes = plan.weights

@@ -27,6 +27,7 @@ from app.documents import limits
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index, references
 from app.documents.turn import CHARS_PER_TOKEN, context_share
+from app.gui.chat.chip_label import ElidingLabel
 from app.gui.icons import icon
 from engine.context.policy import reply_room
 from engine.errors import ChinwagError
@@ -74,9 +75,10 @@ class AttachmentChip(QFrame):
         self.kind = QLabel()  # the file's type once read: PDF, DOCX or text (whatever the name says)
         self.kind.setObjectName("attachmentKind")
         self.kind.setVisible(False)
-        self.name = QLabel(Path(doc.path).name)
+        self.name = ElidingLabel(Path(doc.path).name)  # both elide in a narrow composer (chip_label.py)
         self.name.setObjectName("attachmentName")
-        self.status = QLabel("waiting…")
+        self.setToolTip(Path(doc.path).name)
+        self.status = ElidingLabel("waiting…")
         self.status.setObjectName("attachmentStatus")
         self.remove_button = QToolButton()
         self.remove_button.setText("×")
@@ -85,6 +87,7 @@ class AttachmentChip(QFrame):
         self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self))
         for w in (self.icon, self.kind, self.name, self.status, self.remove_button):
             row.addWidget(w)
+        row.setStretchFactor(self.status, 1)
 
     def show_progress(self, done: int, total: int):
         self.name.setVisible(False)  # the progress names the file
@@ -115,6 +118,7 @@ class AttachmentChip(QFrame):
                 tip = "Already read into the conversation: sending computes only your question."
             self.status.setText(text)
             self.status.setToolTip(tip)
+        self.setToolTip(f"{Path(doc.path).name}: {self.status.text()}")  # the whole line, when the chip is elided
         self.style().unpolish(self)
         self.style().polish(self)
 
@@ -124,7 +128,8 @@ class AttachmentTray(QWidget):
 
     changed = Signal()  # a document was added, read, failed or removed
     readyToRead = Signal()  # a document is ready: read the draft ahead (engine.prefill)
-    status = Signal(str)  # progress for the status bar
+    status = Signal(str)  # a one-off line for the status bar (an error, a document read)
+    progress = Signal(str)  # one steady line while documents are read or read ahead ("": done)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -133,6 +138,8 @@ class AttachmentTray(QWidget):
         self.show_sent = lambda msg_id, items: None  # set by ChatPanes.wire: documents under a sent message
         self.history = lambda: ()  # set by ChatPanes.wire: the open chat's messages (its earlier documents)
         self.params = None  # a callable returning the chat's GenerationParams
+        self.stop_reading = lambda: None  # set by ChatPanes.wire: ends the draft's read-ahead
+        self._progress_line = ""
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
         self._draft_passages = False  # the last draft read ahead carries passages for its question
@@ -146,6 +153,7 @@ class AttachmentTray(QWidget):
         layout.addLayout(self._row)
         self.summary = QLabel()
         self.summary.setObjectName("attachmentSummary")
+        self.summary.setWordWrap(True)  # on two lines in a narrow composer, never wider than it
         layout.addWidget(self.summary)
         self.setVisible(False)
 
@@ -191,6 +199,8 @@ class AttachmentTray(QWidget):
             return
         chip.show_state()
         self._refresh()
+        if not self.busy():
+            self._say_progress("")
         doc = chip.doc
         if doc.error:
             self.status.emit(doc.error)
@@ -230,7 +240,21 @@ class AttachmentTray(QWidget):
     def _progress(self, chip, done, total):
         if chip in self._chips:
             chip.show_progress(done, total)
-            self.status.emit(chip.status.text())
+            self._say_progress(chip.status.text())
+
+    def _say_progress(self, text: str) -> None:
+        if text != self._progress_line:
+            self._progress_line = text
+            self.progress.emit(text)
+
+    def cancel_progress(self) -> None:
+        """The status bar's Cancel: documents still being extracted are removed; a read-ahead ends."""
+        reading = [c for c in self._chips if not c.doc.ready and not c.doc.error]
+        for chip in reading:
+            self._remove(chip)
+        if not reading:
+            self.stop_reading()
+        self._say_progress("")
 
     def read_progress(self, held: int, total: int) -> None:
         """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
@@ -239,11 +263,13 @@ class AttachmentTray(QWidget):
         big = big or (self._draft_names if self._draft_passages else [])
         if big and self._draft_passages and total:  # the chips keep saying "too big": the status bar tells
             names = ", ".join(big)
-            self.status.emit(
-                f"Read the passages of {names} for your question: asking computes only what you change"
-                if held >= total
-                else f"Reading the passages of {names} for your question… {100 * held // total}%"
-            )
+            if held >= total:
+                self._say_progress("")
+                self.status.emit(
+                    f"Read the passages of {names} for your question: asking computes only what you change"
+                )
+            else:
+                self._say_progress(f"Reading the passages of {names} for your question… {100 * held // total}%")
         if not chips or not total:
             return
         if held >= total:
@@ -251,16 +277,19 @@ class AttachmentTray(QWidget):
                 chip.doc.read = True
                 chip.show_state()
             names = ", ".join(c.name.text() for c in chips)
+            self._say_progress("")
             self.status.emit(f"Read {names}: asking computes only your question")
             return
         for chip in chips:
             chip.doc.read = False
             chip.show_progress(held, total)
-        self.status.emit(chips[0].status.text())
+        self._say_progress(chips[0].status.text())
 
     def read_ended(self, result) -> None:
-        """A read-ahead ended early for a reason other than newer work (which reports on its own)."""
-        if not result.finished and result.reason != "preempted":
+        """A read-ahead ended (None: refused); early, for a reason other than newer work (which reports on its own)."""
+        if not self.busy():
+            self._say_progress("")
+        if result is None or (not result.finished and result.reason != "preempted"):
             for chip in self._chips:
                 if chip.doc.ready and not chip.doc.error:
                     chip.show_state()
@@ -271,6 +300,8 @@ class AttachmentTray(QWidget):
             self._row.removeWidget(chip)
             chip.deleteLater()
             self._refresh()
+            if not self.busy() and not chip.doc.ready:
+                self._say_progress("")  # its extraction's line goes with it
 
     def clear(self):
         for chip in list(self._chips):
@@ -314,6 +345,10 @@ class AttachmentTray(QWidget):
     # --- what a message gets ------------------------------------------------------
     def busy(self) -> bool:
         return any(not c.doc.ready and not c.doc.error for c in self._chips)
+
+    def failed(self) -> list[str]:
+        """The names of the files that could not be read (their chips say why)."""
+        return [Path(c.doc.path).name for c in self._chips if c.doc.error]
 
     def ready_documents(self) -> list[_Doc]:
         return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]

@@ -96,7 +96,7 @@ def format_stats(stats) -> str:
         parts.append(f"{reused:,} prompt tokens reused")
     dropped = stat(stats, "dropped_messages", 0) or 0
     if dropped:
-        parts.append(f"dropped {dropped} old message(s) to fit the context")
+        parts.append(f"dropped {dropped} old {'message' if dropped == 1 else 'messages'} to fit the context")
     if note := cut_note(stats):
         parts.append(note)
     return " · ".join(parts)
@@ -137,6 +137,7 @@ class MessageWidget(QFrame):
         self.model_id = model_id
         self.role = role
         self.status = status  # before the first render: finished text renders merged
+        self.message_stats = stats  # the stored stats (the view reads a turn's dropped messages)
         self._text = text
         self.setObjectName("userMessage" if role == MessageRole.USER else "assistantMessage")
         self.setProperty("role", role)

@@ -112,6 +112,7 @@ class ChatPanes:
         documents.params = lambda: chat_params(chat.store, chat.conv_id)  # and within the chat's settings
         documents.history = lambda: chat_history(chat.store, chat.conv_id)  # a follow-up's own passages
         documents.show_sent = lambda msg_id, items: show_on_message(chat_view.widget_for(msg_id), items)
+        documents.stop_reading = chat.bridge.cancel_read_ahead  # the status bar's Cancel
         documents.readyToRead.connect(lambda: chat.prefill_draft(composer.text()))  # read at attach
         chat.bridge.modelLoaded.connect(lambda _info: documents.recount())
         chat.bridge.readingAhead.connect(

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout
 
 from app.core.store import MessageRole
 from app.gui.chat.attachments import show_on_message, show_passages_used
+from app.gui.chat.memory_mark import MemoryMark
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.welcome import Welcome
 from app.gui.theme import ReadingColumn
@@ -56,6 +57,7 @@ class ChatView(QScrollArea):
         self.more_button.setVisible(False)
         self._layout.addWidget(self.more_button)
         self._layout.addStretch(1)
+        self.memory_mark = MemoryMark(self._layout)  # dims what the last turn dropped to fit the context
         self._hidden: list = []  # older stored messages not turned into widgets yet
         self.setWidget(self._inner)
         self._widgets: list[MessageWidget] = []
@@ -87,9 +89,11 @@ class ChatView(QScrollArea):
         self._set_slack(0)
         for widget in self._widgets:
             self._layout.removeWidget(widget)
+            self.memory_mark.forget(widget)
             widget.deleteLater()
         self._widgets.clear()
         self._hidden = []
+        self.memory_mark.update([], [])
         self.more_button.setVisible(False)
         self.welcome.setVisible(True)
         self._update_regenerate()
@@ -108,6 +112,7 @@ class ChatView(QScrollArea):
             )
             show_on_message(widget, m.attachments)
         self._update_more()
+        self.memory_mark.update(self._hidden, self._widgets)
         self._stick = True
         self.scroll_to_bottom()
 
@@ -131,6 +136,7 @@ class ChatView(QScrollArea):
             new.append(widget)
         self._widgets[:0] = new
         self._update_more()
+        self.memory_mark.update(self._hidden, self._widgets)
         self._inner.adjustSize()
         bar.setValue(bar.maximum() - from_bottom)  # keep the message that was in view in view
 
@@ -162,6 +168,7 @@ class ChatView(QScrollArea):
             if isinstance(stats, dict) and stats.get("tool_calls"):  # the calls show as the blocks below
                 text = visible_text(text)
             widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
+        widget.message_stats = stats  # what memory_mark reads: the turn's dropped messages
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
@@ -196,6 +203,7 @@ class ChatView(QScrollArea):
                 m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
             )
             show_on_message(widget, m.attachments)
+        self.memory_mark.update(self._hidden, self._widgets)
         if top is not None and messages:
             self._hold(messages[0].id, top)
 
@@ -208,8 +216,10 @@ class ChatView(QScrollArea):
             if widget is self._live:
                 self.end_stream()
             self._layout.removeWidget(widget)
+            self.memory_mark.forget(widget)
             widget.deleteLater()
         del self._widgets[ids.index(message_id) :]
+        self.memory_mark.update(self._hidden, self._widgets)
         self.welcome.setVisible(not self._widgets)
         self._update_regenerate()
 
@@ -283,7 +293,9 @@ class ChatView(QScrollArea):
             self._live.set_status(status, error)
         if stats is not None:
             self._live.set_stats(stats)
+            self._live.message_stats = stats
         self._live = None
+        self.memory_mark.update(self._hidden, self._widgets)
         self._update_regenerate()  # a reply that hit max tokens offers Continue
 
     # --- scrolling ------------------------------------------------------

@@ -2,7 +2,8 @@
 Model (every model engine.list_models() gives, server models grouped by server, and the
 import/download/server actions), so the two never differ: both show one ModelList."""
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QToolButton
 
 from app.gui.models.menu import ModelMenu, describe
@@ -10,6 +11,7 @@ from app.gui.models.model_list import ModelList
 
 NO_MODEL = "No model"
 MIN_SHOWN = "Model…"  # what a squeezed picker still shows, at the least
+CHEVRON = 8  # px wide: the ▾ that says it opens a menu (the style's own arrow was ~4 px)
 
 
 class ModelPicker(QToolButton):
@@ -18,7 +20,8 @@ class ModelPicker(QToolButton):
         self.setObjectName("modelPicker")
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        self.setAutoRaise(True)
+        self.setAutoRaise(False)  # a framed button (resources/style.qss #modelPicker), not plain text
+        self.setAccessibleName("Model")
         self.models = models
         self._full = ""  # the model's whole name; the button shows it elided when squeezed
         self.menu_ = ModelMenu(models, self)
@@ -45,6 +48,7 @@ class ModelPicker(QToolButton):
         self._elide()
         info = self.models.current()
         self.setToolTip(f"Model: {describe(info)} — click to switch" if info else "Choose a model")
+        self.setAccessibleDescription(f"{self._full}: click to choose another model")
 
     def _chrome(self) -> int:
         """The button's width beyond its text: margins and the menu arrow."""
@@ -58,6 +62,17 @@ class ModelPicker(QToolButton):
         hint = self.sizeHint()
         least = self._chrome() + self.fontMetrics().horizontalAdvance(MIN_SHOWN)
         return QSize(min(hint.width(), least), hint.height())
+
+    def paintEvent(self, event):
+        super().paintEvent(event)
+        painter = QPainter(self)  # the chevron, in the text's colour, in the room the style sheet's padding keeps
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        group = QPalette.ColorGroup.Active if self.isEnabled() else QPalette.ColorGroup.Disabled
+        painter.setPen(QPen(self.palette().color(group, QPalette.ColorRole.ButtonText), 1.6))
+        x, y = self.width() - 8 - CHEVRON, self.height() / 2 - CHEVRON / 4
+        half = CHEVRON / 2
+        painter.drawPolyline([QPointF(x, y), QPointF(x + half, y + half), QPointF(x + CHEVRON, y)])
+        painter.end()
 
     def resizeEvent(self, event):
         super().resizeEvent(event)

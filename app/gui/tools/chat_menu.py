@@ -23,6 +23,7 @@ class ChatToolsButton(QToolButton):
         self.setMenu(self.menu_)
         self._count: asyncio.Task | None = None  # the cost being counted (qasync keeps no reference)
         tools.changed.connect(self.refresh)
+        bridge.modelLoaded.connect(tools.model_loaded)  # before the costs: a model without tools has none
         bridge.modelLoaded.connect(lambda _info: self._forget_costs())
         self.refresh()
 
@@ -51,6 +52,8 @@ class ChatToolsButton(QToolButton):
         on = [s for s in servers if s not in tools.off_in(self.conv_id or "")]
         if not on:
             return "Tools: off"
+        if tools.model_off:
+            return "Tools: off for this model"
         host = tools.host_for(self.conv_id)
         count = len(host.tools) if host else 0
         cost = tools.cost_text(self.conv_id)
@@ -60,10 +63,13 @@ class ChatToolsButton(QToolButton):
         text = self.summary()
         self.setText(text)
         self.setVisible(bool(text))
-        self.setToolTip("MCP tools in this chat: choose the servers, see what their definitions cost")
+        tip = "MCP tools in this chat: choose the servers, see what their definitions cost"
+        off = self.tools.model_off
+        self.setToolTip(f"{off[:1].upper()}{off[1:]}." if off and self.tools.servers else tip)
         self._build_menu()
         if (
             text
+            and not self.tools.model_off
             and self.conv_id not in self.tools.costs
             and self.tools.host_for(self.conv_id) is not None
             and self.bridge.current_model is not None

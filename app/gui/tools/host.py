@@ -32,6 +32,8 @@ class WindowTools(QObject):
         self.estimated: set = set()  # chats whose cost is counted from the definitions' JSON, not the template
         self.said_off: set = set()  # chats already told that the model cannot call tools
         self.unsaved_off: set = set()  # servers switched off in the blank chat, saved with it once it has an id
+        self.model_off = ""  # why the loaded model cannot call tools ("" : it can, or none is loaded)
+        self._said_model = False  # the loaded model's tools_off was said (at its load, or when servers started)
         self._task: asyncio.Task | None = None  # qasync keeps no reference: we do
         self._closed = False
 
@@ -71,7 +73,20 @@ class WindowTools(QObject):
         self.costs.clear()
         for name, why in self.failed.items():
             self.notice.emit(f"The MCP server {name} did not start: {one_line(why)}")
+        self._say_model_off()
         self.changed.emit()
+
+    def model_loaded(self, info) -> None:
+        """A model was loaded: if it cannot call tools, say so now, not after its first reply."""
+        self.model_off = getattr(info, "tools_off", "") or ""
+        self._said_model = False
+        self._say_model_off()
+        self.changed.emit()
+
+    def _say_model_off(self) -> None:
+        if self.model_off and self.servers and not self._said_model:
+            self._said_model = True
+            self.notice.emit(self.model_off[:1].upper() + self.model_off[1:] + ".")
 
     def restart_if_changed(self) -> asyncio.Task | None:
         """The Tools dialog closed: restart the servers if which ones run, or how, changed (not for policies)."""
@@ -175,7 +190,7 @@ class WindowTools(QObject):
             self.costs[conv_id] = stats.tools_tokens
             self.estimated.discard(conv_id)
             self.changed.emit()
-        if stats.tools_off and conv_id not in self.said_off:
+        if stats.tools_off and conv_id not in self.said_off and stats.tools_off != self.model_off:
             self.said_off.add(conv_id)
             self.notice.emit(stats.tools_off[:1].upper() + stats.tools_off[1:] + ".")
 

@@ -75,3 +75,31 @@ def test_attach_opens_in_documents_then_in_the_folder_last_attached_from(qtbot, 
         assert Path(dialog.directory().absolutePath()) == report.parent
     finally:
         dialog.reject()
+
+
+def test_file_attach_file_opens_the_attach_dialog_with_its_shortcut(qtbot, window, tmp_path):
+    from PySide6.QtGui import QKeySequence
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.gui import shortcuts
+
+    action = window.attach_action
+    assert action.text() == "Attach File…" and action in window.menuBar().actions()[0].menu().actions()
+    assert action.shortcut() == QKeySequence(shortcuts.ATTACH)
+    clashes = [
+        a.text() for a in window.findChildren(type(action)) if a is not action and a.shortcut() == action.shortcut()
+    ]
+    assert clashes == []
+    assert shortcuts.key_text(shortcuts.ATTACH) in window.composer.attach_button.toolTip()
+    assert ("Attach files to the message", shortcuts.ATTACH) in shortcuts.SHEET
+    action.trigger()
+    dialogs = [d for d in window.findChildren(QFileDialog) if d.isVisible()]
+    try:
+        assert [d.windowTitle() for d in dialogs] == ["Attach Files"]
+        report = tmp_path / "notes.txt"
+        report.write_text("Sales rose.")
+        dialogs[0].filesSelected.emit([str(report)])
+        qtbot.waitUntil(lambda: window.composer.attachments.isVisible(), timeout=3000)
+    finally:
+        for d in dialogs:
+            d.reject()

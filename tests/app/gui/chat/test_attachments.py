@@ -135,7 +135,7 @@ def test_reading_into_the_cache_shows_on_the_chip_and_in_the_status_bar(qtbot, w
     # The engine's progress while a long document is read: 43 of its 100 ids held.
     window.bridge.readingAhead.emit("c", PrefillProgress(3, 60, 100))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"
-    assert window.statusBar().currentMessage() == "Reading report.pdf… 43%"
+    assert window.status.state_label.text() == "Reading report.pdf… 43%"  # one steady line, not a message
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(100, 0, 43, False, "preempted"))
     assert tray._chips[0].status.text() == "Reading report.pdf… 43%"  # newer work goes on reading it
     window.bridge.draftPrefilled.emit("c", BackgroundPrefill(0, 0, 0, False, "the engine is busy"))
@@ -216,7 +216,10 @@ def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot,
     assert re.match(line, shown) and "\n" not in shown
     assert not tray.busy() and not tray.ready_documents() and not engine.prefills
     window.composer.set_text("Hello")
-    assert window.composer.send_button.isEnabled()  # a failed file never holds the message
+    assert not window.composer.send_button.isEnabled()  # never left out silently: removed first
+    assert window.composer.reason_label.text().endswith("remove it (×) to send your message without it.")
+    tray._chips[0].remove_button.click()
+    qtbot.waitUntil(lambda: window.composer.send_button.isEnabled(), timeout=5000)
     send(qtbot, window, "Hello")
     (message,) = [m for m in store.get_conversation(window.chat.conv_id).messages if m.role == "user"]
     assert message.content == "Hello" and message.attachments == []
@@ -325,3 +328,76 @@ def test_a_follow_ups_passages_are_read_ahead_too(qtbot, window, store, engine, 
     window.chat.new_conversation()  # a chat without big documents reads the question alone
     window.composer.set_text("Hello")
     qtbot.waitUntil(lambda: engine.prefills[-1][1][-1]["content"] == "Hello", timeout=5000)
+
+
+def test_a_message_is_not_sent_while_an_unreadable_files_chip_is_shown(qtbot, window, engine, tmp_path):
+    (tmp_path / "photo.png").write_bytes(png_bytes())
+    composer, tray = window.composer, window.composer.attachments
+    tray.add_paths([str(tmp_path / "photo.png")])
+    qtbot.waitUntil(lambda: bool(tray._chips and tray._chips[0].doc.error), timeout=10_000)
+    composer.editor.setPlainText("What does the photo show?")
+    calls = len(engine.calls)
+    assert not composer.send_button.isEnabled()
+    assert composer.reason_label.isVisible()
+    assert composer.reason_label.text() == "photo.png could not be read: remove it (×) to send your message without it."
+    from PySide6.QtTest import QTest
+
+    QTest.keyClick(composer.editor, Qt.Key.Key_Return)
+    qtbot.wait(100)
+    assert len(engine.calls) == calls and composer.text() == "What does the photo show?"  # nothing dropped silently
+    tray._chips[0].remove_button.click()
+    qtbot.waitUntil(lambda: composer.send_button.isEnabled(), timeout=5000)
+    assert not composer.reason_label.isVisible()
+    send(qtbot, window, "What does the photo show?")
+    assert engine.calls[-1][1][-1]["content"] == "What does the photo show?"
+
+
+def test_reading_a_big_documents_passages_is_one_steady_line_with_cancel(qtbot, window, engine, tmp_path, monkeypatch):
+    import asyncio
+
+    from engine.types import PrefillProgress
+
+    attach_too_big(qtbot, window, tmp_path)
+    engine.prefill_progress = (PrefillProgress(0, 100, 100), PrefillProgress(20, 100, 100))
+    engine.reading = asyncio.Event()  # the read stays at 20% until cancelled
+    stops = []
+    monkeypatch.setattr(engine, "stop", lambda conv_id=None: (stops.append(conv_id), engine.reading.set()))
+    status = window.status
+    qtbot.waitUntil(lambda: status.currentMessage() == "", timeout=5000)  # "big.pdf is too big…" said once
+    line = "Reading the passages of big.pdf for your question… 20%"
+    window.composer.set_text("Tell me about topic5")
+    qtbot.waitUntil(lambda: status.state_label.text() == line, timeout=5000)
+    model = status.model_label.text()
+    assert model.startswith("Fake Small") and status.currentMessage() == ""  # no message over the model's name
+    window._on_state(window.bridge.state)  # the engine says it is ready again: the line stays
+    assert status.state_label.text() == line
+    qtbot.wait(3300)  # longer than a status message lasts: nothing flickers back
+    assert status.state_label.text() == line and status.model_label.text() == model and status.currentMessage() == ""
+    assert status.cancel_button.isVisible()
+    status.cancel_button.click()
+    assert stops == [""]  # the background read ends; no reply is stopped
+    qtbot.waitUntil(lambda: status.state_label.text() == "Ready", timeout=3000)
+    assert not status.cancel_button.isVisible()
+
+
+def test_at_the_minimum_size_a_big_documents_chip_elides_in_the_composer(qtbot, window, engine, tmp_path):
+    from app.gui.window import MIN_SIZE
+
+    window.resize(*MIN_SIZE)
+    qtbot.waitUntil(lambda: window.width() == MIN_SIZE[0], timeout=3000)
+    sidebar = window.sidebar.width()
+    tray = attach_too_big(qtbot, window, tmp_path)
+    chip = tray._chips[0]
+    qtbot.waitUntil(lambda: "too big" in chip.status.text(), timeout=5000)
+    qtbot.wait(50)  # the layout settles
+    assert window.sidebar.width() == sidebar  # seen on X: squeezed to ~130 px
+    composer = window.composer
+    right = chip.mapTo(composer, chip.rect().topRight()).x()
+    assert right <= composer.width()  # inside the composer, never cut at its edge
+    assert chip.status.text().endswith("or × to cancel")  # the whole text stays (the tooltip has it)
+    shown = chip.status.shown()
+    assert shown.endswith("…") and chip.status.fontMetrics().horizontalAdvance(shown) <= chip.status.width()
+    assert chip.toolTip().startswith("big.pdf")
+    summary = tray.summary
+    assert summary.isVisible() and summary.mapTo(composer, summary.rect().topRight()).x() <= composer.width()
+    window.grab().save(str(tmp_path / "min.png"))

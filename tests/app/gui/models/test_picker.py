@@ -122,3 +122,39 @@ def test_continue_is_offered_only_while_a_model_on_this_computer_is_loaded(qtbot
     qtbot.waitUntil(reply.continue_button.isVisible, timeout=3000)
     w.close()
     run(qtbot, w.shutdown())
+
+
+def test_the_picker_looks_like_a_control_with_a_frame_a_chevron_and_a_name(qtbot, window):
+    from PySide6.QtGui import QColor
+
+    picker = window.model_picker
+    assert not picker.autoRaise()
+    assert picker.accessibleName() == "Model" and picker.accessibleDescription().startswith("Fake Small")
+    image = picker.grab().toImage()
+    w, h = image.width(), image.height()
+    header = window.header.grab().toImage()
+    behind = QColor(header.pixel(2, 2)).lightness()  # the header's own background
+
+    def ink(x, y):
+        return abs(QColor(image.pixel(x, y)).lightness() - behind)
+
+    # A frame: the middle of each edge differs from the header behind it (plain text would not).
+    assert min(ink(w // 2, 0), ink(w // 2, h - 1), ink(0, h // 2), ink(w - 1, h // 2)) > 20
+    # The chevron: ink across at least 6 px of columns in its corner (the style's arrow was ~4 px).
+    fill = QColor(image.pixel(w - 4, h // 2)).lightness()
+    columns = [
+        x for x in range(w - 22, w - 4) if any(abs(QColor(image.pixel(x, y)).lightness() - fill) > 60 for y in range(h))
+    ]
+    assert len(columns) >= 6, columns
+
+
+def test_the_picker_answers_the_pointer(qtbot, window):
+    from PySide6.QtCore import Qt
+
+    picker = window.model_picker
+    before = picker.grab().toImage()
+    picker.setAttribute(Qt.WidgetAttribute.WA_UnderMouse, True)  # what entering it sets (offscreen has no pointer)
+    try:
+        assert picker.grab().toImage() != before  # the hover frame, in the highlight colour
+    finally:
+        picker.setAttribute(Qt.WidgetAttribute.WA_UnderMouse, False)

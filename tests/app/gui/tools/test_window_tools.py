@@ -203,15 +203,22 @@ def test_stop_at_the_approval_card_runs_nothing(qtbot, qloop, monkeypatch, tiny_
         dispose(qtbot, window, store)
 
 
-def test_a_model_without_tool_support_says_so_once(qtbot, qloop, monkeypatch, tiny_model_path):
+def test_a_model_without_tool_support_says_so_once_from_its_load(qtbot, qloop, monkeypatch, tiny_model_path):
     store, window = open_window(qtbot, monkeypatch, tiny_model_path, Script([]), max_tokens=3)
     try:
+        # Before any message: the banner, and the header's button says it (not "Tools: 1 · ~86 tokens").
+        said = [t for t in window.notices.texts() if "no tool support" in t]
+        assert said == ["This model's chat template has no tool support: tools are off for it."]
+        assert window.bridge.current_model.tools_off.startswith("this model's chat template has no tool support")
+        assert window.tools_button.text() == "Tools: off for this model"
+        assert "no tool support" in window.tools_button.toolTip()
+        assert window.tools.costs == {}  # nothing counted for definitions it will never see
         for text in ("Hello.", "Again."):
             window.chat.send(text)
             qtbot.waitUntil(lambda: idle(window), timeout=60_000)
         said = [t for t in window.notices.texts() if "no tool support" in t]
         assert said == ["This model's chat template has no tool support: tools are off for it."]
-        assert window.tools.said_off == {window.chat.conv_id}
+        assert window.tools_button.text() == "Tools: off for this model"
         assert store.get_conversation(window.chat.conv_id).messages[-1].status == "complete"
     finally:
         dispose(qtbot, window, store)
