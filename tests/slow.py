@@ -164,7 +164,7 @@ SLOW = {
     },
     "tests/app/gui/tools/test_window_tools.py": {
         "test_a_draft_read_ahead_carries_the_tools_so_enter_computes_one_token",
-        "test_a_model_without_tool_support_says_so_once",
+        "test_a_model_without_tool_support_says_so_once_from_its_load",
         "test_always_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it",
         "test_closing_the_window_while_a_card_waits_keeps_the_history_whole",
         "test_deny_does_not_run_the_call",
