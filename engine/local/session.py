@@ -23,6 +23,7 @@ from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
 from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
+from engine.local.wired import WiredLimit
 from engine.models import fit, registry
 from engine.types import (
     LOADED_STAGE,
@@ -91,6 +92,7 @@ class Session:
         # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
         self._draft: tuple | None = None
         self.verify_cost: VerifyCost | None = None
+        self.wired = WiredLimit()  # Metal: the weights and caches kept resident while a model is loaded
 
     def warm_up(self) -> None:
         """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
@@ -123,6 +125,7 @@ class Session:
         self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
         if self.memory_limit_bytes is not None and not self.budget_given:
             self.caches.budget_bytes = plan.cache_budget  # what the limit leaves the caches
+        self.wired.raise_to(plan.weights + self.caches.budget_bytes)
         report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
 
@@ -280,8 +283,12 @@ class Session:
         )
 
     def close(self, seconds: float | None = None) -> int:
-        """Save the most recently used conversations' caches for the next start; how many were saved."""
-        return self.caches.save_all() if seconds is None else self.caches.save_all(seconds)
+        """Save the most recently used conversations' caches for the next start; how many were saved.
+        The wired memory limit goes back to what it was."""
+        try:
+            return self.caches.save_all() if seconds is None else self.caches.save_all(seconds)
+        finally:
+            self.wired.restore()
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)
