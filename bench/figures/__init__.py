@@ -29,6 +29,7 @@ FIGURES = [
     "tools",
     "speculative_edits",
     "families",
+    "kv_fit",
 ]
 
 
