@@ -86,7 +86,14 @@ class Engine:
             name = EngineStatus.READY
         else:
             name = EngineStatus.IDLE
-        return EngineState(name, self.current_model, kv_bytes_total=self._local.kv_bytes)
+        session = self._local.session if self._backend is self._local else None
+        return EngineState(
+            name,
+            self.current_model,
+            kv_bytes_total=self._local.kv_bytes,
+            weight_bytes=session.weight_bytes if session and self.current_model else 0,
+            memory_limit_bytes=session.limit_bytes if session and self.current_model else 0,
+        )
 
     @staticmethod
     def _on_loop(callback: Callable | None) -> Callable | None:

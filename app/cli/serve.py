@@ -68,6 +68,8 @@ async def _serve(args: argparse.Namespace) -> int:
     def ready(server: "ApiServer") -> None:
         model = server.engine.current_model
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
+        if model is not None and fit.context_note(model):
+            print(f"chinwag serve: {fit.context_note(model)}", file=sys.stderr, flush=True)
 
     await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S, **options), ready)
     print("stopped; caches saved", file=sys.stderr)

@@ -24,6 +24,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     PrefillProgress,
+    TextDelta,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class LocalBackend:
         self.thread: EngineThread | None = None
         self.session: Session | None = None
         self._started: concurrent.futures.Future | None = None
-        self.kv_bytes = 0  # every cache's bytes after the last local turn
+        self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -179,13 +180,16 @@ class LocalBackend:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
+        thread, session = self.running()
+
         def emit(event: Any) -> None:
+            if isinstance(event, (TextDelta, PrefillProgress)):  # on the engine thread: KV grows with the reply
+                self.kv_bytes = session.kv_bytes()
             try:
                 loop.call_soon_threadsafe(events.put_nowait, event)
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        thread, session = self.running()
         future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
         try:

@@ -38,6 +38,7 @@ from engine.types import (
 )
 
 DEFAULT_CONTEXT_LENGTH = 4096
+MIN_MEMORY_CONTEXT = fit.MINIMAL_CHAT_TOKENS  # a model loads only if its budget holds this much
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
 
 
@@ -81,6 +82,8 @@ class Session:
         self.kv_initial_capacity = kv_initial_capacity
         self.memory_limit_bytes = memory_limit_bytes  # what a model may take (None: what is available)
         self.weight_bytes = 0  # the loaded model's weights, as engine/models/fit.py sizes them
+        self.limit_bytes = 0  # the limit the loaded model was planned against
+        self.memory_context = 0  # the tokens one chat's cache may hold under the budget (0: no cap)
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.budget_given = memory_budget_bytes is not None  # else sized to the limit once a model loads
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
@@ -126,8 +129,20 @@ class Session:
         if self.memory_limit_bytes is not None and not self.budget_given:
             self.caches.budget_bytes = plan.cache_budget  # what the limit leaves the caches
         self.wired.raise_to(plan.weights + self.caches.budget_bytes)
+        self.limit_bytes, self.memory_context = plan.limit, self.memory_cap(plan)
+        if self.memory_context:
+            info = dataclasses.replace(info, memory_context=self.memory_context)
+            self.info = info
         report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
+
+    def memory_cap(self, plan: fit.Plan) -> int:
+        """The tokens one chat's cache may hold under the budget the limit leaves, when fewer than the
+        model's context; 0 otherwise (and with an explicit budget, whose caller sized it)."""
+        if self.budget_given or not plan.per_token:
+            return 0
+        tokens = int((self.caches.budget_bytes - plan.fixed) // plan.per_token)
+        return max(MIN_MEMORY_CONTEXT, tokens) if tokens < self.context_length else 0
 
     def count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
@@ -145,7 +160,7 @@ class Session:
         return len(plan.prompt_ids) + len(written)
 
     def context_limit(self, params: GenerationParams) -> int:
-        limit = self.context_length
+        limit = min(self.context_length, self.memory_context or self.context_length)
         if params.context_cap:
             limit = max(2, min(limit, params.context_cap))
         return limit
