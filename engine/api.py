@@ -116,9 +116,11 @@ class Engine:
         from engine.models import registry
         from engine.remote import servers
 
-        # Off the engine thread: listing reads files only, and must not wait for a reply.
+        # Off the engine thread: listing reads files only, and must not wait for a reply. Each local
+        # model says whether it fits this engine's memory limit (ModelInfo.fit_reason).
         local, remote = await asyncio.gather(
-            asyncio.to_thread(registry.list_models), asyncio.to_thread(servers.server_models)
+            asyncio.to_thread(lambda: self._local.with_fit(registry.list_models())),
+            asyncio.to_thread(servers.server_models),
         )
         return local + remote
 

@@ -367,6 +367,8 @@ class ModelInfo:
     # Once loaded: the tokens one chat's cache may hold under the memory budget, when fewer than
     # context_length (the context is capped there: "context 12K of 32K: memory"); 0: no such cap.
     memory_context: int = 0
+    # Engine.list_models: why this local model would not fit the memory limit here ("": it fits, or unknown).
+    fit_reason: str = ""
 
     def to_json(self) -> dict:
         from dataclasses import asdict

@@ -101,6 +101,27 @@ class LocalBackend:
         self._started: concurrent.futures.Future | None = None
         self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
 
+    def with_fit(self, models: list[ModelInfo]) -> list[ModelInfo]:
+        """`models` with each local one's `fit_reason` under this backend's limit and KV setting, as
+        Session.load will check it (without a limit: what is available, plus the loaded weights).
+        Reads config.json and safetensors headers: call it off the engine and event-loop threads."""
+        import dataclasses
+
+        from engine.models import fit
+        from engine.types import ModelSource, ModelStatus
+
+        session = self.session
+        kv = session.kv_quantization if session else self._options[2]
+        limit = session.memory_limit_bytes if session else self._options[3]
+        if limit is None:
+            limit = fit.available_bytes() + (session.weight_bytes if session else 0)
+        out = []
+        for m in models:
+            if m.source != ModelSource.SERVER and m.status == ModelStatus.READY:
+                m = dataclasses.replace(m, fit_reason=fit.fit_reason(m.path, limit, kv, m.name or m.id))
+            out.append(m)
+        return out
+
     # --- lifecycle ---------------------------------------------------------
 
     def _ensure_thread(self) -> concurrent.futures.Future:
