@@ -143,6 +143,11 @@ class Engine:
 
         await asyncio.to_thread(servers.remove_server, name)
 
+    async def configure(self, kv_quantization: KVQuantization | None, memory_limit_bytes: int | None) -> None:
+        """The KV quantization and memory limit the next `load_model` uses (the window's settings,
+        per model); the loaded model keeps its own until it is loaded again."""
+        await self._local.configure(kv_quantization, memory_limit_bytes)
+
     async def load_model(self, spec: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         """Load a model (registry id, MLX folder, GGUF file or a server's model); stops generation first.
 

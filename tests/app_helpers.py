@@ -130,6 +130,7 @@ class FakeEngine:
         self.servers: dict = {}  # name -> ServerInfo
         self.kv_total = 12345  # every cache's bytes: grows 1 KiB a generated token, as a real cache may
         self.memory_limit_bytes = 0  # the limit the loaded model was planned against (0: the status shows none)
+        self.configured: list = []  # (KVQuantization or None, limit or None) before each load the window asks for
 
     @property
     def state(self):
@@ -149,6 +150,9 @@ class FakeEngine:
 
     async def list_models(self):
         return list(self.models)
+
+    async def configure(self, kv_quantization, memory_limit_bytes):
+        self.configured.append((kv_quantization, memory_limit_bytes))
 
     async def load_model(self, spec, progress=None):
         if progress:

@@ -183,6 +183,12 @@ class LocalBackend:
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
+    async def configure(self, kv: KVQuantization | None, limit: int | None) -> None:
+        """The options the next load uses: the thread's own copy, changed on the thread."""
+        self._options = (self._options[0], self._options[1], kv, limit)
+        if self.session is not None or self.thread is not None:
+            await self.call(lambda: self.running()[1].configure(kv, limit))
+
     async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
         info = await self.call(self._session_load, spec, progress)

@@ -84,6 +84,7 @@ class Session:
         self.weight_bytes = 0  # the loaded model's weights, as engine/models/fit.py sizes them
         self.limit_bytes = 0  # the limit the loaded model was planned against
         self.memory_context = 0  # the tokens one chat's cache may hold under the budget (0: no cap)
+        self.pending: tuple[KVQuantization | None, int | None] | None = None  # configure()'s, for the next load
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.budget_given = memory_budget_bytes is not None  # else sized to the limit once a model loads
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
@@ -112,22 +113,24 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
-        limit = self.memory_limit_bytes
+        kv, given = self.pending or (self.kv_quantization, self.memory_limit_bytes)
+        limit = given
         if limit is None and self.model is not None:  # what is available now, plus the weights this load replaces
             limit = fit.available_bytes() + self.weight_bytes
-        plan = fit.plan(path, limit, self.kv_quantization, info.name or info.id)
-        plan.check(self.kv_quantization)
+        plan = fit.plan(path, limit, kv, info.name or info.id)
+        plan.check(kv)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
-        kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
-        # Only a model that loaded replaces the current one.
+        kinds.check_model(model, kv)  # a cache Chinwag cannot keep: refused here, not mid-turn
+        # Only a model that loaded replaces the current one (and only then do its options apply).
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.kv_quantization, self.memory_limit_bytes, self.pending = kv, given, None
         self.weight_bytes = plan.weights
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
-        if self.memory_limit_bytes is not None and not self.budget_given:
-            self.caches.budget_bytes = plan.cache_budget  # what the limit leaves the caches
+        if not self.budget_given:  # what the limit leaves the caches; without one, the share of RAM
+            self.caches.budget_bytes = plan.cache_budget if given is not None else default_budget_bytes()
         self.wired.raise_to(plan.weights + self.caches.budget_bytes)
         self.limit_bytes, self.memory_context = plan.limit, self.memory_cap(plan)
         if self.memory_context:
@@ -143,6 +146,11 @@ class Session:
             return 0
         tokens = int((self.caches.budget_bytes - plan.fixed) // plan.per_token)
         return max(MIN_MEMORY_CONTEXT, tokens) if tokens < self.context_length else 0
+
+    def configure(self, kv: KVQuantization | None, limit: int | None) -> None:
+        """The KV quantization and memory limit of the next load; they apply once a model has loaded
+        with them (a refused load keeps the loaded model's)."""
+        self.pending = (kv, limit)
 
     def count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
