@@ -330,7 +330,8 @@ def section(d, res):
         "buffer's reserved room, sliding windows and their checkpoints included; KV vs full compares "
         "those at the same tokens); the longest context is the plan's under each limit, at most the "
         "model's own (0: the weights alone do not fit). Time per token: 32 generated tokens after the history (read once, then "
-        "regenerated each rep from the cache), interleaved settings, median. Agreement: a greedy "
+        "regenerated each rep from the cache), interleaved settings, median; and the time the history "
+        "took to read into the empty cache, once. Agreement: a greedy "
         "12-turn chat per setting, replies equal to the full-precision run's, and the mean share of a "
         "reply's tokens equal before the first difference. Perplexity: the first 2,048 tokens of "
         "*Alice's Adventures in Wonderland* (bench/data/alice.txt) read through the cache in "
@@ -385,7 +386,9 @@ def section(d, res):
             trows.append(
                 [f"{t['full']['prompt_tokens']:,}"]
                 + [
-                    f"{t[s]['median_ms']:.1f} ms" + ("" if s == "full" else f" ({t[s]['median_ms'] / full:.2f}x)")
+                    f"{t[s]['median_ms']:.1f} ms"
+                    + ("" if s == "full" else f" ({t[s]['median_ms'] / full:.2f}x)")
+                    + f"; history read in {t[s]['read_s']:.0f} s"
                     for s in SETTINGS
                 ]  # fmt: skip
             )
