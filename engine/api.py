@@ -86,7 +86,14 @@ class Engine:
             name = EngineStatus.READY
         else:
             name = EngineStatus.IDLE
-        return EngineState(name, self.current_model, kv_bytes_total=self._local.kv_bytes)
+        session = self._local.session if self._backend is self._local else None
+        return EngineState(
+            name,
+            self.current_model,
+            kv_bytes_total=self._local.kv_bytes,
+            weight_bytes=session.weight_bytes if session and self.current_model else 0,
+            memory_limit_bytes=session.limit_bytes if session and self.current_model else 0,
+        )
 
     @staticmethod
     def _on_loop(callback: Callable | None) -> Callable | None:
@@ -109,9 +116,11 @@ class Engine:
         from engine.models import registry
         from engine.remote import servers
 
-        # Off the engine thread: listing reads files only, and must not wait for a reply.
+        # Off the engine thread: listing reads files only, and must not wait for a reply. Each local
+        # model says whether it fits this engine's memory limit (ModelInfo.fit_reason).
         local, remote = await asyncio.gather(
-            asyncio.to_thread(registry.list_models), asyncio.to_thread(servers.server_models)
+            asyncio.to_thread(lambda: self._local.with_fit(registry.list_models())),
+            asyncio.to_thread(servers.server_models),
         )
         return local + remote
 
@@ -133,6 +142,11 @@ class Engine:
         from engine.remote import servers
 
         await asyncio.to_thread(servers.remove_server, name)
+
+    async def configure(self, kv_quantization: KVQuantization | None, memory_limit_bytes: int | None) -> None:
+        """The KV quantization and memory limit the next `load_model` uses (the window's settings,
+        per model); the loaded model keeps its own until it is loaded again."""
+        await self._local.configure(kv_quantization, memory_limit_bytes)
 
     async def load_model(self, spec: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         """Load a model (registry id, MLX folder, GGUF file or a server's model); stops generation first.

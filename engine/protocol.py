@@ -15,6 +15,7 @@ from engine.types import (
     ForkedCache,
     GenerationParams,
     HubModel,
+    KVQuantization,
     LoadProgress,
     MemoryReport,
     ModelInfo,
@@ -39,6 +40,8 @@ class EngineAPI(Protocol):
     async def close(self) -> None: ...
 
     async def list_models(self) -> list[ModelInfo]: ...
+
+    async def configure(self, kv_quantization: KVQuantization | None, memory_limit_bytes: int | None, /) -> None: ...
 
     async def load_model(self, spec: str, /, progress: Progress = None) -> ModelInfo: ...
 

@@ -366,6 +366,11 @@ class ModelInfo:
     source: str = ""  # a ModelSource ("" when not known)
     server: str = ""  # the saved server's name, for a model served elsewhere
     tools_off: str = ""  # a loaded local model that cannot call tools: why (engine/context/prompt.py tools_off_reason)
+    # Once loaded: the tokens one chat's cache may hold under the memory budget, when fewer than
+    # context_length (the context is capped there: "context 12K of 32K: memory"); 0: no such cap.
+    memory_context: int = 0
+    # Engine.list_models: why this local model would not fit the memory limit here ("": it fits, or unknown).
+    fit_reason: str = ""
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -408,6 +413,9 @@ class EngineState:
     state: EngineStatus
     model: ModelInfo | None = None
     kv_bytes_total: int = 0
+    # A local model's memory: its weights as loaded, and the limit they and the caches must fit (0: none).
+    weight_bytes: int = 0
+    memory_limit_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -128,18 +128,31 @@ class FakeEngine:
         self.prefill_progress: tuple = ()  # PrefillProgress events a read ahead reports
         self.forks: list = []  # (source id, fork id, messages) of each cache copied for a fork
         self.servers: dict = {}  # name -> ServerInfo
+        self.kv_total = 12345  # every cache's bytes: grows 1 KiB a generated token, as a real cache may
+        self.memory_limit_bytes = 0  # the limit the loaded model was planned against (0: the status shows none)
+        self.configured: list = []  # (KVQuantization or None, limit or None) before each load the window asks for
 
     @property
     def state(self):
         name = EngineStatus.READY if self.current_model else EngineStatus.IDLE
         name = EngineStatus.GENERATING if self._generating else name
-        return EngineState(name, self.current_model, kv_bytes_total=12345 if self.current_model else 0)
+        model = self.current_model
+        return EngineState(
+            name,
+            model,
+            kv_bytes_total=self.kv_total if model else 0,
+            weight_bytes=model.size_bytes if model else 0,
+            memory_limit_bytes=self.memory_limit_bytes if model else 0,
+        )
 
     async def start(self):
         self.started = True
 
     async def list_models(self):
         return list(self.models)
+
+    async def configure(self, kv_quantization, memory_limit_bytes):
+        self.configured.append((kv_quantization, memory_limit_bytes))
 
     async def load_model(self, spec, progress=None):
         if progress:
@@ -194,6 +207,7 @@ class FakeEngine:
                     reason = FinishReason.CANCELLED
                     break
                 n += 1
+                self.kv_total += 1024
                 yield TextDelta(piece, (n,))
             prompt = sum(len(m["content"]) // 4 + 4 for m in messages)
             yield TurnStats(
@@ -207,7 +221,7 @@ class FakeEngine:
                 4096,
                 prompt + n,
                 65536,
-                self.current_model.context_length or 2048,
+                self.current_model.memory_context or self.current_model.context_length or 2048,  # as Session caps it
                 reason,
             )
         finally:

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from engine.errors import ChinwagError
-from engine.types import DEFAULT_KV_GROUP_SIZE, KV_BITS, KV_GROUP_SIZES, KVQuantization
+from engine.types import DEFAULT_KV_GROUP_SIZE, KV_BITS, KV_GROUP_SIZES, KVQuantization, ModelInfo
 
 MEMORY_LIMIT_ENV = "CHINWAG_MEMORY_LIMIT"
 
@@ -91,3 +91,13 @@ def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantizat
         "memory_limit_bytes": p.limit,
         "longest_context": min(longest, context_length) if context_length else longest,
     }
+
+
+def context_note(info: ModelInfo) -> str:
+    """'context 12,288 of 32,768 tokens: memory ...' when the memory limit caps a loaded model's context."""
+    if not info.memory_context or info.memory_context >= info.context_length:
+        return ""
+    return (
+        f"context {info.memory_context:,} of {info.context_length:,} tokens: memory"
+        " (a higher --memory-limit or --kv-bits 8 or 4 holds more)"
+    )

@@ -169,6 +169,8 @@ async def _chat(args: argparse.Namespace) -> int:
             f"Chatting with {info.name}. /attach FILE adds a document, /continue writes more of a reply cut at"
             " its length limit, /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply."
         )
+        if fit.context_note(info):
+            print(f"[{fit.context_note(info)}]")
         if not args.no_tools:
             from app.cli.chat_tools import TerminalTools
 
@@ -439,7 +441,9 @@ async def _replay(args: argparse.Namespace) -> int:
     script = load_script(args.script)
     engine = Engine(kv_initial_capacity=args.kv_initial_capacity, **fit.engine_options(args))
     try:
-        await engine.load_model(args.model)
+        info = await engine.load_model(args.model)
+        if fit.context_note(info):
+            print(f"{PROG}: {fit.context_note(info)}", file=sys.stderr)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
         indexes: list = []  # documents too big for the context (app/documents/turn.py)
         for i, (user, documents) in enumerate(script["turns"]):
@@ -485,6 +489,7 @@ async def _replay(args: argparse.Namespace) -> int:
                         "kv_capacity": stats.kv_capacity,
                         "kv_offset": stats.kv_offset,
                         "kv_bytes": stats.kv_bytes,
+                        "context_limit": stats.context_limit,
                         "finish_reason": stats.finish_reason,
                         "dropped_messages": stats.dropped_messages,
                         "prepared_tokens": prepared,

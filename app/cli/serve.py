@@ -71,6 +71,8 @@ async def _serve(args: argparse.Namespace) -> int:
         model = server.engine.current_model
         serving.claim(serving.CLI, server.url)  # the window on this data folder says where this is
         print(f"Serving {model.id if model else 'no model'} at {server.url} (Ctrl+C stops)", flush=True)
+        if model is not None and fit.context_note(model):
+            print(f"chinwag serve: {fit.context_note(model)}", file=sys.stderr, flush=True)
 
     try:
         await serve_forever(config, Engine(save_seconds=SAVE_ON_STOP_S, **options), ready)

@@ -10,6 +10,7 @@ GUI thread never waits on it.
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
@@ -61,6 +62,10 @@ class EngineBridge(QObject):
         self._cancel_download: threading.Event | None = None
         self.state = EngineStatus.STARTING
         self.last_error = ""
+        # spec -> (KVQuantization | None, memory limit | None) given to engine.configure before each
+        # load (the window's settings; a refused value raises ChinwagError: the load fails in one line).
+        self.fit_options: Callable[[str], tuple] | None = None
+        self.applied_fit: tuple | None = None  # what the loaded model was configured with
 
     # --- plumbing -------------------------------------------------------
     @property
@@ -155,6 +160,10 @@ class EngineBridge(QObject):
         self._loading = True
         self._set_state()
         try:
+            if self.fit_options is not None:  # the window's memory limit and this model's KV cache setting
+                options = self.fit_options(spec)
+                await self.engine.configure(*options)
+                self.applied_fit = options
             info = await self.engine.load_model(spec, progress=self.loadProgress.emit)
         except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
             self.last_error = _reason(e, "loading a model")

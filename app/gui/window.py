@@ -34,6 +34,7 @@ from app.gui.models.picker import ModelPicker
 from app.gui.models.server_dialog import open_server_dialog
 from app.gui.notices import NoticeArea
 from app.gui.server_panel import ServerControl, ServingButton, open_api_server_dialog, other_server_line
+from app.gui.settings.fit import fit_options
 from app.gui.settings.preferences import load_app_settings
 from app.gui.window_dialogs import WindowDialogs
 from app.gui.window_keys import WindowKeys
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
         self.store = store
         kwargs = {"engine_factory": engine_factory} if engine_factory else {}
         self.bridge = EngineBridge(engine, parent=self, **kwargs)
+        self.bridge.fit_options = lambda spec: fit_options(load_app_settings(self.store), spec)
         self.models = ModelList(self)  # the one model list: the Model menu and the picker show it
         self._loading_spec = ""  # the model being loaded (or last asked for)
         self._startup = False  # until the start-up load ends, "no model yet" means "loading"
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         self.dialogs.closed.connect(self.keys.focus_composer)
         self.notices.focusReleased.connect(self.keys.focus_composer)  # Load It, Undo, Switch to…
         self.dialogs.appSettingsSaved.connect(self.apply_app_settings)
+        self.dialogs.appSettingsSaved.connect(self.apply_fit_settings)
         self.dialogs.chatSettingsSaved.connect(self._on_chat_settings_saved)
         self.header.toggleSidebarRequested.connect(self.keys.toggle_sidebar)
         self.header.settingsRequested.connect(self.dialogs.chat_settings_dialog)
@@ -335,6 +338,19 @@ class MainWindow(QMainWindow):
             chat = getattr(self, "chat", None)  # absent while the window is being built
             if chat is not None and chat.conv_id and chat.gen is None:
                 chat.open_conversation(chat.conv_id)  # messages re-render in the new colours and size
+
+    def apply_fit_settings(self):
+        """A changed memory limit or KV cache setting: the loaded model loads again with it."""
+        model = self.bridge.current_model
+        if model is None or model.server or self.bridge.applied_fit is None:
+            return
+        try:
+            wanted = fit_options(load_app_settings(self.store), model.id)
+        except ChinwagError as e:
+            self.show_error(str(e))
+            return
+        if wanted != self.bridge.applied_fit:
+            self.load_model(model.id)
 
     def load_model(self, spec: str):
         if self.bridge.state == EngineStatus.LOADING:

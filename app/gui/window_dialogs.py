@@ -151,11 +151,17 @@ class WindowDialogs(QObject):
             self.window,
             server_status=status if control is not None else None,
             open_server=(lambda: open_api_server_dialog(self.window)) if control is not None else None,
+            current_model=self._local_model_id(),
         )
         if control is not None:
             control.changed.connect(dialog.refresh_server)  # a bound slot: disconnected when the dialog goes
         dialog.accepted.connect(lambda: self.save_preferences(dialog.values(), dialog.app_values()))
         return self.keep(dialog)
+
+    def _local_model_id(self) -> str:
+        """The loaded model's id if it runs here (a server's model has no KV cache setting of ours)."""
+        model = self.bridge.current_model
+        return model.id if model is not None and not model.server else ""
 
     def save_preferences(self, values: dict, app_values: dict | None = None):
         try:

@@ -2,7 +2,7 @@
 state. A widget of its own, composed into MainWindow: it owns its labels and the stats it shows,
 and reads the bridge only for the loaded model and its KV memory."""
 
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QToolButton
 
@@ -19,6 +19,7 @@ STATE_LABELS = {
     EngineStatus.GENERATING: "Generating…",
     "error": "Engine error",
 }
+MEMORY_REFRESH_MS = 200
 
 
 class FittingLabel(QLabel):
@@ -86,6 +87,12 @@ class StatusBar(QStatusBar):
         self.cancel_button.setVisible(False)
         self.cancel_button.clicked.connect(self._on_cancel)
         self.addPermanentWidget(self.cancel_button)
+        # KV grows as a reply is written: shown again at most every MEMORY_REFRESH_MS, not per token.
+        self.memory_timer = QTimer(self)
+        self.memory_timer.setSingleShot(True)
+        self.memory_timer.setInterval(MEMORY_REFRESH_MS)
+        self.memory_timer.timeout.connect(self.show_memory)
+        bridge.delta.connect(lambda _conv, _text: self.memory_timer.isActive() or self.memory_timer.start())
         bridge.draftReading.connect(lambda _conv: self.show_draft_reading())
         bridge.draftPrefilled.connect(lambda _conv, result: self.show_draft_read(result))
 
@@ -158,10 +165,24 @@ class StatusBar(QStatusBar):
     def _limit(self) -> int:
         """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
         model = self.bridge.current_model
-        own = model.context_length if model else 0
+        own = (getattr(model, "memory_context", 0) or model.context_length) if model else 0
         if self._foreign():
             return own  # another model's limit says nothing about this one's
         return stat(self.stats, "context_limit", 0) or own
+
+    def _context(self, used: str, limit: int) -> str:
+        """'Context 1,234 / 32,768', or with a cap from memory 'Context 1,234 / 12,288 of 32,768: memory'
+        (its tooltip says why and what to change)."""
+        model = self.bridge.current_model
+        capped = getattr(model, "memory_context", 0) if model else 0
+        if limit and capped and limit == capped and capped < model.context_length:
+            self.context_label.setToolTip(
+                f"The memory limit leaves this chat's cache room for {capped:,} tokens of the model's"
+                f" {model.context_length:,}: raise it in Preferences or store the cache at 8 or 4 bits"
+                " (Model Settings)"
+            )
+            return f"Context {used} / {limit:,} of {model.context_length:,}: memory"
+        return f"Context {used} / {limit:,}"
 
     def _foreign(self) -> bool:
         """The stats shown were written by a model other than the loaded one (their counts are in its tokens)."""
@@ -171,8 +192,8 @@ class StatusBar(QStatusBar):
     def show_draft_reading(self):
         """The message being typed is read ahead: the context it fills is not known yet (not "0")."""
         limit = self._limit()
-        self.context_label.setText(f"Context … / {limit:,}" if limit else "")
         self.context_label.setToolTip("Reading the message you are typing ahead, so the reply starts sooner")
+        self.context_label.setText(self._context("…", limit) if limit else "")
 
     def show_draft_read(self, result):
         """The draft was read ahead: the context the chat fills with it (None: the read was refused)."""
@@ -180,8 +201,8 @@ class StatusBar(QStatusBar):
         if result is None or not result.prompt_tokens or not limit:
             self.refresh_stats()
             return
-        self.context_label.setText(f"Context {result.prompt_tokens:,} / {limit:,}")
         self.context_label.setToolTip("With the message you are typing (read ahead)")
+        self.context_label.setText(self._context(f"{result.prompt_tokens:,}", limit))
 
     def show_stats(self, stats):
         if stats is not self.stats:  # a stored reply names its model; a live turn's is the loaded one
@@ -192,15 +213,31 @@ class StatusBar(QStatusBar):
         limit = self._limit()
         used = stat(stats, "kv_offset", 0)
         foreign = self._foreign()
-        self.context_label.setText(
-            (f"Context … / {limit:,}" if foreign else f"Context {used:,} / {limit:,}") if limit else ""
-        )
+        self.context_label.setText(self._context("…" if foreign else f"{used:,}", limit) if limit else "")
         if foreign:
             self.context_label.setToolTip("Counted in this model's tokens when it next reads the chat")
+        self.show_memory()
+
+    def show_memory(self):
+        """KV memory now (the engine's figure, updated token by token), and the loaded model's
+        memory in use (weights and caches) against the limit it was planned for."""
         kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if not kv and not foreign:
-            kv = stat(stats, "kv_bytes", 0)
-        self.kv_label.setText(f"KV {format_bytes(kv)}" if kv else "")
+        if not kv and not self._foreign():
+            kv = stat(self.stats, "kv_bytes", 0)
+        state = self.bridge.engine.state if self.bridge.current_model else None
+        weights, limit = (state.weight_bytes, state.memory_limit_bytes) if state else (0, 0)
+        text = f"KV {format_bytes(kv)}" if kv else ""
+        if limit:
+            used = weights + self.bridge.kv_bytes()
+            text += f"{' · ' if text else ''}Memory {format_bytes(used)} / {format_bytes(limit)}"
+        self.kv_label.setText(text)
+        self.kv_label.setToolTip(
+            f"In use: the model's weights ({format_bytes(weights)}) and every chat's KV cache"
+            f" ({format_bytes(self.bridge.kv_bytes())}), against the memory limit ({format_bytes(limit)};"
+            " Preferences › Memory limit)"
+            if limit
+            else ""
+        )
 
     def refresh_stats(self):
         """The same stats again (the model, and so the context limit or KV memory, changed)."""
@@ -214,4 +251,4 @@ class StatusBar(QStatusBar):
         if progress.done < progress.total:
             self.state_label.setText(reading_text(progress))
         if progress.context_limit:
-            self.context_label.setText(f"Context {progress.prompt_tokens:,} / {progress.context_limit:,}")
+            self.context_label.setText(self._context(f"{progress.prompt_tokens:,}", progress.context_limit))

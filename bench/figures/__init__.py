@@ -30,6 +30,7 @@ FIGURES = [
     "speculative_edits",
     "families",
     "agent",
+    "kv_fit",
 ]
 
 

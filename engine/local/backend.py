@@ -24,6 +24,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     PrefillProgress,
+    TextDelta,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +99,28 @@ class LocalBackend:
         self.thread: EngineThread | None = None
         self.session: Session | None = None
         self._started: concurrent.futures.Future | None = None
-        self.kv_bytes = 0  # every cache's bytes after the last local turn
+        self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
+
+    def with_fit(self, models: list[ModelInfo]) -> list[ModelInfo]:
+        """`models` with each local one's `fit_reason` under this backend's limit and KV setting, as
+        Session.load will check it (without a limit: what is available, plus the loaded weights).
+        Reads config.json and safetensors headers: call it off the engine and event-loop threads."""
+        import dataclasses
+
+        from engine.models import fit
+        from engine.types import ModelSource, ModelStatus
+
+        session = self.session
+        kv = session.kv_quantization if session else self._options[2]
+        limit = session.memory_limit_bytes if session else self._options[3]
+        if limit is None:
+            limit = fit.available_bytes() + (session.weight_bytes if session else 0)
+        out = []
+        for m in models:
+            if m.source != ModelSource.SERVER and m.status == ModelStatus.READY:
+                m = dataclasses.replace(m, fit_reason=fit.fit_reason(m.path, limit, kv, m.name or m.id))
+            out.append(m)
+        return out
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -161,6 +183,12 @@ class LocalBackend:
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
+    async def configure(self, kv: KVQuantization | None, limit: int | None) -> None:
+        """The options the next load uses: the thread's own copy, changed on the thread."""
+        self._options = (self._options[0], self._options[1], kv, limit)
+        if self.session is not None or self.thread is not None:
+            await self.call(lambda: self.running()[1].configure(kv, limit))
+
     async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
         info = await self.call(self._session_load, spec, progress)
@@ -179,13 +207,16 @@ class LocalBackend:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
+        thread, session = self.running()
+
         def emit(event: Any) -> None:
+            if isinstance(event, (TextDelta, PrefillProgress)):  # on the engine thread: KV grows with the reply
+                self.kv_bytes = session.kv_bytes()
             try:
                 loop.call_soon_threadsafe(events.put_nowait, event)
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        thread, session = self.running()
         future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
         try:

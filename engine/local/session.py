@@ -23,6 +23,7 @@ from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.generation import TurnInput, prefill, run_turn
 from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
+from engine.local.wired import WiredLimit
 from engine.models import fit, registry
 from engine.types import (
     LOADED_STAGE,
@@ -37,6 +38,7 @@ from engine.types import (
 )
 
 DEFAULT_CONTEXT_LENGTH = 4096
+MIN_MEMORY_CONTEXT = fit.MINIMAL_CHAT_TOKENS  # a model loads only if its budget holds this much
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
 
 
@@ -80,6 +82,9 @@ class Session:
         self.kv_initial_capacity = kv_initial_capacity
         self.memory_limit_bytes = memory_limit_bytes  # what a model may take (None: what is available)
         self.weight_bytes = 0  # the loaded model's weights, as engine/models/fit.py sizes them
+        self.limit_bytes = 0  # the limit the loaded model was planned against
+        self.memory_context = 0  # the tokens one chat's cache may hold under the budget (0: no cap)
+        self.pending: tuple[KVQuantization | None, int | None] | None = None  # configure()'s, for the next load
         self.kv_quantization = kv_quantization  # plain attention caches stored quantized, or None
         self.budget_given = memory_budget_bytes is not None  # else sized to the limit once a model loads
         self.caches = ConversationCaches(memory_budget_bytes or default_budget_bytes(), paths.kv_dir())
@@ -91,6 +96,7 @@ class Session:
         # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
         self._draft: tuple | None = None
         self.verify_cost: VerifyCost | None = None
+        self.wired = WiredLimit()  # Metal: the weights and caches kept resident while a model is loaded
 
     def warm_up(self) -> None:
         """Import the heavy modules here, on the engine thread (`import mlx_lm` takes seconds)."""
@@ -107,25 +113,45 @@ class Session:
 
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
-        limit = self.memory_limit_bytes
+        kv, given = self.pending or (self.kv_quantization, self.memory_limit_bytes)
+        limit = given
         if limit is None and self.model is not None:  # what is available now, plus the weights this load replaces
             limit = fit.available_bytes() + self.weight_bytes
-        plan = fit.plan(path, limit, self.kv_quantization, info.name or info.id)
-        plan.check(self.kv_quantization)
+        plan = fit.plan(path, limit, kv, info.name or info.id)
+        plan.check(kv)
         model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
-        kinds.check_model(model, self.kv_quantization)  # a cache Chinwag cannot keep: refused here, not mid-turn
+        kinds.check_model(model, kv)  # a cache Chinwag cannot keep: refused here, not mid-turn
         info = dataclasses.replace(info, tools_off=tools_off_reason(tokenizer))  # said from the load on
-        # Only a model that loaded replaces the current one.
+        # Only a model that loaded replaces the current one (and only then do its options apply).
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.kv_quantization, self.memory_limit_bytes, self.pending = kv, given, None
         self.weight_bytes = plan.weights
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
         self._draft = None
         self.context_length = info.context_length or context_length_of(path)
         self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
-        if self.memory_limit_bytes is not None and not self.budget_given:
-            self.caches.budget_bytes = plan.cache_budget  # what the limit leaves the caches
+        if not self.budget_given:  # what the limit leaves the caches; without one, the share of RAM
+            self.caches.budget_bytes = plan.cache_budget if given is not None else default_budget_bytes()
+        self.wired.raise_to(plan.weights + self.caches.budget_bytes)
+        self.limit_bytes, self.memory_context = plan.limit, self.memory_cap(plan)
+        if self.memory_context:
+            info = dataclasses.replace(info, memory_context=self.memory_context)
+            self.info = info
         report(LoadProgress(LOADED_STAGE, 1, 1))
         return info
+
+    def memory_cap(self, plan: fit.Plan) -> int:
+        """The tokens one chat's cache may hold under the budget the limit leaves, when fewer than the
+        model's context; 0 otherwise (and with an explicit budget, whose caller sized it)."""
+        if self.budget_given or not plan.per_token:
+            return 0
+        tokens = int((self.caches.budget_bytes - plan.fixed) // plan.per_token)
+        return max(MIN_MEMORY_CONTEXT, tokens) if tokens < self.context_length else 0
+
+    def configure(self, kv: KVQuantization | None, limit: int | None) -> None:
+        """The KV quantization and memory limit of the next load; they apply once a model has loaded
+        with them (a refused load keeps the loaded model's)."""
+        self.pending = (kv, limit)
 
     def count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
@@ -143,7 +169,7 @@ class Session:
         return len(plan.prompt_ids) + len(written)
 
     def context_limit(self, params: GenerationParams) -> int:
-        limit = self.context_length
+        limit = min(self.context_length, self.memory_context or self.context_length)
         if params.context_cap:
             limit = max(2, min(limit, params.context_cap))
         return limit
@@ -289,8 +315,12 @@ class Session:
         )
 
     def close(self, seconds: float | None = None) -> int:
-        """Save the most recently used conversations' caches for the next start; how many were saved."""
-        return self.caches.save_all() if seconds is None else self.caches.save_all(seconds)
+        """Save the most recently used conversations' caches for the next start; how many were saved.
+        The wired memory limit goes back to what it was."""
+        try:
+            return self.caches.save_all() if seconds is None else self.caches.save_all(seconds)
+        finally:
+            self.wired.restore()
 
     def forget(self, conv_id: str) -> None:
         self.caches.forget(conv_id)

@@ -249,3 +249,16 @@ def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None
         RESERVE_BYTES,
         available_bytes() if limit is None else limit,
     )
+
+
+def fit_reason(path: str, limit: int | None, kv: KVQuantization | None, name: str = "") -> str:
+    """Why the MLX model folder at `path` would be refused here (Plan.check's line), or "" when it fits
+    or cannot be sized without loading it (a GGUF not imported yet, a server's model)."""
+    folder = Path(path) if path else None
+    if folder is None or not (folder / "config.json").is_file():
+        return ""
+    try:
+        plan(folder, limit, kv, name).check(kv)
+    except ChinwagError as e:
+        return str(e)
+    return ""

@@ -68,9 +68,9 @@ class ModelMenu(QMenu):
             action.setCheckable(True)
             action.setChecked(info.id == models.current_id)
             action.setData(info.id)
-            usable = info.status != ModelStatus.UNUSABLE
+            usable = info.status != ModelStatus.UNUSABLE and not info.fit_reason  # greyed: refused before a load
             action.setEnabled(usable and not models.busy)
-            tip = info.reason if not usable else (info.path or info.id)
+            tip = (info.reason or sentence(info.fit_reason)) if not usable else (info.path or info.id)
             if info.context_length:
                 tip += f"\ncontext {info.context_length:,} tokens"
             action.setToolTip(tip)
