@@ -107,6 +107,26 @@ class KVQuantization:
         return f"{self.bits}-bit, groups of {self.group_size}"
 
 
+class OutputKind(StrEnum):
+    """What a constrained reply must be (ResponseFormat.kind); the values are OpenAI's `response_format` types."""
+
+    JSON_SCHEMA = "json_schema"  # JSON valid against ResponseFormat.schema
+    JSON_OBJECT = "json_object"  # any JSON object
+    TOOL_CALL = "tool_call"  # one call, in the model's tool-call format, of ResponseFormat.tools' functions
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """A reply constrained by a token mask (engine/constraint.py): it ends, with end of sequence,
+    only once the JSON is complete. `schema` is the JSON Schema's text (JSON_SCHEMA); `tools` the
+    names a TOOL_CALL may call (empty: any of GenerationParams.tools); `name` the client's label."""
+
+    kind: OutputKind
+    schema: str = ""
+    name: str = ""
+    tools: tuple[str, ...] = ()
+
+
 # Below this, 1/temperature overflows float32 and sampling reads NaN: 0 (greedy) or at least this.
 MIN_TEMPERATURE = 0.01
 
@@ -143,6 +163,8 @@ class GenerationParams:
     # The messages end with a reply that was cut short (max tokens): write on from its end, in the
     # same message, rather than a new reply. A model on this computer only.
     continue_reply: bool = False
+    # The reply is JSON (or a tool call) by constrained decoding: a token mask on the sampler.
+    response_format: ResponseFormat | None = None
     # Extra mlx-lm logits processors, (tokens, logits) -> logits, run on the engine thread after the
     # repetition penalty (tests script a reply with one; never sent to a server).
     logits_processors: tuple = ()

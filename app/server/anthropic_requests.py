@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from app.server.formats import anthropic_format, anthropic_tool_choice, one_format
 from app.server.requests import (
     GenerationRequest,
     bad,
@@ -26,7 +27,6 @@ from engine.types import GenerationParams
 UNSUPPORTED: dict[str, tuple] = {
     "mcp_servers": (None, []),
     "container": (None,),
-    "output_format": (None,),  # structured output (a JSON schema), as output_config.format below
 }
 BLOCK_JOIN = "\n\n"  # between a user's (or the system prompt's) text blocks
 
@@ -127,8 +127,6 @@ def _tools(body: dict) -> tuple:
     """Anthropic's tool definitions as OpenAI function tools (what the chat templates read)."""
     tools, choice = body.get("tools"), body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if choice is not None and kind not in ("auto", "none"):
-        raise bad("tool_choice", f"Chinwag cannot honour tool_choice={choice!r:.60} (it would force a call); use auto")
     if tools is None or kind == "none":
         return ()
     clean = []
@@ -149,9 +147,6 @@ def _refuse_unsupported(body: dict) -> None:
     for name, neutral in UNSUPPORTED.items():
         if body.get(name) not in neutral:
             raise bad(name, f"Chinwag cannot honour {name} (it would change the answer); leave it out")
-    config = body.get("output_config")
-    if config is not None and not (isinstance(config, dict) and config.get("format") is None):
-        raise bad("output_config", "Chinwag cannot honour output_config.format (it would change the answer)")
     thinking = body.get("thinking")
     if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
         raise bad(
@@ -184,7 +179,12 @@ def messages_request(body: dict, pin_header: str = "", counting: bool = False) -
     tools = _tools(body)
     # A last assistant message is a prefill: the reply writes on from its end.
     prefill = messages[-1]["role"] == "assistant"
-    params = replace(_params(body, not counting), tools=tools, continue_reply=prefill)
+    fmt = one_format(anthropic_format(body), anthropic_tool_choice(body.get("tool_choice"), tools), "tool_choice")
+    if fmt is not None and prefill:
+        raise bad(
+            "messages", "ends with an assistant message (a prefill), which a JSON output or forced call cannot continue"
+        )
+    params = replace(_params(body, not counting), tools=tools, continue_reply=prefill, response_format=fmt)
     return GenerationRequest(
         messages=messages,
         params=params,

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.server.errors import ApiError
+from app.server.formats import one_format, openai_format, openai_tool_choice
 from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
 from engine.errors import ChinwagError
 from engine.types import GenerationParams, param_specs
@@ -19,7 +20,6 @@ UNSUPPORTED: dict[str, tuple] = {
     "presence_penalty": (None, 0, 0.0),
     "logit_bias": (None, {}),
     "functions": (None, []),  # the old name of `tools`: clients that still send it get told
-    "tool_choice": (None, "none", "auto"),  # "required" or a named function would force a call
     "best_of": (None, 1),
     "echo": (None, False),
     "suffix": (None, ""),
@@ -52,9 +52,6 @@ def _refuse_unsupported(body: dict) -> None:
         value = body.get(name)
         if not any(value == n and type(value) is type(n) for n in neutral):  # True == 1, but n=true is no count
             raise bad(name, f"Chinwag cannot honour {name}={value!r:.40} (it would change the answer); leave it out")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad("response_format", "only {'type': 'text'} is supported")
 
 
 def number(body: dict, name: str, key: str | None = None) -> Any:
@@ -228,9 +225,10 @@ def _common(body: dict, messages: list, pin_header: str) -> GenerationRequest:
     if not isinstance(user, str):
         raise bad("user", f"must be a string, got {type(user).__name__}")
     tools = _tools(body)
+    fmt = one_format(openai_format(body), openai_tool_choice(body, tools), "tool_choice")
     return GenerationRequest(
         messages=messages,
-        params=replace(_params(body), tools=tools),
+        params=replace(_params(body), tools=tools, response_format=fmt),
         model=model,
         stream=stream,
         include_usage=bool(options.get("include_usage")),

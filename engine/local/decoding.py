@@ -38,22 +38,29 @@ def _processors(params: GenerationParams) -> list:
 
 class TokenSampler:
     """What plain decoding samples from: the params' sampler, after logits processors that see
-    the last REPETITION_CONTEXT tokens (`history`, kept only when there are processors)."""
+    the last REPETITION_CONTEXT tokens (`history`, kept only when there are processors), and the
+    constraint's mask last (a constrained reply: engine/local/constrained.py)."""
 
-    def __init__(self, params: GenerationParams, prompt_ids: list) -> None:
+    def __init__(self, params: GenerationParams, prompt_ids: list, constraint: Any = None) -> None:
         self.sampler, self.processors = _sampler(params), _processors(params)
+        self.constraint = constraint
         self.greedy = params.temperature == 0
         self.history = mx.array(prompt_ids[-REPETITION_CONTEXT:]) if self.processors else None
 
     def sample(self, logits: mx.array) -> mx.array:
         for p in self.processors:
             logits = p(self.history, logits)
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits)
         if not self.greedy:  # greedy's argmax is the same on the logits: normalising them is skipped
             logits = logits - mx.logsumexp(logits, keepdims=True)
         return self.sampler(logits)
 
     def saw(self, tokens: list[int]) -> None:
         """`tokens` (an mx.array) follow in the history."""
+        if self.constraint is not None:  # the next mask needs them: this waits for the sample
+            for tok in tokens.tolist():  # type: ignore[attr-defined]
+                self.constraint.consume(tok)
         if self.processors:
             self.history = mx.concatenate([self.history, tokens])[-REPETITION_CONTEXT:]
 

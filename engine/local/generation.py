@@ -18,6 +18,7 @@ import mlx.core as mx
 
 from engine.context.conversation import ConversationCache, common_prefix
 from engine.errors import ChinwagError
+from engine.local.constrained import Constraint
 from engine.local.decoding import REPETITION_CONTEXT, TokenSampler, generate_step
 from engine.local.speculative import (
     ModelDrafter,
@@ -38,6 +39,8 @@ PREFILL_FIRST_STEP = 32
 PREFILL_MAX_STEP = 512
 PREFILL_CHUNK_SECONDS = 0.25
 SPECULATION_OFF = "speculative decoding is off for this model: its recurrent state cannot go back a rejected draft"
+# Verification would need the mask at every drafted position: constrained replies decode one token a pass.
+SPECULATION_OFF_CONSTRAINED = "speculative decoding is off while the reply is constrained to JSON or a tool call"
 
 
 @dataclass
@@ -234,7 +237,7 @@ def _speculator(
     cost: VerifyCost | None,
 ) -> Speculator | None:
     """One turn's Speculator, or None when speculation is off or the cache cannot trim back."""
-    if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)):
+    if not (speculation_enabled(params, drafter) and can_speculate(conv.layers)) or sampling.constraint:
         return None
     rule = Sampling(
         params.temperature, params.top_p, params.top_k, params.min_p, sampling.processors, REPETITION_CONTEXT
@@ -249,6 +252,13 @@ def _after_reply(conv: ConversationCache) -> None:
     except Exception as e:  # noqa: BLE001 - the reply stands; the bug is logged with its traceback
         report_bug(e, "a checkpoint after a reply")
         conv.checkpoints.clear()
+
+
+def _speculation_off(params: GenerationParams, drafter: ModelDrafter | None) -> str:
+    """Why a turn that asked for speculation ran without it ("" if it did not ask)."""
+    if not speculation_enabled(params, drafter):
+        return ""
+    return SPECULATION_OFF_CONSTRAINED if params.response_format else SPECULATION_OFF
 
 
 def run_turn(
@@ -270,11 +280,13 @@ def run_turn(
     started = time.perf_counter()
     if params.seed is not None:
         mx.random.seed(params.seed)
-    sampling = TokenSampler(params, turn.prompt_ids)
     reply = _Reply(tokenizer, turn, params, should_stop, emit, started)
-    spec = _speculator(params, tokenizer, drafter, conv, turn.prompt_ids, sampling, verify_cost)
     finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
+    spec: Speculator | None = None
     try:
+        constraint = Constraint(tokenizer, params) if params.response_format else None
+        sampling = TokenSampler(params, turn.prompt_ids, constraint)
+        spec = _speculator(params, tokenizer, drafter, conv, turn.prompt_ids, sampling, verify_cost)
         logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress, turn.marks)
         prefill_done = time.perf_counter()
         if logits is None:
@@ -318,5 +330,5 @@ def run_turn(
         error=error,
         drafted_tokens=spec.drafted if spec else 0,
         accepted_tokens=spec.accepted if spec else 0,
-        speculation_off=SPECULATION_OFF if spec is None and speculation_enabled(params, drafter) else "",
+        speculation_off=_speculation_off(params, drafter) if spec is None else "",
     )

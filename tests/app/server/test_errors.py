@@ -42,7 +42,25 @@ CASES = [
     ({"messages": HELLO, "tools": [{"type": "function"}]}, 400, "tools[0]: must be"),
     ({"messages": HELLO, "tools": [{"type": "function", "function": {"name": ""}}]}, 400, "function.name"),
     ({"messages": HELLO, "tools": "add"}, 400, "tools: must be a list"),
-    ({"messages": HELLO, "tool_choice": "required"}, 400, "cannot honour tool_choice"),
+    ({"messages": HELLO, "tool_choice": "required"}, 400, "tool_choice: forces a tool call, but no tools were given"),
+    (
+        {
+            "messages": HELLO,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+        400,
+        "names 'g', which is not among the tools given",
+    ),
+    ({"messages": HELLO, "response_format": {"type": "xml"}}, 400, "response_format: must be"),
+    (
+        {
+            "messages": HELLO,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}},
+        },
+        400,
+        'response_format.json_schema.schema: unsupported JSON schema: Unimplemented keys: ["not"]',
+    ),
     ({"messages": HELLO, "functions": [{"name": "f"}]}, 400, "functions"),
     (
         {"messages": [*HELLO, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]},
