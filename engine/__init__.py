@@ -5,6 +5,7 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 
 from typing import TYPE_CHECKING
 
+from engine.descriptors import keep_descriptor_limits
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
     BackgroundPrefill,
@@ -21,6 +22,9 @@ from engine.types import (
     TextDelta,
     TurnStats,
 )
+
+# Before any mlx-lm import: its setrlimit call raises under a hard descriptor limit below 4,096.
+keep_descriptor_limits()
 
 if TYPE_CHECKING:  # mypy sees the class; importing engine stays cheap
     from engine.api import Engine

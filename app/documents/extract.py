@@ -1,4 +1,5 @@
-"""Text from an attached file: plain text (any encoding people use), PDF (pypdfium2) and DOCX (python-docx).
+"""Text from an attached file: plain text (any encoding people use), PDF (pypdfium2, in a child process:
+app/documents/pdf.py) and DOCX (python-docx).
 
 Runs off the GUI thread (a worker or the loop's executor); never executes anything in the file
 (pdfium without a form environment runs no JavaScript; python-docx's parser resolves no entities).
@@ -182,43 +183,23 @@ def _refuse(name: str, what: str) -> str:
 
 
 def _pdf(name: str, data: bytes, progress: Progress) -> tuple[str, int]:
-    import pypdfium2 as pdfium
+    """Each page's text after a `[page N]` marker; pdfium runs in a child process under per-page bounds."""
+    from app.documents.pdf import read_pages
 
-    try:
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as e:
-        if "password" in str(e).lower():
-            raise ChinwagError(f"{name} is password-protected") from None
-        raise ChinwagError(f"{name} is not a readable PDF: it is damaged or incomplete") from None
-    try:
-        count = len(pdf)
-        if count > limits.MAX_PDF_PAGES:
-            raise ChinwagError(f"{name} has {count:,} pages: the limit is {limits.MAX_PDF_PAGES:,}")
-        parts, size, seen = [], 0, False
-        for i in range(count):
-            try:
-                page = pdf[i]
-                textpage = page.get_textpage()
-                text = textpage.get_text_range()
-                textpage.close()
-                page.close()
-            except pdfium.PdfiumError:
-                raise ChinwagError(f"{name} is damaged: page {i + 1} cannot be read") from None
-            text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
-            seen = seen or bool(text)
-            parts.append(f"[page {i + 1}]\n{text}")
-            size += len(text)
-            if size > limits.MAX_TEXT_CHARS:
-                raise ChinwagError(f"{name} holds too much text: more than {limits.MAX_TEXT_CHARS:,} characters")
-            if progress:
-                progress(i + 1, count)
-        if not seen:
-            if count == 0:
-                raise ChinwagError(f"{name} has no pages")
-            raise ChinwagError(f"{name} has no text: it is a scanned image")
-        return "\n\n".join(parts), count
-    finally:
-        pdf.close()
+    parts, size, seen = [], 0, False
+    pages = read_pages(name, data, progress)
+    for i, text in enumerate(pages):
+        text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
+        seen = seen or bool(text)
+        parts.append(f"[page {i + 1}]\n{text}")
+        size += len(text)
+        if size > limits.MAX_TEXT_CHARS:
+            raise ChinwagError(f"{name} holds too much text: more than {limits.MAX_TEXT_CHARS:,} characters")
+    if not seen:
+        if not pages:
+            raise ChinwagError(f"{name} has no pages")
+        raise ChinwagError(f"{name} has no text: it is a scanned image")
+    return "\n\n".join(parts), len(pages)
 
 
 # --- DOCX --------------------------------------------------------------------------------

@@ -10,6 +10,14 @@ MAX_FILE_BYTES = 128 * 1024 * 1024
 MAX_TEXT_CHARS = 8_000_000
 # A PDF with more pages than this is refused before any page is read.
 MAX_PDF_PAGES = 5_000
+# A PDF is read in a child process (app/documents/pdf.py). Each page may take this much memory beyond what the
+# open document holds, this long and this many characters (a dense page holds about 10,000): past any of them
+# the file is refused. A page of nested form XObjects, or one stream inflating to 400 MB, took 3 GB in-process.
+PDF_PAGE_BYTES = 256 * 1024 * 1024
+PDF_PAGE_SECONDS = 30.0
+PDF_PAGE_CHARS = 500_000
+# Starting the reader and opening the file (pypdfium2's import included).
+PDF_OPEN_SECONDS = 60.0
 # A DOCX (a ZIP) whose members declare more than this uncompressed is a zip bomb; zipfile never
 # inflates a member past its declared size, so checking the declarations bounds the work.
 MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024

@@ -227,3 +227,68 @@ def make_bad(kind: str, tmp: Path) -> tuple[str, str]:
         (tmp / "folder").mkdir()
         return str(tmp / "folder"), r"folder is a folder: attach the files in it$"
     raise ValueError(kind)
+
+
+# --- PDF bombs (issue 35 item 3), written byte by byte: fpdf2 cannot nest forms or write such a stream ---
+
+_HELVETICA = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+
+
+def _write_objects(path: Path, objects: list[bytes]) -> Path:
+    """A PDF of `objects` (numbered from 1, the first the catalog) with a correct cross-reference table."""
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer << /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _stream(data: bytes, extra: bytes = b"") -> bytes:
+    return b"<< /Length %d%s >>\nstream\n%s\nendstream" % (len(data), extra, data)
+
+
+def _one_page(contents: bytes, resources: bytes) -> list[bytes]:
+    return [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R /Resources " + resources + b" >>",
+        _HELVETICA,
+        contents,
+    ]
+
+
+def write_xobject_bomb_pdf(path: Path, depth: int = 10, fanout: int = 10) -> Path:
+    """One page drawing a form that draws the next `fanout` times, `depth` deep: fanout**depth lines of text
+    from a file of about 2 KB."""
+    objects = _one_page(_stream(b"/X Do"), b"<< /Font << /F1 4 0 R >> /XObject << /X 6 0 R >> >>")
+    for level in range(depth):
+        form = b" /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources "
+        if level < depth - 1:
+            body, resources = b"/X Do " * fanout, b"<< /XObject << /X %d 0 R >> >>" % (7 + level)
+        else:
+            body, resources = (
+                b"BT /F1 12 Tf 10 10 Td (Nested words all the way down) Tj ET",
+                b"<< /Font << /F1 4 0 R >> >>",
+            )
+        objects.append(_stream(body, form + resources))
+    return _write_objects(path, objects)
+
+
+def write_inflating_pdf(path: Path, inflated: int = 400_000_000) -> Path:
+    """One page whose content stream (text drawing operators) inflates to `inflated` bytes; the file is about
+    1/300 of that."""
+    import zlib
+
+    line = b"BT /F1 12 Tf 10 10 Td (Inflated words) Tj ET\n"
+    block = line * ((1 << 20) // len(line))
+    packer = zlib.compressobj(6)
+    parts = [packer.compress(block) for _ in range(inflated // len(block))]
+    parts.append(packer.flush())
+    contents = _stream(b"".join(parts), b" /Filter /FlateDecode")
+    return _write_objects(path, _one_page(contents, b"<< /Font << /F1 4 0 R >> >>"))

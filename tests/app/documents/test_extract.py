@@ -337,3 +337,71 @@ def test_docx_external_entities_and_pdf_javascript_are_never_resolved_or_run(tmp
     (tmp_path / "script.pdf").write_bytes(body.encode())
     assert "Plain words" in extract(tmp_path / "script.pdf").text
     assert not marker.exists()
+
+
+def test_pdf_of_nested_forms_is_refused_within_a_memory_bound(tmp_path):
+    """Issue 35 item 3: a 2 KB page of form XObjects drawing each other ten deep passed 3 GB in 12 s; pdfium now
+    reads in a child process that is stopped when a page passes its memory bound, and the app gets one line."""
+    from tests.app.documents.bounded import extract_bounded
+    from tests.app.documents.files import write_xobject_bomb_pdf
+
+    path = write_xobject_bomb_pdf(tmp_path / "forms.pdf")
+    assert path.stat().st_size < 4096
+    result = extract_bounded(path, max_bytes=2 << 30, timeout=120)
+    assert result["line"] == (
+        "forms.pdf is too costly to read: page 1 needed more than 256.0 MB of memory (a PDF bomb?)"
+    )
+    assert result["peak"] < limits.PDF_PAGE_BYTES + (200 << 20)  # the reader's page bound, plus its own size
+    assert result["seconds"] < 60
+
+
+def test_pdf_page_inflating_to_400_mb_is_refused_within_a_memory_bound(tmp_path):
+    from tests.app.documents.bounded import extract_bounded
+    from tests.app.documents.files import write_inflating_pdf
+
+    path = write_inflating_pdf(tmp_path / "inflated.pdf", 400_000_000)
+    assert path.stat().st_size < 2 << 20
+    result = extract_bounded(path, max_bytes=2 << 30, timeout=120)
+    assert result["line"] == (
+        "inflated.pdf is too costly to read: page 1 needed more than 256.0 MB of memory (a PDF bomb?)"
+    )
+    assert result["peak"] < limits.PDF_PAGE_BYTES + (200 << 20)
+    assert result["seconds"] < 60
+
+
+def test_pdf_page_with_too_many_characters_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(limits, "PDF_PAGE_CHARS", 2_000)
+    path = write_pdf(tmp_path / "dense.pdf", ["A short first page.", "word " * 1_000])
+    line = (
+        r"^dense\.pdf holds too much text on page 2: 4,\d{3} characters, a page holds at most 2,000 \(a PDF bomb\?\)$"
+    )
+    with pytest.raises(ChinwagError, match=line):
+        extract(path)
+
+
+def test_pdf_page_that_takes_too_long_is_refused(tmp_path, monkeypatch):
+    """A page's time is bounded whatever its memory: 100,000 nested lines take pdfium far past 10 ms."""
+    from tests.app.documents.files import write_xobject_bomb_pdf
+
+    monkeypatch.setattr(limits, "PDF_PAGE_SECONDS", 0.01)
+    with pytest.raises(ChinwagError) as caught:
+        extract(write_xobject_bomb_pdf(tmp_path / "slow.pdf", depth=5))
+    assert str(caught.value) == "slow.pdf is too costly to read: page 1 took more than 0.01 s (a PDF bomb?)"
+
+
+def test_pdf_reader_is_gone_after_reading(tmp_path):
+    """The child process ends with each file, read or refused: nothing is left running."""
+    from pathlib import Path
+
+    tasks = list(Path("/proc/self/task").glob("*/children"))
+    if not tasks:
+        pytest.skip("needs Linux's /proc/<pid>/task/<tid>/children")
+
+    def children() -> set[str]:
+        return {pid for task in Path("/proc/self/task").glob("*/children") for pid in task.read_text().split()}
+
+    before = children()
+    extract(write_pdf(tmp_path / "report.pdf", PAGES))
+    with pytest.raises(ChinwagError):
+        extract(write_encrypted_pdf(tmp_path / "locked.pdf", tmp_path / "report.pdf"))
+    assert children() == before
