@@ -19,12 +19,17 @@ REPETITION_CONTEXT = 64
 
 
 def _sampler(params: GenerationParams) -> Any:
-    return make_sampler(
-        temp=params.temperature,
-        top_p=params.top_p if params.top_p < 1 else 0.0,
-        min_p=params.min_p,
-        top_k=params.top_k,
-    )
+    def build(top_k: int) -> Any:
+        return make_sampler(
+            temp=params.temperature, top_p=params.top_p if params.top_p < 1 else 0.0, min_p=params.min_p, top_k=top_k
+        )
+
+    sample = build(params.top_k)
+    if params.top_k <= 0:
+        return sample
+    every = build(0)
+    # A top_k the vocabulary does not exceed keeps every token: mlx-lm refuses it (top_k must be below it).
+    return lambda logits: every(logits) if params.top_k >= logits.shape[-1] else sample(logits)
 
 
 def _processors(params: GenerationParams) -> list:

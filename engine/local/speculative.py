@@ -554,7 +554,8 @@ class Sampling:
         if min_p != 0.0:
             self.filters.append(lambda x: apply_min_p(x, min_p, 1))
         if top_k > 0:
-            self.filters.append(lambda x: apply_top_k(x, top_k))
+            # As plain decoding: a top_k the vocabulary does not exceed keeps every token.
+            self.filters.append(lambda x: x if top_k >= x.shape[-1] else apply_top_k(x, top_k))
         self.processors = processors
         self.context = context
 

@@ -35,3 +35,33 @@ def test_the_repetition_history_follows_the_tokens_fed():
     plain = TokenSampler(GenerationParams(), list(range(100)))
     plain.saw(mx.array([7]))
     assert plain.history is None  # nothing reads it without a logits processor
+
+
+def _sampled_reply(path, top_k, speculative):
+    import asyncio
+
+    from engine import Engine, TurnStats
+
+    async def body():
+        engine = Engine()
+        try:
+            await engine.load_model(str(path))
+            params = GenerationParams(temperature=1.0, top_k=top_k, max_tokens=6, seed=7, speculative=speculative)
+            events = [ev async for ev in engine.chat("k", [{"role": "user", "content": "hello there"}], params)]
+        finally:
+            await engine.close()
+        stats = events[-1]
+        assert isinstance(stats, TurnStats)
+        return stats
+
+    return asyncio.run(body())
+
+
+def test_a_top_k_past_the_vocabulary_keeps_every_token_on_either_path(tiny_model_path, tiny_model):
+    """The settings allow top_k up to 1000; the tiny vocabulary has 400 tokens (mlx-lm refuses k >= it)."""
+    width = tiny_model[0](mx.array([[1]])).shape[-1]
+    for speculative in (False, True):
+        every = _sampled_reply(tiny_model_path, 0, speculative)
+        for k in (width, 1000):
+            stats = _sampled_reply(tiny_model_path, k, speculative)
+            assert stats.error == "" and stats.reply_ids == every.reply_ids
