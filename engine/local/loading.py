@@ -43,6 +43,7 @@ def load(path: Path, progress: Callable[[str, float, float], None] | None = None
         model, config = load_model(Path(path), lazy=True)
         report("Loading the tokenizer", 0, 0)
         tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id", None))
+        quiet_length_warning(tokenizer)
         if use_float32():
             model.set_dtype(mx.float32)
         eval_weights(model, report)
@@ -55,6 +56,15 @@ def load(path: Path, progress: Callable[[str, float, float], None] | None = None
         log.warning("loading %s failed", path, exc_info=True)
         raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {e}") from e
     return model, tokenizer
+
+
+def quiet_length_warning(tokenizer: Any) -> None:
+    """Chinwag measures every prompt against the context and says so in one line: transformers' own
+    multi-line "Token indices sequence length is longer than..." warning would print beside it."""
+    hf = getattr(tokenizer, "_tokenizer", None)
+    warned = getattr(hf, "deprecation_warnings", None)
+    if isinstance(warned, dict):  # transformers says it once per tokenizer: as if it had already
+        warned["sequence-length-is-longer-than-the-specified-maximum"] = True
 
 
 _LAYER = re.compile(r"^(.*?layers\.\d+)\.")
