@@ -9,8 +9,10 @@ sent it), so the server's prefix cache serves every follow-up.
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from engine.backend import ChatEvent, StopSignal
 from engine.context.prompt import check_messages
@@ -18,7 +20,15 @@ from engine.errors import ChinwagError, ContextOverflowError
 from engine.remote import errors, network, sse
 from engine.remote.errors import ServerError, chat_error, describe_http_error, headers_for, is_http_error, redact
 from engine.remote.spec import RemoteTarget
-from engine.types import BackgroundPrefill, FinishReason, GenerationParams, PrefillProgress, TurnStats
+from engine.types import (
+    BackgroundPrefill,
+    FinishReason,
+    GenerationParams,
+    OutputKind,
+    PrefillProgress,
+    ResponseFormat,
+    TurnStats,
+)
 
 
 def request_body(model: str, messages: list, params: GenerationParams) -> dict:
@@ -42,7 +52,21 @@ def request_body(model: str, messages: list, params: GenerationParams) -> dict:
         body["seed"] = params.seed
     if params.tools:
         body["tools"] = [dict(t) for t in params.tools]
+    if params.response_format is not None:
+        body.update(response_fields(params.response_format))
     return body
+
+
+def response_fields(fmt: ResponseFormat) -> dict[str, Any]:
+    """A constrained reply asked of the server as OpenAI's API says it: the server enforces it."""
+    if fmt.kind == OutputKind.JSON_OBJECT or (fmt.kind == OutputKind.JSON_SCHEMA and not fmt.schema):
+        return {"response_format": {"type": "json_object"}}
+    if fmt.kind == OutputKind.JSON_SCHEMA:
+        schema = {"name": fmt.name or "reply", "schema": json.loads(fmt.schema), "strict": True}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    if len(fmt.tools) == 1:
+        return {"tool_choice": {"type": "function", "function": {"name": fmt.tools[0]}}}
+    return {"tool_choice": "required"}
 
 
 def tool_fields(m: dict) -> dict:
