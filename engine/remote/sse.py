@@ -126,6 +126,15 @@ def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None], redact: C
     return False
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str) -> str:
+    """A server's string with its lone surrogates (JSON's "\\ud800", which no UTF-8 can hold: the
+    store, the terminal and the window would raise on them) as U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", value)
+
+
 def _object(value: object, what: str) -> dict:
     """`value` if it is a JSON object; nothing (null) is an empty one."""
     if value is None:
@@ -139,6 +148,7 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
     delta = _object(choice.get("delta") or choice.get("message"), "a delta")
     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
+        reasoning = _text(reasoning)
         turn.arrive()
         if not turn.in_reasoning:
             turn.in_reasoning = True
@@ -146,6 +156,7 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
         put(turn.show(reasoning))
     content = delta.get("content")
     if isinstance(content, str) and content:
+        content = _text(content)
         turn.arrive()
         turn.content.append(content)
         shown = content
@@ -174,12 +185,12 @@ def _tool_delta(turn: Turn, call: dict) -> None:
     turn.arrive()
     known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
     if isinstance(call.get("id"), str) and call["id"]:
-        known["id"] = call["id"]
+        known["id"] = _text(call["id"])
     if isinstance(function.get("name"), str) and function["name"]:
-        known["name"] = function["name"]
+        known["name"] = _text(function["name"])
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        known["arguments"] += arguments
+        known["arguments"] += _text(arguments)
     elif isinstance(arguments, dict):
         known["arguments"] = json.dumps(arguments)
 

@@ -58,3 +58,18 @@ def test_stats_take_the_servers_usage():
     stats = sse.stats(turn, 0.0, dropped=2, error="")
     assert (stats.prompt_tokens, stats.reused_tokens, stats.prefilled_tokens, stats.generated_tokens) == (20, 8, 12, 3)
     assert stats.finish_reason == FinishReason.STOP and stats.dropped_messages == 2
+
+
+def test_lone_surrogates_a_server_sends_become_replacement_characters_utf_8_can_hold():
+    turn, shown = sse.Turn(), []
+    payload = (
+        '{"choices": [{"delta": {"reasoning_content": "r\\ud800", "content": "a\\udfffb\\ud83d\\ude00",'
+        ' "tool_calls": [{"index": 0, "id": "c\\ud800", "function": {"name": "f\\ud800", "arguments": "{\\"x\\": \\"\\ud800\\"}"}}]},'
+        ' "finish_reason": "tool_calls"}]}'
+    )
+    sse.decode(payload, turn, shown.append)
+    text = "".join(d.text for d in shown)
+    assert "a\ufffdb\U0001f600" in text and "r\ufffd" in text  # a surrogate pair is one character, kept
+    [call] = sse.tool_calls(turn)
+    assert (call.id, call.name, json.loads(call.arguments)) == ("c\ufffd", "f\ufffd", {"x": "\ufffd"})
+    (text + "".join(turn.content) + call.id + call.name + call.arguments).encode("utf-8")  # raises on a surrogate
