@@ -31,6 +31,11 @@ class Chunk:
             parts.append(f"“{self.section}”")
         return ", ".join(parts) or f"passage {self.index + 1}"
 
+    @property
+    def marked(self) -> str:
+        """The chunk as a message carries it: its reference line, then its text."""
+        return f"[{self.reference}]\n{self.text}"
+
 
 def chunk(text: str, size: int = CHUNK_CHARS) -> list[Chunk]:
     """Paragraph-aligned chunks of about `size` characters; a chunk never spans two PDF pages."""
@@ -93,8 +98,11 @@ class Index:
         # Nothing related: the document's beginning, rather than no passage at all.
         return [self.chunks[i] for i in order] or list(self.chunks)
 
-    def passages(self, question: str, max_chars: int) -> tuple[Attachment, list[str]]:
-        """The best-ranked chunks that fit in `max_chars`, in document order, and their references."""
+    def passages(self, question: str, max_chars: int, sent: str = "") -> tuple[Attachment, list[str]]:
+        """The best-ranked chunks that fit in `max_chars`, in document order, and their references.
+
+        A chunk already in `sent` (the text of the messages the turn sends with it) keeps its place
+        in the pick but is left out: a follow-up adds only what the context does not hold yet."""
         chosen, used = [], 0
         ranked = self.ranked(question)
         for c in ranked:
@@ -107,8 +115,8 @@ class Index:
             best = ranked[0]
             cut = best.text.rfind(" ", 0, max_chars - 40)
             chosen = [Chunk(best.index, best.text[: cut if cut > 0 else max_chars - 40], best.page, best.section)]
-        chosen.sort(key=lambda c: c.index)
-        text = "\n\n".join(f"[{c.reference}]\n{c.text}" for c in chosen)
+        chosen = sorted((c for c in chosen if c.marked not in sent), key=lambda c: c.index)
+        text = "\n\n".join(c.marked for c in chosen)
         item = Attachment(self.name, text, self.kind, passages=True, size=self.size, sha256=self.sha256)
         return item, [c.reference for c in chosen]
 

@@ -71,8 +71,9 @@ async def prepare(
     # Passages may take up to half the window past the system prompt: the engine then drops the oldest
     # turns to fit (engine/context/policy.py), so a follow-up's new passages beat old ones.
     free = max(free, (limit - reply_room(params.max_tokens, limit) - system - asked - TEMPLATE_SLACK) // 2)
-    for index in indexes:  # every question picks its own passages
-        item, refs = await _fit(engine, index, question, max(0, free) // len(indexes), params)
+    sent = "\n".join(m["content"] for m in history if m.get("role") == "user")
+    for index in indexes:  # every question picks its own passages, less those the history already holds
+        item, refs = await _fit(engine, index, question, max(0, free) // len(indexes), params, sent)
         if item.text:
             turn.attachments.append(item)
             turn.references += [f"{index.name}: {r}" for r in refs]
@@ -82,12 +83,12 @@ async def prepare(
 
 
 async def _fit(
-    engine: EngineAPI, index: Index, question: str, tokens: int, params: GenerationParams
+    engine: EngineAPI, index: Index, question: str, tokens: int, params: GenerationParams, sent: str = ""
 ) -> tuple[Attachment, list[str]]:
     """The passages that fit in `tokens`, checked with the engine's count (shrunk until they do)."""
     chars = tokens * CHARS_PER_TOKEN
     for _ in range(6):
-        item, refs = index.passages(question, chars)
+        item, refs = index.passages(question, chars, sent)
         if not item.text or (await engine.count_tokens(document_block(item), params)).tokens <= tokens:
             return item, refs
         chars = int(chars * 0.75)

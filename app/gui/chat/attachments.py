@@ -466,10 +466,13 @@ _INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document 
 def followup_passages(
     history, question: str, context_limit: int, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[StoredAttachment]:
-    """Passages for a follow-up from the documents of `history` that were sent as passages."""
+    """Passages for a follow-up from the documents of `history` that were sent as passages (those
+    that no earlier message holds: the chat's messages are sent with it)."""
     big: dict[str, StoredAttachment] = {}
+    sent = []
     for m in history:
         for a in getattr(m, "attachments", ()):
+            sent.append(a.passages)
             if a.passages and a.sha256 not in big:
                 big[a.sha256] = a
     if not big or not context_limit:
@@ -480,7 +483,7 @@ def followup_passages(
         index = _INDEXES.get(a.sha256)
         if index is None:
             index = _INDEXES[a.sha256] = Index(a.name, a.text, a.kind)
-        passages = index.passages(question, free * CHARS_PER_TOKEN)[0].text
+        passages = index.passages(question, free * CHARS_PER_TOKEN, "\n".join(sent))[0].text
         if passages:
             out.append(StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, passages))
     return out

@@ -17,3 +17,35 @@ from app.documents.turn import context_share
 )
 def test_context_share(tokens, limit, shown):
     assert context_share(tokens, limit) == shown
+
+
+def test_a_follow_up_sends_only_passages_not_already_in_the_chat(engine_with, tmp_path):
+    """Issue 35: each follow-up on a too-big document carried a full budget again, repeating pages
+    already in the conversation. The second question's message adds only the pages not sent yet."""
+    from app.core.document_block import Attachment
+    from app.documents.extract import extract
+    from app.documents.turn import prepare
+    from engine.types import GenerationParams
+    from tests.app.documents.files import write_pdf
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 17)]
+    doc = extract(write_pdf(tmp_path / "big.pdf", pages))
+    params = GenerationParams(max_tokens=8, context_cap=1024)
+
+    async def body(engine):
+        indexes: list = []
+        item = Attachment(doc.name, doc.text, doc.kind, size=doc.size, sha256=doc.sha256)
+        history = [{"role": "system", "content": "You are terse."}]
+        first = await prepare(engine, history, "What about topic3 and topic5?", [item], params, indexes)
+        history += [{"role": "user", "content": first.content}, {"role": "assistant", "content": "Both."}]
+        second = await prepare(engine, history, "And topic3 next to topic6?", [], params, indexes)
+        return first, second
+
+    first, second = engine_with(body, idle_work=False)
+    assert first.notes and first.references == ["big.pdf: page 3", "big.pdf: page 5"]
+    assert second.references == ["big.pdf: page 6"]  # page 3 is in the first message already
+    (passages,) = second.attachments
+    assert passages.passages and "topic6" in passages.text and "topic3" not in passages.text
+    for block in passages.text.split("\n\n["):
+        assert block.lstrip("[") not in first.content
+    assert 0 < second.document_tokens < first.document_tokens

@@ -123,6 +123,31 @@ def test_too_big_for_the_context_sends_passages(qtbot, window, store, engine, tm
     assert engine.calls[-1][1][0]["content"] == sent  # the earlier message is sent exactly as before
 
 
+def test_a_follow_up_sends_only_the_passages_no_earlier_message_holds(qtbot, window, store, engine, tmp_path):
+    """Issue 35: every follow-up carried a full budget again, repeating pages already in the chat."""
+    from app.documents.retrieval import references
+    from engine.types import GenerationParams
+
+    pages = [f"Page {n} is about topic{n} and nothing else. " * 12 for n in range(1, 25)]
+    tray = window.composer.attachments
+    tray.params = lambda: GenerationParams(context_cap=1600, max_tokens=64)
+    tray.add_paths([str(write_pdf(tmp_path / "big.pdf", pages))])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    assert tray.ready_documents()[0].too_big
+    send(qtbot, window, "topic7 and topic9?")
+    first = engine.calls[-1][1][-1]["content"]
+    assert "Page 7 is about" in first and "Page 9 is about" in first
+    send(qtbot, window, "And topic7 next to topic13?")
+    follow = engine.calls[-1][1][-1]["content"]
+    assert "Page 13 is about" in follow and "Page 7 is about" not in follow  # page 7 is in the first message
+    assert engine.calls[-1][1][0]["content"] == first  # which is sent with it, as before
+    assert len(follow) < len(first)  # not a full budget again
+    messages = store.get_conversation(window.chat.conv_id).messages
+    assert references(messages[-2].attachments[0].passages) == ["page 13"]
+    shown = window.chat_view.message_widgets()[-1].findChild(QLabel, "passagesUsed")
+    assert shown is not None and shown.text() == "Passages used: big.pdf: page 13"
+
+
 def test_reading_into_the_cache_shows_on_the_chip_and_in_the_status_bar(qtbot, window, engine, tmp_path):
     pdf = write_pdf(tmp_path / "report.pdf", ["Apples are red."])
     tray = window.composer.attachments
