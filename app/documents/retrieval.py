@@ -5,7 +5,7 @@ DOCX/Markdown section) so the reply can say which passages it was given.
 
 The index is bm25s's (its tokenizer, English stopwords and default Lucene scoring, the same float32
 scores), built here in bounded memory: bm25s keeps a Python string, int and dict entries for every
-distinct word, 700 MB for an 8 MB text of distinct words. Here a word is its hash, one chunk at a time,
+distinct word: near 800 MB for 8 million characters of distinct words. Here a word is its hash, one chunk at a time,
 and the index is a few numpy arrays (about 24 bytes a posting).
 """
 

@@ -89,7 +89,7 @@ print(json.dumps({"chunks": len(index.chunks), "rejoined": " ".join(c.text for c
 
 def test_one_paragraph_of_distinct_words_is_indexed_in_bounded_memory():
     """Issue 35: bm25s kept Python objects for every distinct word (a string, an int, dict and set entries):
-    8 MB of one paragraph of distinct words peaked near 800 MB. A word is now its hash, one chunk at a time."""
+    8 million characters of one paragraph of distinct words peaked near 800 MB. A word is now its hash, per chunk."""
     import json
     import subprocess
     import sys
