@@ -21,7 +21,7 @@ def test_every_field_has_a_flag_a_setting_and_the_same_default(capsys):
 
     # Every numeric field; the two switches of speculative decoding have flags of their own, and
     # tools, continuing a reply and logits processors are given per turn, not by settings.
-    others = ("speculative", "draft_model", "tools", "continue_reply", "logits_processors")
+    others = ("speculative", "draft_model", "tools", "continue_reply", "logits_processors", "response_format")
     names = [f.name for f in dataclasses.fields(GenerationParams) if f.name not in others]
     assert [s.name for s in param_specs()] == names
     args = build_parser().parse_args(["chat"])
