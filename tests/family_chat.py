@@ -9,8 +9,9 @@ bench/figures/families.py reports the reuse it shows.
 import asyncio
 from dataclasses import dataclass, field
 
-from engine import Engine, GenerationParams, TextDelta, TurnStats
+from engine import Engine, GenerationParams
 from tests.tiny_families import WINDOW
+from tests.turns import collect
 
 MAX = 12
 GREEDY = GenerationParams(temperature=0.0, max_tokens=MAX)
@@ -47,12 +48,7 @@ class Script:
 
 
 async def _turn(engine, conv, messages, params=GREEDY):
-    text, stats = "", None
-    async for ev in engine.chat(conv, messages, params):
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, TurnStats):
-            stats = ev
+    text, stats = await collect(engine, conv, messages, params)
     assert stats is not None and not stats.error, stats
     return text, stats
 

@@ -12,6 +12,7 @@ from app.cli.main import main
 from engine.local import loading
 from engine.models import registry
 from engine.models.folders import STARTER_ID
+from tests.turns import collect
 
 pytestmark = pytest.mark.starter
 
@@ -102,7 +103,7 @@ def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starte
     """Issue 9 point 5 end to end: engine.prefill on the real model changes nothing but the wait."""
     import asyncio
 
-    from engine import Engine, GenerationParams, TextDelta, TurnStats
+    from engine import Engine, GenerationParams
     from engine.local.blas import DEQUANTIZE_ENV
 
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
@@ -116,14 +117,9 @@ def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starte
     ]
 
     async def reply(engine, conv):
-        text, stats = "", None
-        async for ev in engine.chat(conv, messages, params):
-            if isinstance(ev, TextDelta):
-                text += ev.text
-            elif isinstance(ev, TurnStats):
-                stats = ev
+        result = await collect(engine, conv, messages, params)
         await engine.forget(conv)
-        return text, stats
+        return result
 
     async def run():
         engine = Engine()

@@ -23,8 +23,7 @@ import time
 from bench import common  # first: preloads OpenBLAS before mlx is imported
 from bench.common import log, median
 from bench.figures.remote import float32_copy
-from bench.figures.remote import start_server as start_mlx_server
-from bench.figures.server import start_chinwag, stop, turn
+from bench.figures.server import start_both, stop, turn
 from bench.reporting import Figure, f, table
 
 SIDES = ("chinwag", "mlx_lm")
@@ -138,16 +137,6 @@ def main(argv=None):  # noqa: C901 - the workload in order: turns, a restart, a 
         for side in SIDES:
             sessions[side][s].append({"role": "assistant", "content": replies[side]})
 
-    def start_both() -> dict:
-        c_proc, c_url = start_chinwag(folder, home / "chinwag", home / "chinwag.log")
-        try:
-            m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
-        except BaseException:
-            c_proc.terminate()  # never leave a server behind
-            c_proc.wait(timeout=60)
-            raise
-        return {"chinwag": (c_proc, c_url), "mlx_lm": (m_proc, m_url)}
-
     def stop_both(servers: dict) -> None:
         for side, (proc, _) in servers.items():
             if proc.poll() is None:
@@ -157,14 +146,14 @@ def main(argv=None):  # noqa: C901 - the workload in order: turns, a restart, a 
                     os.killpg(proc.pid, signal.SIGTERM)
                     proc.wait(timeout=60)
 
-    servers = start_both()
+    servers = start_both(folder, home)
     try:
         for n in range(1, args.turns + 1):
             for s in range(3):
                 step(servers, s, n, "first turn" if n == 1 else "follow-up")
     finally:
         stop_both(servers)
-    servers = start_both()
+    servers = start_both(folder, home)
     try:
         for s in range(3):
             step(servers, s, args.turns + 1, "after restart")

@@ -61,6 +61,18 @@ def start_chinwag(folder, home, log_path):
     raise SystemExit("chinwag serve did not start in 300 s")
 
 
+def start_both(folder, home) -> dict:
+    """`chinwag serve` and mlx_lm.server on the same weights, each with its own log in `home`."""
+    c_proc, c_url = start_chinwag(folder, home / "chinwag", home / "chinwag.log")
+    try:
+        m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
+    except BaseException:
+        c_proc.terminate()  # never leave a server behind
+        c_proc.wait(timeout=60)
+        raise
+    return {"chinwag": (c_proc, c_url), "mlx_lm": (m_proc, m_url)}
+
+
 def stop(proc, sig) -> None:
     proc.send_signal(sig)
     proc.wait(timeout=120)
@@ -162,16 +174,6 @@ def main(argv=None):
     rows: dict = {side: [] for side in SIDES}
     reuse = Reuse(folder)
 
-    def start_both():
-        c_proc, c_url = start_chinwag(folder, home / "chinwag", home / "chinwag.log")
-        try:
-            m_proc, m_url = start_mlx_server(folder, home / f"mlx-{time.monotonic_ns()}.log")
-        except BaseException:
-            c_proc.terminate()  # never leave a server behind
-            c_proc.wait(timeout=60)
-            raise
-        return {"chinwag": (c_proc, c_url), "mlx_lm": (m_proc, m_url)}
-
     def run_turn(servers, n: int, restart: bool) -> None:
         order = [(c, s) for c in range(CLIENTS) for s in SIDES]
         shift = n % len(order)
@@ -199,7 +201,7 @@ def main(argv=None):
                 f"prompt {result['prompt_tokens']:5d}  cached {result['cached_tokens']:5d}  reusable {expected:5d}"
             )
 
-    servers = start_both()
+    servers = start_both(folder, home)
     try:
         hi = [{"role": "user", "content": "Hi"}]
         for side in SIDES:  # warm-up; mlx_lm.server's cache keeps it too
@@ -210,7 +212,7 @@ def main(argv=None):
         os.killpg(servers["mlx_lm"][0].pid, signal.SIGTERM)
         servers["mlx_lm"][0].wait(timeout=60)
         reuse.forget("mlx_lm")  # its prompt cache lives in memory only
-        servers = start_both()
+        servers = start_both(folder, home)
         run_turn(servers, args.turns, True)
     finally:
         for proc, _ in servers.values():

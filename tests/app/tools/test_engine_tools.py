@@ -3,11 +3,12 @@ the reply's calls are parsed, and a tool round costs only its new tokens and sta
 
 import json
 
-from engine import GenerationParams, TextDelta, TurnStats
+from engine import GenerationParams
 from engine.context.prompt import tools_cost
 from engine.types import FinishReason
 from tests.app.tools.scripted import ADD, Script, tool_call_ids
 from tests.engine.test_api import reference
+from tests.turns import collect
 
 
 def params(**kw) -> GenerationParams:
@@ -19,13 +20,7 @@ def scripted(ids) -> GenerationParams:
 
 
 async def turn(engine, conv, messages, p):
-    text, stats = "", None
-    async for ev in engine.chat(conv, messages, p):
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, TurnStats):
-            stats = ev
-    return text, stats
+    return await collect(engine, conv, messages, p)
 
 
 def test_tool_round_is_parsed_reuses_the_cache_and_matches_fresh_mlx_lm(tools_engine_with, tiny_tools_model):

@@ -13,6 +13,7 @@ from engine.context.quantized_cache import QuantizedContiguousKVCache
 from engine.local.generation import extend
 from engine.types import KVQuantization
 from tests.tiny_model import CONFIG, build_tiny_model
+from tests.turns import collect
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=10)
 
@@ -162,13 +163,7 @@ def test_most_8_bit_replies_on_the_starter_equal_the_full_precision_ones():
     params = GenerationParams(temperature=0.0, max_tokens=16)
 
     async def reply(engine, conv, messages):
-        text, stats = "", None
-        async for ev in engine.chat(conv, messages, params):
-            if isinstance(ev, TextDelta):
-                text += ev.text
-            elif isinstance(ev, TurnStats):
-                stats = ev
-        return text, stats
+        return await collect(engine, conv, messages, params)
 
     async def body():
         full, quant = Engine(), Engine(kv_quantization=KVQuantization(8))

@@ -9,11 +9,12 @@ import json
 import jsonschema
 import pytest
 
-from engine import TextDelta, TurnStats
+from engine import TurnStats
 from engine.constraint import UnsupportedSchema, check
 from engine.types import GenerationParams, OutputKind, ResponseFormat
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path, tools_engine_with  # noqa: F401
 from tests.engine.test_api import reference
+from tests.turns import collect
 
 # Strings and arrays are bounded: a random model closes a string only by chance.
 SCHEMA = {
@@ -37,12 +38,7 @@ def shaped(schema: dict = SCHEMA, **changes) -> GenerationParams:
 
 
 async def reply(engine, conv, messages, params) -> tuple[str, TurnStats]:
-    text, stats = "", None
-    async for ev in engine.chat(conv, messages, params):
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, TurnStats):
-            stats = ev
+    text, stats = await collect(engine, conv, messages, params)
     assert stats is not None
     return text, stats
 
