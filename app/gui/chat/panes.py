@@ -11,7 +11,8 @@ from typing import Protocol
 from PySide6.QtCore import Qt
 
 from app.core.store import MessageRole, MessageStatus
-from app.gui.chat.attachments import chat_history, chat_params, show_on_message
+from app.gui.chat.attachments import chat_history, chat_params
+from app.gui.chat.sent_attachments import show_on_message
 
 
 class ChatWindowView(Protocol):

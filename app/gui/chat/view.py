@@ -8,9 +8,9 @@ from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app.core.store import MessageRole
-from app.gui.chat.attachments import show_on_message, show_passages_used
 from app.gui.chat.memory_mark import MemoryMark
 from app.gui.chat.message_widget import MessageWidget
+from app.gui.chat.sent_attachments import show_on_message, show_passages_used
 from app.gui.chat.welcome import Welcome
 from app.gui.theme import ReadingColumn
 

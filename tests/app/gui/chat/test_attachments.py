@@ -58,7 +58,7 @@ def test_paste_a_pdf_then_ask(qtbot, window, store, engine, tmp_path):
     assert conv.messages[0].attachments[0].text == text
     assert sent == message_content("What colour are pears?", [conv.messages[0].attachments[0].for_message()])
     widget = window.chat_view.message_widgets()[0]
-    from app.gui.chat.attachments import MessageAttachments
+    from app.gui.chat.sent_attachments import MessageAttachments
 
     shown = widget.findChild(MessageAttachments)
     assert shown is not None and shown.buttons[0].text().endswith("report.pdf")
@@ -175,7 +175,7 @@ def test_a_sent_document_shows_its_text_and_offers_the_original_and_a_copy(
 
     from PySide6.QtGui import QDesktopServices
 
-    from app.gui.chat.attachments import MessageAttachments
+    from app.gui.chat.sent_attachments import MessageAttachments
 
     pdf = write_pdf(tmp_path / "report.pdf", ["Pears are green."])
     tray = window.composer.attachments
@@ -253,7 +253,7 @@ def test_every_bad_input_is_one_line_on_the_chip_and_nothing_is_half_sent(qtbot,
 
 def test_passages_used_names_each_page_once():
     from app.core.attachments import StoredAttachment
-    from app.gui.chat.attachments import passages_used
+    from app.gui.chat.sent_attachments import passages_used
 
     item = StoredAttachment("a.pdf", "pdf", 1, "0" * 64, "whole", "[page 4]\nx\n\n[page 4]\ny\n\n[page 9]\nz")
     assert passages_used([item, StoredAttachment("b.txt", "text", 1, "1" * 64, "all")]) == "a.pdf: page 4, page 9"
