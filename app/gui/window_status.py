@@ -165,7 +165,7 @@ class StatusBar(QStatusBar):
     def _limit(self) -> int:
         """The context limit: the shown stats' if the loaded model wrote them, else the loaded model's."""
         model = self.bridge.current_model
-        own = (getattr(model, "memory_context", 0) or model.context_length) if model else 0
+        own = (model.memory_context or model.context_length) if model else 0
         if self._foreign():
             return own  # another model's limit says nothing about this one's
         return stat(self.stats, "context_limit", 0) or own
@@ -174,7 +174,7 @@ class StatusBar(QStatusBar):
         """'Context 1,234 / 32,768', or with a cap from memory 'Context 1,234 / 12,288 of 32,768: memory'
         (its tooltip says why and what to change)."""
         model = self.bridge.current_model
-        capped = getattr(model, "memory_context", 0) if model else 0
+        capped = model.memory_context if model else 0
         if limit and capped and limit == capped and capped < model.context_length:
             self.context_label.setToolTip(
                 f"The memory limit leaves this chat's cache room for {capped:,} tokens of the model's"
@@ -221,19 +221,17 @@ class StatusBar(QStatusBar):
     def show_memory(self):
         """KV memory now (the engine's figure, updated token by token), and the loaded model's
         memory in use (weights and caches) against the limit it was planned for."""
-        kv = self.bridge.kv_bytes() if self.bridge.current_model else 0
-        if not kv and not self._foreign():
-            kv = stat(self.stats, "kv_bytes", 0)
+        engine_kv = self.bridge.kv_bytes() if self.bridge.current_model else 0  # read once: the engine moves it
+        kv = engine_kv or (0 if self._foreign() else stat(self.stats, "kv_bytes", 0))
         state = self.bridge.engine.state if self.bridge.current_model else None
         weights, limit = (state.weight_bytes, state.memory_limit_bytes) if state else (0, 0)
         text = f"KV {format_bytes(kv)}" if kv else ""
         if limit:
-            used = weights + self.bridge.kv_bytes()
-            text += f"{' · ' if text else ''}Memory {format_bytes(used)} / {format_bytes(limit)}"
+            text += f"{' · ' if text else ''}Memory {format_bytes(weights + engine_kv)} / {format_bytes(limit)}"
         self.kv_label.setText(text)
         self.kv_label.setToolTip(
             f"In use: the model's weights ({format_bytes(weights)}) and every chat's KV cache"
-            f" ({format_bytes(self.bridge.kv_bytes())}), against the memory limit ({format_bytes(limit)};"
+            f" ({format_bytes(engine_kv)}), against the memory limit ({format_bytes(limit)};"
             " Preferences › Memory limit)"
             if limit
             else ""
