@@ -8,6 +8,7 @@ engine thread's low-priority work (engine/local/background.py) and its memory re
 import asyncio
 import concurrent.futures
 import queue
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,15 @@ _DONE = object()
 IDLE_WORK = True
 
 
+def _clear_streams() -> None:
+    """Free this thread's MLX streams before it ends: left to thread-exit destructors, they can
+    run while the interpreter finalizes and abort the process ("terminate called without an
+    active exception", about 1 exit in 40 on a busy machine; mlx asks callers to do this)."""
+    mx = sys.modules.get("mlx.core")  # never the first import: OpenBLAS must be loaded before it
+    if mx is not None and hasattr(mx, "clear_streams"):
+        mx.clear_streams()
+
+
 class EngineThread:
     """Runs submitted callables one at a time on a single thread that owns every MLX array."""
 
@@ -49,6 +59,12 @@ class EngineThread:
         return future
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            _clear_streams()
+
+    def _serve(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
