@@ -9,6 +9,7 @@ from engine.descriptors import keep_descriptor_limits
 from engine.errors import ChinwagError, ContextOverflowError, ModelError
 from engine.types import (
     BackgroundPrefill,
+    ChatMessage,
     EngineState,
     EngineStatus,
     FinishReason,
@@ -19,7 +20,9 @@ from engine.types import (
     ModelInfo,
     ModelStatus,
     PrefillProgress,
+    Role,
     TextDelta,
+    ToolCall,
     TurnStats,
 )
 
@@ -30,6 +33,9 @@ if TYPE_CHECKING:  # mypy sees the class; importing engine stays cheap
     from engine.api import Engine
 
 __all__ = [
+    "ChatMessage",
+    "Role",
+    "ToolCall",
     "ChinwagError",
     "ContextOverflowError",
     "ModelError",

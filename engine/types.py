@@ -323,6 +323,85 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+class Role(StrEnum):
+    """Who wrote a message: the values are OpenAI's role strings, stored in the database as they are."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a chat, as every layer passes it: the store, the front ends, the server's
+    request parser and both backends. `tool_calls` only on an assistant message; `tool_call_id`
+    and `name` (the tool's) only on a tool message."""
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as OpenAI's chat API and Hugging Face chat templates take it."""
+        out: dict[str, Any] = {"role": str(self.role), "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.role == Role.TOOL:
+            out["tool_call_id"] = self.tool_call_id
+            if self.name:
+                out["name"] = self.name
+        return out
+
+    @classmethod
+    def from_openai(cls, m: Any, where: str = "message") -> "ChatMessage":
+        """A message in OpenAI's shape (or already a ChatMessage); a wrong one is a ChinwagError naming `where`."""
+        if isinstance(m, ChatMessage):
+            return m
+        if not isinstance(m, dict):
+            raise ChinwagError(f"{where} must be an object with 'role' and 'content', got {m!r:.80}")
+        try:
+            role = Role(str(m.get("role")))
+        except ValueError:
+            raise ChinwagError(
+                f"{where}.role must be one of system, user, assistant, tool, got {m.get('role')!r:.40}"
+            ) from None
+        content = m.get("content")
+        if content is None and role == Role.ASSISTANT and m.get("tool_calls"):
+            content = ""  # OpenAI clients send null content beside tool calls
+        if not isinstance(content, str):
+            raise ChinwagError(f"{where}.content must be a string, got {content!r:.80}")
+        calls = tuple(_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(m.get("tool_calls") or ()))
+        if calls and role != Role.ASSISTANT:
+            raise ChinwagError(f"{where}: only an assistant message has tool_calls")
+        call_id, name = m.get("tool_call_id") or "", m.get("name") or ""
+        if not isinstance(call_id, str) or not isinstance(name, str):
+            raise ChinwagError(f"{where}.tool_call_id and .name must be strings")
+        return cls(role, content, calls, call_id if role == Role.TOOL else "", name if role == Role.TOOL else "")
+
+
+def _tool_call(c: Any, where: str) -> ToolCall:
+    """A tool call in OpenAI's nested shape ({"id", "function": {"name", "arguments"}}) or flat ({"id", "name", "arguments"})."""
+    if isinstance(c, ToolCall):
+        return c
+    if not isinstance(c, dict):
+        raise ChinwagError(f"{where} must be an object, got {c!r:.80}")
+    fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else c
+    name, arguments = fn.get("name"), fn.get("arguments", "{}")
+    if not isinstance(name, str) or not name:
+        raise ChinwagError(f"{where} has no function name")
+    if not isinstance(arguments, str):
+        import json
+
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    call_id = c.get("id") or ""
+    if not isinstance(call_id, str):
+        raise ChinwagError(f"{where}.id must be a string")
+    return ToolCall(call_id, name, arguments)
+
+
 @dataclass(frozen=True)
 class TurnStats:
     """The final event of every chat turn."""
