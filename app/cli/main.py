@@ -328,17 +328,22 @@ class TerminalChat:
     """A terminal chat kept in the store, one conversation per /new."""
 
     def __init__(self, system: str) -> None:
+        from app.core.chats import UNSAVED
         from app.core.store import Store
 
         self.store = Store()
         self.settings = {"system_prompt": system} if system else None
-        self.conv_id = ""
+        self.conv_id = UNSAVED
 
     def new(self) -> None:
-        self.conv_id = ""
+        from app.core.chats import UNSAVED
+
+        self.conv_id = UNSAVED
 
     def add_user(self, text: str, model_id: str, attachments: Sequence["StoredAttachment"] = ()) -> str:
-        if not self.conv_id:
+        from app.core.chats import is_unsaved
+
+        if is_unsaved(self.conv_id):
             self.conv_id = self.store.create_conversation(model_id=model_id, settings=self.settings).id
         self.store.add_message(self.conv_id, "user", text, attachments=attachments)
         return self.conv_id

@@ -25,7 +25,7 @@ from engine.text import split_think
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
-# "tool": an MCP tool's result; its stats say which call (tool_call_id, name, server, is_error, seconds).
+# "tool": an MCP tool's result; tool_call_id and name say which call, `tool` how it went (app/core/messages.py).
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SYSTEM_HEADING = "System prompt"
 # Replies that do not say which prompt they were written with (saved before they did): the current one, first.
@@ -141,7 +141,20 @@ def _message_json(m: Message) -> dict:
         "model_id": m.model_id,
         "stats": m.stats,
         **({"attachments": [a.to_json() for a in m.attachments]} if m.attachments else {}),
+        **_tool_json(m),
     }
+
+
+def _tool_json(m: Message) -> dict:
+    """A message's tool round in OpenAI's shape (a reply's tool_calls; a result's tool_call_id and name), and
+    how the call went (`tool`: server, arguments, is_error, allowed, seconds, note: those recorded)."""
+    if m.tool_calls:
+        return {"tool_calls": [c.to_openai() for c in m.tool_calls]}
+    result = m.tool_result
+    if result is None:
+        return {}
+    run = result.to_json()
+    return {"tool_call_id": result.tool_call_id, "name": result.name, **({"tool": run} if run else {})}
 
 
 def to_markdown(conv: Conversation, names: dict | None = None) -> str:
@@ -436,19 +449,20 @@ def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _tool_meta(role: str, stats: dict) -> list:
+def _tool_meta(m: Message) -> list:
     """What a tool round adds to a message's line: the calls a reply made, or which call a result answers."""
-    if role == "tool":
-        bits = [f"{stats.get('name', 'tool')}" + (f" on {stats['server']}" if stats.get("server") else "")]
-        if stats.get("is_error"):
+    result = m.tool_result
+    if m.role == MessageRole.TOOL:
+        if result is None:
+            return ["tool"]
+        bits = [(result.name or "tool") + (f" on {result.server}" if result.server else "")]
+        if result.is_error:
             bits.append("error")
-        if isinstance(stats.get("seconds"), (int, float)) and not isinstance(stats.get("seconds"), bool):
-            bits.append(f"{stats['seconds']:.1f} s")
+        if result.seconds is not None:
+            bits.append(f"{result.seconds:.1f} s")
         return bits
-    calls = stats.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        names = [str(c.get("name") or (c.get("function") or {}).get("name", "?")) for c in calls if isinstance(c, dict)]
-        return ["called " + ", ".join(names)]
+    if m.tool_calls:
+        return ["called " + ", ".join(c.name for c in m.tool_calls)]
     return []
 
 
@@ -462,7 +476,7 @@ def _message_meta(m: Message, names: dict) -> str:
     if m.versions > 1:  # the export shows this one; JSON keeps the others
         bits.append(f"version {m.version} of {m.versions}")
     stats = m.stats or {}
-    bits += _tool_meta(m.role, stats)
+    bits += _tool_meta(m)
     if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
         bits.append(f"{stats['generated_tokens']} tokens")
     tps = stats.get("decode_tps")

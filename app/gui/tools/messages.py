@@ -1,8 +1,11 @@
 """Tool rounds in the transcript: a stored `tool` message shown as its collapsed ToolResultBlock, and a
 reply that made calls shown without the call's markup (the blocks below it show the calls)."""
 
+import dataclasses
+
 from PySide6.QtWidgets import QLabel, QVBoxLayout
 
+from app.core.store import StoredToolResult
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.tools.cards import ToolResultBlock
 from app.tools.client import ToolResult
@@ -30,7 +33,10 @@ def visible_text(text: str) -> str:
 
 
 def run_from_stored(content: str, stats) -> ToolRun:
-    """A stored `tool` message (app/tools/loop.py stored_stats) as the ToolRun its block shows."""
+    """A `tool` message as the ToolRun its block shows: from the store (its StoredToolResult), or as a reply
+    with tools saves it (app/tools/loop.py stored_stats)."""
+    if isinstance(stats, StoredToolResult):
+        stats = {k: v for k, v in dataclasses.asdict(stats).items() if v is not None}
     s = stats if isinstance(stats, dict) else {}
     call = ToolCall(str(s.get("tool_call_id", "")), str(s.get("name", "tool")), str(s.get("arguments", "{}")))
     result = ToolResult(content, bool(s.get("is_error")), float(s.get("seconds") or 0.0))
@@ -57,7 +63,13 @@ class ToolMessage(MessageWidget):
         self.note.setWordWrap(True)
         self.note.hide()
         layout.addWidget(self.note)
-        self.set_note(str(stats.get("note", "")) if isinstance(stats, dict) else "")  # the round limit, Stop
+        self.set_note(self.note_of(stats))  # the round limit, Stop
+
+    @staticmethod
+    def note_of(stats) -> str:
+        if isinstance(stats, StoredToolResult):
+            return stats.note
+        return str(stats.get("note", "")) if isinstance(stats, dict) else ""
 
     def set_can_regenerate(self, on: bool):
         self.regen_button.hide()
