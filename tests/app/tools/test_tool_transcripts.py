@@ -3,7 +3,7 @@
 import json
 
 from app.cli.main import TerminalChat
-from app.core.store import Store
+from app.core.store import Store, StoredToolResult
 from app.tools.client import ToolResult
 from app.tools.loop import ToolRun, tool_messages
 from app.transcripts.export import export_conversation, to_markdown
@@ -45,12 +45,11 @@ def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
         roles = [m.role for m in conv.messages]
         assert roles == ["user", "assistant", "tool", "assistant"]
         call_msg, result = conv.messages[1], conv.messages[2]
-        assert call_msg.content == RAW and call_msg.stats["tool_calls"][0]["function"]["name"] == "add"
+        assert call_msg.content == RAW and call_msg.tool_calls[0].name == "add"
         assert result.content == "5.0"
-        assert result.stats == {
-            "tool_call_id": "call_1", "name": "add", "server": "calc", "is_error": False, "seconds": 0.25,
-            "arguments": CALL.arguments, "allowed": True,
-        }  # fmt: skip
+        assert result.stats is None and result.tool_result == StoredToolResult(
+            "call_1", "add", "calc", CALL.arguments, is_error=False, allowed=True, seconds=0.25
+        )
         md = to_markdown(conv)
         assert "## Tool" in md and "add on calc · 0.2 s" in md and "called add" in md
         path = export_conversation(conv, "json", tmp_path / "chat.json")
@@ -60,6 +59,6 @@ def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
         imported = import_conversation(store, path)
         assert _children() == before
         again = store.get_conversation(imported.id)
-        assert [(m.role, m.content, m.stats) for m in again.messages] == [
-            (m.role, m.content, m.stats) for m in conv.messages
+        assert [(m.role, m.content, m.stats, m.tool_calls, m.tool_result) for m in again.messages] == [
+            (m.role, m.content, m.stats, m.tool_calls, m.tool_result) for m in conv.messages
         ]
