@@ -173,6 +173,13 @@ def read_tool_fields(db: sqlite3.Connection, messages: Iterable[Message]) -> Non
     by_id = {m.id: m for m in messages}
     if not by_id:
         return
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='tool_results'").fetchone() is None:
+        # A database before schema 5 opened read-only (it could not be migrated): its rounds are in stats.
+        for m in by_id.values():
+            if isinstance(m.stats, dict):
+                rest, m.tool_calls, m.tool_result = split_tool_fields(m.role, m.stats)
+                m.stats = rest if rest != m.stats else m.stats
+        return
     ids = (json.dumps(list(by_id)),)
     chosen = "(SELECT value FROM json_each(?))"
     calls: dict[int, list[ToolCall]] = {}

@@ -188,3 +188,46 @@ def test_a_message_with_an_unknown_role_says_which(store):
     odd = store.add_message(conv.id, "narrator", "Meanwhile…")
     with pytest.raises(ChinwagError, match=f"message {odd.id} has an unknown role 'narrator'"):
         odd.chat_message()
+
+
+def test_an_old_database_that_cannot_be_migrated_still_reads_its_rounds(chinwag_home, monkeypatch):
+    from app.core import store_open
+
+    shutil.copyfile(FIXTURE, chinwag_home / "chinwag.db")
+    monkeypatch.setattr(store_open, "writable", lambda path: False)  # as a 0444 file for a user who is not root
+    with Store() as store:
+        assert store.read_only and "cannot be written" in store.notice
+        _, round_, multiply, _, _ = store.get_conversation(A).messages
+        assert round_.tool_calls == (MULTIPLY, DIVIDE) and "tool_calls" not in (round_.stats or {})
+        assert multiply.tool_result == StoredToolResult(
+            "call_1", "multiply", "calc", MULTIPLY.arguments, False, True, 0.012
+        )
+    raw = sqlite3.connect(chinwag_home / "chinwag.db")
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 4  # untouched
+    raw.close()
+
+
+def test_a_wrong_tool_round_in_an_export_is_refused_in_one_line(store, tmp_path):
+    conv = store.create_conversation()
+    store.append(conv.id, ChatMessage(Role.USER, "6*7?"))
+    store.append(conv.id, ChatMessage(Role.ASSISTANT, "", (MULTIPLY,)))
+    store.append(
+        conv.id,
+        ChatMessage(Role.TOOL, "42", (), "call_1", "multiply"),
+        tool_result=StoredToolResult("call_1", "multiply", seconds=0.5),
+    )
+    good = to_json(store.get_conversation(conv.id))
+    for old, new, message in [
+        (
+            '"name": "multiply",\n            "arguments"',
+            '"name": "",\n            "arguments"',
+            r"messages\[1\].tool_calls\[0\] has no function name",
+        ),
+        ('"seconds": 0.5', '"seconds": "soon"', r"messages\[2\].tool.seconds 'soon' is not what a tool run records"),
+    ]:
+        assert old in good, old
+        bad = tmp_path / "bad.json"
+        bad.write_text(good.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(ChinwagError, match=f"cannot import .*bad.json: {message}$"):
+            import_conversation(store, bad)
+    assert len(store.list_conversations()) == 1
