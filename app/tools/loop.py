@@ -94,7 +94,8 @@ def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
 
 
 def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
-    """What the store keeps beside a tool round's message (in its stats): the calls, or which call and how it went."""
+    """A tool round's message's calls, or which call it answers and how it went, in the stats shape the store
+    takes them in (it keeps them in their own tables: app/core/messages.py; Store.append takes them typed)."""
     if message["role"] == "assistant" and message.get("tool_calls"):
         return {"tool_calls": message["tool_calls"]}
     if message["role"] == "tool":
