@@ -6,9 +6,10 @@ them differently, and every caller passes them by position.
 """
 
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from engine.turns import ChatTurn, Turns
 from engine.types import (
     BackgroundPrefill,
     EngineState,
@@ -21,9 +22,8 @@ from engine.types import (
     ModelInfo,
     PrefillProgress,
     ServerInfo,
-    TextDelta,
     TokenCount,
-    TurnStats,
+    TurnOrigin,
 )
 
 Progress = Callable[[LoadProgress], None] | None
@@ -55,10 +55,18 @@ class EngineAPI(Protocol):
 
     async def search_models(self, query: str, /) -> list[HubModel]: ...
 
+    turns: Turns  # every turn's start and end, with its origin (engine/turns.py)
+
     def chat(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
-    ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
-        """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
+        self,
+        conversation_id: str,
+        messages: list,
+        params: GenerationParams | None = None,
+        /,
+        origin: TurnOrigin = TurnOrigin.SCRIPT,
+    ) -> ChatTurn:
+        """The turn's handle, at once: it yields PrefillProgress while reading the prompt, TextDelta
+        events, then one TurnStats; its stop() ends the turn, before its first event too."""
         ...
 
     async def prefill(

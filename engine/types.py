@@ -440,6 +440,26 @@ class TurnStats:
         return ""
 
 
+class TurnOrigin(StrEnum):
+    """Which front end asked for a turn (Engine.chat's `origin`, in every TurnAnnounced)."""
+
+    WINDOW = "window"
+    TERMINAL = "terminal"  # chinwag chat, chinwag run
+    SERVER = "server"  # the OpenAI/Anthropic API server (chinwag serve, the window's own server)
+    SCRIPT = "script"  # a program using the engine directly: Engine.chat's default
+
+
+@dataclass(frozen=True)
+class TurnAnnounced:
+    """A turn began (`ended` False) or ended (True: `stats` is its TurnStats, None if it failed or
+    was refused before generating); every begun turn ends once (engine.turns, engine/turns.py)."""
+
+    conversation_id: str
+    origin: TurnOrigin
+    ended: bool = False
+    stats: TurnStats | None = None
+
+
 # A load's last progress report: the model is in place (the window says so with its name).
 LOADED_STAGE = "Ready"
 
