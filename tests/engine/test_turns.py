@@ -103,3 +103,29 @@ def test_a_stop_before_the_turn_with_no_model_still_raises_the_one_line_error():
             await engine.close()
 
     asyncio.run(main())
+
+
+def test_tool_fields_leave_a_local_prompt_unchanged_whichever_shape_the_messages_come_in(engine_with):
+    from engine.types import ChatMessage
+
+    plain = [
+        {"role": "user", "content": "add 2 and 3"},
+        {"role": "assistant", "content": "calling add"},
+        {"role": "tool", "content": "5"},
+    ]
+    with_tools = [
+        plain[0],
+        dict(plain[1], tool_calls=[{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]),
+        dict(plain[2], tool_call_id="c1", name="add"),
+    ]
+    params = GenerationParams(temperature=0.0, max_tokens=2)
+
+    async def body(engine):
+        out = []
+        for i, messages in enumerate([plain, with_tools, [ChatMessage.from_openai(m) for m in with_tools]]):
+            out.append((await events(engine.chat(f"p{i}", messages, params)))[-1])
+        return out
+
+    stats = engine_with(body)
+    assert stats[0].prompt_ids == stats[1].prompt_ids == stats[2].prompt_ids and stats[0].prompt_ids
+    assert stats[1].reused_tokens > 0 and stats[2].reused_tokens > 0  # the same text: the cache is shared
