@@ -10,8 +10,8 @@ at the edge (engine/context/prompt.py check_messages); the backends are given Ch
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
 from engine.backend import Backend, ChatEvent, StopSignal
 from engine.context.prompt import check_messages
@@ -21,7 +21,6 @@ from engine.turns import ChatTurn, Turns
 from engine.types import (
     MAX_KV_INITIAL_CAPACITY,
     BackgroundPrefill,
-    ChatMessage,
     EngineState,
     EngineStatus,
     ForkedCache,
@@ -30,6 +29,7 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     MemoryReport,
+    Messages,
     ModelInfo,
     PrefillProgress,
     ServerInfo,
@@ -39,8 +39,7 @@ from engine.types import (
     TurnStats,
 )
 
-# What `chat`, `prefill`, `fork` and `count_prompt` take: ChatMessages, or dicts in OpenAI's shape.
-Messages = Sequence[ChatMessage | dict[str, Any]]
+T = TypeVar("T")  # what a progress callback is given
 
 
 class Engine:
@@ -110,15 +109,15 @@ class Engine:
         )
 
     @staticmethod
-    def _on_loop(callback: Callable | None) -> Callable | None:
+    def _on_loop(callback: Callable[[T], None] | None) -> Callable[[T], None] | None:
         """Wrap a callback so the engine thread can call it and it runs on this loop."""
         if callback is None:
             return None
         loop = asyncio.get_running_loop()
 
-        def call(*args: object) -> None:
+        def call(arg: T) -> None:
             try:
-                loop.call_soon_threadsafe(callback, *args)
+                loop.call_soon_threadsafe(callback, arg)
             except RuntimeError:  # the loop has closed; nobody is listening
                 pass
 
@@ -126,7 +125,7 @@ class Engine:
 
     # --- models ------------------------------------------------------------
 
-    async def list_models(self) -> list:
+    async def list_models(self) -> list[ModelInfo]:
         from engine.models import registry
         from engine.remote import servers
 
@@ -140,7 +139,7 @@ class Engine:
 
     # --- model servers (engine/remote/servers.py: files and the keychain, no MLX) ----------
 
-    async def list_servers(self) -> list:
+    async def list_servers(self) -> list[ServerInfo]:
         from engine.remote import servers
 
         return await asyncio.to_thread(servers.server_infos)
@@ -187,7 +186,8 @@ class Engine:
     async def import_gguf(self, path: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         from engine.models.gguf.importer import import_gguf
 
-        return await self._local.call(import_gguf, str(path), self._on_loop(progress))
+        info: ModelInfo = await self._local.call(import_gguf, str(path), self._on_loop(progress))
+        return info
 
     async def add_model_folder(self, path: str) -> ModelInfo:
         from engine.models import registry

@@ -19,6 +19,7 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     MemoryReport,
+    Messages,
     ModelInfo,
     PrefillProgress,
     ServerInfo,
@@ -60,7 +61,7 @@ class EngineAPI(Protocol):
     def chat(
         self,
         conversation_id: str,
-        messages: list,
+        messages: Messages,
         params: GenerationParams | None = None,
         /,
         origin: TurnOrigin = TurnOrigin.SCRIPT,
@@ -72,7 +73,7 @@ class EngineAPI(Protocol):
     async def prefill(
         self,
         conversation_id: str,
-        messages: list,
+        messages: Messages,
         params: GenerationParams | None = None,
         /,
         progress: Callable[[PrefillProgress], None] | None = None,
@@ -81,7 +82,7 @@ class EngineAPI(Protocol):
         ...
 
     def fork(
-        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self, source_id: str, conversation_id: str, messages: Messages, params: GenerationParams | None = None, /
     ) -> Awaitable[ForkedCache]:
         """Gives a fork a copy of its parent's cache up to the fork point; queued at once."""
         ...
@@ -94,7 +95,7 @@ class EngineAPI(Protocol):
         """The text's size in the current model's tokens (an attached document's, before sending)."""
         ...
 
-    async def count_prompt(self, messages: list[dict], /, params: GenerationParams | None = None) -> TokenCount:
+    async def count_prompt(self, messages: Messages, /, params: GenerationParams | None = None) -> TokenCount:
         """The tokens a turn's prompt of these messages would take (template and tools included)."""
         ...
 

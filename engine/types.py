@@ -159,7 +159,7 @@ class GenerationParams:
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
     # Tool definitions (OpenAI function format, dicts) given to the model's chat template; () = no tools.
-    tools: tuple = ()
+    tools: tuple[dict[str, Any], ...] = ()
     # The messages end with a reply that was cut short (max tokens): write on from its end, in the
     # same message, rather than a new reply. A model on this computer only.
     continue_reply: bool = False
@@ -167,7 +167,7 @@ class GenerationParams:
     response_format: ResponseFormat | None = None
     # Extra mlx-lm logits processors, (tokens, logits) -> logits, run on the engine thread after the
     # repetition penalty (tests script a reply with one; never sent to a server).
-    logits_processors: tuple = ()
+    logits_processors: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         # Every front end (CLI flags, settings, the window, servers) builds these: one check for all.
@@ -249,7 +249,7 @@ class TextDelta:
     """New text of the reply, and the token ids it came from."""
 
     text: str
-    token_ids: tuple = ()
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ class ToolCall:
     name: str
     arguments: str = "{}"
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
@@ -382,6 +382,10 @@ class ChatMessage:
         return cls(role, content, calls, call_id if role == Role.TOOL else "", name if role == Role.TOOL else "")
 
 
+# What the engine's chat, prefill, fork and count_prompt take: ChatMessages, or dicts in OpenAI's shape.
+Messages = typing.Sequence[ChatMessage | dict[str, Any]]
+
+
 def _tool_call(c: Any, where: str) -> ToolCall:
     """A tool call in OpenAI's nested shape ({"id", "function": {"name", "arguments"}}) or flat ({"id", "name", "arguments"})."""
     if isinstance(c, ToolCall):
@@ -419,15 +423,15 @@ class TurnStats:
     context_limit: int
     finish_reason: FinishReason
     dropped_messages: int = 0
-    prompt_ids: tuple = ()
-    reply_ids: tuple = ()
+    prompt_ids: tuple[int, ...] = ()
+    reply_ids: tuple[int, ...] = ()
     error: str = ""
     # Speculative decoding: tokens drafted, and how many of them the model accepted.
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     speculation_off: str = ""  # why speculation was off although asked for (this model's cache cannot go back)
     # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
-    tool_calls: tuple = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_text: str = ""  # the reply's text outside its tool-call blocks (what an API client shows as content)
     tools_off: str = ""
     tools_tokens: int = 0  # the context the tool definitions take in the prompt
@@ -493,7 +497,7 @@ class ModelInfo:
     # Engine.list_models: why this local model would not fit the memory limit here ("": it fits, or unknown).
     fit_reason: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return asdict(self)

@@ -84,7 +84,7 @@ class RemoteBackend:
     def __init__(self, target: RemoteTarget) -> None:
         self.target = target
         # Per conversation: the text shown for a reply -> the content the server sent.
-        self._replies: dict = {}
+        self._replies: dict[str, dict[str, str]] = {}
 
     @property
     def name(self) -> str:
@@ -190,13 +190,13 @@ class RemoteBackend:
 
     async def _stream(
         self,
-        wire: list[dict],
+        wire: list[dict[str, Any]],
         params: GenerationParams,
         stop: StopSignal,
         progress: Callable[[int, int], object] | None,
         dropped: int,
         turn: sse.Turn,
-    ) -> AsyncIterator:
+    ) -> AsyncIterator[ChatEvent]:
         """One request: its events as they arrive, then the TurnStats (ChinwagError if there is no reply)."""
         server = self.target.server
         started = time.perf_counter()
@@ -243,7 +243,7 @@ class RemoteBackend:
             yield closing
         yield sse.stats(turn, started, dropped, error)
 
-    def _outcome(self, task: concurrent.futures.Future, stop: StopSignal, turn: sse.Turn) -> str:
+    def _outcome(self, task: concurrent.futures.Future[Any], stop: StopSignal, turn: sse.Turn) -> str:
         """Once the request is over: why the reply ended (turn.finish) and the TurnStats error line.
 
         Raises ChinwagError when there is no reply to keep.
