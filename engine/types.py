@@ -362,24 +362,32 @@ class ChatMessage:
             return m
         if not isinstance(m, dict):
             raise ChinwagError(f"{where} must be an object with 'role' and 'content', got {m!r:.80}")
-        try:
-            role = Role(str(m.get("role")))
-        except ValueError:
-            raise ChinwagError(
-                f"{where}.role must be one of system, user, assistant, tool, got {m.get('role')!r:.40}"
-            ) from None
-        content = m.get("content")
-        if content is None and role == Role.ASSISTANT and m.get("tool_calls"):
-            content = ""  # OpenAI clients send null content beside tool calls
-        if not isinstance(content, str):
-            raise ChinwagError(f"{where}.content must be a string, got {content!r:.80}")
+        role = _role(m.get("role"), where)
         calls = tuple(_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(m.get("tool_calls") or ()))
         if calls and role != Role.ASSISTANT:
             raise ChinwagError(f"{where}: only an assistant message has tool_calls")
-        call_id, name = m.get("tool_call_id") or "", m.get("name") or ""
-        if not isinstance(call_id, str) or not isinstance(name, str):
-            raise ChinwagError(f"{where}.tool_call_id and .name must be strings")
-        return cls(role, content, calls, call_id if role == Role.TOOL else "", name if role == Role.TOOL else "")
+        content = m.get("content")
+        if content is None and calls:
+            content = ""  # OpenAI clients send null content beside tool calls
+        if not isinstance(content, str):
+            raise ChinwagError(f"{where}.content must be a string, got {content!r:.80}")
+        call_id, name = _tool_reply(m, where) if role == Role.TOOL else ("", "")
+        return cls(role, content, calls, call_id, name)
+
+
+def _role(value: Any, where: str) -> Role:
+    try:
+        return Role(str(value))
+    except ValueError:
+        raise ChinwagError(f"{where}.role must be one of system, user, assistant, tool, got {value!r:.40}") from None
+
+
+def _tool_reply(m: dict[str, Any], where: str) -> tuple[str, str]:
+    """A tool message's (tool_call_id, name): the call it answers and the tool's name."""
+    call_id, name = m.get("tool_call_id") or "", m.get("name") or ""
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise ChinwagError(f"{where}.tool_call_id and .name must be strings")
+    return call_id, name
 
 
 # What the engine's chat, prefill, fork and count_prompt take: ChatMessages, or dicts in OpenAI's shape.

@@ -60,12 +60,9 @@ def _plain_shape(m: object) -> bool:
 
 
 def template_messages(messages: Sequence[ChatMessage | dict[str, Any]]) -> list[dict[str, Any]]:
-    """The checked messages as a local model's chat template is given them: role and content only.
-
-    The prompt's text, and so every remembered piece (History), exact cache reuse and speculation,
-    depend on it: an assistant message that called tools carries the text the model generated
-    (its tool-call markup included) as its content, so its piece is the ids the model generated.
-    """
+    """The checked messages as a local model's chat template is given them: role and content only,
+    so the prompt's text (every History piece, exact cache reuse, speculation) is what it always
+    was; an assistant message that called tools holds its calls' markup, as generated, in content."""
     return [{"role": str(m.role), "content": m.content} for m in check_messages(messages)]
 
 
