@@ -6,11 +6,11 @@ as after it, and iterating it (`async for event in engine.chat(...)`) runs the t
 it (TurnOrigin), so a window learns of the turns its own API server runs on the same engine.
 """
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from engine.backend import ChatEvent, StopSignal
 from engine.log import report_bug
-from engine.types import TurnAnnounced, TurnOrigin, TurnStats
+from engine.types import TurnAnnounced, TurnOrigin
 
 Listener = Callable[[TurnAnnounced], None]
 
@@ -86,17 +86,3 @@ class Turns:
                 listener(event)
             except Exception as e:  # noqa: BLE001 - a listener's bug is logged; the turn goes on
                 report_bug(e, "a turn announcement's listener")
-
-    async def announced(
-        self, conversation_id: str, origin: TurnOrigin, events: AsyncIterator[ChatEvent]
-    ) -> AsyncGenerator[ChatEvent, None]:
-        """`events`, with the turn's start announced before the first and its end (and TurnStats) after the last."""
-        self.announce(TurnAnnounced(conversation_id, origin))
-        stats = None
-        try:
-            async for event in events:
-                if isinstance(event, TurnStats):
-                    stats = event
-                yield event
-        finally:
-            self.announce(TurnAnnounced(conversation_id, origin, ended=True, stats=stats))

@@ -28,6 +28,7 @@ from engine.types import (
     ServerInfo,
     TextDelta,
     TokenCount,
+    TurnAnnounced,
     TurnOrigin,
     TurnStats,
 )
@@ -185,8 +186,20 @@ class FakeEngine:
 
     def chat(self, conv_id, messages, params=None, /, origin=TurnOrigin.SCRIPT):
         stop = StopSignal()  # the real engine's handle and announcements (engine/turns.py)
-        events = self.turns.announced(conv_id, origin, self._chat(conv_id, messages, params, stop))
-        return ChatTurn(conv_id, origin, stop, events)
+        return ChatTurn(
+            conv_id, origin, stop, self._announced(conv_id, origin, self._chat(conv_id, messages, params, stop))
+        )
+
+    async def _announced(self, conv_id, origin, events):
+        """As Engine._turn: the start before the first event, the end (with its TurnStats) after the last."""
+        self.turns.announce(TurnAnnounced(conv_id, origin))
+        stats = None
+        try:
+            async for event in events:
+                stats = event if isinstance(event, TurnStats) else stats
+                yield event
+        finally:
+            self.turns.announce(TurnAnnounced(conv_id, origin, ended=True, stats=stats))
 
     async def _chat(self, conv_id, messages, params, stop):
         if self.current_model is None:
