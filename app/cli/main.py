@@ -20,7 +20,7 @@ from app.tools.results import neutralise  # a reply (a server's, or a model's) m
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
 from engine.protocol import EngineAPI
-from engine.types import MAX_KV_INITIAL_CAPACITY, FinishReason, ModelStatus, ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, FinishReason, ModelStatus, ParamSpec, TurnOrigin, param_specs
 
 if TYPE_CHECKING:
     from app.cli.chat_tools import TerminalTools
@@ -388,7 +388,7 @@ async def _stream(
 ) -> tuple[str, TurnStats | None]:
     reply, stats, reading = [], None, False
     try:
-        async for ev in engine.chat(conv, messages, params):
+        async for ev in engine.chat(conv, messages, params, origin=TurnOrigin.TERMINAL):
             if isinstance(ev, PrefillProgress):
                 # A long prompt: say how far it is read, on one terminal line that the reply replaces.
                 if sys.stderr.isatty() and ev.total > 256:
@@ -469,7 +469,7 @@ async def _replay(args: argparse.Namespace) -> int:
             conv = f"replay-{i}" if args.no_cache else "replay"
             reply: list[str] = []
             stats: TurnStats | None = None
-            async for ev in engine.chat(conv, messages, _params(args)):
+            async for ev in engine.chat(conv, messages, _params(args), origin=TurnOrigin.TERMINAL):
                 if isinstance(ev, TextDelta):
                     reply.append(ev.text)
                 elif not isinstance(ev, PrefillProgress):

@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from pathlib import PurePath
-from typing import cast
 
 from app.server.conversations import ConversationMap
 from app.server.errors import ApiError, no_paths
@@ -22,7 +21,7 @@ from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import EngineStatus, FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
+from engine.types import EngineStatus, FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnOrigin, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
 TOOL_REPLIES = 256  # replies with tool calls remembered, so a client's echo of them is the model's exact text
@@ -268,7 +267,7 @@ class ChatService:
             yield Waiting(line)
         try:
             async with aclosing(
-                cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
+                self.engine.chat(conv_id, request.messages, request.params, origin=TurnOrigin.SERVER)
             ) as events:
                 async for event in events:
                     if behind and not began:  # the engine has taken this turn up

@@ -18,7 +18,7 @@ from engine.context.policy import (
     plan_next_window,
     reply_room,
 )
-from engine.context.prompt import History, check_messages
+from engine.context.prompt import History, template_messages
 from engine.errors import ChinwagError
 from engine.local.generation import TurnInput, prefill_ahead
 from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress
@@ -76,7 +76,7 @@ def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
 def prefill_draft(
     session: "Session",
     conv_id: str,
-    messages: list[dict],
+    messages: list,
     params: GenerationParams,
     should_stop: Callable[[], bool],
     progress: Callable[[PrefillProgress], None] | None = None,
@@ -88,6 +88,7 @@ def prefill_draft(
     committed: the turn plans it again from the same messages.
     """
     try:
+        messages = template_messages(messages)
         conv, history, plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
@@ -96,7 +97,7 @@ def prefill_draft(
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 
-def next_window(session: "Session", conv_id: str, messages: list[dict], params: GenerationParams) -> WindowPlan | None:
+def next_window(session: "Session", conv_id: str, messages: list, params: GenerationParams) -> WindowPlan | None:
     """The WindowPlan the next turn will need if it must slide (engine/context/policy.py), else None.
 
     `messages` end with the reply just written.
@@ -111,11 +112,11 @@ def next_window(session: "Session", conv_id: str, messages: list[dict], params: 
     held = len(conv.token_ids) + TEMPLATE_SLACK
     if not needs_slide(held, expected_next_tokens(messages, conv.history), limit, room):
         return None
-    return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit, room, params.low_water)
+    return plan_next_window(session.tokenizer, template_messages(messages), conv.history, limit, room, params.low_water)
 
 
 def prepare_next_window(
-    session: "Session", conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+    session: "Session", conv_id: str, messages: list, params: GenerationParams, should_stop: Callable[[], bool]
 ) -> BackgroundPrefill:
     """After a turn near the context limit: slide and re-prefill now, not on the user's clock.
 

@@ -107,6 +107,7 @@ class ChatController(QObject):
         bridge.turnFinished.connect(self._on_finished)
         bridge.turnFailed.connect(self._on_failed)
         bridge.prefillProgress.connect(self._on_prefill_progress)
+        bridge.otherTurn.connect(lambda event: event.ended and self.send_queued())  # the API server's turn ended
 
     def draft_edited(self):
         """The composer's text changed: the draft is saved when typing stops."""
@@ -200,7 +201,7 @@ class ChatController(QObject):
         """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
         loads or a reply is being written, in this chat or another."""
         model_missing = self.bridge.current_model is None
-        queue = self.gen is not None or (model_missing and self.view.can_queue())
+        queue = self.gen is not None or self.bridge.others_running() or (model_missing and self.view.can_queue())
         held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
         if not text.strip() or held or (model_missing and not queue):
             if text.strip() and not self.view.composer_text():
@@ -284,7 +285,7 @@ class ChatController(QObject):
     def send_queued(self) -> bool:
         """The model is ready, or the reply being written ended: start the oldest queued message's
         reply, in its own chat (the open chat stays open)."""
-        if self.gen is not None or self.bridge.current_model is None or not self.queue:
+        if self.gen is not None or self.bridge.others_running() or self.bridge.current_model is None or not self.queue:
             return False
         started = False
         while not started and (item := self.queue.take_next(self.store)) is not None:

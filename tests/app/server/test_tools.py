@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from engine import Engine
+from engine.types import TurnOrigin
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path  # noqa: F401 (fixtures)
 from tests.app.tools.scripted import ADD, Script, tool_call_ids
 
@@ -23,11 +24,11 @@ class ScriptedEngine(Engine):
         self.scripts = list(scripts)
         self.seen: list = []  # the messages and tools of every turn, as the engine got them
 
-    def chat(self, conversation_id, messages, params=None):
+    def chat(self, conversation_id, messages, params=None, origin=TurnOrigin.SCRIPT):
         self.seen.append((list(messages), params.tools if params else ()))
         if self.scripts and params is not None:
             params = replace(params, logits_processors=(Script(self.scripts.pop(0)),), speculative=False)
-        return super().chat(conversation_id, messages, params)
+        return super().chat(conversation_id, messages, params, origin)
 
 
 @pytest.fixture
