@@ -61,12 +61,7 @@ async def turn_with_documents(
 
 def stored(turn: Turn) -> list:
     """What the store keeps of a turn's documents; rebuilt, they give the same message text."""
-    from app.core.attachments import StoredAttachment
-
-    return [
-        StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, a.text if a.passages else "")
-        for a in turn.attachments
-    ]
+    return turn.stored()
 
 
 def script_turns(script_path: str | Path, turns: list) -> list[tuple[str, list[Attachment]]]:
