@@ -13,7 +13,7 @@ a window that closes) writes what was generated as stopped. No Qt: front ends fo
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,6 +167,28 @@ class TurnDriver:
         streamed = await self._stream(msg_id, messages, replace(params, continue_reply=True), messages[-1].content)
         return self._end(Reply(stats=streamed.stats), msg_id, streamed, earlier_tokens)
 
+    async def events(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncGenerator[Event, None]:
+        """reply() as an async iterator of its events (the server's way); closed early, the turn stops."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        listener = self.on_event
+
+        def both(event: Event) -> None:
+            listener(event)
+            queue.put_nowait(event)
+
+        self.on_event = both
+        task = asyncio.ensure_future(self.reply(messages, params))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            task.result()  # a bug in the turn is raised here
+        finally:
+            self.on_event = listener
+            if not task.done():
+                self.engine.stop(self.conv_id)  # now: the next turn on this conversation may start at once
+                task.cancel()
+
     def stop(self) -> bool:
         """Stop the reply: the engine's turn, or a question or call waiting. False: nothing was under way."""
         self._stop_wanted = True
@@ -187,8 +209,9 @@ class TurnDriver:
         parts, stats = [text], None
         wire = [m.to_openai() for m in messages]  # the engine's edge takes OpenAI-shaped dicts
         self.streaming = True
+        events = self.engine.chat(self.conv_id, wire, params)
         try:
-            async for ev in self.engine.chat(self.conv_id, wire, params):
+            async for ev in events:
                 if self._stop_wanted:  # Stop came before the engine took the turn up
                     self.engine.stop(self.conv_id)
                 if isinstance(ev, PrefillProgress):
@@ -207,6 +230,7 @@ class TurnDriver:
             raise
         finally:
             self.streaming = False
+            await _close(events)
         return _Streamed("".join(parts), stats)
 
     def _calls(self, stats: TurnStats | None) -> TurnStats | None:
@@ -276,3 +300,10 @@ class TurnDriver:
             return ""
         text = RoundLimit(rounds).text
         return text[:1].upper() + text[1:] + "."
+
+
+async def _close(events: object) -> None:
+    """The engine's event stream, closed now (its turn's bookkeeping ends), not when it is collected."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -12,17 +12,20 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import cast
+from typing import Any
 
+from app.chat.events import Delta, Ended, Event, Reading
+from app.chat.transcript import Transcript
+from app.chat.turn import TurnDriver
 from app.server.conversations import ConversationMap
 from app.server.errors import ApiError, no_paths
 from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import EngineStatus, FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
+from engine.types import ChatMessage, EngineStatus, FinishReason, ModelStatus, ToolCall, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
 TOOL_REPLIES = 256  # replies with tool calls remembered, so a client's echo of them is the model's exact text
@@ -87,12 +90,12 @@ class Outcome:
     cached_tokens: int
     completion_tokens: int
     error: str = ""
-    tool_calls: tuple = ()  # engine.types.ToolCall, when finish_reason is tool_calls
+    tool_calls: tuple[ToolCall, ...] = ()  # engine.types.ToolCall, when finish_reason is tool_calls
     stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
     context_full: bool = False  # "length" because the context window is full, not max_tokens
 
 
-async def collect(items: AsyncIterator) -> tuple[str, Outcome]:
+async def collect(items: AsyncIterator[object]) -> tuple[str, Outcome]:
     """A whole (not streamed) reply: its text pieces joined, and its Outcome."""
     parts: list[str] = []
     async for item in items:
@@ -143,6 +146,21 @@ def finish_reason(stats: TurnStats, stopped: bool) -> str:
     return "error"
 
 
+@dataclass
+class _Served:
+    """One turn as the server follows it: the stop scanner, the text kept, what the record needs."""
+
+    scanner: StopScanner
+    behind: bool  # it waited for the window's reply
+    began: bool = False  # the engine took it up
+    called: float = field(default_factory=time.perf_counter)
+    first_text: float = 0.0
+    prompt_tokens: int = 0
+    emitted: int = 0
+    reply: list[str] = field(default_factory=list)
+    ended: Ended | None = None
+
+
 class ChatService:
     def __init__(
         self, engine: EngineAPI, allow_switch: bool = False, conversations: ConversationMap | None = None
@@ -158,10 +176,10 @@ class ChatService:
         self._forget_later: list[str] = []
         self.active = ""  # the conversation generating now ("" while none)
         # The ids of a reply's tool calls -> the reply's text as generated (its tool-call markup included).
-        self.tool_replies: OrderedDict[tuple, str] = OrderedDict()
+        self.tool_replies: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.real_ids: dict[str, str] = {}  # a public model id -> the engine's
 
-    def written_back(self, messages: list) -> list:
+    def written_back(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Messages as the engine takes them: an assistant message's tool_calls back in its text.
 
         A reply this server made is its exact generated text (so its cache is reused); one it does
@@ -253,55 +271,71 @@ class ChatService:
             self.active = ""
             self.lock.release()
 
-    async def _turn(  # noqa: C901 - one turn's whole life (behind the window, stop sequences, a client gone, tool calls) in order
+    async def _turn(
         self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
     ) -> AsyncGenerator[str | Outcome | Started | Waiting, None]:
-        scanner, reply, stats = StopScanner(request.stop), [], None
-        prompt_tokens = emitted = 0
-        refused = False
-        # The lock is ours, so a reply generating now is someone else's on the same engine: the window's.
-        behind = self.engine.state.state == EngineStatus.GENERATING
-        called, began, first_text = time.perf_counter(), False, 0.0
-        if behind:
+        """One turn through the turn driver (app/chat/turn.py), which writes nothing here: the client
+        keeps the chat, runs its tools and sends them back. Waits behind the window's reply, cuts
+        the reply at a stop sequence, and ends the engine's turn if the client goes away."""
+        served = _Served(StopScanner(request.stop), behind=self.engine.state.state == EngineStatus.GENERATING)
+        if served.behind:  # the lock is ours, so a reply generating now is the window's
             line = f"a request from {client or 'a client'} waits for the window's reply"
             self._tell_waiting(line)
             yield Waiting(line)
+        driver = TurnDriver(self.engine, Transcript(conv_id), conv_id=conv_id)
         try:
-            async with aclosing(
-                cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
-            ) as events:
-                async for event in events:
-                    if behind and not began:  # the engine has taken this turn up
-                        began = True
-                        self._tell_waiting("")
-                    if isinstance(event, TextDelta):
-                        emitted += 1
-                        first_text = first_text or time.perf_counter()
-                        text = scanner.feed(event.text)
-                        reply.append(text)
-                        if text and not request.tools:  # with tools the reply goes whole: its calls are not text
-                            yield text
-                        if scanner.hit:
-                            self.engine.stop(conv_id)  # within one token; the cache keeps what was emitted
-                    elif isinstance(event, PrefillProgress):
-                        prompt_tokens = event.prompt_tokens
-                    elif isinstance(event, TurnStats):
-                        stats = event
-        except ChinwagError as e:  # refused before it began (a prompt longer than the context...)
-            refused = True
+            messages = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
+        except ChinwagError as e:
             raise ApiError(400, no_paths(str(e))) from None
+        try:
+            async with aclosing(driver.events(messages, request.params)) as events:
+                async for event in events:
+                    text = self._served(served, event, driver, bool(request.tools))
+                    if text:
+                        yield text
         finally:
-            if behind and not began:
+            if served.behind and not served.began:
                 self._tell_waiting("")
-            if stats is None and not refused:  # the client went away or the server is stopping: end the turn now
-                self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
+            if served.ended is None:  # the client went away or the server is stopping (the driver stopped the turn)
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
                 self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
-                self._publish(
-                    RequestRecord(client, self.public_id(model), prompt_tokens, 0, emitted, 0.0, "cancelled", waited)
+                record = RequestRecord(
+                    client, self.public_id(model), served.prompt_tokens, 0, served.emitted, 0.0, "cancelled", waited
                 )
+                self._publish(record)
+        async for item in self._outcome(served, conv_id, model, request, client, waited):
+            yield item
+
+    def _served(self, served: "_Served", event: Event, driver: TurnDriver, tools: bool) -> str:
+        """What of a driver's event goes to the client now (with tools the reply goes whole: its calls are not text)."""
+        if served.behind and not served.began:  # the engine has taken this turn up
+            served.began = True
+            self._tell_waiting("")
+        if isinstance(event, Delta):
+            served.emitted += 1
+            served.first_text = served.first_text or time.perf_counter()
+            text = served.scanner.feed(event.text)
+            served.reply.append(text)
+            if served.scanner.hit:
+                driver.stop()  # within one token; the cache keeps what was emitted
+            return "" if tools else text
+        if isinstance(event, Reading):
+            served.prompt_tokens = event.progress.prompt_tokens
+        elif isinstance(event, Ended):
+            served.ended = event
+        return ""
+
+    async def _outcome(
+        self, served: "_Served", conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
+    ) -> AsyncGenerator[str | Outcome, None]:
+        """The end of a turn: the rest of its text, what the conversation map keeps, the record, the Outcome."""
+        assert served.ended is not None
+        stats = served.ended.stats
+        if stats is None and served.ended.error:  # refused before it began (a prompt longer than the context...)
+            raise ApiError(400, no_paths(served.ended.error))
         if stats is None:
             raise RuntimeError("the engine ended a turn without its stats")
+        scanner, reply = served.scanner, served.reply
         rest = scanner.flush()
         if rest:
             reply.append(rest)
@@ -322,19 +356,22 @@ class ChatService:
         while self._forget_later:  # conversations past the map's limit: their caches go too
             await self.engine.forget(self._forget_later.pop())
         await asyncio.to_thread(self.conversations.save)
-        if behind and first_text:  # the engine's time to first token starts when the window's reply has ended
-            waited += max(0.0, first_text - called - stats.ttft_s)
-        record = RequestRecord(
-            client,
-            self.public_id(model),
-            stats.prompt_tokens,
-            stats.reused_tokens,
-            stats.generated_tokens,
-            stats.ttft_s,
-            reason,
-            waited,
+        if (
+            served.behind and served.first_text
+        ):  # the engine's time to first token starts when the window's reply has ended
+            waited += max(0.0, served.first_text - served.called - stats.ttft_s)
+        self._publish(
+            RequestRecord(
+                client,
+                self.public_id(model),
+                stats.prompt_tokens,
+                stats.reused_tokens,
+                stats.generated_tokens,
+                stats.ttft_s,
+                reason,
+                waited,
+            )
         )
-        self._publish(record)
         yield Outcome(
             reason,
             stats.prompt_tokens,

@@ -41,19 +41,24 @@ def wire(m: ChatMessage) -> tuple:
     return (str(m.role), m.content, m.tool_call_id)
 
 
-def check(seen: list[list[ChatMessage]], rows) -> None:
-    """The scripted turn reached the engine as two turns, and the store holds its four messages."""
+def check_engine(seen: list[list[ChatMessage]], call_id: str) -> None:
+    """The scripted turn reached the engine as two turns: the question, then the call and its result."""
     user = ("user", message_content(QUESTION, [DOCUMENT]), "")
     assert [wire(m) for m in seen[0]] == [user]
     assert len(seen) == 2, [[wire(m) for m in turn] for turn in seen]
     call_text = seen[1][1].content
     assert call_text.startswith("<tool_call>") and '"add"' in call_text
-    call_id = rows[1].stats["tool_calls"][0]["id"]
-    assert [wire(m) for m in seen[1]] == [user, ("assistant", call_text, ""), ("tool", RESULT, call_id)]
+    assert call_id and [wire(m) for m in seen[1]] == [user, ("assistant", call_text, ""), ("tool", RESULT, call_id)]
+
+
+def check(seen: list[list[ChatMessage]], rows) -> None:
+    """What reached the engine (check_engine), and the four messages the store holds."""
     assert [m.role for m in rows] == ["user", "assistant", "tool", "assistant"]
     asked, called, result, answer = rows
+    call_id = called.stats["tool_calls"][0]["id"]
+    check_engine(seen, call_id)
     assert asked.content == QUESTION and [a.name for a in asked.attachments] == [DOCUMENT.name]
-    assert called.content == call_text and called.status == "complete"
+    assert called.content == seen[1][1].content and called.status == "complete"
     assert called.stats["tool_calls"][0]["function"]["name"] == "add" and called.stats["finish_reason"] == "tool_calls"
     assert (result.content, result.stats["tool_call_id"], result.stats["name"]) == (RESULT, call_id, "add")
     assert answer.status == "complete" and answer.stats["generated_tokens"] >= 1

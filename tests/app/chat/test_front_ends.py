@@ -2,6 +2,7 @@
 a document, a call to a real MCP server, the answer) through the one turn driver: the same messages
 reach the engine and the same rows land in the store."""
 
+import asyncio
 import io
 import json
 import sys
@@ -9,7 +10,8 @@ import sys
 import pytest
 
 from app.core.store import Store
-from tests.app.chat.scripted_turn import QUESTION, ScriptedEngine, check, write_document
+from tests.app.chat.scripted_turn import DOCUMENT, QUESTION, ScriptedEngine, check, check_engine, write_document
+from tests.app.server.conftest import serve  # noqa: F401 (fixture)
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path  # noqa: F401 (fixtures)
 from tests.app.tools.scripted import tool_call_ids
 from tests.tools_servers.launch import stdio_entry
@@ -34,3 +36,44 @@ def test_the_terminal_chat(chinwag_home, tmp_path, monkeypatch, capsys, tiny_too
     with Store() as store:
         (conv,) = store.list_conversations()
         check(engines[0].seen, store.get_conversation(conv.id).messages)
+
+
+def test_the_server(chinwag_home, serve, tiny_tools_model_path, forced):  # noqa: F811
+    """The server runs no tool: the client (here the real MCP host and the openai client) runs the call and
+    sends it back; the engine gets the same two turns. The client keeps the chat: the store gets nothing."""
+    import openai
+
+    from app.core.document_block import message_content
+    from app.tools.client import ToolHost
+    from app.tools.config import ServerConfig
+
+    engine = ScriptedEngine(forced)
+    running = serve(engine=engine, model=str(tiny_tools_model_path))
+    entry = stdio_entry("calculator")
+
+    async def client() -> str:
+        host = ToolHost([ServerConfig("calc", entry["command"], tuple(entry["args"]))])
+        await host.start()
+        c = openai.AsyncOpenAI(base_url=running.url, api_key="none", max_retries=0, timeout=120)
+        try:
+            tools = [t.to_openai() for t in host.tools]
+            options = {"model": "", "tools": tools, "max_tokens": len(forced) + 4, "temperature": 0}
+            messages: list = [{"role": "user", "content": message_content(QUESTION, [DOCUMENT])}]
+            first = (await c.chat.completions.create(messages=messages, **options)).choices[0]
+            (call,) = first.message.tool_calls
+            result = await host.call(host.find(call.function.name), json.loads(call.function.arguments))
+            messages += [
+                first.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": result.text},
+            ]
+            second = (await c.chat.completions.create(messages=messages, **options)).choices[0]
+            assert second.finish_reason in ("length", "stop") and not second.message.tool_calls
+            return call.id
+        finally:
+            await c.close()
+            await host.close()
+
+    call_id = asyncio.run(client())
+    check_engine(engine.seen, call_id)
+    with Store() as store:
+        assert store.list_conversations() == []

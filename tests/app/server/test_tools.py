@@ -68,7 +68,7 @@ def test_tool_calls_in_openai_shape_and_the_round_trip_reuses_the_cache(serve, t
     assert second.usage.prompt_tokens_details.cached_tokens == held < second.usage.prompt_tokens
     sent, _ = engine.seen[1]
     assert sent[1]["role"] == "assistant" and sent[1]["content"].startswith("<tool_call>")
-    assert sent[2] == {"role": "tool", "content": "5"}
+    assert sent[2] == {"role": "tool", "content": "5", "tool_call_id": call.id}
     assert second.choices[0].finish_reason in ("length", "stop") and not second.choices[0].message.tool_calls
 
 
