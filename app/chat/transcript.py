@@ -6,7 +6,7 @@ message with its calls, each call's result, and the reply's end with its status 
 writes to the store. No Qt."""
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.core.attachments import StoredAttachment
@@ -14,6 +14,7 @@ from app.core.settings import TOOL_ROLE
 from app.core.store import LAST, MessageRole, MessageStatus, Store
 from app.core.turns import stats_dict
 from app.tools.loop import ToolRun, stored_stats, tool_message
+from engine.errors import ChinwagError
 from engine.types import TurnStats
 
 SAVE_INTERVAL_S = 1.0  # a streaming reply is written at least this often (a crash loses less)
@@ -33,8 +34,8 @@ class Transcript:
         """An assistant message that starts streaming."""
         return None
 
-    def grow(self, msg_id: int | None, text: str) -> None:
-        """The streaming message's text so far (written when SAVE_INTERVAL_S has passed)."""
+    def grow(self, msg_id: int | None, text: str, now: bool = False) -> None:
+        """The streaming message's text so far (written when SAVE_INTERVAL_S has passed, or `now`)."""
 
     def extend(self, msg_id: int) -> None:
         """A reply continued in its own message: streaming again."""
@@ -63,11 +64,23 @@ class StoreTranscript(Transcript):
         model_id: str,
         system_prompt: str = "",
         settings: dict[str, Any] | None = None,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(conv_id)
         self.store, self.model_id, self.system_prompt, self.settings = store, model_id, system_prompt, settings
+        # The window's: a write the store refuses (read-only, disk full) is told and the reply goes on;
+        # without it the ChinwagError ends the turn (the terminal's one line).
+        self.on_error = on_error
         self._saved: dict[int, tuple[str, float]] = {}  # a streaming message -> (text written, when)
         self._tool_stats: dict[int, dict[str, Any]] = {}  # a `tool` message -> its stats (a note joins them)
+
+    def _write(self, write: Callable[[], object]) -> None:
+        try:
+            write()
+        except ChinwagError as e:
+            if self.on_error is None:
+                raise
+            self.on_error(str(e))
 
     def user(self, text: str, attachments: Sequence[StoredAttachment] = (), parent_id: Any = LAST) -> str:
         if not self.conv_id:
@@ -88,16 +101,16 @@ class StoreTranscript(Transcript):
         self._saved[msg.id] = ("", time.monotonic())
         return msg.id
 
-    def grow(self, msg_id: int | None, text: str) -> None:
+    def grow(self, msg_id: int | None, text: str, now: bool = False) -> None:
         if msg_id is None:
             return
         written, at = self._saved.get(msg_id, ("", 0.0))
-        if text != written and time.monotonic() - at >= SAVE_INTERVAL_S:
-            self.store.update_message(msg_id, content=text)
-            self._saved[msg_id] = (text, time.monotonic())
+        if text != written and (now or time.monotonic() - at >= SAVE_INTERVAL_S):
+            self._saved[msg_id] = (text, time.monotonic())  # not tried again at once if the write fails
+            self._write(lambda: self.store.update_message(msg_id, content=text))
 
     def extend(self, msg_id: int) -> None:
-        self.store.update_message(msg_id, status=MessageStatus.STREAMING)
+        self._write(lambda: self.store.update_message(msg_id, status=MessageStatus.STREAMING))
         self._saved[msg_id] = ("", time.monotonic())
 
     def round(self, msg_id: int | None, text: str, stats: TurnStats) -> None:
@@ -105,23 +118,29 @@ class StoreTranscript(Transcript):
             return
         calls = stored_stats({"role": "assistant", "tool_calls": [c.to_openai() for c in stats.tool_calls]}) or {}
         row = {**stats_dict(stats, self.system_prompt), **calls}
-        self.store.update_message(msg_id, content=text, status=MessageStatus.COMPLETE, stats=row)
+        self._write(lambda: self.store.update_message(msg_id, content=text, status=MessageStatus.COMPLETE, stats=row))
         self._saved.pop(msg_id, None)
 
-    def tool(self, run: ToolRun) -> int:
+    def tool(self, run: ToolRun) -> int | None:
         message = tool_message(run)
         stats = stored_stats(message, run) or {}
-        saved = self.store.add_message(self.conv_id, TOOL_ROLE, message["content"], stats=stats)
-        self._tool_stats[saved.id] = stats
-        return saved.id
+        saved: list[int] = []
+        self._write(
+            lambda: saved.append(self.store.add_message(self.conv_id, TOOL_ROLE, message["content"], stats=stats).id)
+        )
+        if not saved:
+            return None
+        self._tool_stats[saved[0]] = stats
+        return saved[0]
 
     def note(self, msg_id: int | None, note: str) -> None:
         if msg_id is not None:
-            self.store.update_message(msg_id, stats={**self._tool_stats.get(msg_id, {}), "note": note})
+            row = {**self._tool_stats.get(msg_id, {}), "note": note}
+            self._write(lambda: self.store.update_message(msg_id, stats=row))
 
     def end(self, msg_id: int | None, text: str, status: str, stats: TurnStats | None, earlier_tokens: int = 0) -> None:
         if msg_id is None:
             return
         row = stats_dict(stats, self.system_prompt, earlier_tokens) if stats is not None else None
-        self.store.update_message(msg_id, content=text, status=status, stats=row)
+        self._write(lambda: self.store.update_message(msg_id, content=text, status=status, stats=row))
         self._saved.pop(msg_id, None)

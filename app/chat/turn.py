@@ -130,13 +130,28 @@ class TurnDriver:
         reply.added.insert(0, user)
         return reply
 
-    async def reply(self, messages: Sequence[ChatMessage], params: GenerationParams, parent_id: Any = LAST) -> Reply:
-        """The reply to `messages`: engine turns and tool rounds until it answers, is stopped or fails."""
-        self._stop_wanted = False
+    async def reply(
+        self,
+        messages: Sequence[ChatMessage],
+        params: GenerationParams,
+        parent_id: Any = LAST,
+        msg_id: int | None = None,
+    ) -> Reply:
+        """The reply to `messages`: engine turns and tool rounds until it answers, is stopped or fails.
+        `msg_id`: its first message, already written (the window shows it before the engine starts)."""
+        try:
+            return await self._reply(messages, params, parent_id, msg_id)
+        finally:
+            self._stop_wanted = False  # a Stop that came before the engine began was kept until now
+
+    async def _reply(
+        self, messages: Sequence[ChatMessage], params: GenerationParams, parent_id: Any, msg_id: int | None
+    ) -> Reply:
         params = with_tools(params, self.tools.host) if self.tools is not None else params
         out, rounds, last_tool = Reply(), 0, None
         while True:
-            msg_id = self.transcript.begin(parent_id if rounds == 0 else LAST)
+            if rounds or msg_id is None:
+                msg_id = self.transcript.begin(parent_id if rounds == 0 else LAST)
             self.on_event(TurnStarted(self.conv_id, msg_id, rounds))
             streamed = await self._stream(msg_id, [*messages, *out.added], params)
             out.stats = streamed.stats
@@ -160,11 +175,13 @@ class TurnDriver:
     ) -> Reply:
         """Write on from the end of the last reply (cut at max tokens), in the same message; the
         Reply's one added message is that message, whole."""
-        self._stop_wanted = False
         if msg_id is not None:
             self.transcript.extend(msg_id)
         self.on_event(TurnStarted(self.conv_id, msg_id, 0))
-        streamed = await self._stream(msg_id, messages, replace(params, continue_reply=True), messages[-1].content)
+        try:
+            streamed = await self._stream(msg_id, messages, replace(params, continue_reply=True), messages[-1].content)
+        finally:
+            self._stop_wanted = False
         return self._end(Reply(stats=streamed.stats), msg_id, streamed, earlier_tokens)
 
     async def events(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncGenerator[Event, None]:
@@ -190,7 +207,8 @@ class TurnDriver:
                 task.cancel()
 
     def stop(self) -> bool:
-        """Stop the reply: the engine's turn, or a question or call waiting. False: nothing was under way."""
+        """Stop the reply: the engine's turn, or a question or call waiting; a reply asked for whose
+        engine turn has not begun stops as it begins. False: no engine turn, question or call was under way."""
         self._stop_wanted = True
         if self._waiting is not None and not self._waiting.done():
             self._waiting.cancel()
@@ -259,9 +277,9 @@ class TurnDriver:
         Returns the last result's message id and whether the user stopped the round."""
         last, stopped = None, False
         for call in calls:
-            run = self._stopped(call) if stopped else await self._run_call(call)
+            run = self.stopped_run(call) if stopped else await self._run_call(call)
             stopped = stopped or run is None
-            run = run or self._stopped(call)
+            run = run or self.stopped_run(call)
             last = self.transcript.tool(run)
             self.on_event(ToolRan(last, run))
             out.added.append(ChatMessage(Role.TOOL, run.result.text, tool_call_id=call.id, name=call.name))
@@ -290,7 +308,8 @@ class TurnDriver:
         finally:
             self._waiting = None
 
-    def _stopped(self, call: ToolCall) -> ToolRun:
+    def stopped_run(self, call: ToolCall) -> ToolRun:
+        """A call that never ran because the user stopped the reply: its result says so."""
         spec = self.tools.host.find(call.name) if self.tools is not None else None
         return ToolRun(call, spec.server if spec else "", ToolResult(STOPPED_RESULT, True), False)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
-from app.chat.events import Delta, Ended, Event, Reading
+from app.chat.events import Delta, Ended, Event, Reading, TurnStarted
 from app.chat.transcript import Transcript
 from app.chat.turn import TurnDriver
 from app.server.conversations import ConversationMap
@@ -308,6 +308,8 @@ class ChatService:
 
     def _served(self, served: "_Served", event: Event, driver: TurnDriver, tools: bool) -> str:
         """What of a driver's event goes to the client now (with tools the reply goes whole: its calls are not text)."""
+        if isinstance(event, TurnStarted):  # the driver's, before the engine has the turn
+            return ""
         if served.behind and not served.began:  # the engine has taken this turn up
             served.began = True
             self._tell_waiting("")

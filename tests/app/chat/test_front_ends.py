@@ -77,3 +77,35 @@ def test_the_server(chinwag_home, serve, tiny_tools_model_path, forced):  # noqa
     check_engine(engine.seen, call_id)
     with Store() as store:
         assert store.list_conversations() == []
+
+
+@pytest.mark.qt
+def test_the_window(qtbot, qloop, chinwag_home, tmp_path, tiny_tools_model_path, forced):  # noqa: F811
+    """The real window on the scripted engine: the document attached in the composer, the call allowed by
+    its policy (the card shows it run), the reply written by the driver as it streams."""
+    from app.core.settings import DEFAULTS_KEY
+    from app.gui.window import MainWindow
+    from app.tools import config
+    from app.tools.config import Policy
+    from tests.app_helpers import dispose
+
+    entry = stdio_entry("calculator")
+    config.add_server("calc", entry["command"], entry["args"])
+    config.set_policy("calc", Policy.ALLOW)
+    store = Store()
+    store.set_state(DEFAULTS_KEY, {"max_tokens": len(forced) + 4, "temperature": 0.0, "speculative": False})
+    engine = ScriptedEngine(forced)
+    window = MainWindow(store, engine)
+    window.show()
+    try:
+        task = window.start_engine(str(tiny_tools_model_path))
+        qtbot.waitUntil(task.done, timeout=120_000)
+        qtbot.waitUntil(lambda: window.tools.servers == ["calc"], timeout=60_000)
+        tray = window.composer.attachments
+        tray.add_paths([write_document(tmp_path)])
+        qtbot.waitUntil(lambda: bool(tray.ready_documents()) and not tray.busy(), timeout=30_000)
+        assert window.chat.send(QUESTION)
+        qtbot.waitUntil(lambda: window.chat.gen is None and not window.bridge.is_generating(), timeout=120_000)
+        check(engine.seen, store.get_conversation(window.chat.conv_id).messages)
+    finally:
+        dispose(qtbot, window, store)
