@@ -1,11 +1,9 @@
 """What a turn tells its front end, in order: Planned (documents), TurnStarted, then Reading / Delta while each engine
-turn streams, ToolRound / ApprovalNeeded / ToolStarted / ToolRan for each round of calls, and one Ended."""
+turn streams, the tool rounds' events (tool_events.py) for each round of calls, and one Ended. Imports only the engine."""
 
 from dataclasses import dataclass
 
-from app.tools.client import ToolSpec
-from app.tools.loop import ToolRun, ToolStarted
-from engine.types import PrefillProgress, ToolCall, TurnStats
+from engine.types import PrefillProgress, TurnStats
 
 
 @dataclass(frozen=True)
@@ -42,31 +40,6 @@ class Delta:
 
 
 @dataclass(frozen=True)
-class ToolRound:
-    """The engine turn ended with tool calls: its message is saved with them; the calls run next."""
-
-    msg_id: int | None
-    text: str  # the turn's text as generated (the calls' markup included)
-    stats: TurnStats
-
-
-@dataclass(frozen=True)
-class ApprovalNeeded:
-    """A call waits for the user's answer (the driver's `ask` callback is asked next)."""
-
-    call: ToolCall
-    spec: ToolSpec
-
-
-@dataclass(frozen=True)
-class ToolRan:
-    """A call's result (run, refused or stopped), saved as a `tool` message."""
-
-    msg_id: int | None
-    run: ToolRun
-
-
-@dataclass(frozen=True)
 class Ended:
     """The reply ended: how (a MessageStatus), its last engine turn's stats (None: stopped or failed
     before the engine sent them), why it failed, and a note ("Stopped after 8 tool rounds…")."""
@@ -75,6 +48,3 @@ class Ended:
     stats: TurnStats | None
     error: str = ""
     note: str = ""
-
-
-Event = Planned | TurnStarted | Reading | Delta | ToolRound | ApprovalNeeded | ToolStarted | ToolRan | Ended

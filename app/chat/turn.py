@@ -13,21 +13,13 @@ a window that closes) writes what was generated as stopped. No Qt: front ends fo
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.chat.events import (
-    ApprovalNeeded,
-    Delta,
-    Ended,
-    Event,
-    Planned,
-    Reading,
-    ToolRan,
-    ToolRound,
-    TurnStarted,
-)
+from app.chat.events import Ended, Planned, TurnStarted
+from app.chat.stream import EngineTurn, Streamed
+from app.chat.tool_events import ApprovalNeeded, Event, ToolRan, ToolRound
 from app.chat.transcript import Transcript
 from app.core.attachments import StoredAttachment
 from app.core.document_block import Attachment
@@ -38,15 +30,12 @@ from app.documents.turn import prepare
 from app.tools.client import ToolHost, ToolResult, ToolSpec
 from app.tools.loop import RoundLimit, ToolRun, ToolStarted, run_call, with_tools
 from app.tools.policy import Answer, Approvals
-from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
 from engine.types import (
     ChatMessage,
     FinishReason,
     GenerationParams,
-    PrefillProgress,
     Role,
-    TextDelta,
     ToolCall,
     TurnStats,
 )
@@ -80,13 +69,6 @@ class Reply:
     msg_id: int | None = None  # the reply's last assistant message in the store
 
 
-@dataclass
-class _Streamed:
-    text: str
-    stats: TurnStats | None
-    error: str = ""
-
-
 class TurnDriver:
     """The turns of one chat: `conv_id` is the engine's conversation (a draft's id until the chat is saved)."""
 
@@ -100,7 +82,7 @@ class TurnDriver:
     ) -> None:
         self.engine, self.transcript, self.on_event, self.tools = engine, transcript, on_event, tools
         self.conv_id = conv_id or transcript.conv_id
-        self.streaming = False  # an engine turn of ours is under way
+        self._engine_turn: EngineTurn | None = None  # the engine turn under way
         self._stop_wanted = False
         self._waiting: asyncio.Future[ToolRun] | None = None  # a question or a call under way (stop cancels it)
 
@@ -184,28 +166,6 @@ class TurnDriver:
             self._stop_wanted = False
         return self._end(Reply(stats=streamed.stats), msg_id, streamed, earlier_tokens)
 
-    async def events(self, messages: Sequence[ChatMessage], params: GenerationParams) -> AsyncGenerator[Event, None]:
-        """reply() as an async iterator of its events (the server's way); closed early, the turn stops."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        listener = self.on_event
-
-        def both(event: Event) -> None:
-            listener(event)
-            queue.put_nowait(event)
-
-        self.on_event = both
-        task = asyncio.ensure_future(self.reply(messages, params))
-        task.add_done_callback(lambda _: queue.put_nowait(None))
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-            task.result()  # a bug in the turn is raised here
-        finally:
-            self.on_event = listener
-            if not task.done():
-                self.engine.stop(self.conv_id)  # now: the next turn on this conversation may start at once
-                task.cancel()
-
     def stop(self) -> bool:
         """Stop the reply: the engine's turn, or a question or call waiting; a reply asked for whose
         engine turn has not begun stops as it begins. False: no engine turn, question or call was under way."""
@@ -213,43 +173,25 @@ class TurnDriver:
         if self._waiting is not None and not self._waiting.done():
             self._waiting.cancel()
             return True
-        if self.streaming:
-            self.engine.stop(self.conv_id)
-            return True
-        return False
+        return self._engine_turn is not None and self._engine_turn.stop()
 
     # --- one engine turn ------------------------------------------------------------------
 
     async def _stream(
         self, msg_id: int | None, messages: Sequence[ChatMessage], params: GenerationParams, text: str = ""
-    ) -> _Streamed:
-        """One engine turn, streamed to the listener and written as it grows."""
-        parts, stats = [text], None
-        wire = [m.to_openai() for m in messages]  # the engine's edge takes OpenAI-shaped dicts
-        self.streaming = True
-        events = self.engine.chat(self.conv_id, wire, params)
+    ) -> Streamed:
+        """One engine turn (stream.py), streamed to the listener and written as it grows."""
+        turn = self._engine_turn = EngineTurn(self.engine, self.conv_id, self.on_event, self._stop_wanted)
         try:
-            async for ev in events:
-                if self._stop_wanted:  # Stop came before the engine took the turn up
-                    self.engine.stop(self.conv_id)
-                if isinstance(ev, PrefillProgress):
-                    self.on_event(Reading(ev))
-                elif isinstance(ev, TextDelta):
-                    parts.append(ev.text)
-                    self.on_event(Delta(ev.text))
-                    self.transcript.grow(msg_id, "".join(parts))
-                else:
-                    stats = ev
-        except ChinwagError as e:  # refused (a prompt longer than the context...): the reply fails, the chat goes on
-            return _Streamed("".join(parts), None, str(e))
-        except BaseException:  # cancelled (Ctrl+C, the window closes) or a bug: what was generated is kept
-            self.engine.stop(self.conv_id)
-            self.transcript.end(msg_id, "".join(parts), MessageStatus.STOPPED, None)
-            raise
+            return await turn.run(
+                messages,
+                params,
+                text,
+                grow=lambda so_far: self.transcript.grow(msg_id, so_far),
+                kept=lambda so_far: self.transcript.end(msg_id, so_far, MessageStatus.STOPPED, None),
+            )
         finally:
-            self.streaming = False
-            await _close(events)
-        return _Streamed("".join(parts), stats)
+            self._engine_turn = None
 
     def _calls(self, stats: TurnStats | None) -> TurnStats | None:
         """The stats of a turn that ended with calls the driver runs (None: the reply ends here)."""
@@ -257,7 +199,7 @@ class TurnDriver:
             return None
         return stats if stats.tool_calls and not self._stop_wanted else None
 
-    def _end(self, out: Reply, msg_id: int | None, streamed: _Streamed, earlier_tokens: int = 0) -> Reply:
+    def _end(self, out: Reply, msg_id: int | None, streamed: Streamed, earlier_tokens: int = 0) -> Reply:
         stats = streamed.stats
         if stats is not None:
             out.status, out.error = status_of(stats), stats.error
@@ -319,10 +261,3 @@ class TurnDriver:
             return ""
         text = RoundLimit(rounds).text
         return text[:1].upper() + text[1:] + "."
-
-
-async def _close(events: object) -> None:
-    """The engine's event stream, closed now (its turn's bookkeeping ends), not when it is collected."""
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -8,7 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.chat.events import Delta, Ended, Event, Planned, Reading, ToolRan
+from app.chat.events import Delta, Ended, Planned, Reading
+from app.chat.tool_events import Event, ToolRan
 from app.chat.transcript import StoreTranscript, Transcript
 from app.chat.turn import Reply, TurnDriver
 from app.cli import fit

@@ -7,7 +7,6 @@ from pathlib import Path
 from app.core.document_block import Attachment, message_content
 from app.documents import limits
 from app.documents.extract import extract
-from app.documents.retrieval import Index
 from app.documents.turn import Turn, prepare
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
@@ -41,22 +40,6 @@ async def read_ahead(
     print(f"attached {turn.summary}: reading it while you type", file=sys.stderr)
     draft = messages + [{"role": "user", "content": message_content("", pending)}]
     return asyncio.ensure_future(engine.prefill(conv, draft, params))
-
-
-async def turn_with_documents(
-    engine: EngineAPI,
-    messages: list[dict],
-    question: str,
-    pending: list[Attachment],
-    params: GenerationParams,
-    indexes: list[Index],
-) -> Turn:
-    turn = await prepare(engine, messages, question, pending, params, indexes)
-    for note in turn.notes:
-        print(f"chinwag: {note}", file=sys.stderr)
-    if turn.references:
-        print("passages used: " + "; ".join(turn.references), file=sys.stderr)
-    return turn
 
 
 def stored(turn: Turn) -> list:

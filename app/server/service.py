@@ -16,9 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
-from app.chat.events import Delta, Ended, Event, Reading, TurnStarted
-from app.chat.transcript import Transcript
-from app.chat.turn import TurnDriver
+from app.chat.events import Delta, Reading
+from app.chat.stream import EngineTurn, Streamed
 from app.server.conversations import ConversationMap
 from app.server.errors import ApiError, no_paths
 from app.server.limits import MAX_WAITING
@@ -158,7 +157,7 @@ class _Served:
     prompt_tokens: int = 0
     emitted: int = 0
     reply: list[str] = field(default_factory=list)
-    ended: Ended | None = None
+    ended: Streamed | None = None
 
 
 class ChatService:
@@ -274,29 +273,29 @@ class ChatService:
     async def _turn(
         self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
     ) -> AsyncGenerator[str | Outcome | Started | Waiting, None]:
-        """One turn through the turn driver (app/chat/turn.py), which writes nothing here: the client
-        keeps the chat, runs its tools and sends them back. Waits behind the window's reply, cuts
+        """One engine turn as the turn driver runs each of its turns (app/chat/stream.py): the client keeps
+        the chat, runs its tools and sends them back, so nothing is written here. Waits behind the window's reply, cuts
         the reply at a stop sequence, and ends the engine's turn if the client goes away."""
         served = _Served(StopScanner(request.stop), behind=self.engine.state.state == EngineStatus.GENERATING)
         if served.behind:  # the lock is ours, so a reply generating now is the window's
             line = f"a request from {client or 'a client'} waits for the window's reply"
             self._tell_waiting(line)
             yield Waiting(line)
-        driver = TurnDriver(self.engine, Transcript(conv_id), conv_id=conv_id)
+        turn = EngineTurn(self.engine, conv_id)
         try:
             messages = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
         except ChinwagError as e:
             raise ApiError(400, no_paths(str(e))) from None
         try:
-            async with aclosing(driver.events(messages, request.params)) as events:
+            async with aclosing(turn.events(messages, request.params)) as events:
                 async for event in events:
-                    text = self._served(served, event, driver, bool(request.tools))
+                    text = self._served(served, event, turn, bool(request.tools))
                     if text:
                         yield text
         finally:
             if served.behind and not served.began:
                 self._tell_waiting("")
-            if served.ended is None:  # the client went away or the server is stopping (the driver stopped the turn)
+            if served.ended is None:  # the client went away or the server is stopping (the turn was stopped)
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
                 self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
                 record = RequestRecord(
@@ -306,10 +305,8 @@ class ChatService:
         async for item in self._outcome(served, conv_id, model, request, client, waited):
             yield item
 
-    def _served(self, served: "_Served", event: Event, driver: TurnDriver, tools: bool) -> str:
-        """What of a driver's event goes to the client now (with tools the reply goes whole: its calls are not text)."""
-        if isinstance(event, TurnStarted):  # the driver's, before the engine has the turn
-            return ""
+    def _served(self, served: "_Served", event: Reading | Delta | Streamed, turn: EngineTurn, tools: bool) -> str:
+        """What of an event goes to the client now (with tools the reply goes whole: its calls are not text)."""
         if served.behind and not served.began:  # the engine has taken this turn up
             served.began = True
             self._tell_waiting("")
@@ -319,11 +316,11 @@ class ChatService:
             text = served.scanner.feed(event.text)
             served.reply.append(text)
             if served.scanner.hit:
-                driver.stop()  # within one token; the cache keeps what was emitted
+                turn.stop()  # within one token; the cache keeps what was emitted
             return "" if tools else text
         if isinstance(event, Reading):
             served.prompt_tokens = event.progress.prompt_tokens
-        elif isinstance(event, Ended):
+        elif isinstance(event, Streamed):
             served.ended = event
         return ""
 
@@ -331,12 +328,7 @@ class ChatService:
         self, served: "_Served", conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
     ) -> AsyncGenerator[str | Outcome, None]:
         """The end of a turn: the rest of its text, what the conversation map keeps, the record, the Outcome."""
-        assert served.ended is not None
-        stats = served.ended.stats
-        if stats is None and served.ended.error:  # refused before it began (a prompt longer than the context...)
-            raise ApiError(400, no_paths(served.ended.error))
-        if stats is None:
-            raise RuntimeError("the engine ended a turn without its stats")
+        stats = _stats(served)
         scanner, reply = served.scanner, served.reply
         rest = scanner.flush()
         if rest:
@@ -347,33 +339,15 @@ class ChatService:
         if shown:
             yield shown
         if calls:
-            self.tool_replies[tuple(c.id for c in calls)] = "".join(reply)
-            while len(self.tool_replies) > TOOL_REPLIES:
-                self.tool_replies.popitem(last=False)
-        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
-        complete = scanner.hit or stats.finish_reason in ended
-        # A finished reply (or one cut at a stop sequence) is what the client sends back next; a stopped one is not.
-        seen = request.messages + ([{"role": "assistant", "content": "".join(reply)}] if complete else [])
-        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
-        while self._forget_later:  # conversations past the map's limit: their caches go too
-            await self.engine.forget(self._forget_later.pop())
-        await asyncio.to_thread(self.conversations.save)
-        if (
-            served.behind and served.first_text
-        ):  # the engine's time to first token starts when the window's reply has ended
+            self._remember_calls(calls, "".join(reply))
+        await self._record_seen(conv_id, model, request, stats, served)
+        if served.behind and served.first_text:  # the engine's time to first token starts when the window's reply ended
             waited += max(0.0, served.first_text - served.called - stats.ttft_s)
-        self._publish(
-            RequestRecord(
-                client,
-                self.public_id(model),
-                stats.prompt_tokens,
-                stats.reused_tokens,
-                stats.generated_tokens,
-                stats.ttft_s,
-                reason,
-                waited,
-            )
-        )
+        record = RequestRecord(
+            client, self.public_id(model), stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens,
+            stats.ttft_s, reason, waited,
+        )  # fmt: skip
+        self._publish(record)
         yield Outcome(
             reason,
             stats.prompt_tokens,
@@ -384,6 +358,25 @@ class ChatService:
             scanner.matched,
             stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
         )
+
+    def _remember_calls(self, calls: tuple[ToolCall, ...], text: str) -> None:
+        """A reply's exact text under its calls' ids, so the client's echo of them continues the cache."""
+        self.tool_replies[tuple(c.id for c in calls)] = text
+        while len(self.tool_replies) > TOOL_REPLIES:
+            self.tool_replies.popitem(last=False)
+
+    async def _record_seen(
+        self, conv_id: str, model: str, request: GenerationRequest, stats: TurnStats, served: "_Served"
+    ) -> None:
+        """What the conversation map keeps: a finished reply (or one cut at a stop sequence) is what the
+        client sends back next; a stopped one is not."""
+        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
+        complete = served.scanner.hit or stats.finish_reason in ended
+        seen = request.messages + ([{"role": "assistant", "content": "".join(served.reply)}] if complete else [])
+        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
+        while self._forget_later:  # conversations past the map's limit: their caches go too
+            await self.engine.forget(self._forget_later.pop())
+        await asyncio.to_thread(self.conversations.save)
 
     async def _wait_turn(self) -> None:
         """Take the lock in this request's turn (429 past MAX_WAITING waiting); the caller releases it."""
@@ -416,3 +409,14 @@ class ChatService:
         self.recent.append(record)
         for listener in list(self.listeners):
             listener(record)
+
+
+def _stats(served: _Served) -> TurnStats:
+    """The turn's stats; a turn refused before it began is the client's error (400)."""
+    ended = served.ended
+    assert ended is not None
+    if ended.stats is None and ended.error:  # a prompt longer than the context...
+        raise ApiError(400, no_paths(ended.error))
+    if ended.stats is None:
+        raise RuntimeError("the engine ended a turn without its stats")
+    return ended.stats

@@ -10,7 +10,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from app.chat.events import Delta, Ended, Event, Reading, ToolRan, ToolRound, TurnStarted
+from app.chat.events import Delta, Ended, Reading, TurnStarted
+from app.chat.tool_events import Event, ToolRan, ToolRound
 from app.chat.transcript import StoreTranscript, Transcript
 from app.chat.turn import STOPPED_RESULT, Reply, Tools, TurnDriver
 from app.core.store import MessageStatus
