@@ -157,6 +157,7 @@ class TurnDriver:
     ) -> Reply:
         """Write on from the end of the last reply (cut at max tokens), in the same message; the
         Reply's one added message is that message, whole."""
+        params = with_tools(params, self.tools.host) if self.tools is not None else params  # the prompt that wrote it
         if msg_id is not None:
             self.transcript.extend(msg_id)
         self.on_event(TurnStarted(self.conv_id, msg_id, 0))
