@@ -9,7 +9,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.cli import fit
 from app.cli.parser import MODEL_HELP, PROG, OneLineParser, fail
@@ -20,7 +20,7 @@ from engine.atomic import describe_kind
 from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
 
 if TYPE_CHECKING:
-    pass
+    from app.documents.retrieval import Index
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
 
@@ -140,7 +140,7 @@ async def _import(args: argparse.Namespace) -> int:
 # --- chinwag replay ----------------------------------------------------------
 
 
-def load_script(path: str) -> dict:
+def load_script(path: str) -> dict[str, Any]:
     try:
         mode = Path(path).stat().st_mode
         if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
@@ -179,7 +179,7 @@ async def _replay(args: argparse.Namespace) -> int:
         if fit.context_note(info):
             print(f"{PROG}: {fit.context_note(info)}", file=sys.stderr)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
-        indexes: list = []  # documents too big for the context (app/documents/turn.py)
+        indexes: list[Index] = []  # documents too big for the context (app/documents/turn.py)
         for i, (user, documents) in enumerate(script["turns"]):
             prepared = 0
             if i and args.pause:

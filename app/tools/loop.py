@@ -6,6 +6,7 @@ message and what the store keeps of it, and the events front ends show. The turn
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.tools.client import ToolHost, ToolResult, ToolSpec
 from app.tools.config import Policy
@@ -82,12 +83,12 @@ async def run_call(
     return ToolRun(call, spec.server, await host.call(spec, arguments), True)
 
 
-def tool_message(run: ToolRun) -> dict:
+def tool_message(run: ToolRun) -> dict[str, Any]:
     """The `tool` message that gives the model one call's result."""
     return {"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name}
 
 
-def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
+def stored_stats(message: dict[str, Any], run: "ToolRun | None" = None) -> dict[str, Any] | None:
     """What the store keeps beside a tool round's message (in its stats): the calls, or which call and how it went."""
     if message["role"] == "assistant" and message.get("tool_calls"):
         return {"tool_calls": message["tool_calls"]}
