@@ -58,6 +58,7 @@ class EngineBridge(QObject):
         self._tasks: set[asyncio.Task] = set()
         self._generating: set = set()  # the window's turns, from asking until they end
         self._turns: dict = {}  # conv id -> the ChatTurn handle of the window's turn (engine/turns.py)
+        self._replies: dict = {}  # conv id -> the task of its reply run by the turn driver (run_turn)
         self._loading = False
         self._started = False
         self._start_failed = False
@@ -267,7 +268,23 @@ class EngineBridge(QObject):
             self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
         else:
             self.turnFinished.emit(conv_id, stats)
-        return stats  # a reply with tools awaits each turn (app/gui/tools/turns.py)
+        return stats
+
+    def run_turn(self, conv_id, coro) -> asyncio.Task:
+        """A reply run by the turn driver (app/chat/turn.py): the engine is generating for conv_id
+        until it ends (the state, the busy chat, no read-ahead meanwhile)."""
+        self._generating.add(conv_id)
+        self._set_state()
+        task = self._replies[conv_id] = self.run(coro)
+        task.add_done_callback(lambda t: self.turn_done(conv_id, t))
+        return task
+
+    def turn_done(self, conv_id, task):
+        """The reply of `task` has ended (said by the reply before it tells the window, and when its task ends)."""
+        if self._replies.get(conv_id) is task:  # not a reply that started in the chat as this one ended
+            del self._replies[conv_id]
+            self._generating.discard(conv_id)
+            self._set_state()
 
     def _ended(self, conv_id, turn):
         if self._turns.get(conv_id) is turn:  # not a newer turn of the same chat

@@ -2,10 +2,10 @@
 
 import json
 
-from app.cli.main import TerminalChat
-from app.core.store import Store, StoredToolResult
+from app.chat.transcript import StoreTranscript
+from app.core.store import MessageStatus, Store, StoredToolResult
 from app.tools.client import ToolResult
-from app.tools.loop import ToolRun, tool_messages
+from app.tools.loop import ToolRun
 from app.transcripts.export import export_conversation, to_markdown
 from app.transcripts.json_import import import_conversation
 from engine.types import FinishReason, ToolCall, TurnStats
@@ -26,16 +26,15 @@ def stats(**kw) -> TurnStats:
 
 
 def saved_chat() -> str:
-    chat = TerminalChat("")
-    chat.add_user("What is 2 plus 3?", "tiny")
-    first = stats(finish_reason=FinishReason.TOOL_CALLS, tool_calls=(CALL,))
-    run = ToolRun(CALL, "calc", ToolResult("5.0", False, 0.25), True)
-    for m in tool_messages(RAW, first, [run]):
-        chat.add_tool_message(m, run if m["role"] == "tool" else None, "tiny")
-    chat.add_reply("It is 5.", stats(), "tiny")
-    conv_id = chat.conv_id
-    chat.close()
-    return conv_id
+    """A reply with one tool round, written as the turn driver (app/chat/turn.py) writes it."""
+    with Store() as store:
+        chat = StoreTranscript(store, "", "tiny")
+        chat.user("What is 2 plus 3?")
+        first = stats(finish_reason=FinishReason.TOOL_CALLS, tool_calls=(CALL,))
+        chat.round(chat.begin(), RAW, first)
+        chat.tool(ToolRun(CALL, "calc", ToolResult("5.0", False, 0.25), True))
+        chat.end(chat.begin(), "It is 5.", MessageStatus.COMPLETE, stats())
+        return chat.conv_id
 
 
 def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from PySide6.QtGui import QAction
 
+from app.chat.turn import STOPPED_RESULT
 from app.gui.tools.cards import ApprovalCard, ToolResultBlock
 from app.gui.tools.messages import ToolMessage
-from app.gui.tools.turns import STOPPED_RESULT
 from app.tools import config
 from app.tools.config import Policy
 from app.tools.policy import Answer
@@ -78,7 +78,7 @@ def test_always_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it
             and "calc" in card.findChild(object, "toolApprovalTitle").text()
         )
         assert card.arguments.toPlainText() == '{\n  "a": 2,\n  "b": 3\n}'
-        assert not window.chat.tool_reply.task.done()  # nothing ran before the answer
+        assert not window.chat.turn.task.done()  # nothing ran before the answer
         card.buttons[Answer.ALWAYS].click()
         qtbot.waitUntil(lambda: idle(window), timeout=60_000)
         assert card.status.text() == "Always allowed"
@@ -136,9 +136,7 @@ def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
     )
     try:
         window.chat.send("Wait for me.")
-        qtbot.waitUntil(
-            lambda: window.chat.tool_reply is not None and window.chat.tool_reply.phase == "call", timeout=60_000
-        )
+        qtbot.waitUntil(lambda: window.chat.turn is not None and window.chat.turn.phase == "call", timeout=60_000)
         (card,) = cards(window)  # allowed by its policy: never asked, but shown as it runs
         assert not any(b.isVisible() for b in card.buttons.values())
         assert card.status.text() == "Allowed by its policy · running…"
