@@ -3,7 +3,7 @@ imported (`plan(folder, limit)` reads config.json and the safetensors headers).
 
 What a model needs here: its weights as this machine's load path holds them (on the CPU backend
 engine/local/loading.py casts float16/bfloat16 to float32 and engine/local/blas.py may run a small
-quantized model dequantized to float32), a KV cache per token, and a working reserve. The limit is
+quantized model dequantized to float32, by engine/cpu.py's switches), a KV cache per token, and a working reserve. The limit is
 `--memory-limit` / `CHINWAG_MEMORY_LIMIT`, else on Metal the recommended working set, elsewhere the
 memory available now."""
 
@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import cpu
 from engine.errors import ChinwagError
 from engine.types import KVQuantization
 
@@ -99,16 +100,13 @@ def available_bytes() -> int:
 
 def _on_cpu_float32() -> bool:
     """Whether this machine's load path casts floats to float32 (the CPU backend: not Apple silicon)."""
-    from engine.local.loading import CPU_FLOAT32_ENV
-
     return (
-        not (sys.platform == "darwin" and os.uname().machine == "arm64") and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
+        not (sys.platform == "darwin" and os.uname().machine == "arm64") and os.environ.get(cpu.FLOAT32_ENV, "1") != "0"
     )
 
 
 def weight_bytes(folder: Path, config: dict) -> int:
     """The bytes the folder's weights take once loaded here, from the safetensors headers."""
-    from engine.local import blas
     from engine.models.folders import _safetensors_header
 
     float32 = _on_cpu_float32()
@@ -136,26 +134,12 @@ def weight_bytes(folder: Path, config: dict) -> int:
                 dequantized += count * (32 // layer_bits) * 4
             else:
                 dequantized += count * (4 if is_float else size)
-    choice = os.environ.get(blas.DEQUANTIZE_ENV, "")
+    choice = os.environ.get(cpu.DEQUANTIZE_ENV, "")
     if not (float32 and bits) or choice == "0":
         return loaded
-    if choice == "1" or (_has_openblas() and dequantized <= ram_bytes() * blas.DEQUANTIZE_MAX_RAM_FRACTION):
-        return dequantized  # as blas.should_dequantize decides: float32 on OpenBLAS
+    if choice == "1" or (cpu.openblas_expected() and dequantized <= ram_bytes() * cpu.DEQUANTIZE_MAX_RAM_FRACTION):
+        return dequantized  # as engine/local/blas.py should_dequantize decides: float32 on OpenBLAS
     return loaded
-
-
-def _has_openblas() -> bool:
-    """Whether loading.py's path here runs on OpenBLAS: loaded in this process (the engine thread
-    loads it before MLX), or, before MLX was imported, whether the system has one to load."""
-    import ctypes.util
-
-    from engine.local import blas
-
-    if blas._loaded is not None:
-        return True
-    if "mlx.core" in sys.modules or os.environ.get(blas.DISABLE_ENV, "") not in ("", "0"):
-        return False
-    return sys.platform.startswith("linux") and ctypes.util.find_library("openblas") is not None
 
 
 def _text_config(config: dict) -> dict:
