@@ -160,7 +160,8 @@ class ChatView(QScrollArea):
         return widget
 
     def _make(self, message_id, role, text, status, model, stats, model_id) -> MessageWidget:
-        from app.gui.tools.messages import ToolMessage, visible_text
+        from app.gui.chat.tool_message import ToolMessage
+        from app.gui.tools.messages import visible_text
 
         if role == "tool":  # a tool's result: its collapsed block
             widget: MessageWidget = ToolMessage(message_id, text, stats)

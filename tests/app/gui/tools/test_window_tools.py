@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from PySide6.QtGui import QAction
 
+from app.gui.chat.tool_message import ToolMessage
 from app.gui.tools.cards import ApprovalCard, ToolResultBlock
-from app.gui.tools.messages import ToolMessage
 from app.gui.tools.turns import STOPPED_RESULT
 from app.tools import config
 from app.tools.config import Policy
