@@ -7,7 +7,7 @@ them differently, and every caller passes them by position.
 
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.types import (
     BackgroundPrefill,
@@ -56,7 +56,7 @@ class EngineAPI(Protocol):
     async def search_models(self, query: str, /) -> list[HubModel]: ...
 
     def chat(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self, conversation_id: str, messages: list[Any], params: GenerationParams | None = None, /
     ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
         """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
         ...
@@ -64,7 +64,7 @@ class EngineAPI(Protocol):
     async def prefill(
         self,
         conversation_id: str,
-        messages: list,
+        messages: list[Any],
         params: GenerationParams | None = None,
         /,
         progress: Callable[[PrefillProgress], None] | None = None,
@@ -73,7 +73,7 @@ class EngineAPI(Protocol):
         ...
 
     def fork(
-        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self, source_id: str, conversation_id: str, messages: list[Any], params: GenerationParams | None = None, /
     ) -> Awaitable[ForkedCache]:
         """Gives a fork a copy of its parent's cache up to the fork point; queued at once."""
         ...
@@ -86,7 +86,9 @@ class EngineAPI(Protocol):
         """The text's size in the current model's tokens (an attached document's, before sending)."""
         ...
 
-    async def count_prompt(self, messages: list[dict], /, params: GenerationParams | None = None) -> TokenCount:
+    async def count_prompt(
+        self, messages: list[dict[str, Any]], /, params: GenerationParams | None = None
+    ) -> TokenCount:
         """The tokens a turn's prompt of these messages would take (template and tools included)."""
         ...
 

@@ -10,6 +10,7 @@ import os
 import sys
 
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
+from engine.remote.urls import display_url
 from engine.types import UNREACHABLE, ModelStatus, down_state
 
 
@@ -26,7 +27,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         key = check_key(key, f"the API key in ${args.api_key_env}")  # a trailing newline is stripped
     server = servers.add_server(args.name, args.url, key)
     where = f"; API key kept in {server.key_storage}" if server.key_storage else ""
-    print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
+    print(f"saved server {server.name} at {display_url(server.url)}{where}")
     infos = servers.models_of(server)
     if infos and infos[0].status == ModelStatus.UNUSABLE:
         state, reason = down_state(infos[0])
@@ -52,7 +53,7 @@ def server_rows() -> list:
         rows.append(
             {
                 "name": server.name,
-                "url": servers.display_url(server.url),
+                "url": display_url(server.url),
                 "has_api_key": bool(server.api_key),
                 "status": state,  # reachable, unreachable or unusable (it answered, but refused or sent no list)
                 "reason": reason,
