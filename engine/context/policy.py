@@ -24,14 +24,14 @@ def reply_room(max_tokens: int, limit: int) -> int:
 
 @dataclass
 class WindowPlan:
-    prompt_ids: list
+    prompt_ids: list[int]
     start: int  # position of the first message kept after the leading system messages
     dropped: int  # messages left out of the window
     slid: bool  # this plan moved the window's start
     prompt: Prompt  # its pieces and tail (for recording the reply)
 
 
-def history_ids(plan: WindowPlan, messages: list[dict]) -> int:
+def history_ids(plan: WindowPlan, messages: list[dict[str, Any]]) -> int:
     """The ids of the messages before the last one: what a changed history makes a turn read again.
 
     0 when those are system messages only: a new chat's first read is no re-read.
@@ -42,20 +42,25 @@ def history_ids(plan: WindowPlan, messages: list[dict]) -> int:
     return sum(plan.prompt.lengths[: len(earlier)])
 
 
-def starts(messages: list[dict]) -> list:
+def starts(messages: list[dict[str, Any]]) -> list[int]:
     """Where a window may start: 0 (everything), or at a user message (roles keep alternating)."""
     last = len(messages) - 1
     first = next((i for i, m in enumerate(messages) if m["role"] != "system"), last)
     return [0] + [i for i in range(first + 1, last + 1) if messages[i]["role"] == "user"]
 
 
-def kept(messages: list[dict], start: int) -> list:
+def kept(messages: list[dict[str, Any]], start: int) -> list[int]:
     """Positions in the window starting at `start`: the system messages before it, then the rest."""
     return [i for i in range(start) if messages[i]["role"] == "system"] + list(range(start, len(messages)))
 
 
 def plan_window(
-    tokenizer: Any, messages: list[dict], history: History, limit: int, room: int, low_water: float | None = None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    history: History,
+    limit: int,
+    room: int,
+    low_water: float | None = None,
 ) -> WindowPlan:
     """The prompt ids for `messages` and the number dropped, given the window the cache holds.
 
@@ -116,7 +121,7 @@ def plan_window(
     )
 
 
-def _plan(messages: list[dict], start: int, prompt: Prompt, slid: bool) -> WindowPlan:
+def _plan(messages: list[dict[str, Any]], start: int, prompt: Prompt, slid: bool) -> WindowPlan:
     dropped = sum(1 for i in range(start) if messages[i]["role"] != "system")
     return WindowPlan(prompt.ids, start, dropped, slid, prompt)
 
@@ -126,7 +131,7 @@ def needs_slide(held_tokens: int, next_tokens: int, limit: int, room: int) -> bo
     return held_tokens + next_tokens + room > limit
 
 
-def expected_next_tokens(messages: list[dict], history: History, recent: int = 4) -> int:
+def expected_next_tokens(messages: list[dict[str, Any]], history: History, recent: int = 4) -> int:
     """A guess at the next user message's piece: the longest of the last few user pieces."""
     sizes = [len(s.ids) for s in history.spans[-2 * recent :] if s is not None and s.role == "user"]
     return max(sizes, default=0)
@@ -134,7 +139,7 @@ def expected_next_tokens(messages: list[dict], history: History, recent: int = 4
 
 def plan_next_window(
     tokenizer: Any,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     history: History,
     limit: int,
     room: int,
