@@ -7,7 +7,7 @@ the turn that follows reuses it through the longest common prefix.
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.context.conversation import ConversationCache
 from engine.context.policy import (
@@ -36,7 +36,7 @@ def _run(
     conv: ConversationCache | None,
     history: History,
     turn: TurnInput | None,
-    target: list,
+    target: list[int],
     params: GenerationParams,
     should_stop: Callable[[], bool],
     progress: Callable[[PrefillProgress], None] | None = None,
@@ -59,7 +59,7 @@ def _run(
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 
 
-def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
+def ahead_ids(messages: list[dict[str, Any]], plan: WindowPlan) -> list[int]:
     """What reading ahead computes of a prompt, all of it a prefix of the next turn's prompt.
 
     Ending with the user's message (a draft, a fork): all but its last token, which the turn
@@ -76,7 +76,7 @@ def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
 def prefill_draft(
     session: "Session",
     conv_id: str,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     params: GenerationParams,
     should_stop: Callable[[], bool],
     progress: Callable[[PrefillProgress], None] | None = None,
@@ -96,7 +96,9 @@ def prefill_draft(
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 
-def next_window(session: "Session", conv_id: str, messages: list[dict], params: GenerationParams) -> WindowPlan | None:
+def next_window(
+    session: "Session", conv_id: str, messages: list[dict[str, Any]], params: GenerationParams
+) -> WindowPlan | None:
     """The WindowPlan the next turn will need if it must slide (engine/context/policy.py), else None.
 
     `messages` end with the reply just written.
@@ -115,7 +117,11 @@ def next_window(session: "Session", conv_id: str, messages: list[dict], params: 
 
 
 def prepare_next_window(
-    session: "Session", conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+    session: "Session",
+    conv_id: str,
+    messages: list[dict[str, Any]],
+    params: GenerationParams,
+    should_stop: Callable[[], bool],
 ) -> BackgroundPrefill:
     """After a turn near the context limit: slide and re-prefill now, not on the user's clock.
 

@@ -74,7 +74,7 @@ def eval_weights(model: Any, report: Callable[[str, float, float], None]) -> Non
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    groups: dict = {}
+    groups: dict[str, list[Any]] = {}
     for name, array in tree_flatten(model.parameters()):
         match = _LAYER.match(name)
         groups.setdefault(match.group(1) if match else "", []).append(array)

@@ -68,7 +68,9 @@ def normalize_repo_id(text: str) -> str:
     return repo
 
 
-def download_model(repo_id: str, progress: Callable | None = None, cancel: threading.Event | None = None) -> ModelInfo:
+def download_model(
+    repo_id: str, progress: Callable[[LoadProgress], None] | None = None, cancel: threading.Event | None = None
+) -> ModelInfo:
     """Download an MLX (safetensors) model repo into the Hugging Face cache; its registry entry.
 
     Raises CancelledDownload when `cancel` is set (nothing half-downloaded stays listed),
@@ -342,7 +344,7 @@ def _tqdm_class(report: _Reporter, cancel: threading.Event) -> type:
 
     byte_bars = []
 
-    class ProgressTqdm(tqdm):
+    class ProgressTqdm(tqdm):  # type: ignore[misc]  # tqdm ships no types
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True  # never draw to a terminal
             is_bytes = kwargs.get("unit") == "B"

@@ -13,6 +13,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine import cpu
 from engine.errors import ChinwagError
@@ -105,7 +106,7 @@ def _on_cpu_float32() -> bool:
     )
 
 
-def weight_bytes(folder: Path, config: dict) -> int:
+def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
     """The bytes the folder's weights take once loaded here, from the safetensors headers."""
     from engine.models.folders import _safetensors_header
 
@@ -142,11 +143,11 @@ def weight_bytes(folder: Path, config: dict) -> int:
     return loaded
 
 
-def _text_config(config: dict) -> dict:
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, **(config.get("text_config") or {})}
 
 
-def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool) -> tuple[float, int]:
+def cache_bytes_per_token(config: dict[str, Any], kv: KVQuantization | None, float32: bool) -> tuple[float, int]:
     """(bytes per token of the layers that keep every token, fixed bytes: windows at their length
     and recurrent state), for a chat of any length."""
     c = _text_config(config)

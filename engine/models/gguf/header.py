@@ -57,7 +57,7 @@ KEPT_ARRAY_PREFIX = "tokenizer."
 @dataclass
 class GGUFTensor:
     name: str
-    shape: tuple  # GGUF order: fastest-varying dimension first
+    shape: tuple[int, ...]  # GGUF order: fastest-varying dimension first
     type_id: int
     offset: int
 
@@ -70,14 +70,14 @@ class GGUFTensor:
 class GGUFHeader:
     path: Path  # the file (or its first piece)
     version: int
-    metadata: dict
-    tensors: list = field(default_factory=list)
+    metadata: dict[str, Any]
+    tensors: list[GGUFTensor] = field(default_factory=list)
     data_offset: int = 0
     # A GGUF stored as consecutive pieces (a package's chunks): all of them, path first; () for one file.
-    parts: tuple = ()
+    parts: tuple[Path, ...] = ()
 
     @property
-    def files(self) -> tuple:
+    def files(self) -> tuple[Path, ...]:
         """The files whose concatenation is the GGUF."""
         return self.parts or (self.path,)
 
@@ -97,7 +97,7 @@ class GGUFHeader:
     def name(self) -> str:
         return printable(self.metadata.get("general.name")) or printable(self.path.stem) or "model"
 
-    def type_counts(self) -> dict:
+    def type_counts(self) -> dict[str, int]:
         """Parameter count per tensor type name, for the quantization label."""
         counts: dict[str, int] = {}
         for t in self.tensors:
