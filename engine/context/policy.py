@@ -80,41 +80,60 @@ def plan_window(
     # Every piece holds a token at least: a window of more messages than `budget` cannot fit, so a
     # chat far past its limit never renders or tokenizes the turns it would drop anyway.
     floor = next((s for s in options if len(messages) - s <= budget), options[-1])
+    base = max(current, floor)
+    prompt = build(tokenizer, messages, kept(messages, base), history)
     if current >= floor:
-        base = current
-        prompt = build(tokenizer, messages, kept(messages, current), history)
         if len(prompt.ids) + room <= limit:
             return _plan(messages, current, prompt, False)
         later = [s for s in options if s > current]
     else:
-        base = floor
-        prompt = build(tokenizer, messages, kept(messages, floor), history)
         later = [s for s in options if s >= floor]
     target = low_water * budget
-    # The first later start to try, estimated from piece lengths (no render per candidate); else the last.
-    chosen = max(0, len(later) - 1)
-    if prompt.complete:
-        size, previous = len(prompt.ids), base
-        positions = {p: j for j, p in enumerate(prompt.keep)}
-        for k, s in enumerate(later):
-            size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")
-            previous = s
-            if size <= target:
-                chosen = k
-                break
-    else:
-        chosen = 0
-    best, fits = None, None
-    for s in later[chosen:]:
+    first = _first_to_try(messages, prompt, base, later, target)
+    return _slide(tokenizer, messages, history, later[first:], (current, prompt), limit, room, target)
+
+
+def _first_to_try(messages: list[dict[str, Any]], prompt: Prompt, base: int, later: list[int], target: float) -> int:
+    """Which of the `later` starts to render first: the first whose window, estimated from the piece
+    lengths of `prompt` (the window from `base`) with no render per candidate, is at most `target`;
+    else the last. The first when `prompt`'s pieces are not known one by one."""
+    if not prompt.complete:
+        return 0
+    size, previous = len(prompt.ids), base
+    positions = {p: j for j, p in enumerate(prompt.keep)}
+    for k, s in enumerate(later):
+        size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")
+        previous = s
+        if size <= target:
+            return k
+    return max(0, len(later) - 1)
+
+
+def _slide(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    history: History,
+    candidates: list[int],
+    current: tuple[int, Prompt],
+    limit: int,
+    room: int,
+    target: float,
+) -> WindowPlan:
+    """The first of the candidate starts whose window is at most `target`; else the first that leaves
+    the reply its room, else the last one rendered (`current`, the window as it stands, when none
+    was), if the prompt alone fits; else ContextOverflowError."""
+    best: tuple[int, Prompt] | None = None
+    fits: tuple[int, Prompt] | None = None
+    for s in candidates:
         candidate = build(tokenizer, messages, kept(messages, s), history)
         best = (s, candidate)
         if len(candidate.ids) <= target:
             return _plan(messages, s, candidate, True)
         if fits is None and len(candidate.ids) + room <= limit:
             fits = best
-    s, candidate = fits or best or (current, prompt)
+    s, candidate = fits or best or current
     if len(candidate.ids) + 1 <= limit:
-        return _plan(messages, s, candidate, s != current)
+        return _plan(messages, s, candidate, s != current[0])
     raise ContextOverflowError(
         f"the prompt is {len(candidate.ids)} tokens but the context limit is {limit}: shorten the message"
         " or the system prompt, or raise the context cap"
