@@ -356,6 +356,25 @@ def _digest(meta: dict[str, Any], tensors: list[Tensor]) -> str:
 
 def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | None:
     """The cache saved at `path` once every check passes; None if there is no file there."""
+    loaded = _load(path, layout, conv_id)
+    if loaded is None:
+        return None
+    arrays, meta, n_tokens = loaded
+    if not hmac.compare_digest(str(meta.get("checksum", "")), checksum(arrays, meta)):
+        raise UnusableCache("its checksum does not match its contents")
+    ids = arrays["token_ids"]
+    if mx.min(ids).item() < 0 or mx.max(ids).item() >= layout.vocab_size:
+        raise UnusableCache(f"it holds token ids outside the model's vocabulary of {layout.vocab_size}")
+    token_ids = ids.tolist()
+    history = _history(meta.get("history"), layout.vocab_size)
+    if not _agrees(history, token_ids):
+        raise UnusableCache("its history does not match the tokens it holds")
+    return _restore(arrays, meta, layout, token_ids, history)
+
+
+def _load(path: Path, layout: CacheLayout, conv_id: str) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+    """(the file's arrays, read; its metadata; the number of tokens it holds) once it is a regular file
+    no bigger than the model's cache can be and its layout is the model's; None if there is no file."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -378,15 +397,15 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
             mx.eval(list(arrays.values()))  # read now, while the file is open
         except (RuntimeError, ValueError, OSError) as e:
             raise UnusableCache(f"its tensors cannot be read ({_one_line(e)})") from None
-    if not hmac.compare_digest(str(meta.get("checksum", "")), checksum(arrays, meta)):
-        raise UnusableCache("its checksum does not match its contents")
-    ids = arrays["token_ids"]
-    if mx.min(ids).item() < 0 or mx.max(ids).item() >= layout.vocab_size:
-        raise UnusableCache(f"it holds token ids outside the model's vocabulary of {layout.vocab_size}")
-    token_ids = ids.tolist()
-    history = _history(meta.get("history"), layout.vocab_size)
-    if not _agrees(history, token_ids):
-        raise UnusableCache("its history does not match the tokens it holds")
+    return arrays, meta, n_tokens
+
+
+def _restore(
+    arrays: dict[str, Any], meta: dict[str, Any], layout: CacheLayout, token_ids: list[int], history: History
+) -> ConversationCache:
+    """The checked file's arrays as the model's cache: its leaves, grouped as the model's layers,
+    and its checkpoints."""
+    n_tokens = len(token_ids)
     capacity = initial_capacity(n_tokens, layout.max_tokens)  # what a new cache of these tokens reserves
     leaves = [_leaf(arrays, str(i), spec, n_tokens, capacity) for i, spec in enumerate(layout.specs)]
     cache = ConversationCache(layers=_grouped(leaves, layout.groups), token_ids=token_ids, history=history)
@@ -451,36 +470,48 @@ def _positions(meta: dict[str, Any], n: int) -> list[int]:
 
 def _check_layout(arrays: dict[str, Any], meta: dict[str, Any], layout: CacheLayout, conv_id: str) -> int:
     """The number of tokens held, once the names, shapes and dtypes are those of the loaded model."""
-    if meta.get("format") != FORMAT:
-        raise UnusableCache("it was written by another version of Chinwag")
-    if meta.get("conversation") != conv_id:
-        raise UnusableCache("it belongs to another conversation")
-    specs = layout.specs
-    quantized = [s for s in specs if s.kind == "quantized"]
-    expected_quant = f"{quantized[0].bits}/{quantized[0].group_size}" if quantized else "none"
-    if meta.get("kv_quantization") != expected_quant:
-        raise UnusableCache(
-            f"its KV cache quantization is {meta.get('kv_quantization')}, not this run's {expected_quant}"
-        )
+    _check_meta(meta, layout.specs, conv_id)
     ids = arrays["token_ids"]
     if ids.dtype != mx.int32 or ids.ndim != 1 or not 0 < ids.shape[0] <= layout.max_tokens:
         raise UnusableCache(f"its token ids are not 1 to {layout.max_tokens} int32 values")
     n = int(ids.shape[0])
+    specs = layout.specs
     if meta.get("layers") != str(len(specs)):
         raise UnusableCache(f"its layers are not the model's {len(specs)}")
-    expected = {"token_ids": None}
-    for i, spec in enumerate(specs):
-        expected.update(_expected(str(i), spec, n, current=True))
-    held = [i for i, spec in enumerate(specs) if spec.held_back]
-    for k, position in enumerate(_positions(meta, n)):
-        for i in held:
-            expected.update(_expected(f"cp{k}.{i}", specs[i], position, current=False))
+    expected = _expected_tensors(specs, meta, n)
     if set(arrays) != set(expected):
         raise UnusableCache(f"its layers are not the model's {len(specs)}")
     for name, want in expected.items():
         if want is not None:
             _check_tensor(name, arrays[name], *want)
     return n
+
+
+def _check_meta(meta: dict[str, Any], specs: list[LeafSpec], conv_id: str) -> None:
+    """UnusableCache unless this version of Chinwag wrote the file, for this conversation, with this
+    run's KV cache quantization."""
+    if meta.get("format") != FORMAT:
+        raise UnusableCache("it was written by another version of Chinwag")
+    if meta.get("conversation") != conv_id:
+        raise UnusableCache("it belongs to another conversation")
+    quantized = [s for s in specs if s.kind == "quantized"]
+    expected_quant = f"{quantized[0].bits}/{quantized[0].group_size}" if quantized else "none"
+    if meta.get("kv_quantization") != expected_quant:
+        raise UnusableCache(
+            f"its KV cache quantization is {meta.get('kv_quantization')}, not this run's {expected_quant}"
+        )
+
+
+def _expected_tensors(specs: list[LeafSpec], meta: dict[str, Any], n: int) -> dict[str, Any]:
+    """Every tensor the file must hold (its leaves', then each checkpoint's copies), by name."""
+    expected: dict[str, Any] = {"token_ids": None}
+    for i, spec in enumerate(specs):
+        expected.update(_expected(str(i), spec, n, current=True))
+    held = [i for i, spec in enumerate(specs) if spec.held_back]
+    for k, position in enumerate(_positions(meta, n)):
+        for i in held:
+            expected.update(_expected(f"cp{k}.{i}", specs[i], position, current=False))
+    return expected
 
 
 def _check_tensor(name: str, array: mx.array, shape: tuple[int, ...], dtype: str, longest: int | None) -> None:
@@ -517,7 +548,7 @@ def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict[str, Any
     }
 
 
-def _history(text: str, vocab_size: int) -> History:
+def _history(text: Any, vocab_size: int) -> History:  # the file says what it holds: anything
     """The History in the metadata, every field checked (it decides the ids fed to the model)."""
     try:
         data = json.loads(text)
@@ -531,7 +562,7 @@ def _history(text: str, vocab_size: int) -> History:
     return history
 
 
-def _span(s: dict[str, Any], vocab_size: int) -> Span:
+def _span(s: object, vocab_size: int) -> Span:
     if not isinstance(s, list) or len(s) != 5:
         raise ValueError("a span is not a list of 5")
     role, content, prefix, ids, reply = s
