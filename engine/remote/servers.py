@@ -237,21 +237,7 @@ def _set_file_key(name: str, key: str) -> None:
 def fetch_model_ids(server: Server, timeout: float | None = None) -> list[str]:
     """GET {url}/models, all of it within `timeout` and bounded in size (engine/remote/network.py);
     an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
-    from engine.remote import network
-
-    try:
-        normalize_url(server.url)  # a hand-edited servers.json: one line, not a bug in httpx
-    except ChinwagError as e:
-        raise ChinwagError(f"server {server.name}: {e}") from None
-    headers = headers_for(server.api_key, server.name)
-    try:
-        status, content = network.get(f"{server.url}/models", headers, timeout or LIST_TIMEOUT_S)
-    except ChinwagError as e:  # a deadline or a bound passed
-        raise ChinwagError(f"server {server.name}: {e}") from None
-    except Exception as e:
-        if not is_http_error(e):
-            raise  # a bug, not the network
-        raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+    status, content = _get_models(server, timeout)
     if status == 404:
         raise NoModelList(
             f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
@@ -261,6 +247,30 @@ def fetch_model_ids(server: Server, timeout: float | None = None) -> list[str]:
         raise ServerAnswered(f"server {server.name}: {response_error(status, content, server.api_key)}")
     if not content.strip():
         return [DEFAULT_MODEL]
+    return _model_ids(server, content)
+
+
+def _get_models(server: Server, timeout: float | None) -> tuple[int, bytes]:
+    """(status, body) of GET {url}/models; the network's errors as one line naming the server."""
+    from engine.remote import network
+
+    try:
+        normalize_url(server.url)  # a hand-edited servers.json: one line, not a bug in httpx
+    except ChinwagError as e:
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    headers = headers_for(server.api_key, server.name)
+    try:
+        return network.get(f"{server.url}/models", headers, timeout or LIST_TIMEOUT_S)
+    except ChinwagError as e:  # a deadline or a bound passed
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    except Exception as e:
+        if not is_http_error(e):
+            raise  # a bug, not the network
+        raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+
+
+def _model_ids(server: Server, content: bytes) -> list[str]:
+    """The model ids of an OpenAI model list (at most MAX_MODELS, each of at most MAX_ID_CHARS)."""
     try:
         data = json.loads(content).get("data")
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
