@@ -236,16 +236,9 @@ def _inspect(folder: Path, base: dict[str, Any]) -> ModelInfo:
     def unusable(reason: str, **extra: Any) -> ModelInfo:
         return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
-    if not folder.is_dir():
-        return unusable("folder does not exist" if not folder.exists() else "not a folder")
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        if not isinstance(config, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return unusable("no config.json")
-    except (OSError, ValueError, RecursionError) as e:
-        return unusable(f"config.json is corrupt ({e})")
+    config = _read_config(folder)
+    if isinstance(config, str):
+        return unusable(config)
     size = _folder_size(folder)
     arch = config.get("model_type")
     facts: dict[str, Any] = dict(
@@ -274,6 +267,21 @@ def _inspect(folder: Path, base: dict[str, Any]) -> ModelInfo:
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return unusable("no tokenizer files", **facts)
     return ModelInfo(**base, **facts, status=ModelStatus.READY)
+
+
+def _read_config(folder: Path) -> dict[str, Any] | str:
+    """The folder's config.json, or why it cannot be read."""
+    if not folder.is_dir():
+        return "folder does not exist" if not folder.exists() else "not a folder"
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        return "no config.json"
+    except (OSError, ValueError, RecursionError) as e:
+        return f"config.json is corrupt ({e})"
+    return config
 
 
 def _missing_shards(folder: Path) -> str | None:

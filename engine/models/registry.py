@@ -327,33 +327,43 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
     spec = str(spec).strip()
     if not spec:
         raise ChinwagError("no model given")
+    if spec in (STARTER_ID, GEMMA_ID):
+        return _ready(_bundled(spec, progress))
+    known = {m.id: m for m in list_models()}
+    if spec in known:
+        return _ready(known[spec])
+    return _ready(_at_path(spec, known, progress))
+
+
+def _bundled(spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
+    """A bundled model (the starter or Gemma), imported from its packages' GGUF on first use."""
     if spec == STARTER_ID:
         info = _starter_info()
         if info.status == ModelStatus.NEEDS_IMPORT:
             gguf = starter_gguf_path()
             assert gguf is not None  # needs-import means the starter package is installed
             info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
-        return _ready(info)
-    if spec == GEMMA_ID:
-        info = _gemma_info() or _gemma_not_installed()
-        if info.status == ModelStatus.NEEDS_IMPORT:
-            bundle = gemma_gguf()
-            assert bundle is not None  # needs-import means its packages are installed
-            _check_sha256(bundle)
-            info = import_gguf(bundle.parts, progress=progress, model_id=GEMMA_ID)
-        return _ready(info)
-    known = {m.id: m for m in list_models()}
-    if spec in known:
-        return _ready(known[spec])
+        return info
+    info = _gemma_info() or _gemma_not_installed()
+    if info.status == ModelStatus.NEEDS_IMPORT:
+        bundle = gemma_gguf()
+        assert bundle is not None  # needs-import means its packages are installed
+        _check_sha256(bundle)
+        info = import_gguf(bundle.parts, progress=progress, model_id=GEMMA_ID)
+    return info
+
+
+def _at_path(spec: str, known: dict[str, ModelInfo], progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
+    """The model a path names: a .gguf file (imported), or an MLX folder (its entry, if it has one)."""
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return _ready(import_gguf(path, progress=progress))
+        return import_gguf(path, progress=progress)
     if path.is_dir():
         folder = path.resolve()
         for m in known.values():
             if m.path == str(folder):
-                return _ready(m)
-        return _ready(inspect_mlx_folder(folder, source="folder"))
+                return m
+        return inspect_mlx_folder(folder, source="folder")
     if path.exists():
         raise ModelError(f"not a model: {path} is neither a .gguf file nor an MLX model folder")
     raise ChinwagError(
