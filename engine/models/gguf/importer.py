@@ -356,8 +356,6 @@ def convert_weights(
     a K-quant type are quantized again (REQUANT_BITS); every other float tensor becomes
     float_dtype. Gemma 3's norms lose the 1 llama.cpp added (engine/models/gguf/gemma3.py).
     """
-    import mlx.core as mx
-
     float_dtype = float_dtype or default_float_dtype()
     out, quant = {}, {}
     for key, value in weights.items():
@@ -370,21 +368,35 @@ def convert_weights(
         if suffix == "scales":
             bits = weights[f"{base}.weight"].shape[-1] // value.shape[-1]
             quant[module] = {"group_size": 32, "bits": bits}
-        gguf_type = types.get(key, "")
-        floating = mx.issubdtype(value.dtype, mx.floating)
-        if architecture == "gemma3" and gemma3.is_norm(key) and floating:
-            value = value.astype(mx.float32) - gemma3.NORM_SHIFT
-        requant = suffix == "weight" and gguf_type in REQUANT_BITS and floating
-        if requant and value.ndim == 2 and value.shape[-1] % 32 == 0:
-            bits = REQUANT_BITS[gguf_type]
-            wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
-            out.update({f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases})
-            quant[module] = {"group_size": 32, "bits": bits}
-            continue
-        if floating and value.dtype != float_dtype:
-            value = value.astype(float_dtype)
-        out[f"{module}.{suffix}"] = value
+        tensors, requant_bits = _converted(
+            key, value, f"{module}.{suffix}", types.get(key, ""), float_dtype, architecture
+        )
+        out.update(tensors)
+        if requant_bits:
+            quant[module] = {"group_size": 32, "bits": requant_bits}
     return out, quant
+
+
+def _converted(
+    key: str, value: Any, name: str, gguf_type: str, float_dtype: Any, architecture: str
+) -> tuple[dict[str, Any], int]:
+    """One GGUF tensor as the mlx-lm tensors `name` stands for, and the bits it was quantized again
+    to (0 if it was not): a K-quant float weight becomes a quantized triple, any other float tensor
+    float_dtype; Gemma 3's norms lose their shift."""
+    import mlx.core as mx
+
+    floating = mx.issubdtype(value.dtype, mx.floating)
+    if architecture == "gemma3" and gemma3.is_norm(key) and floating:
+        value = value.astype(mx.float32) - gemma3.NORM_SHIFT
+    requant = name.endswith(".weight") and gguf_type in REQUANT_BITS and floating
+    if requant and value.ndim == 2 and value.shape[-1] % 32 == 0:
+        bits = REQUANT_BITS[gguf_type]
+        wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
+        module = name.removesuffix(".weight")
+        return {f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases}, bits
+    if floating and value.dtype != float_dtype:
+        value = value.astype(float_dtype)
+    return {name: value}, 0
 
 
 def build_config(header: GGUFHeader, weights: dict[str, Any], quant: dict[str, Any]) -> dict[str, Any]:
