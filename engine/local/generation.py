@@ -311,6 +311,7 @@ def run_turn(
     if finish == FinishReason.LENGTH and reply.max_new == 0 and params.max_tokens:
         finish = FinishReason.CONTEXT
     prefill_time = prefill_done - started
+    drafted, accepted, speculation_off = _speculation_stats(spec, params, drafter)
     return TurnStats(
         prompt_tokens=len(turn.prompt_ids),
         reused_tokens=reused,
@@ -328,7 +329,16 @@ def run_turn(
         prompt_ids=tuple(turn.prompt_ids),
         reply_ids=tuple(reply.emitted),
         error=error,
-        drafted_tokens=spec.drafted if spec else 0,
-        accepted_tokens=spec.accepted if spec else 0,
-        speculation_off=_speculation_off(params, drafter) if spec is None else "",
+        drafted_tokens=drafted,
+        accepted_tokens=accepted,
+        speculation_off=speculation_off,
     )
+
+
+def _speculation_stats(
+    spec: Speculator | None, params: GenerationParams, drafter: ModelDrafter | None
+) -> tuple[int, int, str]:
+    """What speculation did in a turn: (tokens drafted, tokens accepted, why it was off: "" if it was not)."""
+    if spec is None:
+        return 0, 0, _speculation_off(params, drafter)
+    return spec.drafted, spec.accepted, ""
