@@ -96,13 +96,23 @@ def to_json(conv: Conversation) -> str:
 
 
 def _tree_json(tree: list) -> list:
-    """Each message with its parent's index, which import requires to be an earlier one: parents
-    are moved before their children, creation order kept otherwise. A parent that cannot come
-    first (itself, a cycle, one in another chat: a hand-edited database) is dropped, and its message
-    kept as a first message that is not shown, so the shown path stays what it was."""
+    """Each message with its parent's index, which import requires to be an earlier one (see
+    _parents_first); a message whose parent was dropped is a first message that is not shown."""
+    order = _parents_first(tree)
+    index: dict[int | None, int] = {m.id: i for i, (m, _) in enumerate(order)}
+    return [
+        {**_message_json(m), "parent": None if cut else index.get(m.parent_id), "active": m.active and not cut}
+        for m, cut in order
+    ]
+
+
+def _parents_first(tree: list[Message]) -> list[tuple[Message, bool]]:
+    """The messages with parents moved before their children, creation order kept otherwise, each
+    with whether its parent was dropped: a parent that cannot come first (itself, a cycle, one in
+    another chat: a hand-edited database) is, so the shown path stays what it was."""
     ids = {m.id: i for i, m in enumerate(tree)}
     waiting: dict = {}  # parent id -> its children not placed yet, oldest first
-    order: list = []  # (message, whether its parent was dropped)
+    order: list[tuple[Message, bool]] = []  # (message, whether its parent was dropped)
     placed: set = set()
 
     def place(m: Message, detached: bool = False) -> None:
@@ -125,11 +135,7 @@ def _tree_json(tree: list) -> list:
         waiting[oldest.parent_id].remove(oldest)
         waiting = {k: v for k, v in waiting.items() if v}
         place(oldest, detached=True)
-    index = {m.id: i for i, (m, _) in enumerate(order)}
-    return [
-        {**_message_json(m), "parent": None if cut else index.get(m.parent_id), "active": m.active and not cut}
-        for m, cut in order
-    ]
+    return order
 
 
 def _message_json(m: Message) -> dict:
@@ -414,14 +420,23 @@ def prompt_marks(conv: Conversation) -> dict[int, tuple[str, str]]:
         start = i
         while start > 0 and messages[start].role != MessageRole.USER:
             start -= 1  # back to the question (past tool rounds) of this reply
-        if digest and current and digest == prompt_digest(current):
-            marks[start] = (PROMPT_FIRST if start == 0 else PROMPT_SET, current)
-        elif digest:
-            marks[start] = (PROMPT_LOST, "")
-        elif above is not None:
-            marks[start] = (PROMPT_REMOVED, "")
+        mark = _prompt_mark(digest, above, current, start)
+        if mark is not None:
+            marks[start] = mark
         above = digest
     return marks
+
+
+def _prompt_mark(digest: str, above: str | None, current: str, start: int) -> tuple[str, str] | None:
+    """The mark before message `start`, whose reply was written under the prompt of `digest` ("": none)
+    where the replies above were written under `above`: (note, the prompt's text if it is `current`)."""
+    if digest and current and digest == prompt_digest(current):
+        return (PROMPT_FIRST if start == 0 else PROMPT_SET, current)
+    if digest:
+        return (PROMPT_LOST, "")
+    if above is not None:
+        return (PROMPT_REMOVED, "")
+    return None
 
 
 def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
