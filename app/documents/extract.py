@@ -60,7 +60,7 @@ class Extracted:
     original: bytes = field(default=b"", repr=False, compare=False)
 
 
-def read_bounded(path: str | os.PathLike) -> bytes:
+def read_bounded(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular file, refusing anything else before reading (FIFOs and devices never block)."""
     name = Path(path).name or str(path)
     try:
@@ -97,7 +97,7 @@ def read_bounded(path: str | os.PathLike) -> bytes:
         os.close(fd)
 
 
-def extract(path: str | os.PathLike, progress: Progress = None) -> Extracted:
+def extract(path: str | os.PathLike[str], progress: Progress = None) -> Extracted:
     """Read and extract one file; `progress(done, total)` is called per PDF page."""
     return extract_bytes(Path(path).name or str(path), read_bounded(path), progress)
 

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.core.store import Conversation, Message, MessageRole, MessageStatus
 from app.core.turns import PROMPT_KEY, cut_note, prompt_digest
@@ -95,7 +96,7 @@ def to_json(conv: Conversation) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
-def _tree_json(tree: list) -> list:
+def _tree_json(tree: list[Message]) -> list[dict[str, Any]]:
     """Each message with its parent's index, which import requires to be an earlier one (see
     _parents_first); a message whose parent was dropped is a first message that is not shown."""
     order = _parents_first(tree)
@@ -111,9 +112,9 @@ def _parents_first(tree: list[Message]) -> list[tuple[Message, bool]]:
     with whether its parent was dropped: a parent that cannot come first (itself, a cycle, one in
     another chat: a hand-edited database) is, so the shown path stays what it was."""
     ids = {m.id: i for i, m in enumerate(tree)}
-    waiting: dict = {}  # parent id -> its children not placed yet, oldest first
+    waiting: dict[int | None, list[Message]] = {}  # parent id -> its children not placed yet, oldest first
     order: list[tuple[Message, bool]] = []  # (message, whether its parent was dropped)
-    placed: set = set()
+    placed: set[int] = set()
 
     def place(m: Message, detached: bool = False) -> None:
         stack = [(m, detached)]
@@ -138,7 +139,7 @@ def _parents_first(tree: list[Message]) -> list[tuple[Message, bool]]:
     return order
 
 
-def _message_json(m: Message) -> dict:
+def _message_json(m: Message) -> dict[str, Any]:
     return {
         "role": m.role,
         "content": m.content,
@@ -150,7 +151,7 @@ def _message_json(m: Message) -> dict:
     }
 
 
-def to_markdown(conv: Conversation, names: dict | None = None) -> str:
+def to_markdown(conv: Conversation, names: dict[str, str] | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [f"# {_one_line(conv.title)}", ""]
     out += [f"- **{k}:** {v}" for k, v in _metadata(conv, names)]
@@ -185,7 +186,7 @@ def _markdown_body(m: Message) -> str:
     return "\n\n".join(parts)
 
 
-def to_text(conv: Conversation, names: dict | None = None) -> str:
+def to_text(conv: Conversation, names: dict[str, str] | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
     out += [f"{k}: {v}" for k, v in _metadata(conv, names)]
@@ -200,7 +201,7 @@ def to_text(conv: Conversation, names: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_html(conv: Conversation, for_print: bool = False, names: dict | None = None) -> str:
+def to_html(conv: Conversation, for_print: bool = False, names: dict[str, str] | None = None) -> str:
     """One self-contained page: inline CSS, no scripts, images or fonts from elsewhere.
 
     for_print renders thinking as a plain block (Qt's rich text, used for pdf, has no <details>).
@@ -349,14 +350,14 @@ def _print_message(role_class: str, role: str, blocks: list[str]) -> str:
     )
 
 
-def _code_css(parts: list) -> str:
+def _code_css(parts: list[str]) -> str:
     """Highlighted code in both palettes, following the reader's colour scheme (if any code)."""
     if not any('class="hl-' in part for part in parts):
         return ""
     return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
-def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
+def _pdf_bytes(conv: Conversation, names: dict[str, str]) -> bytes:
     from app.transcripts.export_pdf import html_to_pdf  # lazy: the only path that loads Qt
 
     return html_to_pdf(to_html(conv, for_print=True, names=names), _one_line(conv.title))
@@ -439,7 +440,7 @@ def _prompt_mark(digest: str, above: str | None, current: str, start: int) -> tu
     return None
 
 
-def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
+def _metadata(conv: Conversation, names: dict[str, str]) -> list[tuple[str, str]]:
     rows = []
     if conv.model_id:
         rows.append(("Model", names.get(conv.model_id, conv.model_id)))
@@ -451,7 +452,7 @@ def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _tool_meta(role: str, stats: dict) -> list:
+def _tool_meta(role: str, stats: dict[str, Any]) -> list[str]:
     """What a tool round adds to a message's line: the calls a reply made, or which call a result answers."""
     if role == "tool":
         bits = [f"{stats.get('name', 'tool')}" + (f" on {stats['server']}" if stats.get("server") else "")]
@@ -467,7 +468,7 @@ def _tool_meta(role: str, stats: dict) -> list:
     return []
 
 
-def _message_meta(m: Message, names: dict) -> str:
+def _message_meta(m: Message, names: dict[str, str]) -> str:
     """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s", "… · hit max tokens"."""
     bits = []
     if m.role == MessageRole.ASSISTANT and m.model_id:
