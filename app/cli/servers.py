@@ -8,7 +8,9 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
+from app.cli.parser import OneLineParser
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
 from engine.remote.urls import display_url
 from engine.types import UNREACHABLE, ModelStatus, down_state
@@ -38,7 +40,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def server_rows() -> list:
+def server_rows() -> list[dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.remote import servers
@@ -85,7 +87,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: "argparse._SubParsersAction[OneLineParser]") -> None:
     p = sub.add_parser("servers", help="model servers (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama…)")
     ssub = p.add_subparsers(dest="servers_command", required=True, metavar="{add,list,remove}")
     a = ssub.add_parser("add", help="save a server: chinwag servers add NAME URL")
