@@ -2,6 +2,7 @@
 related to the question (one line says so). Counts are the engine's, in the current model's tokens."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.core.document_block import Attachment, document_block, message_content
 from app.documents.retrieval import Index
@@ -40,7 +41,7 @@ class Turn:
 
 async def prepare(
     engine: EngineAPI,
-    history: list[dict],
+    history: list[dict[str, Any]],
     question: str,
     documents: list[Attachment],
     params: GenerationParams,

@@ -26,7 +26,7 @@ def visible_text(text: str) -> str:
     return text[:cut].rstrip()
 
 
-def run_from_stored(content: str, stats) -> ToolRun:
+def run_from_stored(content: str, stats: object) -> ToolRun:
     """A stored `tool` message (app/tools/loop.py stored_stats) as the ToolRun its block shows."""
     s = stats if isinstance(stats, dict) else {}
     call = ToolCall(str(s.get("tool_call_id", "")), str(s.get("name", "tool")), str(s.get("arguments", "{}")))
