@@ -204,7 +204,8 @@ class FakeEngine:
     async def _chat(self, conv_id, messages, params, stop):
         if self.current_model is None:
             raise ChinwagError("no model is loaded")
-        self.calls.append((conv_id, list(messages), params))
+        messages = _wire(messages)  # the real engine's edge takes ChatMessages or dicts
+        self.calls.append((conv_id, messages, params))
         self._stops[conv_id] = stop
         self._generating += 1
         reply = self.reply(messages) if callable(self.reply) else self.reply
@@ -266,10 +267,11 @@ class FakeEngine:
         return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
     async def count_prompt(self, messages, params=None):
-        return await self.count_tokens("".join(m["content"] for m in messages), params)
+        return await self.count_tokens("".join(m["content"] for m in _wire(messages)), params)
 
     async def prefill(self, conv_id, messages, params=None, progress=None):
-        self.prefills.append((conv_id, list(messages), params))
+        messages = _wire(messages)
+        self.prefills.append((conv_id, messages, params))
         total = len(self.tokens(messages[-1]["content"])) if messages else 0
         # The real engine reports before the first chunk and after each one.
         events = self.prefill_progress or [PrefillProgress(done, total, total) for done in (0, total // 2, total)]
@@ -365,3 +367,10 @@ def send(qtbot, w, text, wait=True):
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
     if wait:
         qtbot.waitUntil(lambda: w.chat.gen is None and not w.bridge.is_generating(), timeout=10_000)
+
+
+def _wire(messages) -> list[dict]:
+    """What the engine was given, in OpenAI's shape whether it came as ChatMessages or dicts (the engine's edge takes both)."""
+    from engine.types import ChatMessage
+
+    return [ChatMessage.from_openai(m).to_openai() for m in messages]

@@ -10,7 +10,7 @@ from app.core.document_block import Attachment, document_block, message_content
 from app.documents.retrieval import Index
 from engine.context.policy import reply_room
 from engine.protocol import EngineAPI
-from engine.types import ChatMessage, GenerationParams
+from engine.types import ChatMessage, GenerationParams, TokenCount
 
 # Tokens left free for the chat template's role markers around the messages.
 TEMPLATE_SLACK = 64
@@ -68,17 +68,7 @@ async def prepare(
     limit = whole[0].context_limit if whole else (await engine.count_tokens("", params)).context_limit
     free = limit - reply_room(params.max_tokens, limit) - before - asked - TEMPLATE_SLACK
     turn = Turn("", [], 0, context_limit=limit)
-    if documents and sum(w.tokens for w in whole) <= free:
-        turn.attachments = list(documents)
-        turn.document_tokens = sum(w.tokens for w in whole)
-        free -= turn.document_tokens
-    else:
-        for d, w in zip(documents, whole, strict=True):
-            indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
-            turn.notes.append(
-                f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free of {limit:,}):"
-                " sending the passages most related to each question"
-            )
+    free = _whole_or_indexed(turn, documents, whole, free, indexes)
     # Passages may take up to half the window past the system prompt: the engine then drops the oldest
     # turns to fit (engine/context/policy.py), so a follow-up's new passages beat old ones.
     free = max(free, (limit - reply_room(params.max_tokens, limit) - system - asked - TEMPLATE_SLACK) // 2)
@@ -91,6 +81,24 @@ async def prepare(
             turn.document_tokens += (await engine.count_tokens(document_block(item), params)).tokens
     turn.content = message_content(question, turn.attachments)
     return turn
+
+
+def _whole_or_indexed(
+    turn: Turn, documents: list[Attachment], whole: list[TokenCount], free: int, indexes: list[Index]
+) -> int:
+    """The documents attached whole when they all fit in `free` tokens, else each indexed for its
+    passages, with a line saying so; returns the tokens still free."""
+    if documents and sum(w.tokens for w in whole) <= free:
+        turn.attachments = list(documents)
+        turn.document_tokens = sum(w.tokens for w in whole)
+        return free - turn.document_tokens
+    for d, w in zip(documents, whole, strict=True):
+        indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
+        turn.notes.append(
+            f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free"
+            f" of {turn.context_limit:,}): sending the passages most related to each question"
+        )
+    return free
 
 
 async def _fit(

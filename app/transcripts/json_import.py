@@ -176,7 +176,7 @@ def _tree_from_json(tree: object, now: float) -> list[Message]:
 _MISSING = object()
 
 
-def _field(obj: dict, key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
+def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
     value = obj.get(key, _MISSING)
     if value is _MISSING or (value is None and default is not _MISSING):
         if default is _MISSING:
@@ -187,7 +187,7 @@ def _field(obj: dict, key: str, kind: type, where: str, default: Any = _MISSING)
     return value
 
 
-def _number(obj: dict, key: str, where: str, default: float) -> float:
+def _number(obj: dict[str, Any], key: str, where: str, default: float) -> float:
     value = obj.get(key)
     if value is None:
         return default

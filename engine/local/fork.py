@@ -7,7 +7,7 @@ of a re-read of the whole chat. The copy is exact: it holds exactly the common p
 parent's `token_ids` and what reading the fork ahead would compute (engine/local/background.py).
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.context.conversation import common_prefix
 from engine.context.prompt import History, template_messages
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from engine.local.session import Session
 
 
-def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
+def fork(session: "Session", src_id: str, dst_id: str, messages: list[Any], params: GenerationParams) -> ForkedCache:
     """Give `dst_id` a copy of `src_id`'s cache up to where the fork's prompt leaves it."""
     src = session.caches.get(src_id)
     if src is None or not src.token_ids:

@@ -32,6 +32,7 @@ from engine.types import (
     PrefillProgress,
     ResponseFormat,
     Role,
+    TextDelta,
     TokenCount,
     TurnStats,
 )
@@ -233,6 +234,7 @@ class RemoteBackend:
         task = relay.run(request, stop)
         try:
             async for event in relay.events(stop):
+                assert isinstance(event, (PrefillProgress, TextDelta, TurnStats))  # what sse.decode puts
                 yield event
             error = self._outcome(task, stop, turn)
         finally:

@@ -183,7 +183,8 @@ class ChatView(QScrollArea):
         return widget
 
     def _make(self, message_id, role, text, status, model, stats, model_id, tool=None) -> MessageWidget:
-        from app.gui.tools.messages import ToolMessage, visible_text
+        from app.gui.chat.tool_message import ToolMessage
+        from app.gui.tools.messages import visible_text
 
         calls = bool(tool) and role == MessageRole.ASSISTANT or bool(stat(stats, "tool_calls", None))
         if role == MessageRole.TOOL:  # a tool's result: its collapsed block

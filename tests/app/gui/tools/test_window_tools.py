@@ -8,8 +8,8 @@ import pytest
 from PySide6.QtGui import QAction
 
 from app.chat.turn import STOPPED_RESULT
+from app.gui.chat.tool_message import ToolMessage
 from app.gui.tools.cards import ApprovalCard, ToolResultBlock
-from app.gui.tools.messages import ToolMessage
 from app.tools import config
 from app.tools.config import Policy
 from app.tools.policy import Answer
