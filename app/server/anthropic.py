@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,7 +22,7 @@ from app.server.errors import ApiError, no_paths
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest
-from app.server.service import ChatService, Outcome, Waiting, collect
+from app.server.service import ChatService, Generated, Outcome, Waiting, collect
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -35,7 +36,7 @@ def stop_reason(outcome: Outcome) -> str:
     return "stop_sequence" if outcome.stop_sequence else "end_turn"
 
 
-def usage(outcome: Outcome | None) -> dict:
+def usage(outcome: Outcome | None) -> dict[str, Any]:
     """input_tokens: the prompt tokens computed; cache_read_input_tokens: those the cache supplied."""
     if outcome is None:
         return {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -47,7 +48,7 @@ def usage(outcome: Outcome | None) -> dict:
     }
 
 
-def tool_use(call: ToolCall) -> dict:
+def tool_use(call: ToolCall) -> dict[str, Any]:
     arguments = json.loads(call.arguments or "{}")
     # Anthropic's input is an object; a model that wrote other JSON gets it under "value".
     return {
@@ -58,7 +59,7 @@ def tool_use(call: ToolCall) -> dict:
     }
 
 
-def _event(name: str, data: dict) -> str:
+def _event(name: str, data: dict[str, Any]) -> str:
     return f"event: {name}\ndata: {json.dumps({'type': name, **data}, ensure_ascii=False)}\n\n"
 
 
@@ -69,7 +70,7 @@ class _Message:
         self.req, self.model = req, model
         self.id = "msg_" + uuid.uuid4().hex[:24]
 
-    def head(self, outcome: Outcome | None, content: list) -> dict:
+    def head(self, outcome: Outcome | None, content: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": self.id,
             "type": "message",
@@ -81,11 +82,11 @@ class _Message:
             "usage": usage(outcome),
         }
 
-    def whole(self, text: str, outcome: Outcome) -> dict:
+    def whole(self, text: str, outcome: Outcome) -> dict[str, Any]:
         content = ([{"type": "text", "text": text}] if text else []) + [tool_use(c) for c in outcome.tool_calls]
         return self.head(outcome, content)
 
-    async def stream(self, items: AsyncGenerator) -> AsyncIterator[str]:
+    async def stream(self, items: AsyncGenerator[Generated, None]) -> AsyncIterator[str]:
         """The documented events; a failed turn (or a bug mid-stream) ends with an `error` event."""
         async with aclosing(items):
             yield _event("message_start", {"message": self.head(None, [])})
@@ -98,7 +99,7 @@ class _Message:
     def _failed(self, error: str) -> str:
         return _event("error", ApiError(500, f"generation failed: {error}").anthropic_body())
 
-    async def _events(self, items: AsyncGenerator) -> AsyncIterator[str]:
+    async def _events(self, items: AsyncGenerator[Generated, None]) -> AsyncIterator[str]:
         index, text_open = 0, False
         async for item in items:
             if isinstance(item, Waiting):  # an SSE comment: clients skip it, a person reading the stream sees why

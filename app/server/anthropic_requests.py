@@ -21,10 +21,10 @@ from app.server.requests import (
     tool_arguments,
     tool_count,
 )
-from engine.types import GenerationParams
+from engine.types import ChatMessage, GenerationParams, Role, ToolCall
 
 # Fields that would change the answer if ignored: refused unless they hold their neutral value.
-UNSUPPORTED: dict[str, tuple] = {
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "mcp_servers": (None, []),
     "container": (None,),
 }
@@ -36,7 +36,8 @@ def _text(block: Any, at: str) -> str:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         kind = block.get("type") if isinstance(block, dict) else type(block).__name__
         raise bad(at, f"only text blocks ({{'type': 'text', 'text': '...'}}) are supported here, got {kind!r:.40}")
-    return block["text"]
+    text: str = block["text"]
+    return text
 
 
 def _text_blocks(content: Any, where: str) -> str:
@@ -48,13 +49,13 @@ def _text_blocks(content: Any, where: str) -> str:
     return BLOCK_JOIN.join(_text(block, f"{where}[{i}]") for i, block in enumerate(content))
 
 
-def _user(content: Any, where: str) -> list:
+def _user(content: Any, where: str) -> list[ChatMessage]:
     """A user message: a `tool` message per tool_result block, then one user message of its text."""
     if isinstance(content, str):
-        return [{"role": "user", "content": content}]
+        return [ChatMessage(Role.USER, content)]
     if not isinstance(content, list):
         raise bad(f"{where}.content", f"must be a string or a list of content blocks, got {type(content).__name__}")
-    out: list = []
+    out: list[ChatMessage] = []
     texts = []
     for i, block in enumerate(content):
         at = f"{where}.content[{i}]"
@@ -65,23 +66,24 @@ def _user(content: Any, where: str) -> list:
             result = _text_blocks(block.get("content", ""), f"{at}.content")
             if block.get("is_error") is True:
                 result = f"Error: {result}"
-            out.append({"role": "tool", "content": result, "tool_call_id": block["tool_use_id"]})
+            out.append(ChatMessage(Role.TOOL, result, tool_call_id=block["tool_use_id"]))
         elif kind == "text":
             texts.append(_text(block, at))
         else:
             raise bad(at, f"only text and tool_result blocks are supported in a user message, got {kind!r:.40}")
     if texts or not out:
-        out.append({"role": "user", "content": BLOCK_JOIN.join(texts)})
+        out.append(ChatMessage(Role.USER, BLOCK_JOIN.join(texts)))
     return out
 
 
-def _assistant(content: Any, where: str) -> dict:
+def _assistant(content: Any, where: str) -> ChatMessage:
     """An assistant message: its text, and its tool_use blocks as tool calls (as the service writes them back)."""
     if isinstance(content, str):
-        return {"role": "assistant", "content": content}
+        return ChatMessage(Role.ASSISTANT, content)
     if not isinstance(content, list):
         raise bad(f"{where}.content", f"must be a string or a list of content blocks, got {type(content).__name__}")
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[ToolCall] = []
     for i, block in enumerate(content):
         at = f"{where}.content[{i}]"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -92,19 +94,16 @@ def _assistant(content: Any, where: str) -> dict:
                 raise bad(at, "must be {'type': 'tool_use', 'id': str, 'name': str, 'input': {...}}")
             arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
             tool_arguments(arguments, f"{at}.input")  # an object, as the tool's schema has it
-            calls.append({"id": block["id"], "name": block["name"], "arguments": arguments})
+            calls.append(ToolCall(block["id"], block["name"], arguments))
         else:
             raise bad(at, f"only text and tool_use blocks are supported in an assistant message, got {kind!r:.40}")
-    message: dict = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        message["tool_calls"] = calls
-    return message
+    return ChatMessage(Role.ASSISTANT, "".join(texts), tuple(calls))
 
 
-def _messages(body: dict) -> list:
+def _messages(body: dict[str, Any]) -> tuple[ChatMessage, ...]:
     messages = message_list(body, "a conversation")
     system = body.get("system")
-    clean = [{"role": "system", "content": _text_blocks(system, "system")}] if system else []
+    clean = [ChatMessage(Role.SYSTEM, _text_blocks(system, "system"))] if system else []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -116,14 +115,14 @@ def _messages(body: dict) -> list:
             clean.append(_assistant(m.get("content"), where))
         else:
             raise bad(f"{where}.role", f"must be user or assistant, got {role!r:.40}")
-    if clean[-1]["role"] == "assistant" and clean[-1].get("tool_calls"):
+    if clean[-1].role == Role.ASSISTANT and clean[-1].tool_calls:
         raise bad("messages", "ends with tool_use blocks: send their tool_result blocks in a user message")
-    if clean[-1]["role"] == "assistant" and not clean[-1]["content"]:
+    if clean[-1].role == Role.ASSISTANT and not clean[-1].content:
         raise bad("messages", "ends with an empty assistant message")
-    return clean
+    return tuple(clean)
 
 
-def _tools(body: dict) -> tuple:
+def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """Anthropic's tool definitions as OpenAI function tools (what the chat templates read)."""
     tools, choice = body.get("tools"), body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
@@ -143,7 +142,7 @@ def _tools(body: dict) -> tuple:
     return tuple(clean)
 
 
-def _refuse_unsupported(body: dict) -> None:
+def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, neutral in UNSUPPORTED.items():
         if body.get(name) not in neutral:
             raise bad(name, f"Chinwag cannot honour {name} (it would change the answer); leave it out")
@@ -154,8 +153,8 @@ def _refuse_unsupported(body: dict) -> None:
         )
 
 
-def _params(body: dict, need_max_tokens: bool) -> GenerationParams:
-    changes: dict = {}
+def _params(body: dict[str, Any], need_max_tokens: bool) -> GenerationParams:
+    changes: dict[str, Any] = {}
     for key in ("temperature", "top_p", "top_k"):
         if body.get(key) is not None:
             changes[key] = number(body, key)
@@ -166,7 +165,7 @@ def _params(body: dict, need_max_tokens: bool) -> GenerationParams:
     return replace(GenerationParams(), **changes)
 
 
-def messages_request(body: dict, pin_header: str = "", counting: bool = False) -> GenerationRequest:
+def messages_request(body: dict[str, Any], pin_header: str = "", counting: bool = False) -> GenerationRequest:
     """A /v1/messages body (or /v1/messages/count_tokens's, `counting`: no max_tokens needed), checked."""
     _refuse_unsupported(body)
     model = body.get("model", "")
@@ -178,7 +177,7 @@ def messages_request(body: dict, pin_header: str = "", counting: bool = False) -
     messages = _messages(body)
     tools = _tools(body)
     # A last assistant message is a prefill: the reply writes on from its end.
-    prefill = messages[-1]["role"] == "assistant"
+    prefill = messages[-1].role == Role.ASSISTANT
     fmt = one_format(anthropic_format(body), anthropic_tool_choice(body.get("tool_choice"), tools), "tool_choice")
     if fmt is not None and prefill:
         raise bad(

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,7 +23,7 @@ from app.server.guard import Guard
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
-from app.server.service import ChatService, Outcome, Waiting, collect
+from app.server.service import ChatService, Generated, Outcome, Waiting, collect
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -32,7 +33,7 @@ log = logging.getLogger("chinwag.server")
 GONE = Response(status_code=499)  # never sent: the client is gone (nginx's code, for the log)
 
 
-def _usage(outcome: Outcome) -> dict:
+def _usage(outcome: Outcome) -> dict[str, Any]:
     return {
         "prompt_tokens": outcome.prompt_tokens,
         "completion_tokens": outcome.completion_tokens,
@@ -41,7 +42,7 @@ def _usage(outcome: Outcome) -> dict:
     }
 
 
-def _sse(data: dict | str) -> str:
+def _sse(data: dict[str, Any] | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
@@ -95,12 +96,12 @@ class _Shape:
         self.created = int(time.time())
         self.kind = "chat.completion" if chat else "text_completion"
 
-    def _head(self, kind: str) -> dict:
+    def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, outcome: Outcome) -> dict:
+    def whole(self, text: str, outcome: Outcome) -> dict[str, Any]:
         if self.chat:
-            message: dict = {"role": "assistant", "content": text or (None if outcome.tool_calls else "")}
+            message: dict[str, Any] = {"role": "assistant", "content": text or (None if outcome.tool_calls else "")}
             if outcome.tool_calls:
                 message["tool_calls"] = [c.to_openai() for c in outcome.tool_calls]
             choice = {"index": 0, "message": message, "finish_reason": outcome.finish_reason, "logprobs": None}
@@ -108,9 +109,9 @@ class _Shape:
             choice = {"index": 0, "text": text, "finish_reason": outcome.finish_reason, "logprobs": None}
         return {**self._head(self.kind), "choices": [choice], "usage": _usage(outcome)}
 
-    def _chunk(self, text: str | None, finish: str | None, role: bool = False) -> dict:
+    def _chunk(self, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
         if self.chat:
-            delta: dict = {} if text is None else {"content": text}
+            delta: dict[str, Any] = {} if text is None else {"content": text}
             if role:
                 delta["role"] = "assistant"
             choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
@@ -118,13 +119,13 @@ class _Shape:
         choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         return {**self._head(self.kind), "choices": [choice]}
 
-    def _tool_chunk(self, calls: Sequence[ToolCall]) -> dict:
+    def _tool_chunk(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
         """The calls as one delta (OpenAI streams them in pieces; clients join pieces by index)."""
         delta = {"tool_calls": [{"index": i, **c.to_openai()} for i, c in enumerate(calls)]}
         choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
         return {**self._head("chat.completion.chunk"), "choices": [choice]}
 
-    async def stream(self, items: AsyncGenerator) -> AsyncIterator[str]:
+    async def stream(self, items: AsyncGenerator[Generated, None]) -> AsyncIterator[str]:
         """The SSE events of a reply; a failed turn (or a bug mid-stream) still ends with an error
         event, a chunk with its finish_reason, and [DONE]."""
         async with aclosing(items):
@@ -141,16 +142,16 @@ class _Shape:
     def _failed(self, error: str) -> str:
         return _sse(ApiError(500, f"generation failed: {error}").body())
 
-    async def _events(self, items: AsyncGenerator) -> AsyncIterator[str]:
+    async def _events(self, items: AsyncGenerator[Generated, None]) -> AsyncIterator[str]:
         async for item in items:
             if isinstance(item, Waiting):  # an SSE comment: clients skip it, a person reading the stream sees why
                 yield f": {item.reason}\n\n"
-            elif not isinstance(item, Outcome):
+            elif isinstance(item, str):
                 yield _sse(self._chunk(item, None))
-            elif item.finish_reason == "error":
+            elif isinstance(item, Outcome) and item.finish_reason == "error":
                 yield self._failed(item.error)
                 yield _sse(self._chunk(None, "error"))
-            else:
+            elif isinstance(item, Outcome):
                 if item.tool_calls:
                     yield _sse(self._tool_chunk(item.tool_calls))
                 yield _sse(self._chunk(None, item.finish_reason))

@@ -15,12 +15,14 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine import paths
 from engine.atomic import write_atomic
 from engine.errors import ChinwagError
+from engine.types import ChatMessage
 
 log = logging.getLogger("chinwag.server")
 
@@ -30,8 +32,9 @@ ID_PREFIX = "api-"  # never a store id (a UUID): the window's chats and the serv
 _VERSION = 1
 
 
-def digest(message: dict) -> str:
-    text = json.dumps([message["role"], message["content"]], ensure_ascii=False)
+def digest(message: ChatMessage) -> str:
+    """A message's role and text (tool calls are in the text by then: ChatService.written_back)."""
+    text = json.dumps([str(message.role), message.content], ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -47,7 +50,7 @@ class ConversationMap:
         self.limit = limit
         self.entries: OrderedDict[str, Entry] = OrderedDict()
 
-    def route(self, model: str, messages: list, pin: str = "") -> str:
+    def route(self, model: str, messages: Sequence[ChatMessage], pin: str = "") -> str:
         """The conversation id for this request: pinned, the longest known prefix, or a new one."""
         if pin:
             return ID_PREFIX + "pin-" + hashlib.sha256(f"{model}\0{pin}".encode()).hexdigest()[:24]
@@ -59,7 +62,7 @@ class ConversationMap:
                 best, best_len = conv_id, n
         return best or ID_PREFIX + uuid.uuid4().hex[:24]
 
-    def record(self, conv_id: str, model: str, messages: list) -> list[str]:
+    def record(self, conv_id: str, model: str, messages: Sequence[ChatMessage]) -> list[str]:
         """Remember what conv_id's cache was computed from; returns the ids forgotten to stay in the limit."""
         self.entries[conv_id] = Entry(model, [digest(m) for m in messages])
         self.entries.move_to_end(conv_id)

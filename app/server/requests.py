@@ -8,11 +8,17 @@ from app.server.errors import ApiError
 from app.server.formats import one_format, openai_format, openai_tool_choice
 from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
 from engine.errors import ChinwagError
-from engine.types import GenerationParams, param_specs
+from engine.types import ChatMessage, GenerationParams, Role, ToolCall, param_specs
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+ROLES = {
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+    "user": Role.USER,
+    "assistant": Role.ASSISTANT,
+    "tool": Role.TOOL,
+}
 # Fields that would change the answer if ignored: refused unless they hold their neutral value.
-UNSUPPORTED: dict[str, tuple] = {
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "n": (None, 1),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
@@ -29,9 +35,9 @@ _SPECS = {spec.name: spec for spec in param_specs()}
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One chat or completion request, checked."""
+    """One chat or completion request, checked: its messages typed as every layer passes them."""
 
-    messages: list
+    messages: tuple[ChatMessage, ...]
     params: GenerationParams
     model: str = ""
     stream: bool = False
@@ -40,21 +46,21 @@ class GenerationRequest:
     pin: str = ""  # the `user` field or X-Chinwag-Conversation header: a conversation the client names
     # Set when `tools` were given: the reply is sent whole at its end, its calls as `tool_calls`.
     tools: bool = False
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def bad(param: str, message: str) -> ApiError:
     return ApiError(400, f"{param}: {message}", param=param)
 
 
-def _refuse_unsupported(body: dict) -> None:
+def _refuse_unsupported(body: dict[str, Any]) -> None:
     for name, neutral in UNSUPPORTED.items():
         value = body.get(name)
         if not any(value == n and type(value) is type(n) for n in neutral):  # True == 1, but n=true is no count
             raise bad(name, f"Chinwag cannot honour {name}={value!r:.40} (it would change the answer); leave it out")
 
 
-def number(body: dict, name: str, key: str | None = None) -> Any:
+def number(body: dict[str, Any], name: str, key: str | None = None) -> Any:
     """body[key] as GenerationParams' `name` (a JSON number in its range), or a 400 naming `key`."""
     spec = _SPECS[name]
     key = key or name
@@ -67,9 +73,9 @@ def number(body: dict, name: str, key: str | None = None) -> Any:
         raise ApiError(400, str(e).replace(name, key, 1), param=key) from None
 
 
-def _params(body: dict) -> GenerationParams:
+def _params(body: dict[str, Any]) -> GenerationParams:
     params = GenerationParams()
-    changes: dict = {}
+    changes: dict[str, Any] = {}
     for key in ("temperature", "top_p", "seed"):
         if body.get(key) is not None:
             changes[key] = number(body, key)
@@ -80,7 +86,7 @@ def _params(body: dict) -> GenerationParams:
     return replace(params, **changes)
 
 
-def _tools(body: dict) -> tuple:
+def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The tool definitions (OpenAI's function tools), checked; () without tools or with tool_choice "none"."""
     tools = body.get("tools")
     if tools is None or body.get("tool_choice") == "none":
@@ -95,7 +101,7 @@ def _tools(body: dict) -> tuple:
     return tuple(clean)
 
 
-def tool_count(tools: Any, param: str = "tools") -> list:
+def tool_count(tools: Any, param: str = "tools") -> list[Any]:
     if not isinstance(tools, list):
         raise bad(param, f"must be a list of tool definitions, got {type(tools).__name__}")
     if len(tools) > MAX_TOOLS:
@@ -103,7 +109,7 @@ def tool_count(tools: Any, param: str = "tools") -> list:
     return tools
 
 
-def function_tool(fn: dict, where: str, schema: str) -> dict:
+def function_tool(fn: dict[str, Any], where: str, schema: str) -> dict[str, Any]:
     """One tool definition, checked, in the OpenAI function form the chat templates read:
     `fn` holds name, description and its JSON Schema under `schema` (parameters, or input_schema)."""
     if not isinstance(fn.get("name"), str) or not fn["name"]:
@@ -112,7 +118,7 @@ def function_tool(fn: dict, where: str, schema: str) -> dict:
         raise bad(f"{where}.description", "must be a string")
     if not isinstance(fn.get(schema, {}), dict):
         raise bad(f"{where}.{schema}", "must be a JSON Schema object")
-    keep = {k: fn[k] for k in ("name", "description") if k in fn}
+    keep: dict[str, Any] = {k: fn[k] for k in ("name", "description") if k in fn}
     if schema in fn:
         keep["parameters"] = fn[schema]
     return {"type": "function", "function": keep}
@@ -122,7 +128,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def tool_arguments(text: str, where: str) -> dict:
+def tool_arguments(text: str, where: str) -> dict[str, Any]:
     """A tool call's arguments: JSON text of an object ("" is {}); NaN, Infinity or a list are refused."""
     try:
         value = json.loads(text or "{}", parse_constant=_no_constant)
@@ -133,8 +139,8 @@ def tool_arguments(text: str, where: str) -> dict:
     return value
 
 
-def _tool_calls(calls: Any, where: str) -> list:
-    """An assistant message's tool_calls as the client sent them back: [{'id', 'name', 'arguments'}]."""
+def _tool_calls(calls: Any, where: str) -> tuple[ToolCall, ...]:
+    """An assistant message's tool_calls as the client sent them back (arguments as the text it sent)."""
     if not isinstance(calls, list):
         raise bad(where, f"must be a list of tool calls, got {type(calls).__name__}")
     clean = []
@@ -148,8 +154,8 @@ def _tool_calls(calls: Any, where: str) -> list:
         if not isinstance(call_id, str):
             raise bad(f"{where}[{i}].id", "must be a string")
         tool_arguments(fn["arguments"], f"{where}[{i}].function.arguments")
-        clean.append({"id": call_id, "name": fn["name"], "arguments": fn["arguments"]})
-    return clean
+        clean.append(ToolCall(call_id, fn["name"], fn["arguments"]))
+    return tuple(clean)
 
 
 def stop_sequences(stop: Any, param: str = "stop") -> tuple[str, ...]:
@@ -179,7 +185,7 @@ def _content(content: object, where: str) -> str:
     raise bad(f"{where}.content", f"must be a string or a list of text parts, got {type(content).__name__}")
 
 
-def message_list(body: dict, what: str = "a chat") -> list:
+def message_list(body: dict[str, Any], what: str = "a chat") -> list[Any]:
     """The body's `messages`: a list of 1 to MAX_MESSAGES entries (each checked by its wire's parser)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -191,9 +197,9 @@ def message_list(body: dict, what: str = "a chat") -> list:
     return messages
 
 
-def _messages(body: dict) -> list:
+def _messages(body: dict[str, Any]) -> tuple[ChatMessage, ...]:
     messages = message_list(body)
-    clean = []
+    clean: list[ChatMessage] = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -201,18 +207,18 @@ def _messages(body: dict) -> list:
         role = m.get("role")
         if role not in ROLES:
             raise bad(f"{where}.role", f"must be one of system, developer, user, assistant, tool; got {role!r:.40}")
-        message: dict[str, Any] = {"role": ROLES[role], "content": _content(m.get("content"), where)}
+        calls: tuple[ToolCall, ...] = ()
         if role == "assistant" and m.get("tool_calls"):  # the service writes the calls back as the model made them
-            message["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
-        if role == "tool" and isinstance(m.get("tool_call_id"), str):  # which call it answers, as the window keeps it
-            message["tool_call_id"] = m["tool_call_id"]
-        clean.append(message)
-    if all(m["role"] == "system" for m in clean):
+            calls = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        call_id = m.get("tool_call_id") if role == "tool" else ""  # which call it answers, as the window keeps it
+        content = _content(m.get("content"), where)
+        clean.append(ChatMessage(ROLES[role], content, calls, call_id if isinstance(call_id, str) else ""))
+    if all(m.role == Role.SYSTEM for m in clean):
         raise bad("messages", "has no user message")
-    return clean
+    return tuple(clean)
 
 
-def _common(body: dict, messages: list, pin_header: str) -> GenerationRequest:
+def _common(body: dict[str, Any], messages: tuple[ChatMessage, ...], pin_header: str) -> GenerationRequest:
     _refuse_unsupported(body)
     model = body.get("model", "")
     if not isinstance(model, str):
@@ -240,11 +246,11 @@ def _common(body: dict, messages: list, pin_header: str) -> GenerationRequest:
     )
 
 
-def chat_request(body: dict, pin_header: str = "") -> GenerationRequest:
+def chat_request(body: dict[str, Any], pin_header: str = "") -> GenerationRequest:
     return _common(body, _messages(body), pin_header)
 
 
-def completion_request(body: dict, pin_header: str = "") -> GenerationRequest:
+def completion_request(body: dict[str, Any], pin_header: str = "") -> GenerationRequest:
     """A plain prompt, sent to the model as one user message (through its chat template)."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -253,4 +259,4 @@ def completion_request(body: dict, pin_header: str = "") -> GenerationRequest:
         raise bad("prompt", "must be a non-empty string (one prompt per request)")
     if body.get("tools"):
         raise bad("tools", "tools are for /v1/chat/completions, not plain completions")
-    return _common(body, [{"role": "user", "content": prompt}], pin_header)
+    return _common(body, (ChatMessage(Role.USER, prompt),), pin_header)

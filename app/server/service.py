@@ -10,11 +10,10 @@ import json
 import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import Any
 
 from app.chat.events import Delta, Reading
 from app.chat.stream import EngineTurn, Streamed
@@ -24,7 +23,7 @@ from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import ChatMessage, EngineStatus, FinishReason, ModelStatus, ToolCall, TurnOrigin, TurnStats
+from engine.types import ChatMessage, EngineStatus, FinishReason, ModelStatus, Role, ToolCall, TurnOrigin, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
 TOOL_REPLIES = 256  # replies with tool calls remembered, so a client's echo of them is the model's exact text
@@ -92,6 +91,9 @@ class Outcome:
     tool_calls: tuple[ToolCall, ...] = ()  # engine.types.ToolCall, when finish_reason is tool_calls
     stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
     context_full: bool = False  # "length" because the context window is full, not max_tokens
+
+
+Generated = Started | Waiting | str | Outcome  # what ChatService.generate yields
 
 
 async def collect(items: AsyncIterator[object]) -> tuple[str, Outcome]:
@@ -178,7 +180,7 @@ class ChatService:
         self.tool_replies: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.real_ids: dict[str, str] = {}  # a public model id -> the engine's
 
-    def written_back(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def written_back(self, messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
         """Messages as the engine takes them: an assistant message's tool_calls back in its text.
 
         A reply this server made is its exact generated text (so its cache is reused); one it does
@@ -187,19 +189,18 @@ class ChatService:
         """
         out = []
         for m in messages:
-            calls = m.get("tool_calls")
-            if not calls:
+            if not m.tool_calls:
                 out.append(m)
                 continue
-            text = self.tool_replies.get(tuple(c["id"] for c in calls))
+            text = self.tool_replies.get(tuple(c.id for c in m.tool_calls))
             if text is None:
                 blocks = [
-                    f'<tool_call>\n{{"name": {json.dumps(c["name"])}, "arguments": {c["arguments"] or "{}"}}}\n</tool_call>'
-                    for c in calls
+                    f'<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments or "{}"}}}\n</tool_call>'
+                    for c in m.tool_calls
                 ]
-                text = "\n".join(([m["content"]] if m["content"] else []) + blocks)
-            out.append({"role": m["role"], "content": text})
-        return out
+                text = "\n".join(([m.content] if m.content else []) + blocks)
+            out.append(replace(m, content=text, tool_calls=()))
+        return tuple(out)
 
     async def model_ids(self) -> list[str]:
         """The local models a client may name (as `chinwag models --json` ids, a folder by its name),
@@ -283,11 +284,7 @@ class ChatService:
             yield Waiting(line)
         turn = EngineTurn(self.engine, conv_id, origin=TurnOrigin.SERVER)
         try:
-            messages = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
-        except ChinwagError as e:
-            raise ApiError(400, no_paths(str(e))) from None
-        try:
-            async with aclosing(turn.events(messages, request.params)) as events:
+            async with aclosing(turn.events(request.messages, request.params)) as events:
                 async for event in events:
                     text = self._served(served, event, turn, bool(request.tools))
                     if text:
@@ -372,7 +369,7 @@ class ChatService:
         client sends back next; a stopped one is not."""
         ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
         complete = served.scanner.hit or stats.finish_reason in ended
-        seen = request.messages + ([{"role": "assistant", "content": "".join(served.reply)}] if complete else [])
+        seen = request.messages + ((ChatMessage(Role.ASSISTANT, "".join(served.reply)),) if complete else ())
         self._forget_later.extend(self.conversations.record(conv_id, model, seen))
         while self._forget_later:  # conversations past the map's limit: their caches go too
             await self.engine.forget(self._forget_later.pop())
