@@ -2,18 +2,21 @@
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from app.core.attachments import StoredAttachment
 from app.core.document_block import Attachment, message_content
 from app.documents import limits
 from app.documents.extract import extract
 from app.documents.turn import Turn, prepare
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import GenerationParams
+from engine.types import BackgroundPrefill, ChatMessage, GenerationParams, Messages, Role
 
 
-def read_all(paths: list[str]) -> list[Attachment]:
+def read_all(paths: Sequence[str | Path]) -> list[Attachment]:
     """Extract every file now (bad input: ChinwagError, one line naming the file)."""
     if len(paths) > limits.MAX_FILES_PER_MESSAGE:
         raise ChinwagError(f"too many files for one message: {len(paths)}, the limit is {limits.MAX_FILES_PER_MESSAGE}")
@@ -25,8 +28,8 @@ def read_all(paths: list[str]) -> list[Attachment]:
 
 
 async def read_ahead(
-    engine: EngineAPI, conv: str, messages: list, pending: list[Attachment], params: GenerationParams
-) -> asyncio.Task | None:
+    engine: EngineAPI, conv: str, messages: Messages, pending: list[Attachment], params: GenerationParams
+) -> asyncio.Task[BackgroundPrefill] | None:
     """Start reading the documents into the cache while the question is typed (if they fit whole).
 
     The caller keeps the task (asyncio holds only a weak reference); sending preempts it.
@@ -38,22 +41,22 @@ async def read_ahead(
         print("attached " + ", ".join(a.name for a in pending) + ": " + "; ".join(turn.notes), file=sys.stderr)
         return None
     print(f"attached {turn.summary}: reading it while you type", file=sys.stderr)
-    draft = messages + [{"role": "user", "content": message_content("", pending)}]
+    draft = [*messages, ChatMessage(Role.USER, message_content("", pending))]
     return asyncio.ensure_future(engine.prefill(conv, draft, params))
 
 
-def stored(turn: Turn) -> list:
+def stored(turn: Turn) -> list[StoredAttachment]:
     """What the store keeps of a turn's documents; rebuilt, they give the same message text."""
     return turn.stored()
 
 
-def script_turns(script_path: str | Path, turns: list) -> list[tuple[str, list[Attachment]]]:
+def script_turns(script_path: str | Path, turns: list[Any]) -> list[tuple[str, list[Attachment]]]:
     """Replay turns: a string, or {"content": "...", "attachments": ["relative/path.pdf", ...]}.
 
     Paths are relative to the script; every document is read before the model loads.
     """
     base = Path(script_path).parent
-    out: list = []
+    out: list[tuple[str, list[Attachment]]] = []
     for i, turn in enumerate(turns):
         if isinstance(turn, str):
             out.append((turn, []))

@@ -37,13 +37,13 @@ class Policy(StrEnum):
 class ServerConfig:
     name: str
     command: str = ""  # stdio
-    args: tuple = ()
-    env: dict = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
     url: str = ""  # streamable HTTP
-    headers: dict = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     enabled: bool = True
     policy: Policy = Policy.ASK  # for its tools that have no policy of their own
-    tool_policies: dict = field(default_factory=dict)  # tool name -> Policy
+    tool_policies: dict[str, Policy] = field(default_factory=dict)
 
     @property
     def transport(self) -> str:
@@ -59,7 +59,7 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class ToolsConfig:
-    servers: tuple  # ServerConfig, in the file's order
+    servers: tuple[ServerConfig, ...]  # in the file's order
     max_rounds: int = DEFAULT_MAX_ROUNDS
 
     def server(self, name: str) -> ServerConfig:
@@ -69,7 +69,7 @@ class ToolsConfig:
         raise ChinwagError(f"no MCP server named {name!r} in {mcp_path()}")
 
     @property
-    def enabled(self) -> tuple:
+    def enabled(self) -> tuple[ServerConfig, ...]:
         return tuple(s for s in self.servers if s.enabled)
 
 
@@ -106,7 +106,7 @@ def parse_json(raw: bytes, path: Path | str) -> object:
         raise ChinwagError(f"{path} is nested too deeply") from None
 
 
-def _strings(value: object, where: str, path: Path | str) -> dict:
+def _strings(value: object, where: str, path: Path | str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
@@ -114,7 +114,7 @@ def _strings(value: object, where: str, path: Path | str) -> dict:
     return dict(value)
 
 
-def parse_servers(data: object, path: Path | str) -> list:
+def parse_servers(data: object, path: Path | str) -> list[ServerConfig]:
     """The servers of an mcp.json document (without Chinwag's settings); ChinwagError naming the place."""
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
         raise ChinwagError(f'{path}: expected {{"mcpServers": {{"NAME": {{...}}}}}} at the top')
@@ -200,7 +200,7 @@ def add_server(
     data = _read(path, {"mcpServers": {}})
     parse_servers(data, path)  # a broken file is reported, never overwritten
     assert isinstance(data, dict)
-    entry: dict = {"url": url} if url else {"command": command, "args": list(args)}
+    entry: dict[str, Any] = {"url": url} if url else {"command": command, "args": list(args)}
     if url and headers:
         entry["headers"] = dict(headers)
     if not url and env:
@@ -226,7 +226,7 @@ def remove_server(name: str) -> None:
         _write(settings_path(), settings)
 
 
-def _update_settings(name: str, change: Callable[[dict], None]) -> None:
+def _update_settings(name: str, change: Callable[[dict[str, Any]], None]) -> None:
     load().server(name)  # it exists, and both files are readable
     settings = _read(settings_path(), {})
     assert isinstance(settings, dict)
@@ -257,7 +257,7 @@ def set_max_rounds(rounds: int) -> None:
     _write(settings_path(), settings)
 
 
-def import_file(source: str | Path) -> list:
+def import_file(source: str | Path) -> list[str]:
     """Add every server of another app's mcp.json (Claude Desktop, Cursor, LM Studio); their names."""
     source = Path(source)
     servers = parse_servers(_read(source, None) if source.exists() else _missing(source), source)
