@@ -52,10 +52,11 @@ class EngineTurn:
         params: GenerationParams,
         text: str = "",
         grow: Callable[[str], None] = lambda text: None,
-        kept: Callable[[str], None] = lambda text: None,
+        kept: Callable[[str, bool], None] = lambda text, cancelled: None,
     ) -> Streamed:
         """The turn, streamed: `grow` gets the text so far after each piece; a cancelled task (Ctrl+C,
-        a window that closes) or a bug stops the engine's turn and hands `kept` what was generated."""
+        a window that closes) or a bug stops the engine's turn and hands `kept` what was generated, and
+        whether it was cancelled (a bug is not: its reply failed)."""
         parts, stats = [text], None
         self.streaming = True
         events = self._handle = self.engine.chat(self.conv_id, list(messages), params, origin=self.origin)
@@ -73,9 +74,9 @@ class EngineTurn:
                     stats = ev
         except ChinwagError as e:  # refused (a prompt longer than the context...): the reply fails, the chat goes on
             return Streamed("".join(parts), None, str(e))
-        except BaseException:
+        except BaseException as e:
             events.stop()
-            kept("".join(parts))
+            kept("".join(parts), isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)))
             raise
         finally:
             self.streaming = False

@@ -192,7 +192,9 @@ class TurnDriver:
                 params,
                 text,
                 grow=lambda so_far: self.transcript.grow(msg_id, so_far),
-                kept=lambda so_far: self.transcript.end(msg_id, so_far, MessageStatus.STOPPED, None),
+                kept=lambda so_far, cancelled: self.transcript.end(
+                    msg_id, so_far, MessageStatus.STOPPED if cancelled else MessageStatus.FAILED, None
+                ),
             )
         finally:
             self._engine_turn = None
