@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.backend import ChatEvent, StopSignal
 from engine.errors import ChinwagError
+from engine.local.batcher import Batcher
 from engine.log import report_bug
 from engine.types import (
     BackgroundPrefill,
@@ -114,6 +115,7 @@ class LocalBackend:
         self._cancel_background = threading.Event()
         self.thread: EngineThread | None = None
         self.session: Session | None = None
+        self.batcher: Batcher | None = None  # concurrent turns decode together (engine/local/batcher.py)
         self._started: concurrent.futures.Future | None = None
         self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
 
@@ -146,6 +148,7 @@ class LocalBackend:
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
             self.thread = EngineThread()
+            self.batcher = Batcher(self.thread, self.queued_session)
             self._started = self.thread.submit(self._create_session)
         return self._started
 
@@ -195,7 +198,7 @@ class LocalBackend:
             thread, self.thread = self.thread, None
             try:  # save the recent caches (engine/context/memory.py) so the next start reuses them
                 if self.session is not None:
-                    await asyncio.wrap_future(thread.submit(self.session.close, self.save_seconds))
+                    await asyncio.wrap_future(thread.submit(self.drained(self.session.close), self.save_seconds))
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
@@ -203,11 +206,11 @@ class LocalBackend:
         """The options the next load uses: the thread's own copy, changed on the thread."""
         self._options = (self._options[0], self._options[1], kv, limit)
         if self.session is not None or self.thread is not None:
-            await self.call(lambda: self.running()[1].configure(kv, limit))
+            await self.call(self.drained(lambda: self.running()[1].configure(kv, limit)))
 
     async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
-        info = await self.call(self._session_load, spec, progress)
+        info = await self.call(self.drained(self._session_load), spec, progress)
         self.kv_bytes = 0
         return info
 
@@ -233,7 +236,8 @@ class LocalBackend:
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
+        assert self.batcher is not None, "started with its thread"
+        future = self.batcher.submit(conversation_id, messages, params, stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
         try:
             while True:
@@ -250,6 +254,18 @@ class LocalBackend:
         finally:
             if not future.done():
                 stop.set()
+
+    def drained(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` as a job that first decodes the batch's turns to their ends: a load, a fork, a
+        forget or closing never runs in the middle of a reply (as when a turn was one job)."""
+
+        def job(*args: Any) -> Any:
+            if self.batcher is not None:
+                self.batcher.drain()
+            return fn(*args)
+
+        job.__name__ = getattr(fn, "__name__", "a job")
+        return job
 
     # --- background work ----------------------------------------------------
 
@@ -269,7 +285,8 @@ class LocalBackend:
         """A normal job, not background work: queued now, so the fork's first `chat` finds the copy."""
         if self.thread is None:
             return asyncio.sleep(0, ForkedCache(0, 0, "the engine has not started"))
-        return asyncio.wrap_future(self.running()[0].submit(self._session_fork, src_id, dst_id, messages, params))
+        fork = self.drained(self._session_fork)
+        return asyncio.wrap_future(self.running()[0].submit(fork, src_id, dst_id, messages, params))
 
     def _session_fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
         from engine.local.fork import fork
@@ -279,7 +296,8 @@ class LocalBackend:
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
         if self.thread is None:
             return asyncio.sleep(0, False)
-        return asyncio.wrap_future(self.running()[0].submit(self._session_adopt, draft_id, conversation_id))
+        adopt = self.drained(self._session_adopt)
+        return asyncio.wrap_future(self.running()[0].submit(adopt, draft_id, conversation_id))
 
     def _session_adopt(self, draft_id: str, conversation_id: str) -> bool:
         from engine.local.background import adopt
@@ -310,7 +328,7 @@ class LocalBackend:
         thread = self.running()[0]
 
         def should_stop() -> bool:
-            return cancel.is_set() or thread.waiting()
+            return cancel.is_set() or thread.waiting() or bool(self.batcher and self.batcher.rows)
 
         self._background = future = thread.submit(fn, *args, should_stop)
         future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
@@ -344,7 +362,7 @@ class LocalBackend:
     async def forget(self, conversation_id: str) -> None:
         if self.thread is not None:
             await self.start()  # the session exists once start has finished
-            await self.call(self.running()[1].forget, conversation_id)
+            await self.call(self.drained(self.running()[1].forget), conversation_id)
         else:  # not started: no cache in memory, but files saved by an earlier run may be there
             from engine.paths import forget_saved_caches
 
