@@ -22,6 +22,7 @@ from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
 from engine.local.batch import batch_refusal, model_refusal
+from engine.local.constrained import check_tool_format
 from engine.local.generation import TurnInput, TurnRun, prefill
 from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
 from engine.local.wired import WiredLimit
@@ -33,6 +34,7 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     ModelInfo,
+    OutputKind,
     PrefillProgress,
     TextDelta,
     TurnStats,
@@ -289,6 +291,9 @@ class Session:
         params = params or GenerationParams()
         messages = check_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
+        fmt = params.response_format
+        if fmt is not None and fmt.kind == OutputKind.TOOL_CALL:  # refused before the turn, not as its error
+            check_tool_format(self.tokenizer)
         if conv is None:
             conv = self.new_cache(conv_id, history, turn, params)
         history.start = plan.start
