@@ -12,6 +12,9 @@ max_tokens, the context limit) without disturbing the others.
 
 At most MAX_ROWS rows decode at once; further turns wait, as do turns on a conversation
 that already has a row (its cache is written by one turn at a time).
+
+Imports no MLX (engine/local/backend.py imports it before OpenBLAS is preloaded): the modules that
+do are imported on the engine thread, when a turn is admitted.
 """
 
 import concurrent.futures
@@ -22,8 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ChinwagError
-from engine.local import batch
-from engine.local.speculative import speculation_enabled
 from engine.log import report_bug
 from engine.types import GenerationParams
 
@@ -85,6 +86,8 @@ class Batcher:
     # --- engine thread --------------------------------------------------------
 
     def _admit(self, request: Request) -> None:
+        from engine.local.speculative import speculation_enabled
+
         session = self._session()
         with self._lock:
             alone = self._live == 1
@@ -127,6 +130,8 @@ class Batcher:
         rows = list(self.rows)
         self.peak_rows = max(self.peak_rows, len(rows))
         ended: list[Row] = []
+        from engine.local import batch
+
         try:
             fed = batch.step(self._session().model, [row.turn.run for row in rows])
         except Exception as e:  # noqa: BLE001 - every row ends; the caches are repaired

@@ -126,3 +126,13 @@ def test_what_cannot_batch_says_why():
     assert "seed" in batch_refusal("", None, GenerationParams(seed=1))
     assert "speculative" in batch_refusal("", None, GenerationParams(speculative=True))
     assert "constrained" in batch_refusal("", None, GenerationParams(response_format={"type": "json_object"}))
+
+
+def test_importing_the_engine_and_its_batcher_imports_no_mlx():
+    """OpenBLAS must be preloaded before mlx is imported (engine/local/blas.py): the batcher waits for the engine thread."""
+    import subprocess
+    import sys
+
+    code = "import sys, engine, engine.local.backend, engine.local.batcher; print('mlx.core' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
