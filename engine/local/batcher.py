@@ -108,6 +108,7 @@ class Batcher:
             return
         if turn.run.start():
             self.rows.append(Row(request, turn))
+            session.caches.decoding.add(request.conv_id)  # another row's end must not evict this cache
             self._schedule()
         else:
             self._settle(request, session.close_turn, turn)
@@ -147,6 +148,7 @@ class Batcher:
                     ended.append(row)
         for row in ended:
             self.rows.remove(row)
+            self._session().caches.decoding.discard(row.request.conv_id)
             self._settle(row.request, self._session().close_turn, row.turn)
         if ended:
             self._admit_waiting()

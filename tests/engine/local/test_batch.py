@@ -136,3 +136,23 @@ def test_importing_the_engine_and_its_batcher_imports_no_mlx():
     code = "import sys, engine, engine.local.backend, engine.local.batcher; print('mlx.core' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_row_ending_never_evicts_the_cache_of_a_row_still_decoding(engine_with):
+    """A budget of one byte: each cache is evicted (written to disk) as soon as its turn ends, never before."""
+
+    def follow_up(prompt: list, reply: str) -> list:
+        return [*prompt, {"role": "assistant", "content": reply}, {"role": "user", "content": "more"}]
+
+    async def main(engine):
+        engine._local.idle_work = False
+        firsts = await asyncio.gather(*(collect(engine, f"c{i}", m, GREEDY) for i, m in enumerate(PROMPTS[:3])))
+        peak = engine._local.batcher.peak_rows
+        seconds = [await collect(engine, f"c{i}", follow_up(PROMPTS[i], firsts[i][0]), GREEDY) for i in range(3)]
+        return firsts, seconds, peak
+
+    firsts, seconds, peak = engine_with(main, memory_budget_bytes=1)
+    assert peak == 3
+    for (_, first), (_, second) in zip(firsts, seconds, strict=True):
+        held = len(first.prompt_ids) + len(first.reply_ids)
+        assert second.reused_tokens == held  # the saved cache held the whole turn: prompt and reply
