@@ -5,10 +5,11 @@ before), then joins the batch as a row; a step job decodes every row by one toke
 (engine/local/batch.py) until another job waits, then queues itself again, so a new turn's
 prefill, or any other job, runs between steps. A turn that cannot batch (`batch_refusal`)
 runs alone as before, in turn. A turn alone on the engine, with speculation on by default
-(on a CPU), also runs alone as before: one client sees exactly what it saw; once several
-turns are in flight they batch and speculation is off for them (4 clients are faster
-batched: bench/figures/concurrent.py). A row ends on its own (end of sequence, Stop,
-max_tokens, the context limit) without disturbing the others.
+(on a CPU), also decodes alone as before (one client sees exactly what it saw) until another
+turn comes: then it leaves its speculative decoding after the token it is at and goes on as a
+row (`TurnRun.decode(join=...)`); in a batch, speculation is off (4 clients are faster batched
+than speculating one after another: bench/figures/concurrent.py). A row ends on its own (end
+of sequence, Stop, max_tokens, the context limit) without disturbing the others.
 
 At most MAX_ROWS rows decode at once; further turns wait, as do turns on a conversation
 that already has a row (its cache is written by one turn at a time).
@@ -92,26 +93,33 @@ class Batcher:
         with self._lock:
             alone = self._live == 1
         refusal = session.batch_refusal(request.conv_id, request.params)
-        if refusal or (alone and not self.rows and speculation_enabled(request.params)):
+        if refusal:
             args = (request.conv_id, request.messages, request.params, request.should_stop, request.emit)
             self._settle(request, session.chat, *args)
             return
         if len(self.rows) >= MAX_ROWS or any(row.request.conv_id == request.conv_id for row in self.rows):
             self._waiting.append(request)
             return
+        solo = alone and not self.rows and speculation_enabled(request.params)
         try:
             turn = session.open_turn(
-                request.conv_id, request.messages, request.params, request.should_stop, request.emit, batched=True
+                request.conv_id, request.messages, request.params, request.should_stop, request.emit, batched=not solo
             )
         except BaseException as e:  # noqa: BLE001 - settled with it, as the job would be
             self._settle(request, _raise, e)
             return
-        if turn.run.start():
+        # Alone, it speculates as before, until another turn comes: then it goes on in the batch.
+        if turn.run.start() and (not solo or turn.run.decode(join=self._others)):
             self.rows.append(Row(request, turn))
             session.caches.decoding.add(request.conv_id)  # another row's end must not evict this cache
             self._schedule()
         else:
             self._settle(request, session.close_turn, turn)
+
+    def _others(self) -> bool:
+        """Whether a turn other than the one decoding alone has come (its admission waits)."""
+        with self._lock:
+            return self._live > 1
 
     def _schedule(self) -> None:
         if not self._stepping:
@@ -142,6 +150,9 @@ class Batcher:
             ended = rows
         else:
             for row, tok in zip(rows, fed, strict=True):
+                if row.turn.run.replay:  # emitted while it decoded alone
+                    row.turn.run.replay = False
+                    continue
                 finish = row.turn.run.reply.push(tok)
                 if finish is not None:
                     row.turn.run.ended(finish)

@@ -186,13 +186,16 @@ class _Reply:
         self.emitted: list[int] = []
         self.first_at: float | None = None
 
-    def take(self, tokens: Generator[int, None, None]) -> FinishReason:
-        """Consume tokens until the turn ends; the generator is closed then (it trims what was not taken)."""
+    def take(self, tokens: Generator[int, None, None], leave: Callable[[], bool] | None = None) -> FinishReason | None:
+        """Consume tokens until the turn ends, or (None) until `leave` says so after a token; the
+        generator is closed then (it trims what was not taken)."""
         with closing(tokens):
             for tok in tokens:
                 ended = self.push(tok)
                 if ended:
                     return ended
+                if leave is not None and leave():
+                    return None
         return FinishReason.LENGTH  # not reached: the generators never end
 
     def push(self, tok: int) -> FinishReason | None:
@@ -291,6 +294,7 @@ class TurnRun:
         self.spec: Speculator | None = None
         self.sampling: TokenSampler | None = None
         self.y: mx.array | None = None  # the token sampled next, not yet in the cache
+        self.replay = False  # `y` was emitted already (see rejoin)
 
     def start(self) -> bool:
         """Prefill and sample the first token; True if decoding follows (from `self.y`)."""
@@ -319,9 +323,11 @@ class TurnRun:
             self.fail(e)
         return False
 
-    def decode(self) -> None:
-        """Decode alone (plain or speculative) until the turn ends."""
+    def decode(self, join: Callable[[], bool] | None = None) -> bool:
+        """Decode alone (plain or speculative) until the turn ends; or, once `join` says so after a
+        token, stop and return True: the turn goes on as a row of a batch (engine/local/batcher.py)."""
         assert self.y is not None and self.sampling is not None, "decode before start"
+        leave = join if join is not None and not self.sampling.processors else None  # (their history: see rejoin)
         try:
             if self.spec is None:
                 tokens = generate_step(self.model, self.conv, self.y, self.sampling)
@@ -329,10 +335,24 @@ class TurnRun:
                 tokens = speculative_generate_step(
                     self.model, self.conv, self.y, self.sampling, self.spec, self.reply.max_new
                 )
-            self.finish = self.reply.take(tokens)
+            finish = self.reply.take(tokens, leave)
+            if finish is None:
+                self.rejoin()
+                return True
+            self.finish = finish
             self.conv.eval()
         except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired
             self.fail(e)
+        return False
+
+    def rejoin(self) -> None:
+        """After decoding alone: the last token emitted leaves the cache and becomes `y` again, fed
+        by the batch's next step (which emits it no second time, `replay`), so a row starts as after
+        `start`. The sampler's history would hold it twice: turns with logits processors never rejoin."""
+        last = self.conv.token_ids[-1]
+        self.conv.truncate(len(self.conv.token_ids) - 1)
+        self.y = mx.array([last])
+        self.replay = True
 
     def ended(self, finish: FinishReason) -> None:
         """A row of a batch ends (engine/local/batcher.py): its cache is computed."""

@@ -156,3 +156,37 @@ def test_a_row_ending_never_evicts_the_cache_of_a_row_still_decoding(engine_with
     for (_, first), (_, second) in zip(firsts, seconds, strict=True):
         held = len(first.prompt_ids) + len(first.reply_ids)
         assert second.reused_tokens == held  # the saved cache held the whole turn: prompt and reply
+
+
+def test_a_turn_speculating_alone_joins_the_batch_when_another_comes(engine_with):
+    long = GenerationParams(temperature=0.0, max_tokens=64)  # speculative by default on a CPU, alone
+
+    async def main(engine):
+        alone = [await collect(engine, f"alone-{i}", PROMPTS[i], long) for i in (1, 2)]
+        engine._local.batcher.peak_rows = 0
+        first_tokens = asyncio.Event()
+
+        async def first():
+            text, stats, deltas = "", None, 0
+            async for ev in engine.chat("first", PROMPTS[1], long):
+                if isinstance(ev, TextDelta):
+                    text += ev.text
+                    deltas += 1
+                    if deltas == 5:
+                        first_tokens.set()
+                elif isinstance(ev, TurnStats):
+                    stats = ev
+            return text, stats
+
+        async def second():
+            await first_tokens.wait()
+            return await collect(engine, "second", PROMPTS[2], long)
+
+        both = await asyncio.gather(first(), second())
+        return alone, both, engine._local.batcher.peak_rows
+
+    alone, both, peak = engine_with(main)
+    assert peak == 2  # the first left its decoding alone for the batch
+    assert [t for t, _ in both] == [t for t, _ in alone]
+    assert [s.reply_ids for _, s in both] == [s.reply_ids for _, s in alone]
+    assert both[0][1].generated_tokens == 64
