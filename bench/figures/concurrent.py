@@ -207,7 +207,8 @@ def section(d, res):
         "order alternating by level). Tokens/s is a level's completion tokens over its wall time; the ratio is "
         "to one client at a time on the same server. Same replies: how many equal that request's reply with one "
         "client (on the same server). Chinwag decodes concurrent turns in one batch (engine/local/batcher.py); "
-        "a turn alone keeps its speculative decoding, turns in a batch decode one token a pass.",
+        "a turn alone speculates (the CPU's default) until another turn comes, turns in a batch decode one "
+        "token a pass.",
         "",
         table(
             [
@@ -239,7 +240,12 @@ def section(d, res):
             ],
         ),
         "",
-        f"The mask costs {f(mask['mask_ms_per_token'], 1)} ms per token here.",
+        (
+            f"The mask costs {f(mask['mask_ms_per_token'], 1)} ms per token here."
+            if mask["mask_ms_per_token"] > 0
+            else f"The constrained decode was not slower here ({f(-mask['mask_ms_per_token'], 1)} ms per token faster): "
+            "the mask's cost is below this machine's noise."
+        ),
     ]
 
 
