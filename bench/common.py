@@ -4,7 +4,7 @@ Every script is a module run as `python -m bench.<name>`. It measures, writes
 bench/results/<name>.json, then rewrites docs/BENCHMARKS.md (and its plots) from all the
 result files present, so one figure can be re-measured alone.
 
-Import this module first: it preloads the system OpenBLAS (engine/local/blas.py) before
+Import this module first: it preloads the system OpenBLAS (engine/cpu.py) before
 anything imports mlx, as the app does, unless CHINWAG_NO_OPENBLAS=1.
 """
 
@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.local import blas
+from engine import cpu
 from engine.models.folders import STARTER_ID
 
-blas.preload_openblas()
+cpu.preload_openblas()
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -152,7 +152,7 @@ def machine() -> dict:
         "mlx": _version("mlx"),
         "mlx_lm": _version("mlx-lm"),
         "pyside6": _version("PySide6-Essentials"),
-        "blas": blas.openblas_info(),
+        "blas": cpu.openblas_info(),
         "env": {
             k: os.environ[k]
             for k in ("CHINWAG_NO_OPENBLAS", "CHINWAG_CPU_DEQUANTIZE", "CHINWAG_CPU_FLOAT32")

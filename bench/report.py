@@ -153,7 +153,7 @@ def render(figs: list[Figure], res: Results, plots: Path) -> str:
         if next(iter(res.values()))["machine"]["blas"].get("loaded"):
             lines += [
                 "",
-                "The benchmark processes preload OpenBLAS (`engine/local/blas.py`) before importing mlx, as the "
+                "The benchmark processes preload OpenBLAS (`engine/cpu.py`) before importing mlx, as the "
                 "Engine itself does since 6eafe4a, so both sides of every comparison run with the same BLAS; "
                 "and with OpenBLAS loaded `engine.local.loading.load` runs the starter dequantized to float32 "
                 "(figure 6 compares the four combinations).",

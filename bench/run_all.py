@@ -46,10 +46,10 @@ def main(argv=None):
     if args.quick:
         env["CHINWAG_BENCH_QUICK"] = "1"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from engine.local import blas
+    from engine import cpu
 
-    blas.preload_openblas()
-    info = blas.openblas_info()
+    cpu.preload_openblas()
+    info = cpu.openblas_info()
     print(
         f"== BLAS for the benchmarks: {info.get('config') or info['reason']}; OPENBLAS_CORETYPE="
         f"{info['OPENBLAS_CORETYPE'] or '(not set)'}",

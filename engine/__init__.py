@@ -23,6 +23,8 @@ from engine.types import (
     Role,
     TextDelta,
     ToolCall,
+    TurnAnnounced,
+    TurnOrigin,
     TurnStats,
 )
 
@@ -52,6 +54,8 @@ __all__ = [
     "ForkedCache",
     "TextDelta",
     "TurnStats",
+    "TurnAnnounced",
+    "TurnOrigin",
     "Engine",
 ]
 

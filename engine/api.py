@@ -2,17 +2,22 @@
 
 `Engine` keeps one backend (engine/backend.py): the local one (engine/local/backend.py, MLX on
 the engine thread) or a server's (engine/remote/backend.py), chosen by `load_model`, and
-delegates to it. What both share stays here: each running turn's stop, and the engine's state.
+delegates to it without asking which it has. What both share stays here: each running turn's
+stop, the engine's state, and the announcements of every turn's start and end (`turns`,
+engine/turns.py). Messages arrive as ChatMessages or OpenAI-shaped dicts and are checked here,
+at the edge (engine/context/prompt.py check_messages); the backends are given ChatMessages.
 """
 
 import asyncio
-import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
 from engine.backend import Backend, ChatEvent, StopSignal
+from engine.context.prompt import check_messages
 from engine.errors import ChinwagError
 from engine.local.backend import IDLE_WORK, LocalBackend
+from engine.turns import ChatTurn, Turns
 from engine.types import (
     MAX_KV_INITIAL_CAPACITY,
     BackgroundPrefill,
@@ -24,11 +29,17 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     MemoryReport,
+    Messages,
     ModelInfo,
     PrefillProgress,
     ServerInfo,
     TokenCount,
+    TurnAnnounced,
+    TurnOrigin,
+    TurnStats,
 )
+
+T = TypeVar("T")  # what a progress callback is given
 
 
 class Engine:
@@ -59,6 +70,8 @@ class Engine:
         self._generating = 0
         self._loading = False
         self.current_model: ModelInfo | None = None
+        # Every turn's start and end, with the front end that asked for it (engine/turns.py).
+        self.turns = Turns()
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -86,25 +99,25 @@ class Engine:
             name = EngineStatus.READY
         else:
             name = EngineStatus.IDLE
-        session = self._local.session if self._backend is self._local else None
+        weights, limit = self._backend.loaded_memory() if self.current_model else (0, 0)
         return EngineState(
             name,
             self.current_model,
-            kv_bytes_total=self._local.kv_bytes,
-            weight_bytes=session.weight_bytes if session and self.current_model else 0,
-            memory_limit_bytes=session.limit_bytes if session and self.current_model else 0,
+            kv_bytes_total=self._local.kv_bytes,  # the engine thread's caches, kept while a server's model is loaded
+            weight_bytes=weights,
+            memory_limit_bytes=limit,
         )
 
     @staticmethod
-    def _on_loop(callback: Callable | None) -> Callable | None:
+    def _on_loop(callback: Callable[[T], None] | None) -> Callable[[T], None] | None:
         """Wrap a callback so the engine thread can call it and it runs on this loop."""
         if callback is None:
             return None
         loop = asyncio.get_running_loop()
 
-        def call(*args: object) -> None:
+        def call(arg: T) -> None:
             try:
-                loop.call_soon_threadsafe(callback, *args)
+                loop.call_soon_threadsafe(callback, arg)
             except RuntimeError:  # the loop has closed; nobody is listening
                 pass
 
@@ -112,7 +125,7 @@ class Engine:
 
     # --- models ------------------------------------------------------------
 
-    async def list_models(self) -> list:
+    async def list_models(self) -> list[ModelInfo]:
         from engine.models import registry
         from engine.remote import servers
 
@@ -126,7 +139,7 @@ class Engine:
 
     # --- model servers (engine/remote/servers.py: files and the keychain, no MLX) ----------
 
-    async def list_servers(self) -> list:
+    async def list_servers(self) -> list[ServerInfo]:
         from engine.remote import servers
 
         return await asyncio.to_thread(servers.server_infos)
@@ -173,7 +186,8 @@ class Engine:
     async def import_gguf(self, path: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         from engine.models.gguf.importer import import_gguf
 
-        return await self._local.call(import_gguf, str(path), self._on_loop(progress))
+        info: ModelInfo = await self._local.call(import_gguf, str(path), self._on_loop(progress))
+        return info
 
     async def add_model_folder(self, path: str) -> ModelInfo:
         from engine.models import registry
@@ -199,33 +213,53 @@ class Engine:
 
     # --- chat --------------------------------------------------------------
 
-    async def chat(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None
-    ) -> AsyncIterator[ChatEvent]:
-        """Yield PrefillProgress while a long prompt is read, TextDelta events, then one TurnStats.
+    def chat(
+        self,
+        conversation_id: str,
+        messages: Messages,
+        params: GenerationParams | None = None,
+        origin: TurnOrigin = TurnOrigin.SCRIPT,
+    ) -> ChatTurn:
+        """The turn's handle, at once: iterate it for PrefillProgress while a long prompt is read,
+        TextDelta events, then one TurnStats; its `stop()` ends the turn, even before it begins.
 
-        Problems found before generation starts (no model, bad messages, a prompt
-        longer than the context) raise ChinwagError. A failure mid-generation ends the
-        stream with TurnStats(finish_reason="error", error=...), the cache repaired.
+        Problems found before generation starts (no model, bad messages, a prompt longer than
+        the context) raise ChinwagError from the iteration. A failure mid-generation ends the
+        stream with TurnStats(finish_reason="error", error=...), the cache repaired. `origin`
+        names the front end in the turn's announcements (`turns`).
         """
+        stop = StopSignal()
+        events = self._turn(conversation_id, messages, params or GenerationParams(), origin, stop)
+        return ChatTurn(conversation_id, origin, stop, events)
+
+    async def _turn(
+        self, conversation_id: str, messages: Messages, params: GenerationParams, origin: TurnOrigin, stop: StopSignal
+    ) -> AsyncGenerator[ChatEvent, None]:
         backend = self._backend
         self.stop(conversation_id)  # a new turn replaces a running one
-        stop = self._stops[conversation_id] = StopSignal()
+        self._stops[conversation_id] = stop
         self._generating += 1
+        # Announced once counted, and its end once no longer: a listener reading `state` sees the turn.
+        self.turns.announce(TurnAnnounced(conversation_id, origin))
+        stats = None
         try:
-            async for event in backend.chat(conversation_id, messages, params or GenerationParams(), stop):
+            checked = check_messages(messages)  # raised from the iteration, as every refusal before generating
+            async for event in backend.chat(conversation_id, checked, params, stop):
+                if isinstance(event, TurnStats):
+                    stats = event
                 yield event
         finally:
             if self._stops.get(conversation_id) is stop:
                 del self._stops[conversation_id]
             self._generating -= 1
+            self.turns.announce(TurnAnnounced(conversation_id, origin, ended=True, stats=stats))
 
     # --- background work ----------------------------------------------------
 
     async def prefill(
         self,
         conversation_id: str,
-        messages: list,
+        messages: Messages,
         params: GenerationParams | None = None,
         progress: Callable[[PrefillProgress], None] | None = None,
     ) -> BackgroundPrefill:
@@ -240,13 +274,16 @@ class Engine:
         """
         if self._generating or self._loading or self.current_model is None:
             return BackgroundPrefill(0, 0, 0, False, "the engine is busy or has no model")
-        params = params or GenerationParams()
-        if self._backend is self._local:
-            return await self._local.prefill(conversation_id, messages, params, self._on_loop(progress))
-        return await self._backend.prefill(conversation_id, messages, params)
+        try:
+            checked = check_messages(messages)
+        except ChinwagError as e:  # a draft that cannot be sent yet: sending will say why
+            return BackgroundPrefill(0, 0, 0, False, str(e))
+        return await self._backend.prefill(
+            conversation_id, checked, params or GenerationParams(), self._on_loop(progress)
+        )
 
     def fork(
-        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None
+        self, source_id: str, conversation_id: str, messages: Messages, params: GenerationParams | None = None
     ) -> Awaitable[ForkedCache]:
         """A fork (`messages`: its parent's up to the fork point) starts with a copy of the
         parent's cache: exactly the ids its next prompt begins with, under the memory budget.
@@ -254,9 +291,13 @@ class Engine:
         Queued at once, so a `chat` called after this finds the copy. Nothing is copied for a
         server's model (it keeps its own cache) or while a model loads.
         """
-        if self._loading or self.current_model is None or self._backend is not self._local:
-            return asyncio.sleep(0, ForkedCache(0, 0, "no local model is loaded"))
-        return self._local.fork(source_id, conversation_id, messages, params or GenerationParams())
+        if self._loading or self.current_model is None:
+            return asyncio.sleep(0, ForkedCache(0, 0, "no model is loaded"))
+        try:
+            checked = check_messages(messages)
+        except ChinwagError as e:  # the fork's first reply will say why
+            return asyncio.sleep(0, ForkedCache(0, 0, str(e)))
+        return self._backend.fork(source_id, conversation_id, checked, params or GenerationParams())
 
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
         """Give the cache of a draft read under `draft_id` (a chat not saved yet) to `conversation_id`.
@@ -267,49 +308,34 @@ class Engine:
 
     async def wait_background(self) -> BackgroundPrefill | None:
         """The current background job's result once it ends (None if there is none)."""
-        return await self._local.wait_background()
+        return await self._backend.wait_background()
 
     def background_result(self) -> BackgroundPrefill | None:
         """The last background job's result if it has ended (None while it runs, or if none ran)."""
-        return self._local.background_result()
+        return self._backend.background_result()
 
     async def count_tokens(self, text: str, params: GenerationParams | None = None) -> TokenCount:
-        """The text's size in the current model's tokens, and the context limit it must fit in."""
+        """The text's size in the current model's tokens, and the context limit it must fit in
+        (an estimate for a server's model: its tokenizer is not here)."""
         if self.current_model is None:
             raise ChinwagError("no model is loaded: load one to count tokens")
-        if self._backend is not self._local:  # the server's tokenizer is not here: about 4 characters a token
-            limit = (params or GenerationParams()).context_cap or self.current_model.context_length or 0
-            return TokenCount((len(text) + 3) // 4, limit, exact=False)
-        return await self._local.call(self._session_count, text, params or GenerationParams())
+        return await self._backend.count_tokens(text, params or GenerationParams())
 
-    def _session_count(self, text: str, params: GenerationParams) -> TokenCount:
-        session = self._local.queued_session()
-        return TokenCount(session.count_tokens(text), session.context_limit(params))
-
-    async def count_prompt(self, messages: list[dict], params: GenerationParams | None = None) -> TokenCount:
+    async def count_prompt(self, messages: Messages, params: GenerationParams | None = None) -> TokenCount:
         """The tokens a turn's prompt of `messages` would take (chat template and tools included, no
         message dropped), against the context limit; an estimate for a server's model."""
         if self.current_model is None:
             raise ChinwagError("no model is loaded: load one to count tokens")
-        params = params or GenerationParams()
-        if self._backend is not self._local:
-            text = "".join(str(m.get("content", "")) for m in messages) + (
-                json.dumps(params.tools) if params.tools else ""
-            )
-            return await self.count_tokens(text, params)
-        return await self._local.call(self._session_prompt_count, list(messages), params)
-
-    def _session_prompt_count(self, messages: list[dict], params: GenerationParams) -> TokenCount:
-        session = self._local.queued_session()
-        return TokenCount(session.count_prompt(messages, params), session.context_limit(params))
+        return await self._backend.count_prompt(check_messages(messages), params or GenerationParams())
 
     async def memory_stats(self) -> MemoryReport:
-        """Every conversation's KV cache against the memory budget, with evictions and restores."""
-        return await self._local.memory_stats()
+        """Every conversation's KV cache against the memory budget, with evictions and restores
+        (an empty report for a server's model: it keeps its own)."""
+        return await self._backend.memory_stats()
 
     def stop(self, conversation_id: str | None = None) -> None:
         """Stop one conversation's reply (or all) and any background work; within one token. Thread-safe."""
-        self._local.cancel_background()
+        self._backend.cancel_background()
         targets = list(self._stops.values()) if conversation_id is None else [self._stops.get(conversation_id)]
         for event in targets:
             if event is not None:
@@ -318,6 +344,7 @@ class Engine:
     async def forget(self, conversation_id: str) -> None:
         """Drop a conversation's cache, in memory and on disk (the chat was deleted)."""
         self.stop(conversation_id)
-        await self._backend.forget(conversation_id)
-        if self._backend is not self._local:  # the local caches outlive a switch to a server's model
-            await self._local.forget(conversation_id)
+        # The current backend's, and the engine thread's: local caches outlive a switch to a server's model.
+        backends: list[Backend] = [self._backend, self._local]
+        for backend in dict.fromkeys(backends):
+            await backend.forget(conversation_id)

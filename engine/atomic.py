@@ -31,7 +31,7 @@ def describe_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def writable_target(path: str | os.PathLike) -> Path:
+def writable_target(path: str | os.PathLike[str]) -> Path:
     """The regular file to replace for path (a symlink's target); ChinwagError for anything else.
 
     Checked before any work is done, so a bad target fails fast.
@@ -69,7 +69,7 @@ def _default_mode(target: Path) -> int:
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Path]:
+def replacing(path: str | os.PathLike[str], mode: int | None = None) -> Iterator[Path]:
     """Yield a temp path beside path's target; on success it replaces the target atomically.
 
     mode: the file's permissions (None keeps a replaced file's, or the umask default).
@@ -96,7 +96,7 @@ def replacing(path: str | os.PathLike, mode: int | None = None) -> Iterator[Path
         raise
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, mode: int | None = None) -> Path:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int | None = None) -> Path:
     """Write data (str as UTF-8) to path atomically; returns the file written (a symlink's target)."""
     if isinstance(data, str):
         data = data.encode("utf-8")

@@ -72,7 +72,7 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
             print(f"chinwag: cannot write {self.baseFilename} ({error}); log lines are lost", file=sys.stderr)
 
 
-_handlers: dict = {}  # "file" / "stderr" → the handler installed on the root logger
+_handlers: dict[str, logging.Handler] = {}  # "file" / "stderr" → the handler installed on the root logger
 
 
 def setup(verbose: bool = False) -> Path | None:
@@ -88,7 +88,7 @@ def setup(verbose: bool = False) -> Path | None:
     try:
         path = paths.data_dir() / LOG_FILE
         old = _handlers.get("file")
-        if old is None or old.baseFilename != str(path.absolute()):
+        if not isinstance(old, logging.FileHandler) or old.baseFilename != str(path.absolute()):
             handler = _PrivateRotatingHandler(
                 path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8", delay=False
             )
@@ -120,7 +120,7 @@ def _replace(kind: str, handler: logging.Handler | None) -> None:
 
 def log_file_in_use() -> Path | None:
     handler = _handlers.get("file")
-    return Path(handler.baseFilename) if handler is not None else None
+    return Path(handler.baseFilename) if isinstance(handler, logging.FileHandler) else None
 
 
 def bug_message(error: BaseException, where: str) -> str:

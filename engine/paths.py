@@ -49,7 +49,7 @@ def private_dir(path: Path, what: str = "data folder", tighten: bool = True) -> 
     return path
 
 
-_secured: set = set()  # data folders whose older files were made private in this process
+_secured: set[Path] = set()  # data folders whose older files were made private in this process
 
 
 def data_dir() -> Path:

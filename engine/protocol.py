@@ -6,9 +6,10 @@ them differently, and every caller passes them by position.
 """
 
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from engine.turns import ChatTurn, Turns
 from engine.types import (
     BackgroundPrefill,
     EngineState,
@@ -18,12 +19,12 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     MemoryReport,
+    Messages,
     ModelInfo,
     PrefillProgress,
     ServerInfo,
-    TextDelta,
     TokenCount,
-    TurnStats,
+    TurnOrigin,
 )
 
 Progress = Callable[[LoadProgress], None] | None
@@ -55,16 +56,24 @@ class EngineAPI(Protocol):
 
     async def search_models(self, query: str, /) -> list[HubModel]: ...
 
+    turns: Turns  # every turn's start and end, with its origin (engine/turns.py)
+
     def chat(
-        self, conversation_id: str, messages: list, params: GenerationParams | None = None, /
-    ) -> AsyncIterator[PrefillProgress | TextDelta | TurnStats]:
-        """Yields PrefillProgress while reading the prompt, TextDelta events, then one TurnStats."""
+        self,
+        conversation_id: str,
+        messages: Messages,
+        params: GenerationParams | None = None,
+        /,
+        origin: TurnOrigin = TurnOrigin.SCRIPT,
+    ) -> ChatTurn:
+        """The turn's handle, at once: it yields PrefillProgress while reading the prompt, TextDelta
+        events, then one TurnStats; its stop() ends the turn, before its first event too."""
         ...
 
     async def prefill(
         self,
         conversation_id: str,
-        messages: list,
+        messages: Messages,
         params: GenerationParams | None = None,
         /,
         progress: Callable[[PrefillProgress], None] | None = None,
@@ -73,7 +82,7 @@ class EngineAPI(Protocol):
         ...
 
     def fork(
-        self, source_id: str, conversation_id: str, messages: list, params: GenerationParams | None = None, /
+        self, source_id: str, conversation_id: str, messages: Messages, params: GenerationParams | None = None, /
     ) -> Awaitable[ForkedCache]:
         """Gives a fork a copy of its parent's cache up to the fork point; queued at once."""
         ...
@@ -86,7 +95,7 @@ class EngineAPI(Protocol):
         """The text's size in the current model's tokens (an attached document's, before sending)."""
         ...
 
-    async def count_prompt(self, messages: list[dict], /, params: GenerationParams | None = None) -> TokenCount:
+    async def count_prompt(self, messages: Messages, /, params: GenerationParams | None = None) -> TokenCount:
         """The tokens a turn's prompt of these messages would take (template and tools included)."""
         ...
 

@@ -159,7 +159,7 @@ class GenerationParams:
     # A smaller model with the same tokenizer that drafts instead (registry id, folder or GGUF).
     draft_model: str = ""
     # Tool definitions (OpenAI function format, dicts) given to the model's chat template; () = no tools.
-    tools: tuple = ()
+    tools: tuple[dict[str, Any], ...] = ()
     # The messages end with a reply that was cut short (max tokens): write on from its end, in the
     # same message, rather than a new reply. A model on this computer only.
     continue_reply: bool = False
@@ -167,7 +167,7 @@ class GenerationParams:
     response_format: ResponseFormat | None = None
     # Extra mlx-lm logits processors, (tokens, logits) -> logits, run on the engine thread after the
     # repetition penalty (tests script a reply with one; never sent to a server).
-    logits_processors: tuple = ()
+    logits_processors: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         # Every front end (CLI flags, settings, the window, servers) builds these: one check for all.
@@ -249,7 +249,7 @@ class TextDelta:
     """New text of the reply, and the token ids it came from."""
 
     text: str
-    token_ids: tuple = ()
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ class ToolCall:
     name: str
     arguments: str = "{}"
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
@@ -362,24 +362,36 @@ class ChatMessage:
             return m
         if not isinstance(m, dict):
             raise ChinwagError(f"{where} must be an object with 'role' and 'content', got {m!r:.80}")
-        try:
-            role = Role(str(m.get("role")))
-        except ValueError:
-            raise ChinwagError(
-                f"{where}.role must be one of system, user, assistant, tool, got {m.get('role')!r:.40}"
-            ) from None
-        content = m.get("content")
-        if content is None and role == Role.ASSISTANT and m.get("tool_calls"):
-            content = ""  # OpenAI clients send null content beside tool calls
-        if not isinstance(content, str):
-            raise ChinwagError(f"{where}.content must be a string, got {content!r:.80}")
+        role = _role(m.get("role"), where)
         calls = tuple(_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(m.get("tool_calls") or ()))
         if calls and role != Role.ASSISTANT:
             raise ChinwagError(f"{where}: only an assistant message has tool_calls")
-        call_id, name = m.get("tool_call_id") or "", m.get("name") or ""
-        if not isinstance(call_id, str) or not isinstance(name, str):
-            raise ChinwagError(f"{where}.tool_call_id and .name must be strings")
-        return cls(role, content, calls, call_id if role == Role.TOOL else "", name if role == Role.TOOL else "")
+        content = m.get("content")
+        if content is None and calls:
+            content = ""  # OpenAI clients send null content beside tool calls
+        if not isinstance(content, str):
+            raise ChinwagError(f"{where}.content must be a string, got {content!r:.80}")
+        call_id, name = _tool_reply(m, where) if role == Role.TOOL else ("", "")
+        return cls(role, content, calls, call_id, name)
+
+
+def _role(value: Any, where: str) -> Role:
+    try:
+        return Role(str(value))
+    except ValueError:
+        raise ChinwagError(f"{where}.role must be one of system, user, assistant, tool, got {value!r:.40}") from None
+
+
+def _tool_reply(m: dict[str, Any], where: str) -> tuple[str, str]:
+    """A tool message's (tool_call_id, name): the call it answers and the tool's name."""
+    call_id, name = m.get("tool_call_id") or "", m.get("name") or ""
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise ChinwagError(f"{where}.tool_call_id and .name must be strings")
+    return call_id, name
+
+
+# What the engine's chat, prefill, fork and count_prompt take: ChatMessages, or dicts in OpenAI's shape.
+Messages = typing.Sequence[ChatMessage | dict[str, Any]]
 
 
 def _tool_call(c: Any, where: str) -> ToolCall:
@@ -419,15 +431,15 @@ class TurnStats:
     context_limit: int
     finish_reason: FinishReason
     dropped_messages: int = 0
-    prompt_ids: tuple = ()
-    reply_ids: tuple = ()
+    prompt_ids: tuple[int, ...] = ()
+    reply_ids: tuple[int, ...] = ()
     error: str = ""
     # Speculative decoding: tokens drafted, and how many of them the model accepted.
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     speculation_off: str = ""  # why speculation was off although asked for (this model's cache cannot go back)
     # The tool calls the reply ends with (finish_reason TOOL_CALLS), and why tools were off if they were.
-    tool_calls: tuple = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_text: str = ""  # the reply's text outside its tool-call blocks (what an API client shows as content)
     tools_off: str = ""
     tools_tokens: int = 0  # the context the tool definitions take in the prompt
@@ -438,6 +450,26 @@ class TurnStats:
             n = self.dropped_messages
             return f"dropped {n} oldest {'message' if n == 1 else 'messages'} to fit the context"
         return ""
+
+
+class TurnOrigin(StrEnum):
+    """Which front end asked for a turn (Engine.chat's `origin`, in every TurnAnnounced)."""
+
+    WINDOW = "window"
+    TERMINAL = "terminal"  # chinwag chat, chinwag run
+    SERVER = "server"  # the OpenAI/Anthropic API server (chinwag serve, the window's own server)
+    SCRIPT = "script"  # a program using the engine directly: Engine.chat's default
+
+
+@dataclass(frozen=True)
+class TurnAnnounced:
+    """A turn began (`ended` False) or ended (True: `stats` is its TurnStats, None if it failed or
+    was refused before generating); every begun turn ends once (engine.turns, engine/turns.py)."""
+
+    conversation_id: str
+    origin: TurnOrigin
+    ended: bool = False
+    stats: TurnStats | None = None
 
 
 # A load's last progress report: the model is in place (the window says so with its name).
@@ -473,7 +505,7 @@ class ModelInfo:
     # Engine.list_models: why this local model would not fit the memory limit here ("": it fits, or unknown).
     fit_reason: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
         return asdict(self)

@@ -5,12 +5,13 @@ failures); the main flow runs on the real Engine with the tiny model.
 """
 
 import asyncio
-import threading
 from typing import TYPE_CHECKING
 
 import pytest
 
+from engine.backend import StopSignal
 from engine.errors import ChinwagError
+from engine.turns import ChatTurn, Turns
 from engine.types import (
     LOADED_STAGE,
     BackgroundPrefill,
@@ -27,6 +28,8 @@ from engine.types import (
     ServerInfo,
     TextDelta,
     TokenCount,
+    TurnAnnounced,
+    TurnOrigin,
     TurnStats,
 )
 
@@ -131,6 +134,7 @@ class FakeEngine:
         self.kv_total = 12345  # every cache's bytes: grows 1 KiB a generated token, as a real cache may
         self.memory_limit_bytes = 0  # the limit the loaded model was planned against (0: the status shows none)
         self.configured: list = []  # (KVQuantization or None, limit or None) before each load the window asks for
+        self.turns = Turns()
 
     @property
     def state(self):
@@ -180,11 +184,28 @@ class FakeEngine:
                 word = ""
         return out + ([word] if word else [])
 
-    async def chat(self, conv_id, messages, params=None):
+    def chat(self, conv_id, messages, params=None, /, origin=TurnOrigin.SCRIPT):
+        stop = StopSignal()  # the real engine's handle and announcements (engine/turns.py)
+        return ChatTurn(
+            conv_id, origin, stop, self._announced(conv_id, origin, self._chat(conv_id, messages, params, stop))
+        )
+
+    async def _announced(self, conv_id, origin, events):
+        """As Engine._turn: the start before the first event, the end (with its TurnStats) after the last."""
+        self.turns.announce(TurnAnnounced(conv_id, origin))
+        stats = None
+        try:
+            async for event in events:
+                stats = event if isinstance(event, TurnStats) else stats
+                yield event
+        finally:
+            self.turns.announce(TurnAnnounced(conv_id, origin, ended=True, stats=stats))
+
+    async def _chat(self, conv_id, messages, params, stop):
         if self.current_model is None:
             raise ChinwagError("no model is loaded")
-        self.calls.append((conv_id, list(messages), params))
-        stop = threading.Event()
+        messages = _wire(messages)  # the real engine's edge takes ChatMessages or dicts
+        self.calls.append((conv_id, messages, params))
         self._stops[conv_id] = stop
         self._generating += 1
         reply = self.reply(messages) if callable(self.reply) else self.reply
@@ -226,7 +247,8 @@ class FakeEngine:
             )
         finally:
             self._generating -= 1
-            self._stops.pop(conv_id, None)
+            if self._stops.get(conv_id) is stop:
+                del self._stops[conv_id]
 
     def stop(self, conv_id=None):
         for key, event in list(self._stops.items()):
@@ -245,10 +267,11 @@ class FakeEngine:
         return TokenCount(len(self.tokens(text)), (params and params.context_cap) or self.current_model.context_length)
 
     async def count_prompt(self, messages, params=None):
-        return await self.count_tokens("".join(m["content"] for m in messages), params)
+        return await self.count_tokens("".join(m["content"] for m in _wire(messages)), params)
 
     async def prefill(self, conv_id, messages, params=None, progress=None):
-        self.prefills.append((conv_id, list(messages), params))
+        messages = _wire(messages)
+        self.prefills.append((conv_id, messages, params))
         total = len(self.tokens(messages[-1]["content"])) if messages else 0
         # The real engine reports before the first chunk and after each one.
         events = self.prefill_progress or [PrefillProgress(done, total, total) for done in (0, total // 2, total)]
@@ -344,3 +367,10 @@ def send(qtbot, w, text, wait=True):
     QTest.keyClick(w.composer.editor, Qt.Key.Key_Return)
     if wait:
         qtbot.waitUntil(lambda: w.chat.gen is None and not w.bridge.is_generating(), timeout=10_000)
+
+
+def _wire(messages) -> list[dict]:
+    """What the engine was given, in OpenAI's shape whether it came as ChatMessages or dicts (the engine's edge takes both)."""
+    from engine.types import ChatMessage
+
+    return [ChatMessage.from_openai(m).to_openai() for m in messages]

@@ -20,9 +20,9 @@ if str(ROOT) not in sys.path:
 
 # As the Engine does in a user's process: the system's OpenBLAS, where there is one, before anything
 # imports mlx (here the test modules and the tiny model would, before any Engine could).
-from engine.local import blas  # noqa: E402
+from engine import cpu  # noqa: E402
 
-blas.preload_openblas()
+cpu.preload_openblas()
 
 
 @pytest.fixture(autouse=True)

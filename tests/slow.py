@@ -7,6 +7,7 @@ more fails the run.
 """
 
 SLOW = {
+    "tests/app/chat/test_front_ends.py": {"*"},  # MCP servers, the real window
     "tests/app/cli/test_chat_saved.py": {
         "test_a_terminal_chat_is_saved_and_listed",
         "test_continue_without_a_cut_reply_says_so_and_the_chat_goes_on",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-QT_FREE = ["engine", "app/core", "app/documents", "app/tools", "app/transcripts", "app/server", "app/cli"]
+QT_FREE = ["engine", "app/core", "app/chat", "app/documents", "app/tools", "app/transcripts", "app/server", "app/cli"]
 
 SCRIPT = """
 import importlib, json, sys

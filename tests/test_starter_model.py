@@ -104,7 +104,7 @@ def test_a_draft_read_ahead_leaves_one_token_for_enter_and_the_same_reply(starte
     import asyncio
 
     from engine import Engine, GenerationParams
-    from engine.local.blas import DEQUANTIZE_ENV
+    from engine.cpu import DEQUANTIZE_ENV
 
     monkeypatch.setenv("CHINWAG_HOME", str(starter_home))
     # Kept quantized, as where the system has no OpenBLAS: the suite preloads it where there is one

@@ -4,6 +4,7 @@ quantization (`--kv-bits`, `--kv-group-size`) and the memory limit (`--memory-li
 
 import argparse
 import os
+from typing import Any
 
 from engine.errors import ChinwagError
 from engine.types import DEFAULT_KV_GROUP_SIZE, KV_BITS, KV_GROUP_SIZES, KVQuantization, ModelInfo
@@ -64,12 +65,12 @@ def memory_limit(args: argparse.Namespace) -> int | None:
     return None
 
 
-def engine_options(args: argparse.Namespace) -> dict:
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The Engine's keyword arguments for these flags (checked: one line for a bad value)."""
     return {"kv_quantization": kv_quantization(args), "memory_limit_bytes": memory_limit(args)}
 
 
-def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantization | None) -> dict | None:
+def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantization | None) -> dict[str, Any] | None:
     """What a local model folder needs here (`chinwag models --json`): its weights' bytes, the cache's
     bytes per token, and the longest context that fits the limit; None when it cannot be sized."""
     from pathlib import Path

@@ -3,37 +3,26 @@
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.cli import fit
-from app.cli.parser import MODEL_HELP, OneLineParser
+from app.cli.parser import MODEL_HELP, PROG, OneLineParser, fail
 from app.cli.progress import TerminalProgress
 from app.core.sizes import format_bytes
-from app.tools.results import neutralise  # a reply (a server's, or a model's) may hold terminal escapes
 from engine import ChinwagError, Engine, GenerationParams, PrefillProgress, TextDelta, TurnStats
 from engine.atomic import describe_kind
-from engine.protocol import EngineAPI
-from engine.types import MAX_KV_INITIAL_CAPACITY, FinishReason, ModelStatus, ParamSpec, param_specs
+from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
 
 if TYPE_CHECKING:
-    from app.cli.chat_tools import TerminalTools
-    from app.core.attachments import StoredAttachment
-    from app.tools.loop import ToolRun
+    from app.documents.retrieval import Index
 
-PROG = "chinwag"
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
-
-
-def fail(message: str) -> int:
-    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    return 2
 
 
 MAX_PAUSE_SECONDS = 3600  # a reader's pause; longer is a typo that would hang the replay
@@ -148,265 +137,10 @@ async def _import(args: argparse.Namespace) -> int:
 # --- chinwag chat ------------------------------------------------------------
 
 
-async def _chat(args: argparse.Namespace) -> int:
-    from app.documents import cli as documents
-
-    pending = documents.read_all(args.attach)  # bad files fail here, before the model loads
-    indexes: list = []  # documents too big for the context: every question picks passages from them
-    engine = Engine(kv_initial_capacity=args.kv_initial_capacity, **fit.engine_options(args))
-    # Saved like the window's chats (and its cache kept, so the window resumes it), unless --no-save.
-    saved = None if args.no_save else TerminalChat(args.system)
-    conv = "cli"
-    reading = None  # the task reading attached documents ahead (kept: asyncio holds weak references)
-    tools = None
-    try:
-        progress = TerminalProgress()
-        try:
-            info = await engine.load_model(args.model, progress=progress)
-        finally:
-            progress.finish()
-        print(
-            f"Chatting with {info.name}. /attach FILE adds a document, /continue writes more of a reply cut at"
-            " its length limit, /new starts over, /exit or Ctrl+D quits, Ctrl+C stops a reply."
-        )
-        if fit.context_note(info):
-            print(f"[{fit.context_note(info)}]")
-        if not args.no_tools:
-            from app.cli.chat_tools import TerminalTools
-
-            tools = await TerminalTools.start(args, _stream)
-        messages = [{"role": "system", "content": args.system}] if args.system else []
-        last: TurnStats | None = None  # the last reply's stats (/continue needs it to have hit max tokens)
-        turn = 0
-        loop = asyncio.get_running_loop()
-        reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
-        while True:
-            try:
-                line = await loop.run_in_executor(None, lambda: input("> "))
-            except EOFError:
-                print()
-                return 0
-            if not line.strip():
-                continue
-            if line.strip() == "/exit":
-                return 0
-            if line.strip() == "/new":
-                if saved is None:
-                    await engine.forget(conv)
-                else:
-                    saved.new()
-                turn += 1
-                conv = f"cli-{turn}"
-                messages = messages[:1] if args.system else []
-                pending, indexes, last = [], [], None
-                continue
-            if line.strip() == "/continue":
-                last = await _continue(engine, conv, messages, args, saved, last)
-                continue
-            if line.startswith("/attach "):
-                attached = _attach(line.removeprefix("/attach ").strip())
-                if attached:
-                    pending += attached
-                    reading = await documents.read_ahead(engine, conv, messages, pending, _params(args))
-                continue
-            question, attached = line, []
-            if pending or indexes:
-                turn_docs = await documents.turn_with_documents(engine, messages, line, pending, _params(args), indexes)
-                line, attached, pending = turn_docs.content, documents.stored(turn_docs), []
-            messages.append({"role": "user", "content": line})
-            if saved is not None:
-                draft = conv
-                conv = saved.add_user(question, info.id, attached)  # committed before the engine sees it
-                if draft != conv:
-                    await engine.adopt(draft, conv)  # the documents read ahead become this chat's cache
-            last = await _answer(engine, conv, messages, args, tools, saved, info.id)
-    finally:
-        await _end_chat(engine, conv, saved, tools, reading)
-
-
-async def _end_chat(
-    engine: Engine,
-    conv: str,
-    saved: "TerminalChat | None",
-    tools: "TerminalTools | None",
-    reading: asyncio.Task | None,
-) -> None:
-    if reading is not None and not reading.done():
-        reading.cancel()
-    if saved is None:
-        await engine.forget(conv)  # an unsaved chat cannot be resumed: keep no saved cache for it
-    else:
-        saved.close()
-    if tools is not None:
-        await tools.close()  # stdio MCP servers stop with the chat
-    await engine.close()
-
-
-async def _answer(
-    engine: Engine,
-    conv: str,
-    messages: list,
-    args: argparse.Namespace,
-    tools: "TerminalTools | None",
-    saved: "TerminalChat | None",
-    model_id: str,
-) -> TurnStats | None:
-    """The reply to the last message: streamed, added to `messages`, saved, its stats printed."""
-    added, stats = await _reply(engine, conv, messages, args, tools)
-    messages += added
-    if saved is not None:
-        _save_reply(saved, added, stats, tools, model_id)
-    if stats is not None:
-        _print_stats(stats)
-    return stats
-
-
-async def _continue(
-    engine: Engine,
-    conv: str,
-    messages: list,
-    args: argparse.Namespace,
-    saved: "TerminalChat | None",
-    last: TurnStats | None,
-) -> TurnStats | None:
-    """/continue: the last reply, cut at max tokens, written on (the engine reads nothing again)."""
-    if last is None or last.finish_reason != FinishReason.LENGTH or messages[-1]["role"] != "assistant":
-        fail("/continue: the last reply did not stop at max tokens: there is nothing to continue")
-        return last
-    rest, stats = await _stream(engine, conv, messages, dataclasses.replace(_params(args), continue_reply=True))
-    messages[-1] = dict(messages[-1], content=messages[-1]["content"] + rest)
-    if saved is not None:
-        saved.extend_reply(messages[-1]["content"], stats)
-    if stats is not None:
-        _print_stats(stats)
-    return stats
-
-
-def _attach(path: str) -> list:
-    """The documents /attach read, or none after one line saying why (the chat goes on)."""
-    from app.documents import cli as documents
-
-    try:
-        return documents.read_all([path])
-    except ChinwagError as e:
-        fail(str(e))
-        return []
-
-
-async def _reply(
-    engine: Engine, conv: str, messages: list, args: argparse.Namespace, tools: "TerminalTools | None"
-) -> tuple[list[dict], TurnStats | None]:
-    """The messages one reply adds (tool rounds, then the answer) and its stats."""
-    if tools is None:
-        reply, stats = await _stream(engine, conv, messages, _params(args))
-        return [{"role": "assistant", "content": reply}], stats
-    return await tools.reply(engine, conv, messages, _params(args))
-
-
-def _save_reply(
-    saved: "TerminalChat", added: list, stats: TurnStats | None, tools: "TerminalTools | None", model_id: str
-) -> None:
-    """The reply's messages in the store: its tool rounds, then its final answer (unless the round
-    limit ended the reply on a tool round)."""
-    final = added[-1] if added[-1]["role"] == "assistant" and "tool_calls" not in added[-1] else None
-    for m in added[:-1] if final else added:
-        saved.add_tool_message(m, tools.runs.get(m.get("tool_call_id", "")) if tools else None, model_id)
-    if final is not None:
-        saved.add_reply(final["content"], stats, model_id)
-
-
-def _print_stats(stats: TurnStats) -> None:
-    print(
-        f"\n[{stats.generated_tokens} tokens, {stats.decode_tps:.1f} tok/s, "
-        f"first token {stats.ttft_s:.2f}s, {stats.finish_reason}]" + (f" [{stats.note}]" if stats.note else "")
-    )
-    if stats.error:  # why the reply ended short: a server's timeout or cut stream, a bug's one line
-        fail(stats.error)
-
-
-class TerminalChat:
-    """A terminal chat kept in the store, one conversation per /new."""
-
-    def __init__(self, system: str) -> None:
-        from app.core.store import Store
-
-        self.store = Store()
-        self.settings = {"system_prompt": system} if system else None
-        self.conv_id = ""
-
-    def new(self) -> None:
-        self.conv_id = ""
-
-    def add_user(self, text: str, model_id: str, attachments: Sequence["StoredAttachment"] = ()) -> str:
-        if not self.conv_id:
-            self.conv_id = self.store.create_conversation(model_id=model_id, settings=self.settings).id
-        self.store.add_message(self.conv_id, "user", text, attachments=attachments)
-        return self.conv_id
-
-    def add_reply(self, text: str, stats: TurnStats | None, model_id: str) -> None:
-        from app.core.store import MessageStatus
-        from app.core.turns import stats_dict, status_of
-
-        status = status_of(stats) if stats is not None else MessageStatus.STOPPED
-        system_prompt = str((self.settings or {}).get("system_prompt", ""))
-        stats_row = stats_dict(stats, system_prompt) if stats is not None else None
-        self.store.add_message(self.conv_id, "assistant", text, status, model_id, stats_row)
-
-    def extend_reply(self, text: str, stats: TurnStats | None) -> None:
-        """The last reply, continued: its whole text, and its stats counting every token."""
-        from app.core.store import MessageStatus
-        from app.core.turns import stats_dict, status_of
-
-        reply = self.store.get_conversation(self.conv_id).messages[-1]
-        row = None
-        if stats is not None:
-            earlier = int((reply.stats or {}).get("generated_tokens") or 0)
-            row = stats_dict(stats, str((self.settings or {}).get("system_prompt", "")), earlier)
-        status = status_of(stats) if stats is not None else MessageStatus.STOPPED
-        self.store.update_message(reply.id, content=text, status=status, stats=row)
-
-    def add_tool_message(self, message: dict, run: "ToolRun | None", model_id: str) -> None:
-        """A tool round's message: the reply that made calls, or a call's result (what it was in stats)."""
-        from app.tools.loop import stored_stats
-
-        model = model_id if message["role"] == "assistant" else ""
-        self.store.add_message(
-            self.conv_id, message["role"], message["content"], model_id=model, stats=stored_stats(message, run)
-        )
-
-    def close(self) -> None:
-        self.store.close()
-
-
-async def _stream(
-    engine: EngineAPI, conv: str, messages: list[dict], params: GenerationParams
-) -> tuple[str, TurnStats | None]:
-    reply, stats, reading = [], None, False
-    try:
-        async for ev in engine.chat(conv, messages, params):
-            if isinstance(ev, PrefillProgress):
-                # A long prompt: say how far it is read, on one terminal line that the reply replaces.
-                if sys.stderr.isatty() and ev.total > 256:
-                    reading = True
-                    print(f"\r[reading your message… {int(100 * ev.fraction)}%]", end="", file=sys.stderr, flush=True)
-                continue
-            if isinstance(ev, TextDelta):
-                if reading:
-                    print("\r\033[K", end="", file=sys.stderr, flush=True)
-                    reading = False
-                reply.append(ev.text)  # kept as sent; the terminal gets it without escape sequences
-                print(neutralise(ev.text), end="", flush=True)
-            else:
-                stats = ev
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        engine.stop(conv)
-    return "".join(reply), stats
-
-
 # --- chinwag replay ----------------------------------------------------------
 
 
-def load_script(path: str) -> dict:
+def load_script(path: str) -> dict[str, Any]:
     try:
         mode = Path(path).stat().st_mode
         if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
@@ -445,7 +179,7 @@ async def _replay(args: argparse.Namespace) -> int:
         if fit.context_note(info):
             print(f"{PROG}: {fit.context_note(info)}", file=sys.stderr)
         messages = [{"role": "system", "content": script["system"]}] if script.get("system") else []
-        indexes: list = []  # documents too big for the context (app/documents/turn.py)
+        indexes: list[Index] = []  # documents too big for the context (app/documents/turn.py)
         for i, (user, documents) in enumerate(script["turns"]):
             prepared = 0
             if i and args.pause:
@@ -510,6 +244,12 @@ async def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chat(args: argparse.Namespace) -> int:
+    from app.cli.chat import run
+
+    return asyncio.run(run(args, _params(args)))
+
+
 # --- wiring ------------------------------------------------------------------
 
 
@@ -550,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.chat_tools import add_flags
 
     add_flags(p)
-    p.set_defaults(func=lambda a: asyncio.run(_chat(a)))
+    p.set_defaults(func=_chat)
 
     p = sub.add_parser("models", help="list the models you can pick")
     p.add_argument("--json", action="store_true")

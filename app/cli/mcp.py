@@ -4,6 +4,7 @@ import argparse
 import asyncio
 import json
 
+from app.cli.parser import OneLineParser
 from engine.errors import one_line
 
 
@@ -27,7 +28,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_pair(text: str) -> tuple:
+def _env_pair(text: str) -> tuple[str, str]:
     from engine.errors import ChinwagError
 
     key, sep, value = text.partition("=")
@@ -65,7 +66,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: "argparse._SubParsersAction[OneLineParser]") -> None:
     p = sub.add_parser("mcp", help="MCP servers whose tools models can call (mcp.json in the data folder)")
     msub = p.add_subparsers(dest="mcp_command", required=True, metavar="{add,list,remove}")
     a = msub.add_parser(

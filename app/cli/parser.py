@@ -4,8 +4,15 @@ import argparse
 import sys
 from typing import NoReturn
 
+PROG = "chinwag"
 # --model's help, for every subcommand that takes one.
 MODEL_HELP = "registry id, MLX folder, GGUF file, or a server's model: URL, URL#MODEL or NAME/MODEL"
+
+
+def fail(message: str) -> int:
+    """Bad input's one line on stderr; returns the exit status it means (2)."""
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
 
 
 class OneLineParser(argparse.ArgumentParser):

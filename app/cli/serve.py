@@ -7,13 +7,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.cli import fit
-from app.cli.parser import MODEL_HELP
+from app.cli.parser import MODEL_HELP, OneLineParser
 
 if TYPE_CHECKING:
     from app.server.run import ApiServer
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: "argparse._SubParsersAction[OneLineParser]") -> None:
     from engine.models.folders import STARTER_ID
 
     p = sub.add_parser("serve", help="serve the local models over an OpenAI-compatible API")

@@ -8,8 +8,11 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
+from app.cli.parser import OneLineParser
 from engine.models.gguf.header import printable  # what a server sends may hold escape sequences
+from engine.remote.urls import display_url
 from engine.types import UNREACHABLE, ModelStatus, down_state
 
 
@@ -26,7 +29,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         key = check_key(key, f"the API key in ${args.api_key_env}")  # a trailing newline is stripped
     server = servers.add_server(args.name, args.url, key)
     where = f"; API key kept in {server.key_storage}" if server.key_storage else ""
-    print(f"saved server {server.name} at {servers.display_url(server.url)}{where}")
+    print(f"saved server {server.name} at {display_url(server.url)}{where}")
     infos = servers.models_of(server)
     if infos and infos[0].status == ModelStatus.UNUSABLE:
         state, reason = down_state(infos[0])
@@ -37,7 +40,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def server_rows() -> list:
+def server_rows() -> list[dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.remote import servers
@@ -52,7 +55,7 @@ def server_rows() -> list:
         rows.append(
             {
                 "name": server.name,
-                "url": servers.display_url(server.url),
+                "url": display_url(server.url),
                 "has_api_key": bool(server.api_key),
                 "status": state,  # reachable, unreachable or unusable (it answered, but refused or sent no list)
                 "reason": reason,
@@ -84,7 +87,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: "argparse._SubParsersAction[OneLineParser]") -> None:
     p = sub.add_parser("servers", help="model servers (mlx_lm.server, exo, vLLM, SGLang, llama.cpp, Ollama…)")
     ssub = p.add_subparsers(dest="servers_command", required=True, metavar="{add,list,remove}")
     a = ssub.add_parser("add", help="save a server: chinwag servers add NAME URL")

@@ -14,6 +14,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.cli.parser import OneLineParser
 from app.transcripts.export import FORMATS  # cheap: app.transcripts.export loads Qt only to write a pdf
 from engine.errors import ChinwagError
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from app.core.store import Store
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[OneLineParser]) -> None:
     p = subparsers.add_parser("conversations", help="list saved conversations")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--search", metavar="TEXT", default="", help="only those whose title or text contains TEXT")
@@ -175,12 +176,10 @@ def _pad(text: str, width: int, right: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run these commands alone: `python -m app.cli.transcripts conversations`."""
-    from app.cli.parser import OneLineParser
-
     parser = OneLineParser(prog="chinwag")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

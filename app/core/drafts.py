@@ -2,13 +2,14 @@
 
 from typing import TYPE_CHECKING
 
+from app.core.chats import UNSAVED, chat_key
 from engine.errors import ChinwagError
 
 if TYPE_CHECKING:
     from app.core.store import Store
 
 DRAFTS_KEY = "drafts"
-NEW_CHAT = ""  # the key of the blank chat's draft (it has no id until its first message)
+NEW_CHAT = UNSAVED  # the key of the blank chat's draft (it has no id until its first message)
 
 
 class Drafts:
@@ -21,10 +22,10 @@ class Drafts:
         self._drafts = {str(k): str(v) for k, v in saved.items()} if isinstance(saved, dict) else {}
 
     def get(self, conv_id: str | None) -> str:
-        return self._drafts.get(conv_id or NEW_CHAT, "")
+        return self._drafts.get(chat_key(conv_id), "")
 
     def put(self, conv_id: str | None, text: str) -> None:
-        key = conv_id or NEW_CHAT
+        key = chat_key(conv_id)
         if text.strip():
             if self._drafts.get(key) == text:
                 return

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from importlib import resources as importlib_resources
 from typing import Any
 
-from app.core.attachments import message_text
-from app.core.store import Message, MessageRole, MessageStatus, NotFoundError, Store
+from app.core.store import Message, MessageStatus, NotFoundError, Store
 from engine.errors import ChinwagError
-from engine.types import GenerationParams, ParamSpec, param_specs
+from engine.types import ChatMessage, GenerationParams, ParamSpec, Role, param_specs
 
 DEFAULTS_KEY = "default_settings"
-TOOL_ROLE = "tool"  # a tool's result in the store (app/tools/loop.py stored_stats says which call)
+TOOL_ROLE = Role.TOOL  # a tool's result in the store (its call in Message.tool_result)
 # Each key's type and range come from GenerationParams, the one source (engine/types.py).
 SPECS = {spec.name: spec for spec in param_specs()}
 # Read the message while it is typed (engine.prefill); its default is in default_settings.json.
@@ -149,35 +148,26 @@ def params_from_settings(values: dict[str, Any]) -> GenerationParams:
     )
 
 
-def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dict[str, Any]]:
+def chat_messages(messages: Sequence[Message], system_prompt: str) -> list[ChatMessage]:
     """What the engine gets: the system prompt first, then the turns that have text, and tool rounds
-    (a reply's `tool_calls`, each `tool` result) as the terminal chat and the window store them."""
-    out = []
-    if system_prompt.strip():
-        out.append({"role": MessageRole.SYSTEM.value, "content": system_prompt})
+    (a reply's calls, each `tool` result that answers one) as the terminal chat and the window store them."""
+    out = [ChatMessage(Role.SYSTEM, system_prompt)] if system_prompt.strip() else []
     for m in messages:
-        stats = m.stats if isinstance(m.stats, dict) else {}
-        if m.role == TOOL_ROLE and stats.get("tool_call_id"):  # a tool's result, answering a call before it
-            out.append(
-                {
-                    "role": TOOL_ROLE,
-                    "content": m.content,
-                    "tool_call_id": str(stats.get("tool_call_id", "")),
-                    "name": str(stats.get("name", "")),
-                }
-            )
+        if m.role == Role.TOOL:
+            if m.tool_result is not None and m.tool_result.tool_call_id:  # a tool's result, answering a call before it
+                out.append(m.chat_message())
             continue
-        if m.role not in (MessageRole.USER, MessageRole.ASSISTANT) or m.status == MessageStatus.FAILED:
+        if m.role not in (Role.USER, Role.ASSISTANT) or m.status == MessageStatus.FAILED:
             continue
-        calls = stats.get("tool_calls") if m.role == MessageRole.ASSISTANT else None
-        calls = calls if isinstance(calls, list) and all(isinstance(c, dict) for c in calls) else None
-        if m.role == MessageRole.ASSISTANT and not m.content and not calls:
+        if m.role == Role.ASSISTANT and not m.content and not m.tool_calls:
             continue
-        message: dict[str, Any] = {"role": str(m.role), "content": message_text(m)}  # with its documents' blocks
-        if calls:  # a tool round: the calls as the model made them
-            message["tool_calls"] = calls
-        out.append(message)
+        out.append(m.chat_message())  # a user message with its documents' blocks
     return out
+
+
+def engine_messages(messages: Sequence[Message], system_prompt: str) -> list[dict[str, Any]]:
+    """chat_messages in OpenAI's shape, as EngineAPI.chat takes them."""
+    return [m.to_openai() for m in chat_messages(messages, system_prompt)]
 
 
 def load_presets() -> list[dict[str, Any]]:

@@ -11,8 +11,13 @@ import os
 import sqlite3
 import stat
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Literal
 
+from engine import paths
 from engine.atomic import describe_kind
 from engine.errors import ChinwagError
 from engine.paths import FILE_MODE, private_file
@@ -191,3 +196,135 @@ class WriterLock:
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
+
+
+class Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, conn: sqlite3.Connection, after_commit: Callable[[], None] | None = None) -> None:
+        self.conn = conn
+        self.after_commit = after_commit
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+            if self.after_commit is not None:
+                self.after_commit()
+        elif self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+@dataclass
+class Opened:
+    """What open_database found: the connection, the file in use and why it is not the usual one."""
+
+    path: Path  # the file in use (a recovery file beside an unreadable one)
+    conn: sqlite3.Connection | None = None
+    read_only: bool = False
+    notice: str = ""  # why the store is read-only or not the usual file; "" if normal
+    writer: WriterLock | None = None
+
+
+Prepare = Callable[[sqlite3.Connection], None]
+
+
+def open_database(
+    requested: Path, want_read_only: bool, schema_version: int, register: Prepare, migrate: Prepare
+) -> Opened:
+    """The database at `requested`, writable and migrated; or read-only (asked for, a newer schema, a file
+    that cannot be written); or a recovery file beside an unreadable one. `register` adds the SQL
+    functions, `migrate` runs the migrations."""
+    _make_folder(requested)
+    opened = Opened(requested)
+    problem, version = inspect(requested)
+    if problem is None and version > schema_version:
+        opened.notice = (
+            f"conversations are read-only: {requested} was written by a newer version "
+            f"of Chinwag (schema {version}; this one knows {schema_version}), so nothing in it is changed"
+        )
+        return _read_only(opened, register, migrate)
+    if problem is not None:
+        opened.path = recovery_path(requested, schema_version)
+        opened.notice = (
+            f"could not read {requested} ({problem}); it was left untouched "
+            f"and conversations are saved to {opened.path.name} beside it"
+        )
+    if want_read_only and not (problem is None and 0 < version < schema_version):
+        return _read_only(opened, register, migrate)  # (an older schema must be migrated first: opened writable)
+    if not writable(opened.path):
+        opened.notice = (
+            f"conversations are read-only: {opened.path} cannot be written here, so nothing in it is changed"
+        )
+        return _read_only(opened, register, migrate)
+    try:
+        opened.conn = _connect_writable(opened, register, migrate)
+    except sqlite3.Error as e:
+        raise ChinwagError(f"cannot open conversation database {opened.path}: {e}") from e
+    return opened
+
+
+def _make_folder(path: Path) -> None:
+    folder = path.parent
+    if folder == paths.data_dir_path():
+        paths.data_dir()  # created private (0700), or a one-line error
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ChinwagError(f"cannot create the folder for {path}: {e.strerror or e}") from e
+
+
+def _read_only(opened: Opened, register: Prepare, migrate: Prepare) -> Opened:
+    opened.read_only = True
+    path = opened.path
+    if not path.exists() or path.stat().st_size == 0:
+        # Nothing saved yet: an empty in-memory store, so listing says "none" and writes nothing.
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        migrate(conn)
+        conn.execute("PRAGMA query_only=ON")
+    else:
+        try:
+            conn = connect_read_only(path)
+        except sqlite3.Error as e:
+            raise ChinwagError(f"cannot read conversation database {path}: {e}") from e
+    register(conn)
+    opened.conn = conn
+    return opened
+
+
+def _connect_writable(opened: Opened, register: Prepare, migrate: Prepare) -> sqlite3.Connection:
+    path = opened.path
+    created = create_private(path)  # 0600: chats are the user's alone
+    conn = sqlite3.connect(path, timeout=5, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        # Deleted text is overwritten with zeros rather than left in free pages.
+        conn.execute("PRAGMA secure_delete=ON")
+        conn.execute("PRAGMA temp_store=MEMORY")  # no sort spill files with message text
+        register(conn)
+        migrate(conn)
+        create_private(path)  # the WAL and SHM the pragmas made
+        opened.writer = WriterLock(path)
+        if opened.writer.alone:
+            # Whatever was streaming when its (now gone) writer died is no longer streaming.
+            if conn.execute("SELECT 1 FROM messages WHERE status='streaming' LIMIT 1").fetchone():
+                conn.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
+            opened.writer.share()
+    except BaseException:
+        conn.close()
+        if opened.writer is not None:
+            opened.writer.close()
+            opened.writer = None
+        if created and path.stat().st_size == 0:
+            path.unlink(missing_ok=True)  # never leave an empty file named in an error
+        raise
+    return conn

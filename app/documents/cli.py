@@ -7,7 +7,6 @@ from pathlib import Path
 from app.core.document_block import Attachment, message_content
 from app.documents import limits
 from app.documents.extract import extract
-from app.documents.retrieval import Index
 from app.documents.turn import Turn, prepare
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
@@ -43,30 +42,9 @@ async def read_ahead(
     return asyncio.ensure_future(engine.prefill(conv, draft, params))
 
 
-async def turn_with_documents(
-    engine: EngineAPI,
-    messages: list[dict],
-    question: str,
-    pending: list[Attachment],
-    params: GenerationParams,
-    indexes: list[Index],
-) -> Turn:
-    turn = await prepare(engine, messages, question, pending, params, indexes)
-    for note in turn.notes:
-        print(f"chinwag: {note}", file=sys.stderr)
-    if turn.references:
-        print("passages used: " + "; ".join(turn.references), file=sys.stderr)
-    return turn
-
-
 def stored(turn: Turn) -> list:
     """What the store keeps of a turn's documents; rebuilt, they give the same message text."""
-    from app.core.attachments import StoredAttachment
-
-    return [
-        StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, a.text if a.passages else "")
-        for a in turn.attachments
-    ]
+    return turn.stored()
 
 
 def script_turns(script_path: str | Path, turns: list) -> list[tuple[str, list[Attachment]]]:

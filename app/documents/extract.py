@@ -60,7 +60,7 @@ class Extracted:
     original: bytes = field(default=b"", repr=False, compare=False)
 
 
-def read_bounded(path: str | os.PathLike) -> bytes:
+def read_bounded(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular file, refusing anything else before reading (FIFOs and devices never block)."""
     name = Path(path).name or str(path)
     try:
@@ -97,7 +97,7 @@ def read_bounded(path: str | os.PathLike) -> bytes:
         os.close(fd)
 
 
-def extract(path: str | os.PathLike, progress: Progress = None) -> Extracted:
+def extract(path: str | os.PathLike[str], progress: Progress = None) -> Extracted:
     """Read and extract one file; `progress(done, total)` is called per PDF page."""
     return extract_bytes(Path(path).name or str(path), read_bounded(path), progress)
 
@@ -244,17 +244,9 @@ def _docx(name: str, data: bytes) -> str:
 
 def _docx_lines(document: Any) -> list[str]:
     """Paragraphs (headings as Markdown) and table rows, in document order."""
-    from docx.enum.style import WD_STYLE_TYPE
     from docx.table import Table
 
-    # A paragraph's style name, found once per style (python-docx searches every style for each paragraph:
-    # a millisecond a paragraph). As python-docx: an unknown id, or one of another type, is the default style.
-    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
-    default_name = (default.name if default is not None else "") or ""
-    styles: dict[str, str] = {}
-    for style in document.styles:
-        if style.style_id not in styles:
-            styles[style.style_id] = (style.name or "") if style.type == WD_STYLE_TYPE.PARAGRAPH else default_name
+    styles, default_name = _paragraph_styles(document)
     lines = []
     for block in document.iter_inner_content():
         if isinstance(block, Table):
@@ -262,16 +254,36 @@ def _docx_lines(document: Any) -> list[str]:
                 lines.append(" | ".join(cell.text.strip() for cell in row.cells))
             lines.append("")
             continue
-        text = block.text.strip()
         style_id = block._p.style
         style_name = styles.get(style_id, default_name) if style_id is not None else default_name
-        if text and style_name.startswith("Heading"):
-            level = style_name.removeprefix("Heading").strip()
-            text = "#" * (int(level) if level.isdigit() else 1) + " " + text
-        elif text and style_name == "Title":
-            text = "# " + text
-        lines.append(text)
+        lines.append(_markdown_line(block.text.strip(), style_name))
     return lines
+
+
+def _paragraph_styles(document: Any) -> tuple[dict[str, str], str]:
+    """Each style id's paragraph style name, and the default paragraph style's name.
+
+    Found once per style (python-docx searches every style for each paragraph: a millisecond a
+    paragraph). As python-docx: an unknown id, or one of another type, is the default style."""
+    from docx.enum.style import WD_STYLE_TYPE
+
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    default_name = (default.name if default is not None else "") or ""
+    styles: dict[str, str] = {}
+    for style in document.styles:
+        if style.style_id not in styles:
+            styles[style.style_id] = (style.name or "") if style.type == WD_STYLE_TYPE.PARAGRAPH else default_name
+    return styles, default_name
+
+
+def _markdown_line(text: str, style_name: str) -> str:
+    """A paragraph's text, as a Markdown heading when its style is a heading or the title."""
+    if text and style_name.startswith("Heading"):
+        level = style_name.removeprefix("Heading").strip()
+        return "#" * (int(level) if level.isdigit() else 1) + " " + text
+    if text and style_name == "Title":
+        return "# " + text
+    return text
 
 
 def _too_many_members(name: str, count: int) -> str:

@@ -1,13 +1,16 @@
 """A user turn with documents, as every front end sends it: whole when it fits, else the passages most
 related to the question (one line says so). Counts are the engine's, in the current model's tokens."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from app.core.attachments import StoredAttachment
 from app.core.document_block import Attachment, document_block, message_content
 from app.documents.retrieval import Index
 from engine.context.policy import reply_room
 from engine.protocol import EngineAPI
-from engine.types import GenerationParams
+from engine.types import ChatMessage, GenerationParams, TokenCount
 
 # Tokens left free for the chat template's role markers around the messages.
 TEMPLATE_SLACK = 64
@@ -37,10 +40,17 @@ class Turn:
         share = f" · {context_share(self.document_tokens, self.context_limit)}" if self.context_limit else ""
         return f"{names} {self.document_tokens:,} tokens{share}"
 
+    def stored(self) -> list[StoredAttachment]:
+        """What the store keeps of the documents; rebuilt, they give the same message text."""
+        return [
+            StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, a.text if a.passages else "")
+            for a in self.attachments
+        ]
+
 
 async def prepare(
     engine: EngineAPI,
-    history: list[dict],
+    history: Sequence[ChatMessage | dict[str, Any]],
     question: str,
     documents: list[Attachment],
     params: GenerationParams,
@@ -49,7 +59,8 @@ async def prepare(
     """The turn's content. `indexes` holds the conversation's documents too big for the context:
     new ones are added, and every later question gets its own passages from them."""
     indexes = indexes if indexes is not None else []
-    counts = [(m.get("role"), (await engine.count_tokens(m["content"], params)).tokens) for m in history]
+    typed = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(history)]
+    counts = [(m.role, (await engine.count_tokens(m.content, params)).tokens) for m in typed]
     before = sum(n for _, n in counts)
     system = sum(n for role, n in counts if role == "system")
     asked = (await engine.count_tokens(question, params)).tokens
@@ -57,21 +68,11 @@ async def prepare(
     limit = whole[0].context_limit if whole else (await engine.count_tokens("", params)).context_limit
     free = limit - reply_room(params.max_tokens, limit) - before - asked - TEMPLATE_SLACK
     turn = Turn("", [], 0, context_limit=limit)
-    if documents and sum(w.tokens for w in whole) <= free:
-        turn.attachments = list(documents)
-        turn.document_tokens = sum(w.tokens for w in whole)
-        free -= turn.document_tokens
-    else:
-        for d, w in zip(documents, whole, strict=True):
-            indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
-            turn.notes.append(
-                f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free of {limit:,}):"
-                " sending the passages most related to each question"
-            )
+    free = _whole_or_indexed(turn, documents, whole, free, indexes)
     # Passages may take up to half the window past the system prompt: the engine then drops the oldest
     # turns to fit (engine/context/policy.py), so a follow-up's new passages beat old ones.
     free = max(free, (limit - reply_room(params.max_tokens, limit) - system - asked - TEMPLATE_SLACK) // 2)
-    sent = "\n".join(m["content"] for m in history if m.get("role") == "user")
+    sent = "\n".join(m.content for m in typed if m.role == "user")
     for index in indexes:  # every question picks its own passages, less those the history already holds
         item, refs = await _fit(engine, index, question, max(0, free) // len(indexes), params, sent)
         if item.text:
@@ -80,6 +81,24 @@ async def prepare(
             turn.document_tokens += (await engine.count_tokens(document_block(item), params)).tokens
     turn.content = message_content(question, turn.attachments)
     return turn
+
+
+def _whole_or_indexed(
+    turn: Turn, documents: list[Attachment], whole: list[TokenCount], free: int, indexes: list[Index]
+) -> int:
+    """The documents attached whole when they all fit in `free` tokens, else each indexed for its
+    passages, with a line saying so; returns the tokens still free."""
+    if documents and sum(w.tokens for w in whole) <= free:
+        turn.attachments = list(documents)
+        turn.document_tokens = sum(w.tokens for w in whole)
+        return free - turn.document_tokens
+    for d, w in zip(documents, whole, strict=True):
+        indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
+        turn.notes.append(
+            f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free"
+            f" of {turn.context_limit:,}): sending the passages most related to each question"
+        )
+    return free
 
 
 async def _fit(

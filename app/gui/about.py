@@ -1,8 +1,11 @@
 """Help › About: the version, where the data lives, and the log one click away."""
 
+from collections.abc import Callable
+from pathlib import Path
+
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.core.version import app_version
 from engine import paths
@@ -10,7 +13,9 @@ from engine.log import LOG_FILE
 
 
 class AboutDialog(QDialog):
-    def __init__(self, parent=None, open_url=QDesktopServices.openUrl):
+    def __init__(
+        self, parent: QWidget | None = None, open_url: Callable[[QUrl], bool] = QDesktopServices.openUrl
+    ) -> None:
         super().__init__(parent)
         self._open_url = open_url
         self.setObjectName("aboutDialog")
@@ -49,7 +54,7 @@ class AboutDialog(QDialog):
         layout.addWidget(self.failed)
         layout.addWidget(buttons)
 
-    def open_path(self, path) -> bool:
+    def open_path(self, path: Path) -> bool:
         opened = bool(self._open_url(QUrl.fromLocalFile(str(path))))
         if not opened:
             self.failed.setText(f"Could not open {path}: no program here opens it. Open it from a file manager.")

@@ -1,11 +1,12 @@
 """The "Copied" a copy button shows, reset after a moment so it never says so forever."""
 
 from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QAbstractButton
 
 COPIED_MS = 2000
 
 
-def flash_copied(button, done_text: str = "Copied", icon: str = "") -> None:
+def flash_copied(button: QAbstractButton, done_text: str = "Copied", icon: str = "") -> None:
     """Show done_text (or the named icon) on the button, then put its own text, icon and
     tooltip back."""
     if button.property("restTip") is None:  # not already showing "Copied": remember what to go back to
@@ -28,7 +29,7 @@ def flash_copied(button, done_text: str = "Copied", icon: str = "") -> None:
     timer.start(COPIED_MS)
 
 
-def _reset(button):
+def _reset(button: QAbstractButton) -> None:
     tip = button.property("restTip")
     if tip is not None:
         button.setText(button.property("restText") or "")

@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import EngineStatus, FinishReason, PrefillProgress, TextDelta, TurnStats
+from engine.types import EngineStatus, FinishReason, PrefillProgress, TextDelta, TurnAnnounced, TurnOrigin, TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,17 @@ class EngineBridge(QObject):
     taskFailed = Signal(str, str)  # kind, reason
     searchFinished = Signal(str, list)  # query, list[HubModel]
     searchFailed = Signal(str, str)  # query, one-line reason
+    otherTurn = Signal(object)  # TurnAnnounced: a turn on this engine the window did not ask for (its API server's)
 
     def __init__(self, engine=None, engine_factory=default_engine, parent=None):
         super().__init__(parent)
         self._engine = engine
+        self._listening = None  # the engine whose turns this bridge follows
         self._factory = engine_factory
         self._tasks: set[asyncio.Task] = set()
-        self._generating: set = set()
-        self._stop_wanted: set = set()  # conv ids whose Stop may have come before their turn began
+        self._generating: set = set()  # the window's turns, from asking until they end
+        self._turns: dict = {}  # conv id -> the ChatTurn handle of the window's turn (engine/turns.py)
+        self._replies: dict = {}  # conv id -> the task of its reply run by the turn driver (run_turn)
         self._loading = False
         self._started = False
         self._start_failed = False
@@ -72,7 +75,22 @@ class EngineBridge(QObject):
     def engine(self):
         if self._engine is None:
             self._engine = self._factory()
+        if self._engine is not self._listening:  # every turn's start and end (engine.turns), once per engine
+            self._listening = self._engine
+            self._engine.turns.subscribe(self._on_turn)
         return self._engine
+
+    def _on_turn(self, event: TurnAnnounced):
+        """A turn began or ended on the engine: the window's own are followed by _chat; another front
+        end's (the window's API server) make the window busy while they run."""
+        if event.origin != TurnOrigin.WINDOW:
+            self._set_state()
+            self.otherTurn.emit(event)
+
+    def others_running(self) -> bool:
+        """A turn the window did not ask for runs on the engine (its API server's)."""
+        engine = self._engine
+        return engine is not None and any(t.origin != TurnOrigin.WINDOW for t in engine.turns.running)
 
     @property
     def current_model(self):
@@ -105,7 +123,7 @@ class EngineBridge(QObject):
             return EngineStatus.STARTING
         if self._loading:
             return EngineStatus.LOADING
-        if self._generating:
+        if self._generating or self.others_running():
             return EngineStatus.GENERATING
         return self.engine.state.state
 
@@ -220,18 +238,16 @@ class EngineBridge(QObject):
 
     # --- chat ------------------------------------------------------------
     def chat(self, conv_id, messages: list[dict], params) -> asyncio.Task:
-        self._stop_wanted.discard(conv_id)
+        # The handle now: a Stop that comes before the turn's task has begun still stops it.
+        turn = self._turns[conv_id] = self.engine.chat(conv_id, messages, params, origin=TurnOrigin.WINDOW)
         self._generating.add(conv_id)
         self._set_state()
-        return self.run(self._chat(conv_id, messages, params))
+        return self.run(self._chat(conv_id, turn))
 
-    async def _chat(self, conv_id, messages, params):
+    async def _chat(self, conv_id, turn):
         stats = None
         try:
-            async for event in self.engine.chat(conv_id, messages, params):
-                if conv_id in self._stop_wanted:  # Stop came before the engine's turn had begun
-                    self._stop_wanted.discard(conv_id)
-                    self.engine.stop(conv_id)
+            async for event in turn:
                 if isinstance(event, TextDelta):
                     if event.text:
                         self.delta.emit(conv_id, event.text)
@@ -240,20 +256,41 @@ class EngineBridge(QObject):
                 elif isinstance(event, TurnStats):
                     stats = event
         except asyncio.CancelledError:
+            self._ended(conv_id, turn)
             self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
             raise
         except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
-            self._generating.discard(conv_id)
-            self._set_state()
+            self._ended(conv_id, turn)
             self.turnFailed.emit(conv_id, _reason(e, "a reply"))
             return
-        self._generating.discard(conv_id)
-        self._set_state()
+        self._ended(conv_id, turn)
         if stats is None:
             self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
         else:
             self.turnFinished.emit(conv_id, stats)
-        return stats  # a reply with tools awaits each turn (app/gui/tools/turns.py)
+        return stats
+
+    def run_turn(self, conv_id, coro) -> asyncio.Task:
+        """A reply run by the turn driver (app/chat/turn.py): the engine is generating for conv_id
+        until it ends (the state, the busy chat, no read-ahead meanwhile)."""
+        self._generating.add(conv_id)
+        self._set_state()
+        task = self._replies[conv_id] = self.run(coro)
+        task.add_done_callback(lambda t: self.turn_done(conv_id, t))
+        return task
+
+    def turn_done(self, conv_id, task):
+        """The reply of `task` has ended (said by the reply before it tells the window, and when its task ends)."""
+        if self._replies.get(conv_id) is task:  # not a reply that started in the chat as this one ended
+            del self._replies[conv_id]
+            self._generating.discard(conv_id)
+            self._set_state()
+
+    def _ended(self, conv_id, turn):
+        if self._turns.get(conv_id) is turn:  # not a newer turn of the same chat
+            del self._turns[conv_id]
+            self._generating.discard(conv_id)
+        self._set_state()
 
     def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
         """Read ahead in the background (an unsent draft, or a chat whose history changed); only when
@@ -309,8 +346,10 @@ class EngineBridge(QObject):
             self._engine.stop("")  # no conversation has the id "": only the background work ends
 
     def stop(self, conv_id=None):
+        for key, turn in list(self._turns.items()):
+            if conv_id is None or key == conv_id:
+                turn.stop()  # begun or not
         if self._engine is not None:
-            self._stop_wanted.update(self._generating if conv_id is None else {conv_id} & self._generating)
             self._engine.stop(conv_id)
 
     def forget(self, conv_id):
@@ -329,7 +368,7 @@ class EngineBridge(QObject):
         if self._engine is None:
             return
         self.cancel_download()
-        self._engine.stop(None)
+        self.stop(None)
         pending = [t for t in self._tasks if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=min(timeout, 5.0))

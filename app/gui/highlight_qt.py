@@ -1,8 +1,19 @@
 """Pygments spans (app.transcripts.highlight) applied to a Qt text document, and which palette is in use."""
 
 import bisect
+from collections.abc import Iterable
 
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QSyntaxHighlighter, QTextCharFormat
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QGuiApplication,
+    QPalette,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+    QTextDocument,
+)
+
+from app.transcripts.highlight import Span
 
 
 def is_dark() -> bool:
@@ -12,12 +23,12 @@ def is_dark() -> bool:
 class SpanHighlighter(QSyntaxHighlighter):
     """Applies app.transcripts.highlight spans computed for the whole text to each line Qt asks about."""
 
-    def __init__(self, document):
+    def __init__(self, document: QTextDocument) -> None:
         super().__init__(document)
         self._starts: list[int] = []
         self._runs: list[tuple[int, int, QTextCharFormat]] = []  # UTF-16 offsets
 
-    def set_spans(self, spans, text: str):
+    def set_spans(self, spans: Iterable[Span], text: str) -> None:
         units = _utf16_offsets(text)
         runs = []
         for span in spans:
@@ -36,7 +47,7 @@ class SpanHighlighter(QSyntaxHighlighter):
         self._starts = [r[0] for r in runs]
         self.rehighlight()
 
-    def highlightBlock(self, text):
+    def highlightBlock(self, text: str) -> None:
         block = self.currentBlock()
         lo, hi = block.position(), block.position() + max(block.length() - 1, 0)
         i = max(bisect.bisect_right(self._starts, lo) - 1, 0)
@@ -47,7 +58,7 @@ class SpanHighlighter(QSyntaxHighlighter):
             i += 1
 
 
-def _utf16_offsets(text: str):
+def _utf16_offsets(text: str) -> list[int] | None:
     """Python index → Qt (UTF-16) position, or None when they are the same (no astral chars)."""
     if len(text.encode("utf-16-le")) == 2 * len(text):
         return None

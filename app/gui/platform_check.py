@@ -6,6 +6,7 @@ import ctypes
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 # The system libraries PySide6's xcb plugin needs that a minimal install may lack:
@@ -31,13 +32,13 @@ XCB_PACKAGES = {
 _SONAME = re.compile(r"(lib[\w.+-]+\.so(?:\.\d+)*)")
 
 
-def uses_xcb(environ=os.environ) -> bool:
+def uses_xcb(environ: Mapping[str, str] = os.environ) -> bool:
     """Will Qt try its xcb plugin? (Linux, and QT_QPA_PLATFORM unset, or naming xcb.)"""
     if not sys.platform.startswith("linux"):
         return False
     platform = environ.get("QT_QPA_PLATFORM", "")
     if platform:
-        return platform.split(":")[0].split(";")[0] == "xcb"
+        return bool(platform.split(":")[0].split(";")[0] == "xcb")
     return not environ.get("WAYLAND_DISPLAY")  # a Wayland session uses Qt's wayland plugin
 
 
@@ -73,7 +74,7 @@ def install_hint(missing: list[str]) -> str:
     )
 
 
-def xcb_problem(environ=os.environ) -> str:
+def xcb_problem(environ: Mapping[str, str] = os.environ) -> str:
     """One line saying what to install, or "" when the window can start."""
     if not uses_xcb(environ):
         return ""

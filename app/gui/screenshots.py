@@ -59,6 +59,7 @@ class _ShowcaseEngine:
 
     def __init__(self):
         from engine.models import registry
+        from engine.turns import Turns
         from engine.types import ModelInfo
 
         models = registry.list_models()
@@ -84,6 +85,7 @@ class _ShowcaseEngine:
         ]
         self.models = models
         self.current_model = models[0]
+        self.turns = Turns()  # no turn runs: the window follows none
 
     @property
     def state(self):

@@ -26,7 +26,10 @@ UNDO = QKeySequence.StandardKey.Undo
 PREFERENCES = "Ctrl+,"
 SHORTCUTS_SHEET = "Ctrl+/"
 
-SHEET = [
+# A shortcut: its keys (a list: the first is the one shown), or a platform's standard key.
+Key = str | list[str] | QKeySequence.StandardKey
+
+SHEET: list[tuple[str, Key]] = [
     ("Send the message", SEND),
     ("New line in the message", NEWLINE),
     ("New chat", NEW_CHAT),
@@ -50,7 +53,7 @@ SHEET = [
 WELCOME = [SHEET[0], SHEET[1], SHEET[2], SHEET[3], SHEET[4]]
 
 
-def key_text(key) -> str:
+def key_text(key: Key) -> str:
     """How the key reads on this platform (Ctrl+N, or ⌘N on macOS); a list of keys: the first ones."""
     if isinstance(key, list):
         return " or ".join(key_text(k) for k in key)

@@ -275,30 +275,36 @@ class Sidebar(QWidget):
         return [self.list.item(i).data(SNIPPET_ROLE) or "" for i in range(self.list.count())]
 
     def eventFilter(self, obj, event):
-        # Esc in a search box with text clears the search (not the window's Esc, Stop).
-        if obj is self.search and event.type() == QEvent.Type.ShortcutOverride:
+        if obj is self.search and self._search_key(event):
+            return True
+        return super().eventFilter(obj, event)
+
+    def _search_key(self, event) -> bool:
+        """The keys the search box answers itself (True: it took the event): Esc with text clears the
+        search (not the window's Esc, Stop); Down (or Return) moves into the results."""
+        if event.type() == QEvent.Type.ShortcutOverride:
             if event.key() == Qt.Key.Key_Escape and self.search.text():
                 event.accept()
                 return True
-        if obj is self.search and event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
-            if self.search.text():
-                self.search.clear()
-                self._debounce.stop()
-                self.searchChanged.emit("")  # the whole list again at once
-                return True
-        # Down (or Return) in the search box moves into the results.
-        if obj is self.search and event.type() == QEvent.Type.KeyPress:
-            if event.key() == Qt.Key.Key_Down and self.list.count():
-                self.list.setFocus()
-                if self.list.currentRow() < 0:
-                    self.list.setCurrentRow(0)
-                return True
-            if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.list.count():
-                item = self.list.currentItem() or self.list.item(0)
-                self.list.setCurrentItem(item)
-                self.list.itemActivated.emit(item)
-                return True
-        return super().eventFilter(obj, event)
+            return False
+        if event.type() != QEvent.Type.KeyPress:
+            return False
+        if event.key() == Qt.Key.Key_Escape and self.search.text():
+            self.search.clear()
+            self._debounce.stop()
+            self.searchChanged.emit("")  # the whole list again at once
+            return True
+        if event.key() == Qt.Key.Key_Down and self.list.count():
+            self.list.setFocus()
+            if self.list.currentRow() < 0:
+                self.list.setCurrentRow(0)
+            return True
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.list.count():
+            item = self.list.currentItem() or self.list.item(0)
+            self.list.setCurrentItem(item)
+            self.list.itemActivated.emit(item)
+            return True
+        return False
 
     def ids(self) -> list:
         return [self.list.item(i).data(ID_ROLE) for i in range(self.list.count())]

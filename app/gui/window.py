@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.chats import is_unsaved
 from app.core.store import MessageStatus
 from app.gui import shortcuts, theme
 from app.gui.chat.controller import ChatController
@@ -486,7 +487,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{title} — Chinwag" if title else "Chinwag")
         self.header.set_title(title)
         self.header.set_custom_prompt(prompt)
-        if not conv_id:
+        if is_unsaved(conv_id):
             self.status.show_stats(None)
         self._suggest_conversation_model()
 

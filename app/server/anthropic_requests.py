@@ -65,7 +65,7 @@ def _user(content: Any, where: str) -> list:
             result = _text_blocks(block.get("content", ""), f"{at}.content")
             if block.get("is_error") is True:
                 result = f"Error: {result}"
-            out.append({"role": "tool", "content": result})
+            out.append({"role": "tool", "content": result, "tool_call_id": block["tool_use_id"]})
         elif kind == "text":
             texts.append(_text(block, at))
         else:

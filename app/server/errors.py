@@ -2,6 +2,7 @@
 
 import logging
 import re
+from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -56,7 +57,7 @@ class ApiError(Exception):
         self.param = param
         self.code = code
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         return {
             "error": {
                 "message": self.message,
@@ -66,7 +67,7 @@ class ApiError(Exception):
             }
         }
 
-    def anthropic_body(self) -> dict:
+    def anthropic_body(self) -> dict[str, Any]:
         kind = ANTHROPIC_TYPES.get(self.status, "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 

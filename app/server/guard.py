@@ -82,7 +82,9 @@ class HostCheck:
 class Guard:
     """ASGI middleware: 421 for a Host that does not name this server, 403 for an Origin not allowed."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int, allowed_hosts: tuple[str, ...], origins: tuple) -> None:
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, allowed_hosts: tuple[str, ...], origins: tuple[str, ...]
+    ) -> None:
         self.app = app
         self.hosts = HostCheck(host, port, allowed_hosts)
         self.origins = {o.rstrip("/") for o in origins}

@@ -75,7 +75,7 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def first(items: AsyncGenerator) -> Started:
+async def first(items: AsyncGenerator[object, None]) -> Started:
     """Wait for the request's turn: the generation's first item. An ApiError (bad model, context
     overflow) is raised here, before any response is sent; the generation is closed on any error."""
     try:

@@ -1,6 +1,7 @@
 """Bounds on what a request may hold, checked before any of it reaches the engine."""
 
 import json
+from typing import Any
 
 from starlette.requests import Request
 
@@ -29,7 +30,7 @@ def check_json_type(request: Request) -> None:
         raise ApiError(415, f"Content-Type must be application/json; {got}")
 
 
-async def read_json(request: Request) -> dict:
+async def read_json(request: Request) -> dict[str, Any]:
     """The request's JSON object; 415 unless declared JSON, 413 past MAX_BODY_BYTES, 400 for anything
     that is not a JSON object."""
     check_json_type(request)

@@ -204,6 +204,8 @@ def _messages(body: dict) -> list:
         message: dict[str, Any] = {"role": ROLES[role], "content": _content(m.get("content"), where)}
         if role == "assistant" and m.get("tool_calls"):  # the service writes the calls back as the model made them
             message["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        if role == "tool" and isinstance(m.get("tool_call_id"), str):  # which call it answers, as the window keeps it
+            message["tool_call_id"] = m["tool_call_id"]
         clean.append(message)
     if all(m["role"] == "system" for m in clean):
         raise bad("messages", "has no user message")

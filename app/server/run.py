@@ -91,7 +91,7 @@ class ApiServer:
         self._sock: socket.socket | None = None
         self._server: _Uvicorn | None = None
         self.connections: Connections | None = None  # while serving
-        self.task: asyncio.Task | None = None  # our own reference: qasync keeps none
+        self.task: asyncio.Task[None] | None = None  # our own reference: qasync keeps none
 
     @property
     def port(self) -> int:
@@ -103,7 +103,7 @@ class ApiServer:
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}/v1"
 
-    def start(self) -> asyncio.Task:
+    def start(self) -> asyncio.Task[None]:
         """Bind now (a taken port fails here, as a ChinwagError) and serve in a task on the running loop."""
         self._sock = bind(self.config.host, self.config.port)
         app = create_app(self.service, replace(self.config, port=self.port))  # the port Host headers name

@@ -14,17 +14,19 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import cast
+from typing import Any
 
+from app.chat.events import Delta, Reading
+from app.chat.stream import EngineTurn, Streamed
 from app.server.conversations import ConversationMap
 from app.server.errors import ApiError, no_paths
 from app.server.limits import MAX_WAITING
 from app.server.requests import GenerationRequest
 from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
-from engine.types import EngineStatus, FinishReason, ModelStatus, PrefillProgress, TextDelta, TurnStats
+from engine.types import ChatMessage, EngineStatus, FinishReason, ModelStatus, ToolCall, TurnOrigin, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
 # As many as the engine decodes in one batch (engine/local/batcher.py's MAX_ROWS): more would
@@ -92,12 +94,12 @@ class Outcome:
     cached_tokens: int
     completion_tokens: int
     error: str = ""
-    tool_calls: tuple = ()  # engine.types.ToolCall, when finish_reason is tool_calls
+    tool_calls: tuple[ToolCall, ...] = ()  # engine.types.ToolCall, when finish_reason is tool_calls
     stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
     context_full: bool = False  # "length" because the context window is full, not max_tokens
 
 
-async def collect(items: AsyncIterator) -> tuple[str, Outcome]:
+async def collect(items: AsyncIterator[object]) -> tuple[str, Outcome]:
     """A whole (not streamed) reply: its text pieces joined, and its Outcome."""
     parts: list[str] = []
     async for item in items:
@@ -148,6 +150,21 @@ def finish_reason(stats: TurnStats, stopped: bool) -> str:
     return "error"
 
 
+@dataclass
+class _Served:
+    """One turn as the server follows it: the stop scanner, the text kept, what the record needs."""
+
+    scanner: StopScanner
+    behind: bool  # it waited for the window's reply
+    began: bool = False  # the engine took it up
+    called: float = field(default_factory=time.perf_counter)
+    first_text: float = 0.0
+    prompt_tokens: int = 0
+    emitted: int = 0
+    reply: list[str] = field(default_factory=list)
+    ended: Streamed | None = None
+
+
 class ChatService:
     def __init__(
         self, engine: EngineAPI, allow_switch: bool = False, conversations: ConversationMap | None = None
@@ -164,10 +181,10 @@ class ChatService:
         self.wait_listeners: list[Callable[[str], None]] = []  # a line while a request waits for the window, then ""
         self._forget_later: list[str] = []
         # The ids of a reply's tool calls -> the reply's text as generated (its tool-call markup included).
-        self.tool_replies: OrderedDict[tuple, str] = OrderedDict()
+        self.tool_replies: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.real_ids: dict[str, str] = {}  # a public model id -> the engine's
 
-    def written_back(self, messages: list) -> list:
+    def written_back(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Messages as the engine takes them: an assistant message's tool_calls back in its text.
 
         A reply this server made is its exact generated text (so its cache is reused); one it does
@@ -276,53 +293,66 @@ class ChatService:
         """Whether a reply generating now is someone else's on the same engine: the window's."""
         return not self.turns and self.engine.state.state == EngineStatus.GENERATING
 
-    async def _turn(  # noqa: C901 - one turn's whole life (behind the window, stop sequences, a client gone, tool calls) in order
+    async def _turn(
         self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float, behind: bool
     ) -> AsyncGenerator[str | Outcome | Started | Waiting, None]:
-        scanner, reply, stats = StopScanner(request.stop), [], None
-        prompt_tokens = emitted = 0
-        refused = False
-        called, began, first_text = time.perf_counter(), False, 0.0
-        if behind:
+        """One engine turn as the turn driver runs each of its turns (app/chat/stream.py): the client keeps
+        the chat, runs its tools and sends them back, so nothing is written here. Waits behind the window's reply, cuts
+        the reply at a stop sequence, and ends the engine's turn if the client goes away."""
+        served = _Served(StopScanner(request.stop), behind=behind)
+        if served.behind:  # no turn of ours generates, so a reply generating now is the window's
             line = f"a request from {client or 'a client'} waits for the window's reply"
             self._tell_waiting(line)
             yield Waiting(line)
+        turn = EngineTurn(self.engine, conv_id, origin=TurnOrigin.SERVER)
         try:
-            async with aclosing(
-                cast(AsyncGenerator, self.engine.chat(conv_id, request.messages, request.params))
-            ) as events:
-                async for event in events:
-                    if behind and not began:  # the engine has taken this turn up
-                        began = True
-                        self._tell_waiting("")
-                    if isinstance(event, TextDelta):
-                        emitted += 1
-                        first_text = first_text or time.perf_counter()
-                        text = scanner.feed(event.text)
-                        reply.append(text)
-                        if text and not request.tools:  # with tools the reply goes whole: its calls are not text
-                            yield text
-                        if scanner.hit:
-                            self.engine.stop(conv_id)  # within one token; the cache keeps what was emitted
-                    elif isinstance(event, PrefillProgress):
-                        prompt_tokens = event.prompt_tokens
-                    elif isinstance(event, TurnStats):
-                        stats = event
-        except ChinwagError as e:  # refused before it began (a prompt longer than the context...)
-            refused = True
+            messages = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
+        except ChinwagError as e:
             raise ApiError(400, no_paths(str(e))) from None
+        try:
+            async with aclosing(turn.events(messages, request.params)) as events:
+                async for event in events:
+                    text = self._served(served, event, turn, bool(request.tools))
+                    if text:
+                        yield text
         finally:
-            if behind and not began:
+            if served.behind and not served.began:
                 self._tell_waiting("")
-            if stats is None and not refused:  # the client went away or the server is stopping: end the turn now
-                self.engine.stop(conv_id)  # sync: nothing may be awaited in a cancelled task
+            if served.ended is None:  # the client went away or the server is stopping (the turn was stopped)
                 # The cache holds the prompt (and what was emitted): the same request again reuses it.
                 self._forget_later.extend(self.conversations.record(conv_id, model, request.messages))
-                self._publish(
-                    RequestRecord(client, self.public_id(model), prompt_tokens, 0, emitted, 0.0, "cancelled", waited)
+                record = RequestRecord(
+                    client, self.public_id(model), served.prompt_tokens, 0, served.emitted, 0.0, "cancelled", waited
                 )
-        if stats is None:
-            raise RuntimeError("the engine ended a turn without its stats")
+                self._publish(record)
+        async for item in self._outcome(served, conv_id, model, request, client, waited):
+            yield item
+
+    def _served(self, served: "_Served", event: Reading | Delta | Streamed, turn: EngineTurn, tools: bool) -> str:
+        """What of an event goes to the client now (with tools the reply goes whole: its calls are not text)."""
+        if served.behind and not served.began:  # the engine has taken this turn up
+            served.began = True
+            self._tell_waiting("")
+        if isinstance(event, Delta):
+            served.emitted += 1
+            served.first_text = served.first_text or time.perf_counter()
+            text = served.scanner.feed(event.text)
+            served.reply.append(text)
+            if served.scanner.hit:
+                turn.stop()  # within one token; the cache keeps what was emitted
+            return "" if tools else text
+        if isinstance(event, Reading):
+            served.prompt_tokens = event.progress.prompt_tokens
+        elif isinstance(event, Streamed):
+            served.ended = event
+        return ""
+
+    async def _outcome(
+        self, served: "_Served", conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
+    ) -> AsyncGenerator[str | Outcome, None]:
+        """The end of a turn: the rest of its text, what the conversation map keeps, the record, the Outcome."""
+        stats = _stats(served)
+        scanner, reply = served.scanner, served.reply
         rest = scanner.flush()
         if rest:
             reply.append(rest)
@@ -332,29 +362,14 @@ class ChatService:
         if shown:
             yield shown
         if calls:
-            self.tool_replies[tuple(c.id for c in calls)] = "".join(reply)
-            while len(self.tool_replies) > TOOL_REPLIES:
-                self.tool_replies.popitem(last=False)
-        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
-        complete = scanner.hit or stats.finish_reason in ended
-        # A finished reply (or one cut at a stop sequence) is what the client sends back next; a stopped one is not.
-        seen = request.messages + ([{"role": "assistant", "content": "".join(reply)}] if complete else [])
-        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
-        while self._forget_later:  # conversations past the map's limit: their caches go too
-            await self.engine.forget(self._forget_later.pop())
-        await asyncio.to_thread(self.conversations.save, self.conversations.dumps())
-        if behind and first_text:  # the engine's time to first token starts when the window's reply has ended
-            waited += max(0.0, first_text - called - stats.ttft_s)
+            self._remember_calls(calls, "".join(reply))
+        await self._record_seen(conv_id, model, request, stats, served)
+        if served.behind and served.first_text:  # the engine's time to first token starts when the window's reply ended
+            waited += max(0.0, served.first_text - served.called - stats.ttft_s)
         record = RequestRecord(
-            client,
-            self.public_id(model),
-            stats.prompt_tokens,
-            stats.reused_tokens,
-            stats.generated_tokens,
-            stats.ttft_s,
-            reason,
-            waited,
-        )
+            client, self.public_id(model), stats.prompt_tokens, stats.reused_tokens, stats.generated_tokens,
+            stats.ttft_s, reason, waited,
+        )  # fmt: skip
         self._publish(record)
         yield Outcome(
             reason,
@@ -366,6 +381,25 @@ class ChatService:
             scanner.matched,
             stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
         )
+
+    def _remember_calls(self, calls: tuple[ToolCall, ...], text: str) -> None:
+        """A reply's exact text under its calls' ids, so the client's echo of them continues the cache."""
+        self.tool_replies[tuple(c.id for c in calls)] = text
+        while len(self.tool_replies) > TOOL_REPLIES:
+            self.tool_replies.popitem(last=False)
+
+    async def _record_seen(
+        self, conv_id: str, model: str, request: GenerationRequest, stats: TurnStats, served: "_Served"
+    ) -> None:
+        """What the conversation map keeps: a finished reply (or one cut at a stop sequence) is what the
+        client sends back next; a stopped one is not."""
+        ended = (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CONTEXT, FinishReason.TOOL_CALLS)
+        complete = served.scanner.hit or stats.finish_reason in ended
+        seen = request.messages + ([{"role": "assistant", "content": "".join(served.reply)}] if complete else [])
+        self._forget_later.extend(self.conversations.record(conv_id, model, seen))
+        while self._forget_later:  # conversations past the map's limit: their caches go too
+            await self.engine.forget(self._forget_later.pop())
+        await asyncio.to_thread(self.conversations.save, self.conversations.dumps())
 
     async def _wait_turn(self) -> None:
         """Take a slot in this request's turn (429 past MAX_WAITING waiting); the caller releases it."""
@@ -398,3 +432,14 @@ class ChatService:
         self.recent.append(record)
         for listener in list(self.listeners):
             listener(record)
+
+
+def _stats(served: _Served) -> TurnStats:
+    """The turn's stats; a turn refused before it began is the client's error (400)."""
+    ended = served.ended
+    assert ended is not None
+    if ended.stats is None and ended.error:  # a prompt longer than the context...
+        raise ApiError(400, no_paths(ended.error))
+    if ended.stats is None:
+        raise RuntimeError("the engine ended a turn without its stats")
+    return ended.stats

@@ -45,9 +45,9 @@ class ToolSpec:
     tool: str  # the server's own name for it
     name: str  # the name the model calls it by: the tool's, or server__tool when another tool has it (model_names)
     description: str = ""
-    input_schema: dict = field(default_factory=dict)
+    input_schema: dict[str, Any] = field(default_factory=dict)
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         """The OpenAI / chat-template function definition."""
         schema = self.input_schema or {"type": "object", "properties": {}}
         return {
@@ -94,10 +94,10 @@ class ServerConnection:
     def __init__(self, config: ServerConfig, start_timeout: float = START_TIMEOUT_S) -> None:
         self.config = config
         self.start_timeout = start_timeout
-        self.tools: list = []  # mcp Tool objects
+        self.tools: list[Any] = []  # mcp Tool objects
         self.error = ""  # why it is not running
         self._session: ClientSession | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._errlog: TextIO | None = None
         self._checker = SchemaChecker()
@@ -117,7 +117,7 @@ class ServerConnection:
         if self._errlog is not None:  # a restart: the last run's words are no reason now
             self._errlog.seek(0)
             self._errlog.truncate()
-        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(ready), name=f"mcp {self.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
@@ -147,7 +147,7 @@ class ServerConnection:
             return ""
         return clip(neutralise(lines[-1]), 300) if lines else ""
 
-    async def _hold(self, ready: asyncio.Future) -> None:
+    async def _hold(self, ready: asyncio.Future[bool]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if self.config.url:
@@ -193,7 +193,7 @@ class ServerConnection:
         finally:
             self._session = None
 
-    async def call(self, tool: str, arguments: dict, timeout: float = CALL_TIMEOUT_S) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float = CALL_TIMEOUT_S) -> ToolResult:
         """Run one tool; a failure, a timeout or a dead server is a result with is_error (never raises)."""
         started = time.monotonic()
 
@@ -294,7 +294,7 @@ class ToolHost:
     def __init__(self, configs: Sequence[ServerConfig], start_timeout: float = START_TIMEOUT_S) -> None:
         self.connections = {c.name: ServerConnection(c, start_timeout) for c in configs}
 
-    async def start(self) -> dict:
+    async def start(self) -> dict[str, str]:
         """Start every server at once; {name: error} for the ones that failed."""
         results = await asyncio.gather(*(c.start() for c in self.connections.values()))
         return {c.name: c.error for c, ok in zip(self.connections.values(), results) if not ok}
@@ -305,12 +305,12 @@ class ToolHost:
         return await conn.start()
 
     @property
-    def tools(self) -> list:
+    def tools(self) -> list[ToolSpec]:
         """Every running server's tools (ToolSpec) under names that are all different (`model_names`)."""
         pairs = []
         for c in self.connections.values():
             if c.running:
-                own: set = set()
+                own: set[str] = set()
                 for t in c.tools:
                     if t.name not in own:  # a server that lists a name twice has one tool of that name
                         own.add(t.name)
@@ -330,7 +330,7 @@ class ToolHost:
     def find(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
 
-    async def call(self, spec: ToolSpec, arguments: dict, timeout: float = CALL_TIMEOUT_S) -> ToolResult:
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], timeout: float = CALL_TIMEOUT_S) -> ToolResult:
         return await self.connections[spec.server].call(spec.tool, arguments, timeout)
 
     async def close(self) -> None:

@@ -1,16 +1,17 @@
-"""One reply with tools: the model's turn, then each tool call it made (approved or not, run, its
-result added as a `tool` message), then the model again, until it answers without a call or the
-round limit is reached. Front ends give `ask` (the approval question) and `show` (events). No Qt.
+"""A reply's tool calls, one at a time: approved (or not) and run (`run_call`), its result as a `tool`
+message and what the store keeps of it, and the events front ends show. The turn driver
+(app/chat/turn.py) runs the rounds. No Qt.
 """
 
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.tools.client import ToolHost, ToolResult, ToolSpec
 from app.tools.config import Policy
 from app.tools.policy import Answer, Approvals
-from engine.types import FinishReason, GenerationParams, ToolCall, TurnStats
+from engine.types import GenerationParams, ToolCall
 
 
 @dataclass(frozen=True)
@@ -82,19 +83,14 @@ async def run_call(
     return ToolRun(call, spec.server, await host.call(spec, arguments), True)
 
 
-def tool_message(run: ToolRun) -> dict:
+def tool_message(run: ToolRun) -> dict[str, Any]:
     """The `tool` message that gives the model one call's result."""
     return {"role": "tool", "content": run.result.text, "tool_call_id": run.call.id, "name": run.call.name}
 
 
-def tool_messages(text: str, stats: TurnStats, runs: list) -> list:
-    """The assistant message that made the calls (its text as generated) and one `tool` message per call."""
-    out: list = [{"role": "assistant", "content": text, "tool_calls": [c.to_openai() for c in stats.tool_calls]}]
-    return out + [tool_message(run) for run in runs]
-
-
-def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
-    """What the store keeps beside a tool round's message (in its stats): the calls, or which call and how it went."""
+def stored_stats(message: dict[str, Any], run: "ToolRun | None" = None) -> dict[str, Any] | None:
+    """A tool round's message's calls, or which call it answers and how it went, in the stats shape the store
+    takes them in (it keeps them in their own tables: app/core/messages.py; Store.append takes them typed)."""
     if message["role"] == "assistant" and message.get("tool_calls"):
         return {"tool_calls": message["tool_calls"]}
     if message["role"] == "tool":
@@ -104,37 +100,3 @@ def stored_stats(message: dict, run: "ToolRun | None" = None) -> dict | None:
             out.update(arguments=run.call.arguments, allowed=run.allowed)
         return out
     return None
-
-
-async def reply(
-    turn: Callable[[list, GenerationParams], Awaitable[tuple]],
-    messages: list,
-    params: GenerationParams,
-    host: ToolHost | None,
-    approvals: Approvals,
-    ask: Callable[[ToolCall, ToolSpec], Awaitable[Answer]],
-    show: Callable[[object], None] = lambda event: None,
-    max_rounds: int = 8,
-) -> tuple:
-    """Run `turn(messages, params) -> (text, stats)` and the calls it makes; returns (new messages, last stats).
-
-    The new messages are the tool rounds (assistant + tool messages) and the final assistant reply.
-    """
-    params = with_tools(params, host)
-    added: list = []
-    rounds = 0
-    while True:
-        text, stats = await turn(messages + added, params)
-        if stats is None or stats.finish_reason != FinishReason.TOOL_CALLS or host is None:
-            added.append({"role": "assistant", "content": text})
-            return added, stats
-        runs = []
-        for call in stats.tool_calls:
-            run = await run_call(host, approvals, call, ask, show)
-            show(run)
-            runs.append(run)
-        added += tool_messages(text, stats, runs)
-        rounds += 1
-        if rounds >= max_rounds:
-            show(RoundLimit(rounds))
-            return added, stats

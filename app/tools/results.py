@@ -34,7 +34,7 @@ def shown_name(name: str, limit: int = MAX_NAME_CHARS) -> str:
     or invisible character written as its escape (`\\x1b`), so a name can neither act on the terminal
     nor pass for another name; cut with an ellipsis."""
 
-    def escape(m: re.Match) -> str:
+    def escape(m: re.Match[str]) -> str:
         code = ord(m.group())
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
@@ -55,7 +55,7 @@ def describe_block(block: Any) -> str:  # an mcp content block (text, image, aud
     """One content block of a CallToolResult as text."""
     kind = getattr(block, "type", "")
     if kind == "text":
-        return block.text
+        return str(block.text)
     if kind in ("image", "audio"):
         return f"[{kind}: {block.mime_type}, {format_bytes(_b64_size(block.data))}, not shown]"
     if kind == "resource_link":

@@ -41,7 +41,7 @@ class SchemaChecker:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
 
-    async def check(self, schema: dict, instance: Any, timeout: float) -> str:  # instance: a JSON value
+    async def check(self, schema: dict[str, Any], instance: Any, timeout: float) -> str:  # instance: a JSON value
         """The empty string if `instance` conforms to `schema`, else one line saying why not.
 
         TimeoutError when no answer comes within `timeout` s (the child is killed); CheckerBug when
@@ -55,7 +55,7 @@ class SchemaChecker:
                     await self.close()
                     raise
 
-    async def _ask(self, schema: dict, instance: Any, timeout: float) -> str:  # instance: a JSON value
+    async def _ask(self, schema: dict[str, Any], instance: Any, timeout: float) -> str:  # instance: a JSON value
         if self._proc is None or self._proc.returncode is not None:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -17,7 +17,7 @@ MAX_MESSAGE_CHARS = 500  # jsonschema's messages quote the instance, which may b
 MAX_COMPILED = 32
 
 
-def check(schema: dict, instance: Any, compiled: dict) -> str:  # instance: any JSON value
+def check(schema: dict[str, Any], instance: Any, compiled: dict[str, Any]) -> str:  # instance: any JSON value
     """The empty string if `instance` conforms to `schema`, else one line saying why (the SDK's checks)."""
     from jsonschema import SchemaError, exceptions  # type: ignore[import-untyped]  # jsonschema has no stubs
     from jsonschema.validators import validator_for  # type: ignore[import-untyped]
@@ -47,7 +47,7 @@ def check(schema: dict, instance: Any, compiled: dict) -> str:  # instance: any 
 
 
 def main() -> None:
-    compiled: dict = {}
+    compiled: dict[str, Any] = {}
     for line in sys.stdin:
         request = json.loads(line)
         signal.alarm(max(1, int(request["seconds"])))

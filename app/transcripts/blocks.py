@@ -44,7 +44,7 @@ class Block:
     text: str
     lang: str = ""
     closed: bool = True
-    parts: tuple = ()  # merged prose: the chunks its text joins
+    parts: tuple[str, ...] = ()  # merged prose: the chunks its text joins
 
 
 def split_blocks(text: str) -> list[Block]:

@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.core.store import Conversation, Message, MessageRole, MessageStatus
 from app.core.turns import PROMPT_KEY, cut_note, prompt_digest
@@ -25,7 +26,7 @@ from engine.text import split_think
 FORMATS = ("md", "json", "html", "txt", "pdf")
 FORMAT_MARKER = "chinwag-conversation"
 FORMAT_VERSION = 1
-# "tool": an MCP tool's result; its stats say which call (tool_call_id, name, server, is_error, seconds).
+# "tool": an MCP tool's result; tool_call_id and name say which call, `tool` how it went (app/core/messages.py).
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SYSTEM_HEADING = "System prompt"
 # Replies that do not say which prompt they were written with (saved before they did): the current one, first.
@@ -95,15 +96,25 @@ def to_json(conv: Conversation) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
-def _tree_json(tree: list) -> list:
-    """Each message with its parent's index, which import requires to be an earlier one: parents
-    are moved before their children, creation order kept otherwise. A parent that cannot come
-    first (itself, a cycle, one in another chat: a hand-edited database) is dropped, and its message
-    kept as a first message that is not shown, so the shown path stays what it was."""
+def _tree_json(tree: list[Message]) -> list[dict[str, Any]]:
+    """Each message with its parent's index, which import requires to be an earlier one (see
+    _parents_first); a message whose parent was dropped is a first message that is not shown."""
+    order = _parents_first(tree)
+    index: dict[int | None, int] = {m.id: i for i, (m, _) in enumerate(order)}
+    return [
+        {**_message_json(m), "parent": None if cut else index.get(m.parent_id), "active": m.active and not cut}
+        for m, cut in order
+    ]
+
+
+def _parents_first(tree: list[Message]) -> list[tuple[Message, bool]]:
+    """The messages with parents moved before their children, creation order kept otherwise, each
+    with whether its parent was dropped: a parent that cannot come first (itself, a cycle, one in
+    another chat: a hand-edited database) is, so the shown path stays what it was."""
     ids = {m.id: i for i, m in enumerate(tree)}
-    waiting: dict = {}  # parent id -> its children not placed yet, oldest first
-    order: list = []  # (message, whether its parent was dropped)
-    placed: set = set()
+    waiting: dict[int | None, list[Message]] = {}  # parent id -> its children not placed yet, oldest first
+    order: list[tuple[Message, bool]] = []  # (message, whether its parent was dropped)
+    placed: set[int] = set()
 
     def place(m: Message, detached: bool = False) -> None:
         stack = [(m, detached)]
@@ -125,14 +136,10 @@ def _tree_json(tree: list) -> list:
         waiting[oldest.parent_id].remove(oldest)
         waiting = {k: v for k, v in waiting.items() if v}
         place(oldest, detached=True)
-    index = {m.id: i for i, (m, _) in enumerate(order)}
-    return [
-        {**_message_json(m), "parent": None if cut else index.get(m.parent_id), "active": m.active and not cut}
-        for m, cut in order
-    ]
+    return order
 
 
-def _message_json(m: Message) -> dict:
+def _message_json(m: Message) -> dict[str, Any]:
     return {
         "role": m.role,
         "content": m.content,
@@ -141,10 +148,23 @@ def _message_json(m: Message) -> dict:
         "model_id": m.model_id,
         "stats": m.stats,
         **({"attachments": [a.to_json() for a in m.attachments]} if m.attachments else {}),
+        **_tool_json(m),
     }
 
 
-def to_markdown(conv: Conversation, names: dict | None = None) -> str:
+def _tool_json(m: Message) -> dict[str, Any]:
+    """A message's tool round in OpenAI's shape (a reply's tool_calls; a result's tool_call_id and name), and
+    how the call went (`tool`: server, arguments, is_error, allowed, seconds, note: those recorded)."""
+    if m.tool_calls:
+        return {"tool_calls": [c.to_openai() for c in m.tool_calls]}
+    result = m.tool_result
+    if result is None:
+        return {}
+    run = result.to_json()
+    return {"tool_call_id": result.tool_call_id, "name": result.name, **({"tool": run} if run else {})}
+
+
+def to_markdown(conv: Conversation, names: dict[str, str] | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [f"# {_one_line(conv.title)}", ""]
     out += [f"- **{k}:** {v}" for k, v in _metadata(conv, names)]
@@ -179,7 +199,7 @@ def _markdown_body(m: Message) -> str:
     return "\n\n".join(parts)
 
 
-def to_text(conv: Conversation, names: dict | None = None) -> str:
+def to_text(conv: Conversation, names: dict[str, str] | None = None) -> str:
     names = model_names(conv) if names is None else names
     out = [_one_line(conv.title), "=" * min(60, max(3, len(_one_line(conv.title))))]
     out += [f"{k}: {v}" for k, v in _metadata(conv, names)]
@@ -194,7 +214,7 @@ def to_text(conv: Conversation, names: dict | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_html(conv: Conversation, for_print: bool = False, names: dict | None = None) -> str:
+def to_html(conv: Conversation, for_print: bool = False, names: dict[str, str] | None = None) -> str:
     """One self-contained page: inline CSS, no scripts, images or fonts from elsewhere.
 
     for_print renders thinking as a plain block (Qt's rich text, used for pdf, has no <details>).
@@ -343,14 +363,14 @@ def _print_message(role_class: str, role: str, blocks: list[str]) -> str:
     )
 
 
-def _code_css(parts: list) -> str:
+def _code_css(parts: list[str]) -> str:
     """Highlighted code in both palettes, following the reader's colour scheme (if any code)."""
     if not any('class="hl-' in part for part in parts):
         return ""
     return f"\n{highlight.css()}\n@media (prefers-color-scheme: dark) {{\n{highlight.css(dark=True)}\n}}\n"
 
 
-def _pdf_bytes(conv: Conversation, names: dict) -> bytes:
+def _pdf_bytes(conv: Conversation, names: dict[str, str]) -> bytes:
     from app.transcripts.export_pdf import html_to_pdf  # lazy: the only path that loads Qt
 
     return html_to_pdf(to_html(conv, for_print=True, names=names), _one_line(conv.title))
@@ -414,17 +434,26 @@ def prompt_marks(conv: Conversation) -> dict[int, tuple[str, str]]:
         start = i
         while start > 0 and messages[start].role != MessageRole.USER:
             start -= 1  # back to the question (past tool rounds) of this reply
-        if digest and current and digest == prompt_digest(current):
-            marks[start] = (PROMPT_FIRST if start == 0 else PROMPT_SET, current)
-        elif digest:
-            marks[start] = (PROMPT_LOST, "")
-        elif above is not None:
-            marks[start] = (PROMPT_REMOVED, "")
+        mark = _prompt_mark(digest, above, current, start)
+        if mark is not None:
+            marks[start] = mark
         above = digest
     return marks
 
 
-def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
+def _prompt_mark(digest: str, above: str | None, current: str, start: int) -> tuple[str, str] | None:
+    """The mark before message `start`, whose reply was written under the prompt of `digest` ("": none)
+    where the replies above were written under `above`: (note, the prompt's text if it is `current`)."""
+    if digest and current and digest == prompt_digest(current):
+        return (PROMPT_FIRST if start == 0 else PROMPT_SET, current)
+    if digest:
+        return (PROMPT_LOST, "")
+    if above is not None:
+        return (PROMPT_REMOVED, "")
+    return None
+
+
+def _metadata(conv: Conversation, names: dict[str, str]) -> list[tuple[str, str]]:
     rows = []
     if conv.model_id:
         rows.append(("Model", names.get(conv.model_id, conv.model_id)))
@@ -436,23 +465,24 @@ def _metadata(conv: Conversation, names: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _tool_meta(role: str, stats: dict) -> list:
+def _tool_meta(m: Message) -> list[str]:
     """What a tool round adds to a message's line: the calls a reply made, or which call a result answers."""
-    if role == "tool":
-        bits = [f"{stats.get('name', 'tool')}" + (f" on {stats['server']}" if stats.get("server") else "")]
-        if stats.get("is_error"):
+    result = m.tool_result
+    if m.role == MessageRole.TOOL:
+        if result is None:
+            return ["tool"]
+        bits = [(result.name or "tool") + (f" on {result.server}" if result.server else "")]
+        if result.is_error:
             bits.append("error")
-        if isinstance(stats.get("seconds"), (int, float)) and not isinstance(stats.get("seconds"), bool):
-            bits.append(f"{stats['seconds']:.1f} s")
+        if result.seconds is not None:
+            bits.append(f"{result.seconds:.1f} s")
         return bits
-    calls = stats.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        names = [str(c.get("name") or (c.get("function") or {}).get("name", "?")) for c in calls if isinstance(c, dict)]
-        return ["called " + ", ".join(names)]
+    if m.tool_calls:
+        return ["called " + ", ".join(c.name for c in m.tool_calls)]
     return []
 
 
-def _message_meta(m: Message, names: dict) -> str:
+def _message_meta(m: Message, names: dict[str, str]) -> str:
     """e.g. "SmolLM2 135M Instruct · stopped · 120 tokens · 31.2 tok/s", "… · hit max tokens"."""
     bits = []
     if m.role == MessageRole.ASSISTANT and m.model_id:
@@ -462,7 +492,7 @@ def _message_meta(m: Message, names: dict) -> str:
     if m.versions > 1:  # the export shows this one; JSON keeps the others
         bits.append(f"version {m.version} of {m.versions}")
     stats = m.stats or {}
-    bits += _tool_meta(m.role, stats)
+    bits += _tool_meta(m)
     if isinstance(stats.get("generated_tokens"), int) and stats["generated_tokens"]:
         bits.append(f"{stats['generated_tokens']} tokens")
     tps = stats.get("decode_tps")

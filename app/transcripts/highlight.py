@@ -141,7 +141,7 @@ def spans(code: str, lang: str, dark: bool = False) -> list[Span]:
 def _short(ttype: Any) -> str:
     while ttype not in STANDARD_TYPES:
         ttype = ttype.parent
-    return STANDARD_TYPES[ttype]
+    return str(STANDARD_TYPES[ttype])
 
 
 def highlight_html(code: str, lang: str, inline_dark: bool | None = None) -> str:

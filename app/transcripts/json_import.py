@@ -7,6 +7,7 @@ one ChinwagError names the file and the field. The format is app/transcripts/exp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import stat
@@ -15,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from app.core import attachments as attached
+from app.core.chats import UNSAVED
 from app.core.message_tree import active_path
+from app.core.messages import tool_result_from_json
 from app.core.settings import settings_problems
 from app.core.sizes import format_bytes
-from app.core.store import STATUSES, Conversation, Message, Store
+from app.core.store import STATUSES, Conversation, Message, Store, StoredToolResult
 from app.transcripts.export import FORMAT_MARKER, FORMAT_VERSION, ROLE_NAMES
 from engine.atomic import describe_kind
 from engine.errors import ChinwagError
+from engine.types import ChatMessage, Role, ToolCall
 
 MAX_IMPORT_BYTES = 512 << 20
 MAX_TITLE_CHARS = 10_000  # the sidebar shows one line of it
@@ -116,9 +120,10 @@ def _message_from_json(m: object, where: str, index: int, now: float) -> Message
     role = _field(m, "role", str, where)
     if role not in ROLE_NAMES:
         raise ValueError(f"{where}.role {role!r:.40} is not one of {', '.join(ROLE_NAMES)}")
+    calls, result = _tool_round(m, role, where)
     return Message(
         id=index,
-        conversation_id="",
+        conversation_id=UNSAVED,
         position=index,
         role=role,
         content=_field(m, "content", str, where),
@@ -127,7 +132,26 @@ def _message_from_json(m: object, where: str, index: int, now: float) -> Message
         model_id=_field(m, "model_id", str, where, default=""),
         stats=stats,
         attachments=attached.from_json(m.get("attachments"), where),
+        tool_calls=calls,
+        tool_result=result,
     )
+
+
+def _tool_round(m: dict[str, Any], role: str, where: str) -> tuple[tuple[ToolCall, ...], StoredToolResult | None]:
+    """A message's tool calls (a reply's) or its result's call (a tool message's), as export.py's _tool_json
+    writes them. Exports before schema 5 kept them in stats: the store takes them from there."""
+    shape = {k: m[k] for k in ("tool_calls", "tool_call_id", "name") if m.get(k) is not None}
+    if not shape and m.get("tool") is None:
+        return (), None
+    try:
+        typed = ChatMessage.from_openai({"role": role, "content": "", **shape}, where)
+    except ChinwagError as e:
+        raise ValueError(str(e)) from e
+    if role != Role.TOOL:
+        return typed.tool_calls, None
+    run = tool_result_from_json(m.get("tool"), where)
+    extra = dataclasses.asdict(run) if run is not None else {}
+    return (), StoredToolResult(**{**extra, "tool_call_id": typed.tool_call_id, "name": typed.name})
 
 
 def _tree_from_json(tree: object, now: float) -> list[Message]:
@@ -152,7 +176,7 @@ def _tree_from_json(tree: object, now: float) -> list[Message]:
 _MISSING = object()
 
 
-def _field(obj: dict, key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
+def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
     value = obj.get(key, _MISSING)
     if value is _MISSING or (value is None and default is not _MISSING):
         if default is _MISSING:
@@ -163,7 +187,7 @@ def _field(obj: dict, key: str, kind: type, where: str, default: Any = _MISSING)
     return value
 
 
-def _number(obj: dict, key: str, where: str, default: float) -> float:
+def _number(obj: dict[str, Any], key: str, where: str, default: float) -> float:
     value = obj.get(key)
     if value is None:
         return default

@@ -11,7 +11,7 @@ import html
 import re
 import unicodedata
 
-from app.transcripts.blocks import fence_start, is_fence_close
+from app.transcripts.blocks import Fence, fence_start, is_fence_close
 from app.transcripts.highlight import highlight_html
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -74,101 +74,89 @@ def _starts_block(lines: list[str], i: int) -> bool:
 def _blocks(lines: list[str], depth: int = 0, hl: bool | None = None) -> list[str]:
     if depth > _MAX_DEPTH:  # "> > > > ..." a thousand deep must not blow the stack
         return [f'<p dir="auto">{_esc(chr(10).join(lines).strip())}</p>\n']
-    out, i, n = [], 0, len(lines)
-    while i < n:
-        line = lines[i]
-        if not line.strip():
+    out, i = [], 0
+    while i < len(lines):
+        if not lines[i].strip():
             i += 1
             continue
-        fence = fence_start(line)
-        if fence:
-            indent, mark, lang = fence.indent, fence.mark, fence.lang
-            body, i = [], i + 1
-            while i < n and not is_fence_close(lines[i], mark):
-                body.append(re.sub(f"^ {{0,{indent}}}", "", lines[i]))
-                i += 1
-            i += 1  # the closing fence; an unclosed block simply runs to the end
-            cls = f' class="language-{_esc(lang)}"' if lang else ""
-            out.append(f"<pre><code{cls}>{highlight_html(chr(10).join(body), lang, hl)}</code></pre>\n")
-            continue
-        m = _HEADING.match(line)
-        if m:
-            level = len(m.group(1))
-            out.append(f'<h{level} dir="auto">{_inline(m.group(2) or "")}</h{level}>\n')
-            i += 1
-            continue
-        if _HR.match(line):
-            out.append("<hr>\n")
-            i += 1
-            continue
-        if _QUOTE.match(line):
-            inner = []
-            while i < n and lines[i].strip() and (_QUOTE.match(lines[i]) or not _starts_block(lines, i)):
-                q = _QUOTE.match(lines[i])
-                inner.append(q.group(1) if q else lines[i])
-                i += 1
-            out.append(f"<blockquote>{''.join(_blocks(inner, depth + 1, hl))}</blockquote>\n")
-            continue
-        if _ITEM.match(line):
-            html_list, i = _list(lines, i, depth, hl)
-            out.append(html_list)
-            continue
-        if table_start(lines, i):
-            html_table, i = _table(lines, i)
-            out.append(html_table)
-            continue
-        para = [line.strip()]
-        i += 1
-        heading = 0
-        while i < n and lines[i].strip():
-            s = _SETEXT.match(lines[i])
-            if s:
-                heading = 1 if s.group(1)[0] == "=" else 2
-                i += 1
-                break
-            if _starts_block(lines, i):
-                break
-            para.append(lines[i].strip())
-            i += 1
-        content = "<br>\n".join(_inline(p) for p in para)
-        out.append(f'<h{heading} dir="auto">{content}</h{heading}>\n' if heading else f'<p dir="auto">{content}</p>\n')
+        block, i = _block(lines, i, depth, hl)
+        out.append(block)
     return out
+
+
+def _block(lines: list[str], i: int, depth: int, hl: bool | None) -> tuple[str, int]:
+    """The block that starts at line i (not blank) as HTML, and the line after it."""
+    line = lines[i]
+    fence = fence_start(line)
+    if fence:
+        return _code_block(lines, i, fence, hl)
+    m = _HEADING.match(line)
+    if m:
+        level = len(m.group(1))
+        return f'<h{level} dir="auto">{_inline(m.group(2) or "")}</h{level}>\n', i + 1
+    if _HR.match(line):
+        return "<hr>\n", i + 1
+    if _QUOTE.match(line):
+        return _quote(lines, i, depth, hl)
+    if _ITEM.match(line):
+        return _list(lines, i, depth, hl)
+    if table_start(lines, i):
+        return _table(lines, i)
+    return _paragraph(lines, i)
+
+
+def _code_block(lines: list[str], i: int, fence: Fence, hl: bool | None) -> tuple[str, int]:
+    """A fenced code block opened at line i; an unclosed one runs to the end."""
+    body, i = [], i + 1
+    while i < len(lines) and not is_fence_close(lines[i], fence.mark):
+        body.append(re.sub(f"^ {{0,{fence.indent}}}", "", lines[i]))
+        i += 1
+    cls = f' class="language-{_esc(fence.lang)}"' if fence.lang else ""
+    return f"<pre><code{cls}>{highlight_html(chr(10).join(body), fence.lang, hl)}</code></pre>\n", i + 1
+
+
+def _quote(lines: list[str], i: int, depth: int, hl: bool | None) -> tuple[str, int]:
+    """A block quote from line i: its quoted lines and the lazy ones that continue its paragraph."""
+    inner = []
+    while i < len(lines) and lines[i].strip() and (_QUOTE.match(lines[i]) or not _starts_block(lines, i)):
+        q = _QUOTE.match(lines[i])
+        inner.append(q.group(1) if q else lines[i])
+        i += 1
+    return f"<blockquote>{''.join(_blocks(inner, depth + 1, hl))}</blockquote>\n", i
+
+
+def _paragraph(lines: list[str], i: int) -> tuple[str, int]:
+    """A paragraph from line i, up to a blank line or a block that interrupts it; a setext
+    underline (=== or ---) makes it a heading."""
+    para = [lines[i].strip()]
+    i += 1
+    heading = 0
+    while i < len(lines) and lines[i].strip():
+        s = _SETEXT.match(lines[i])
+        if s:
+            heading = 1 if s.group(1)[0] == "=" else 2
+            i += 1
+            break
+        if _starts_block(lines, i):
+            break
+        para.append(lines[i].strip())
+        i += 1
+    content = "<br>\n".join(_inline(p) for p in para)
+    return (f'<h{heading} dir="auto">{content}</h{heading}>\n' if heading else f'<p dir="auto">{content}</p>\n'), i
 
 
 def _list(lines: list[str], i: int, depth: int, hl: bool | None = None) -> tuple[str, int]:
     first = _ITEM.match(lines[i])
-    assert first is not None  # _blocks calls this on a list item
+    assert first is not None  # _block calls this on a list item
     base, ordered = len(first.group(1)), first.group(2)[0].isdigit()
     start = int(first.group(2)[:-1]) if ordered else 1
-    items, tight, n = [], True, len(lines)
-    while i < n:
+    items, tight = [], True
+    while i < len(lines):
         m = _ITEM.match(lines[i])
         if not m or len(m.group(1)) != base or m.group(2)[0].isdigit() != ordered:
             break
-        content_col = base + len(m.group(2)) + 1
-        body = [m.group(3) or ""]
-        i += 1
-        while i < n:
-            line = lines[i]
-            lead = len(line) - len(line.lstrip(" "))
-            if not line.strip():
-                # A blank line continues the item only if the list goes on after it.
-                j = i
-                while j < n and not lines[j].strip():
-                    j += 1
-                if j < n and (len(lines[j]) - len(lines[j].lstrip(" ")) > base or _same_list(lines[j], base, ordered)):
-                    tight = False
-                    body += [""] * (j - i)
-                    i = j
-                    continue
-                break
-            if lead > base:
-                body.append(line[min(lead, content_col) :])
-            elif _ITEM.match(line) or _starts_block(lines, i):
-                break
-            else:
-                body.append(line.strip())  # lazy continuation of the item's paragraph
-            i += 1
+        body, i, loose = _item(lines, i, m, ordered)
+        tight = tight and not loose
         items.append(body)
     parts = []
     for body in items:
@@ -181,6 +169,37 @@ def _list(lines: list[str], i: int, depth: int, hl: bool | None = None) -> tuple
     tag = "ol" if ordered else "ul"
     attr = f' start="{start}"' if ordered and start != 1 else ""
     return f"<{tag}{attr}>\n{''.join(parts)}</{tag}>\n", i
+
+
+def _item(lines: list[str], i: int, m: re.Match[str], ordered: bool) -> tuple[list[str], int, bool]:
+    """The lines of the list item whose marker `m` matched line i, the line after it, and whether a
+    blank line inside it makes the list loose."""
+    base = len(m.group(1))
+    content_col = base + len(m.group(2)) + 1
+    body, loose, n = [m.group(3) or ""], False, len(lines)
+    i += 1
+    while i < n:
+        line = lines[i]
+        lead = len(line) - len(line.lstrip(" "))
+        if not line.strip():
+            # A blank line continues the item only if the list goes on after it.
+            j = i
+            while j < n and not lines[j].strip():
+                j += 1
+            if j < n and (len(lines[j]) - len(lines[j].lstrip(" ")) > base or _same_list(lines[j], base, ordered)):
+                loose = True
+                body += [""] * (j - i)
+                i = j
+                continue
+            break
+        if lead > base:
+            body.append(line[min(lead, content_col) :])
+        elif _ITEM.match(line) or _starts_block(lines, i):
+            break
+        else:
+            body.append(line.strip())  # lazy continuation of the item's paragraph
+        i += 1
+    return body, i, loose
 
 
 def _same_list(line: str, base: int, ordered: bool) -> bool:
@@ -262,44 +281,61 @@ class _Run:
         return "".join(self.closes) + self.char * self.count + "".join(reversed(self.opens))
 
 
+def _flanking(prev: str, nxt: str) -> tuple[bool, bool]:
+    """Whether a delimiter run between the characters prev and nxt is left- and right-flanking."""
+    left = not nxt.isspace() and (not _punct(nxt) or prev.isspace() or _punct(prev))
+    right = not prev.isspace() and (not _punct(prev) or nxt.isspace() or _punct(nxt))
+    return left, right
+
+
+def _may_open_close(text: str, start: int, end: int) -> tuple[bool, bool]:
+    """Whether the delimiter run text[start:end] may open and may close emphasis: flanking, _ never
+    inside a word (snake_case stays as it is), ~ only as a pair."""
+    prev = text[start - 1] if start else " "
+    nxt = text[end] if end < len(text) else " "
+    left, right = _flanking(prev, nxt)
+    if text[start] == "_":
+        return left and (not right or _punct(prev)), right and (not left or _punct(nxt))
+    if text[start] == "~" and end - start != 2:
+        return False, False
+    return left, right
+
+
+def _close(run: _Run, stacks: dict[str, list[_Run]]) -> None:
+    """Pair a closing run with the open runs of its character, innermost first."""
+    stack = stacks[run.char]
+    while run.count and stack:
+        opener = stack[-1]
+        k = 2 if opener.count >= 2 and run.count >= 2 else 1
+        tag = "del" if run.char == "~" else "strong" if k == 2 else "em"
+        opener.opens.append(f"<{tag}>")
+        run.closes.append(f"</{tag}>")
+        opener.count -= k
+        run.count -= k
+        if not opener.count:
+            stack.pop()
+        # Other openers inside this span can no longer close outside it: tags stay nested.
+        for other, rest in stacks.items():
+            while other != run.char and rest and rest[-1].index > opener.index:
+                rest.pop()
+
+
 def _emphasis(text: str) -> str:
     """Bold, italic and strike-through by matching delimiter runs with a stack per character
     (CommonMark's flanking rules, simplified). Linear, so a megabyte line stays fast."""
-    pieces: list = []
+    pieces: list[str | _Run] = []
     stacks: dict[str, list[_Run]] = {"*": [], "_": [], "~": []}
     pos = 0
     for m in re.finditer(r"\*+|_+|~+", text):
         pieces.append(text[pos : m.start()])
         pos = m.end()
-        ch, n = m.group()[0], len(m.group())
-        prev = text[m.start() - 1] if m.start() else " "
-        nxt = text[m.end()] if m.end() < len(text) else " "
-        left = not nxt.isspace() and (not _punct(nxt) or prev.isspace() or _punct(prev))
-        right = not prev.isspace() and (not _punct(prev) or nxt.isspace() or _punct(nxt))
-        can_open, can_close = left, right
-        if ch == "_":  # snake_case stays as it is
-            can_open, can_close = left and (not right or _punct(prev)), right and (not left or _punct(nxt))
-        elif ch == "~" and n != 2:
-            can_open = can_close = False
-        run = _Run(ch, n, len(pieces))
+        can_open, can_close = _may_open_close(text, m.start(), m.end())
+        run = _Run(m.group()[0], len(m.group()), len(pieces))
         pieces.append(run)
-        stack = stacks[ch]
-        while can_close and run.count and stack:
-            opener = stack[-1]
-            k = 2 if opener.count >= 2 and run.count >= 2 else 1
-            tag = "del" if ch == "~" else "strong" if k == 2 else "em"
-            opener.opens.append(f"<{tag}>")
-            run.closes.append(f"</{tag}>")
-            opener.count -= k
-            run.count -= k
-            if not opener.count:
-                stack.pop()
-            # Other openers inside this span can no longer close outside it: tags stay nested.
-            for other, rest in stacks.items():
-                while other != ch and rest and rest[-1].index > opener.index:
-                    rest.pop()
+        if can_close:
+            _close(run, stacks)
         if can_open and run.count:
-            stack.append(run)
+            stacks[run.char].append(run)
     pieces.append(text[pos:])
     return "".join(p if isinstance(p, str) else p.render() for p in pieces)
 
@@ -325,23 +361,17 @@ def _inline(text: str, links: bool = True) -> str:
         stash.append(fragment)
         return f"\x00{len(stash) - 1}\x00"
 
-    def replace(m: re.Match) -> str:
+    def replace(m: re.Match[str]) -> str:
         if m.group("esc"):
             return keep(_esc(m.group("esc")[1]))
         if m.group("code"):
-            code = m.group("code_text")
-            if len(code) > 2 and code[0] == code[-1] == " " and code.strip():
-                code = code[1:-1]
-            return keep(f"<code>{_esc(code)}</code>")
+            return keep(_code_span(m.group("code_text")))
         if not links:
             return keep(_esc(m.group(0)))
         if m.group("auto"):
             return keep(_link(m.group("auto"), _esc(m.group("auto"))))
         if m.group("bare"):
-            url = m.group("bare")
-            trail = ""
-            while url and (url[-1] in ".,;:!?'\"" or (url[-1] == ")" and url.count("(") < url.count(")"))):
-                url, trail = url[:-1], url[-1] + trail
+            url, trail = _bare_url(m.group("bare"))
             return keep(_link(url, _esc(url))) + _esc(trail)
         label = _inline(m.group("text"), links=False)
         if m.group("bang"):  # images stay links: the page must not load anything
@@ -350,6 +380,21 @@ def _inline(text: str, links: bool = True) -> str:
 
     out = _emphasis(_esc(_INLINE.sub(replace, text)))
     return re.sub(r"\x00(\d+)\x00", lambda m: stash[int(m.group(1))], out)
+
+
+def _code_span(code: str) -> str:
+    """A code span's HTML: one space each side is stripped, when both are there around other text."""
+    if len(code) > 2 and code[0] == code[-1] == " " and code.strip():
+        code = code[1:-1]
+    return f"<code>{_esc(code)}</code>"
+
+
+def _bare_url(url: str) -> tuple[str, str]:
+    """A bare URL without the punctuation that ends the sentence around it, and that punctuation."""
+    trail = ""
+    while url and (url[-1] in ".,;:!?'\"" or (url[-1] == ")" and url.count("(") < url.count(")"))):
+        url, trail = url[:-1], url[-1] + trail
+    return url, trail
 
 
 def _esc(text: object) -> str:

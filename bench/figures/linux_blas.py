@@ -1,5 +1,5 @@
 """Linux CPU. The mlx[cpu] wheel's bundled reference BLAS against the system OpenBLAS
-preloaded by engine/local/blas.py, with the starter model kept quantized (float32 parameters) or
+preloaded by engine/cpu.py, with the starter model kept quantized (float32 parameters) or
 dequantized to float32: the engine's own switches, CHINWAG_NO_OPENBLAS=1 and
 CHINWAG_CPU_DEQUANTIZE=0/1. Since 6eafe4a the engine dequantizes small models by itself
 when OpenBLAS is loaded (the last configuration); without OpenBLAS it runs the first.
@@ -39,14 +39,14 @@ PROMPT = (
 
 def child(tokens: int) -> dict:
     """The parent sets CHINWAG_NO_OPENBLAS and CHINWAG_CPU_DEQUANTIZE: the engine's own switches."""
-    from engine.local import blas
+    from engine import cpu
 
-    blas.preload_openblas()  # unless CHINWAG_NO_OPENBLAS=1
+    cpu.preload_openblas()  # unless CHINWAG_NO_OPENBLAS=1
     import asyncio
 
     import mlx.core as mx
 
-    out = {"blas": blas.openblas_info()}
+    out = {"blas": cpu.openblas_info()}
     a = mx.random.normal((1024, 1024))
     b = mx.random.normal((1024, 1024))
     mx.eval(a, b)
@@ -101,11 +101,11 @@ def main(argv=None):
     started = time.perf_counter()
     common.starter_path()  # import the starter once, outside the timed children
 
-    from engine.local import blas
+    from engine import cpu
 
     names = list(CONFIGS)
-    if not blas.openblas_info()["loaded"]:
-        log(f"no OpenBLAS ({blas.openblas_info()['reason']}): measuring the reference BLAS only")
+    if not cpu.openblas_info()["loaded"]:
+        log(f"no OpenBLAS ({cpu.openblas_info()['reason']}): measuring the reference BLAS only")
         names = [n for n in names if not CONFIGS[n]["openblas"]]
     runs = {name: [] for name in names}
     for rep in range(args.reps):
@@ -222,7 +222,7 @@ def section(d, res):
     out = [
         f"The mlx[cpu] wheel links the reference (netlib) BLAS it bundles (`mlx_cpu.libs/libblas-*.so.3.10.0`); "
         f"MLX calls `cblas_sgemm` through the dynamic linker, so an OpenBLAS loaded with RTLD_GLOBAL before mlx "
-        f"is imported takes over (`engine/local/blas.py`, `preload_openblas()`). Up to four configurations, each in its "
+        f"is imported takes over (`engine/cpu.py`, `preload_openblas()`). Up to four configurations, each in its "
         f"own subprocess, alternating, {d['params']['reps']} repetitions: the BLAS (`CHINWAG_NO_OPENBLAS=1` or "
         f"not), and the starter model kept quantized (float32 parameters) or dequantized to float32 "
         f"(`CHINWAG_CPU_DEQUANTIZE=0`/`1`): the engine's own switches. Since 6eafe4a the engine picks the last "

@@ -37,7 +37,7 @@ from bench.reporting import COLORS, Figure, f, pyplot, table
 
 SIDES = ("identical", "careless", "local")
 SERVE = (
-    "import sys, runpy; from engine.local import blas; blas.preload_openblas(); "
+    "import sys, runpy; from engine import cpu; cpu.preload_openblas(); "
     "sys.argv = ['mlx_lm.server', *sys.argv[1:]]; runpy.run_module('mlx_lm.server', run_name='__main__')"
 )
 

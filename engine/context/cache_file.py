@@ -55,11 +55,11 @@ class LeafSpec:
     """What one leaf cache of the loaded model holds: its kind, shapes and dtypes."""
 
     kind: str  # "plain", "quantized", "window" or "recurrent"
-    keys: tuple = ()  # (heads, dim) of an attention leaf's keys, and of its values
-    values: tuple = ()
+    keys: tuple[int, ...] = ()  # (heads, dim) of an attention leaf's keys, and of its values
+    values: tuple[int, ...] = ()
     window: int = 0
-    states: tuple = ()  # a recurrent leaf's state shapes (None: an entry left empty)
-    dtypes: tuple = ()  # of keys and values, or of each state entry
+    states: tuple[tuple[int, ...] | None, ...] = ()  # a recurrent leaf's state shapes (None: an entry left empty)
+    dtypes: tuple[str | None, ...] = ()  # of keys and values, or of each state entry
     bits: int = 0  # a quantized leaf's settings
     group_size: int = 0
 
@@ -68,17 +68,23 @@ class LeafSpec:
         return self.kind != "plain"
 
 
+# A LeafSpec per leaf, and for each layer how many leaves its CacheList holds (None: one leaf).
+Specs = tuple[list[LeafSpec], list[int | None]]
+
+
 @dataclass
 class CacheLayout:
     """What a saved cache must hold to be used with the loaded model."""
 
-    shapes: list  # (kv heads, head dim) of each layer of a plain-attention model ([] if `specs_probe` says)
+    shapes: list[
+        tuple[int, ...]
+    ]  # (kv heads, head dim) of each layer of a plain-attention model ([] if `specs_probe` says)
     vocab_size: int
     max_tokens: int  # the context length
     probe: Callable[[], mx.Dtype]  # the dtype the model writes into its cache
-    specs_probe: Callable[[], tuple[list, list]] | None = None  # (LeafSpec per leaf, leaves per layer or None)
+    specs_probe: Callable[[], Specs] | None = None  # (LeafSpec per leaf, leaves per layer or None)
     _dtype: mx.Dtype | None = None
-    _specs: tuple | None = None
+    _specs: Specs | None = None
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -89,7 +95,7 @@ class CacheLayout:
                 raise UnusableCache(f"the dtype of this model's cache is unknown ({_one_line(e)})") from None
         return self._dtype
 
-    def _probed(self) -> tuple:
+    def _probed(self) -> Specs:
         if self._specs is None:
             if self.specs_probe is None:
                 dtype = str(self.dtype)
@@ -103,11 +109,11 @@ class CacheLayout:
         return self._specs
 
     @property
-    def specs(self) -> list:
+    def specs(self) -> list[LeafSpec]:
         return self._probed()[0]
 
     @property
-    def groups(self) -> list:
+    def groups(self) -> list[int | None]:
         """For each layer, how many leaves its CacheList holds (None: the layer is one leaf)."""
         return self._probed()[1]
 
@@ -118,7 +124,7 @@ class CacheLayout:
             if spec.kind == "plain":
                 per_token += (_prod(spec.keys) + _prod(spec.values)) * 4  # float32 at most
             elif spec.kind == "quantized":
-                per_token += sum(_prod(s) for s in spec.states) * 4
+                per_token += sum(_prod(s) for s in spec.states if s is not None) * 4
             elif spec.kind == "window":
                 fixed += (_prod(spec.keys) + _prod(spec.values)) * 4 * (spec.window + WINDOW_SLACK)
             else:
@@ -126,7 +132,7 @@ class CacheLayout:
         return per_token * self.max_tokens + fixed * (1 + MAX_CHECKPOINTS) + MAX_METADATA_BYTES
 
 
-def _prod(shape: tuple) -> int:
+def _prod(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
         n *= d
@@ -151,7 +157,7 @@ def layout_of(model: Any, context_length: int, quant: KVQuantization | None = No
                 return leaf.dtype
         return mx.float32
 
-    def specs_probe() -> tuple[list, list]:
+    def specs_probe() -> Specs:
         conv = probed()
         groups = [len(list(kinds.leaves([c]))) if isinstance(c, CacheList) else None for c in conv.layers]
         return [_spec(leaf) for leaf in conv.leaves()], groups
@@ -205,8 +211,8 @@ _SAFETENSORS_DTYPES = {mx.float32: "F32", mx.float16: "F16", mx.bfloat16: "BF16"
 class Tensor:
     name: str
     dtype: mx.Dtype
-    shape: tuple
-    chunks: list  # memoryviews of evaluated arrays' bytes, in order: reading them calls no MLX
+    shape: tuple[int, ...]
+    chunks: list[memoryview]  # memoryviews of evaluated arrays' bytes, in order: reading them calls no MLX
 
     @property
     def nbytes(self) -> int:
@@ -222,8 +228,8 @@ class Snapshot:
     reading calls no MLX for. The cache must not change until the file is written: an evicted
     cache is in no one else's hands."""
 
-    meta: dict
-    tensors: list
+    meta: dict[str, Any]
+    tensors: list[Tensor]
     cache: ConversationCache
 
     def write(self, path: Path) -> None:
@@ -272,7 +278,7 @@ def snapshot(conv_id: str, cache: ConversationCache) -> Snapshot:
     return Snapshot(meta, sorted(tensors, key=lambda t: t.name), cache)
 
 
-def _quant_label(leaves: list) -> str:
+def _quant_label(leaves: list[Any]) -> str:
     """How the plain attention layers are stored: "none", or bits/group size (a file of other settings is dropped)."""
     for leaf in leaves:
         if isinstance(leaf, QuantizedContiguousKVCache):
@@ -280,7 +286,7 @@ def _quant_label(leaves: list) -> str:
     return "none"
 
 
-def _leaf_tensors(name: str, leaf: Any) -> list:
+def _leaf_tensors(name: str, leaf: Any) -> list[Tensor]:
     if isinstance(leaf, ArraysCache):
         return _state_tensors(name, leaf.cache)
     if isinstance(leaf, QuantizedContiguousKVCache):
@@ -291,7 +297,7 @@ def _leaf_tensors(name: str, leaf: Any) -> list:
     return [_prefix(f"{name}.keys", leaf.keys, leaf.held), _prefix(f"{name}.values", leaf.values, leaf.held)]
 
 
-def _state_tensors(name: str, state: Any) -> list:
+def _state_tensors(name: str, state: Any) -> list[Tensor]:
     """A checkpoint's copy (kinds.save) or a recurrent leaf's state, as evaluated contiguous tensors."""
     if isinstance(state, tuple):  # a window: keys, values, offset
         named = [(f"{name}.keys", state[0]), (f"{name}.values", state[1])] if state[0].ndim == 4 else []
@@ -319,7 +325,7 @@ def _prefix(name: str, buffer: mx.array, n: int) -> Tensor:
     return Tensor(name, buffer.dtype, (batch, heads, n, dim), chunks)
 
 
-def checksum(arrays: dict, meta: dict) -> str:
+def checksum(arrays: dict[str, Any], meta: dict[str, Any]) -> str:
     """sha256 of the metadata (but the checksum) and of each tensor's name, dtype, shape and CRC-32
     (CRC-32 of the bytes runs ~3x faster than sha256: a restore stays far cheaper than a prefill)."""
     contiguous = {name: mx.contiguous(array) for name, array in arrays.items()}
@@ -328,7 +334,7 @@ def checksum(arrays: dict, meta: dict) -> str:
     return _digest(meta, tensors)
 
 
-def _digest(meta: dict, tensors: list) -> str:
+def _digest(meta: dict[str, Any], tensors: list[Tensor]) -> str:
     digest = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "checksum"}, sort_keys=True).encode())
 
     def crc(t: Tensor) -> int:
@@ -350,6 +356,25 @@ def _digest(meta: dict, tensors: list) -> str:
 
 def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | None:
     """The cache saved at `path` once every check passes; None if there is no file there."""
+    loaded = _load(path, layout, conv_id)
+    if loaded is None:
+        return None
+    arrays, meta, n_tokens = loaded
+    if not hmac.compare_digest(str(meta.get("checksum", "")), checksum(arrays, meta)):
+        raise UnusableCache("its checksum does not match its contents")
+    ids = arrays["token_ids"]
+    if mx.min(ids).item() < 0 or mx.max(ids).item() >= layout.vocab_size:
+        raise UnusableCache(f"it holds token ids outside the model's vocabulary of {layout.vocab_size}")
+    token_ids = ids.tolist()
+    history = _history(meta.get("history"), layout.vocab_size)
+    if not _agrees(history, token_ids):
+        raise UnusableCache("its history does not match the tokens it holds")
+    return _restore(arrays, meta, layout, token_ids, history)
+
+
+def _load(path: Path, layout: CacheLayout, conv_id: str) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+    """(the file's arrays, read; its metadata; the number of tokens it holds) once it is a regular file
+    no bigger than the model's cache can be and its layout is the model's; None if there is no file."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -372,15 +397,15 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
             mx.eval(list(arrays.values()))  # read now, while the file is open
         except (RuntimeError, ValueError, OSError) as e:
             raise UnusableCache(f"its tensors cannot be read ({_one_line(e)})") from None
-    if not hmac.compare_digest(str(meta.get("checksum", "")), checksum(arrays, meta)):
-        raise UnusableCache("its checksum does not match its contents")
-    ids = arrays["token_ids"]
-    if mx.min(ids).item() < 0 or mx.max(ids).item() >= layout.vocab_size:
-        raise UnusableCache(f"it holds token ids outside the model's vocabulary of {layout.vocab_size}")
-    token_ids = ids.tolist()
-    history = _history(meta.get("history"), layout.vocab_size)
-    if not _agrees(history, token_ids):
-        raise UnusableCache("its history does not match the tokens it holds")
+    return arrays, meta, n_tokens
+
+
+def _restore(
+    arrays: dict[str, Any], meta: dict[str, Any], layout: CacheLayout, token_ids: list[int], history: History
+) -> ConversationCache:
+    """The checked file's arrays as the model's cache: its leaves, grouped as the model's layers,
+    and its checkpoints."""
+    n_tokens = len(token_ids)
     capacity = initial_capacity(n_tokens, layout.max_tokens)  # what a new cache of these tokens reserves
     leaves = [_leaf(arrays, str(i), spec, n_tokens, capacity) for i, spec in enumerate(layout.specs)]
     cache = ConversationCache(layers=_grouped(leaves, layout.groups), token_ids=token_ids, history=history)
@@ -392,7 +417,7 @@ def read(path: Path, layout: CacheLayout, conv_id: str) -> ConversationCache | N
     return cache
 
 
-def _leaf(arrays: dict, name: str, spec: LeafSpec, n: int, capacity: int) -> Any:
+def _leaf(arrays: dict[str, Any], name: str, spec: LeafSpec, n: int, capacity: int) -> Any:
     if spec.kind == "quantized":
         keys = tuple(arrays[f"{name}.keys{j}"] for j in range(3))
         values = tuple(arrays[f"{name}.values{j}"] for j in range(3))
@@ -408,14 +433,14 @@ def _leaf(arrays: dict, name: str, spec: LeafSpec, n: int, capacity: int) -> Any
     return leaf
 
 
-def _state(arrays: dict, name: str, spec: LeafSpec, position: int) -> Any:
+def _state(arrays: dict[str, Any], name: str, spec: LeafSpec, position: int) -> Any:
     """A checkpoint's copy of one leaf, as kinds.save() gives it."""
     if spec.kind == "window":
         return arrays[f"{name}.keys"], arrays[f"{name}.values"], position
     return [None if shape is None else arrays[f"{name}.state{j}"] for j, shape in enumerate(spec.states)]
 
 
-def _grouped(leaves: list, groups: list) -> list:
+def _grouped(leaves: list[Any], groups: list[int | None]) -> list[Any]:
     layers, at = [], 0
     for count in groups:
         if count is None:
@@ -427,7 +452,7 @@ def _grouped(leaves: list, groups: list) -> list:
     return layers
 
 
-def _positions(meta: dict, n: int) -> list:
+def _positions(meta: dict[str, Any], n: int) -> list[int]:
     """The checkpoints' positions: increasing, within the ids, at most MAX_CHECKPOINTS."""
     try:
         positions = json.loads(meta.get("checkpoints", "[]"))
@@ -443,32 +468,17 @@ def _positions(meta: dict, n: int) -> list:
     return positions
 
 
-def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -> int:
+def _check_layout(arrays: dict[str, Any], meta: dict[str, Any], layout: CacheLayout, conv_id: str) -> int:
     """The number of tokens held, once the names, shapes and dtypes are those of the loaded model."""
-    if meta.get("format") != FORMAT:
-        raise UnusableCache("it was written by another version of Chinwag")
-    if meta.get("conversation") != conv_id:
-        raise UnusableCache("it belongs to another conversation")
-    specs = layout.specs
-    quantized = [s for s in specs if s.kind == "quantized"]
-    expected_quant = f"{quantized[0].bits}/{quantized[0].group_size}" if quantized else "none"
-    if meta.get("kv_quantization") != expected_quant:
-        raise UnusableCache(
-            f"its KV cache quantization is {meta.get('kv_quantization')}, not this run's {expected_quant}"
-        )
+    _check_meta(meta, layout.specs, conv_id)
     ids = arrays["token_ids"]
     if ids.dtype != mx.int32 or ids.ndim != 1 or not 0 < ids.shape[0] <= layout.max_tokens:
         raise UnusableCache(f"its token ids are not 1 to {layout.max_tokens} int32 values")
-    n = ids.shape[0]
+    n = int(ids.shape[0])
+    specs = layout.specs
     if meta.get("layers") != str(len(specs)):
         raise UnusableCache(f"its layers are not the model's {len(specs)}")
-    expected = {"token_ids": None}
-    for i, spec in enumerate(specs):
-        expected.update(_expected(str(i), spec, n, current=True))
-    held = [i for i, spec in enumerate(specs) if spec.held_back]
-    for k, position in enumerate(_positions(meta, n)):
-        for i in held:
-            expected.update(_expected(f"cp{k}.{i}", specs[i], position, current=False))
+    expected = _expected_tensors(specs, meta, n)
     if set(arrays) != set(expected):
         raise UnusableCache(f"its layers are not the model's {len(specs)}")
     for name, want in expected.items():
@@ -477,7 +487,34 @@ def _check_layout(arrays: dict, meta: dict, layout: CacheLayout, conv_id: str) -
     return n
 
 
-def _check_tensor(name: str, array: mx.array, shape: tuple, dtype: str, longest: int | None) -> None:
+def _check_meta(meta: dict[str, Any], specs: list[LeafSpec], conv_id: str) -> None:
+    """UnusableCache unless this version of Chinwag wrote the file, for this conversation, with this
+    run's KV cache quantization."""
+    if meta.get("format") != FORMAT:
+        raise UnusableCache("it was written by another version of Chinwag")
+    if meta.get("conversation") != conv_id:
+        raise UnusableCache("it belongs to another conversation")
+    quantized = [s for s in specs if s.kind == "quantized"]
+    expected_quant = f"{quantized[0].bits}/{quantized[0].group_size}" if quantized else "none"
+    if meta.get("kv_quantization") != expected_quant:
+        raise UnusableCache(
+            f"its KV cache quantization is {meta.get('kv_quantization')}, not this run's {expected_quant}"
+        )
+
+
+def _expected_tensors(specs: list[LeafSpec], meta: dict[str, Any], n: int) -> dict[str, Any]:
+    """Every tensor the file must hold (its leaves', then each checkpoint's copies), by name."""
+    expected: dict[str, Any] = {"token_ids": None}
+    for i, spec in enumerate(specs):
+        expected.update(_expected(str(i), spec, n, current=True))
+    held = [i for i, spec in enumerate(specs) if spec.held_back]
+    for k, position in enumerate(_positions(meta, n)):
+        for i in held:
+            expected.update(_expected(f"cp{k}.{i}", specs[i], position, current=False))
+    return expected
+
+
+def _check_tensor(name: str, array: mx.array, shape: tuple[int, ...], dtype: str, longest: int | None) -> None:
     got, where = tuple(array.shape), name.replace(".", " ", 1)
     if longest is not None:  # a window's held positions: any length from 1 to `longest`
         if len(got) != 4 or got[:2] + got[3:] != shape[:2] + shape[3:] or not 0 < got[2] <= longest:
@@ -488,13 +525,14 @@ def _check_tensor(name: str, array: mx.array, shape: tuple, dtype: str, longest:
         raise UnusableCache(f"{where} are {array.dtype}, not the model's {dtype}")
 
 
-def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict:
+def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict[str, Any]:
     """Tensor name -> (shape, dtype, longest held or None) that a leaf (or its checkpoint copy) must have."""
     if spec.kind == "recurrent":
         return {f"{name}.state{j}": (shape, spec.dtypes[j], None) for j, shape in enumerate(spec.states) if shape}
     if spec.kind == "quantized":
         names = [f"{name}.{side}{j}" for side in ("keys", "values") for j in range(3)]
-        return {k: ((1, h, n, d), dt, None) for k, (h, d), dt in zip(names, spec.states, spec.dtypes)}
+        shapes = [s for s in spec.states if s is not None]  # a quantized leaf leaves none empty
+        return {k: ((1, h, n, d), dt, None) for k, (h, d), dt in zip(names, shapes, spec.dtypes)}
     (kh, kd), (vh, vd) = spec.keys, spec.values
     if spec.kind == "plain":
         return {
@@ -510,7 +548,7 @@ def _expected(name: str, spec: LeafSpec, n: int, current: bool) -> dict:
     }
 
 
-def _history(text: str, vocab_size: int) -> History:
+def _history(text: Any, vocab_size: int) -> History:  # the file says what it holds: anything
     """The History in the metadata, every field checked (it decides the ids fed to the model)."""
     try:
         data = json.loads(text)
@@ -524,7 +562,7 @@ def _history(text: str, vocab_size: int) -> History:
     return history
 
 
-def _span(s: dict, vocab_size: int) -> Span:
+def _span(s: object, vocab_size: int) -> Span:
     if not isinstance(s, list) or len(s) != 5:
         raise ValueError("a span is not a list of 5")
     role, content, prefix, ids, reply = s
@@ -536,10 +574,10 @@ def _span(s: dict, vocab_size: int) -> Span:
     return Span(role, content, prefix, tuple(ids), None if reply is None else tuple(reply))
 
 
-def _agrees(history: History, token_ids: list) -> bool:
+def _agrees(history: History, token_ids: list[int]) -> bool:
     """The window's remembered pieces (system messages before `start`, then the rest, up to the
     first one not remembered) and the cached ids agree as far as both go."""
-    remembered: list = []
+    remembered: list[int] = []
     for i, span in enumerate(history.spans):
         if i < history.start and (span is None or span.role != "system"):
             continue

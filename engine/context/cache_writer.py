@@ -35,9 +35,9 @@ def _nothing() -> None:
 
 class CacheWriter:
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._pending: list = []  # submitted, not yet done
+        self._pending: list[Job] = []  # submitted, not yet done
         self._thread: threading.Thread | None = None
         self.seconds = 0.0  # spent running jobs; written by the writer's thread only
 

@@ -10,6 +10,7 @@ back to it), the newest, and older ones spaced out (the most crowded goes first)
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 MAX_CHECKPOINTS = 8
 KEEP_NEWEST = 4  # the last turn's: before its message, before its last prompt token, after it
@@ -18,7 +19,7 @@ KEEP_NEWEST = 4  # the last turn's: before its message, before its last prompt t
 @dataclass(frozen=True)
 class Checkpoint:
     position: int  # tokens held when it was taken
-    states: tuple  # kinds.save() of each leaf that needs one, in leaf order
+    states: tuple[Any, ...]  # kinds.save() of each leaf that needs one, in leaf order
     nbytes: int
 
 

@@ -51,8 +51,8 @@ def layer_shapes(model: Any) -> list[tuple[int, int]]:
 
 @dataclass
 class ConversationCache:
-    layers: list
-    token_ids: list = field(default_factory=list)
+    layers: list[Any]
+    token_ids: list[int] = field(default_factory=list)
     # Each message's ids as the model saw them, by position, and the window's start.
     history: History = field(default_factory=History)
     # Copies of the caches that cannot trim, by position (engine/context/checkpoints.py).
@@ -67,7 +67,7 @@ class ConversationCache:
         """The tokens held: the conversation's own count (a recurrent layer has no offset)."""
         return len(self.token_ids)
 
-    def leaves(self) -> list:
+    def leaves(self) -> list[Any]:
         return list(kinds.leaves(self.layers))
 
     @property
@@ -80,7 +80,7 @@ class ConversationCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.leaves()) + self.checkpoints.nbytes
+        return int(sum(c.nbytes for c in self.leaves())) + self.checkpoints.nbytes
 
     def can_trim_to(self, position: int) -> bool:
         n = len(self.token_ids)

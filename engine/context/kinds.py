@@ -38,7 +38,7 @@ def family_of(model: Any) -> str:
     return str(getattr(args, "model_type", None) or type(model).__module__.rsplit(".", 1)[-1])
 
 
-def make_layers(model: Any, capacity: int, quant: KVQuantization | None = None) -> list:
+def make_layers(model: Any, capacity: int, quant: KVQuantization | None = None) -> list[Any]:
     """The model's per-layer caches as Chinwag keeps them (see the module's docstring); with
     `quant`, plain attention layers are stored quantized (latent ones never)."""
     from mlx_lm.models.cache import make_prompt_cache
@@ -82,7 +82,7 @@ def check_model(model: Any, quant: KVQuantization | None = None) -> None:
         ) from None
 
 
-def leaves(layers: list) -> Iterator[Any]:
+def leaves(layers: list[Any]) -> Iterator[Any]:
     """Every cache below `layers`, composites opened."""
     for c in layers:
         if isinstance(c, CacheList):
@@ -129,14 +129,14 @@ def restore(leaf: Any, state: Any) -> None:
         leaf.left_padding = leaf.lengths = None
 
 
-def checkpoint(position: int, states: tuple) -> Checkpoint:
+def checkpoint(position: int, states: tuple[Any, ...]) -> Checkpoint:
     """A checkpoint of `states` (each leaf's save()), evaluated, with the bytes it holds."""
     arrays = [a for state in states for a in state_arrays(state)]
     mx.eval(arrays)
     return Checkpoint(position, states, sum(a.nbytes for a in arrays))
 
 
-def state_arrays(state: Any) -> list:
+def state_arrays(state: Any) -> list[Any]:
     if isinstance(state, tuple):  # a window: keys, values, offset
         return [a for a in state[:2] if a.ndim == 4]
     return [a for a in state if a is not None]
@@ -153,7 +153,7 @@ def reset(leaf: Any) -> None:
         leaf.trim(leaf.offset)
 
 
-def arrays(leaf: Any) -> list:
+def arrays(leaf: Any) -> list[Any]:
     """The arrays a leaf holds now (to evaluate them)."""
     if isinstance(leaf, ArraysCache):
         return [a for a in leaf.cache if a is not None]

@@ -44,7 +44,7 @@ class ContiguousAttentionKVCache:
         if n_kv_heads and head_dim:
             self._allocate((1, n_kv_heads, 0, head_dim), (1, n_kv_heads, 0, v_head_dim or head_dim), dtype)
 
-    def _allocate(self, k_shape: tuple, v_shape: tuple, dtype: mx.Dtype) -> None:
+    def _allocate(self, k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtype: mx.Dtype) -> None:
         """Empty buffers of `max_seq_len` positions, shaped like `k_shape` and `v_shape` but for length."""
         self.n_kv_heads, self.head_dim = k_shape[1], k_shape[3]
         self.v_heads, self.v_head_dim = v_shape[1], v_shape[3]
@@ -121,7 +121,7 @@ class ContiguousAttentionKVCache:
     @property
     def shaped(self) -> bool:
         """Whether a write (or the constructor) has given the buffers their shapes."""
-        return self.keys.ndim == 4
+        return bool(self.keys.ndim == 4)
 
     @property
     def held(self) -> int:
@@ -132,7 +132,7 @@ class ContiguousAttentionKVCache:
     def bytes_per_token(self) -> int:
         if not self.shaped:
             return 0
-        return (self.n_kv_heads * self.head_dim + self.v_heads * self.v_head_dim) * self.dtype.size
+        return int((self.n_kv_heads * self.head_dim + self.v_heads * self.v_head_dim) * self.dtype.size)
 
     def get_kv(self) -> tuple[mx.array, mx.array]:
         """The valid prefix: (keys, values) of shape (1, heads, offset, dim)."""
@@ -151,7 +151,7 @@ class ContiguousAttentionKVCache:
     @property
     def nbytes(self) -> int:
         """Bytes reserved (capacity, not just the valid prefix)."""
-        return self.keys.nbytes + self.values.nbytes
+        return int(self.keys.nbytes + self.values.nbytes)
 
     # --- editing -----------------------------------------------------------
 
@@ -178,7 +178,7 @@ class ContiguousAttentionKVCache:
     def state(self, v: tuple[mx.array, mx.array]) -> None:
         self.__dict__.update(type(self).from_state(v).__dict__)
 
-    def __deepcopy__(self, memo: dict) -> "ContiguousAttentionKVCache":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "ContiguousAttentionKVCache":
         """An independent cache holding a copy of the valid prefix only (no spare capacity)."""
         if not self.shaped:
             copy = type(self)(max_seq_len=self.max_seq_len, dtype=self.dtype)

@@ -179,7 +179,7 @@ class ConversationCaches:
         self._caches[conv_id] = cache
         self._caches.move_to_end(conv_id)
 
-    def enforce(self, keep: str = "") -> list:
+    def enforce(self, keep: str = "") -> list[str]:
         """Evict least recently used caches (never `keep` or one decoding), each with its draft cache, until the budget
         holds. Their files are written on the writer's thread; this returns at once."""
         self._settle()
@@ -274,7 +274,7 @@ class ConversationCaches:
 
     # --- shared prefixes -----------------------------------------------------
 
-    def shared(self, conv_id: str, ids: list, history: History, reserve: int = 0) -> ConversationCache | None:
+    def shared(self, conv_id: str, ids: list[int], history: History, reserve: int = 0) -> ConversationCache | None:
         """A new cache for `conv_id` holding the longest prefix of `ids` that another cache holds
         (in memory, being written, or saved), copied with `history`; None when none holds a block
         of them, or the one that does cannot go back there (a checkpointed kind without a
@@ -441,4 +441,4 @@ def _file_bytes(cache: ConversationCache) -> int:
     """About what a saved cache takes on disk: the valid prefix of every layer, and its ids."""
     n = len(cache.token_ids)
     held = sum(c.bytes_per_token * c.held if hasattr(c, "bytes_per_token") else c.nbytes for c in cache.leaves())
-    return held + cache.checkpoints.nbytes + 8 * n
+    return int(held) + cache.checkpoints.nbytes + 8 * n

@@ -24,14 +24,14 @@ def reply_room(max_tokens: int, limit: int) -> int:
 
 @dataclass
 class WindowPlan:
-    prompt_ids: list
+    prompt_ids: list[int]
     start: int  # position of the first message kept after the leading system messages
     dropped: int  # messages left out of the window
     slid: bool  # this plan moved the window's start
     prompt: Prompt  # its pieces and tail (for recording the reply)
 
 
-def history_ids(plan: WindowPlan, messages: list[dict]) -> int:
+def history_ids(plan: WindowPlan, messages: list[dict[str, Any]]) -> int:
     """The ids of the messages before the last one: what a changed history makes a turn read again.
 
     0 when those are system messages only: a new chat's first read is no re-read.
@@ -42,20 +42,25 @@ def history_ids(plan: WindowPlan, messages: list[dict]) -> int:
     return sum(plan.prompt.lengths[: len(earlier)])
 
 
-def starts(messages: list[dict]) -> list:
+def starts(messages: list[dict[str, Any]]) -> list[int]:
     """Where a window may start: 0 (everything), or at a user message (roles keep alternating)."""
     last = len(messages) - 1
     first = next((i for i, m in enumerate(messages) if m["role"] != "system"), last)
     return [0] + [i for i in range(first + 1, last + 1) if messages[i]["role"] == "user"]
 
 
-def kept(messages: list[dict], start: int) -> list:
+def kept(messages: list[dict[str, Any]], start: int) -> list[int]:
     """Positions in the window starting at `start`: the system messages before it, then the rest."""
     return [i for i in range(start) if messages[i]["role"] == "system"] + list(range(start, len(messages)))
 
 
 def plan_window(
-    tokenizer: Any, messages: list[dict], history: History, limit: int, room: int, low_water: float | None = None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    history: History,
+    limit: int,
+    room: int,
+    low_water: float | None = None,
 ) -> WindowPlan:
     """The prompt ids for `messages` and the number dropped, given the window the cache holds.
 
@@ -75,48 +80,67 @@ def plan_window(
     # Every piece holds a token at least: a window of more messages than `budget` cannot fit, so a
     # chat far past its limit never renders or tokenizes the turns it would drop anyway.
     floor = next((s for s in options if len(messages) - s <= budget), options[-1])
+    base = max(current, floor)
+    prompt = build(tokenizer, messages, kept(messages, base), history)
     if current >= floor:
-        base = current
-        prompt = build(tokenizer, messages, kept(messages, current), history)
         if len(prompt.ids) + room <= limit:
             return _plan(messages, current, prompt, False)
         later = [s for s in options if s > current]
     else:
-        base = floor
-        prompt = build(tokenizer, messages, kept(messages, floor), history)
         later = [s for s in options if s >= floor]
     target = low_water * budget
-    # The first later start to try, estimated from piece lengths (no render per candidate); else the last.
-    chosen = max(0, len(later) - 1)
-    if prompt.complete:
-        size, previous = len(prompt.ids), base
-        positions = {p: j for j, p in enumerate(prompt.keep)}
-        for k, s in enumerate(later):
-            size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")
-            previous = s
-            if size <= target:
-                chosen = k
-                break
-    else:
-        chosen = 0
-    best, fits = None, None
-    for s in later[chosen:]:
+    first = _first_to_try(messages, prompt, base, later, target)
+    return _slide(tokenizer, messages, history, later[first:], (current, prompt), limit, room, target)
+
+
+def _first_to_try(messages: list[dict[str, Any]], prompt: Prompt, base: int, later: list[int], target: float) -> int:
+    """Which of the `later` starts to render first: the first whose window, estimated from the piece
+    lengths of `prompt` (the window from `base`) with no render per candidate, is at most `target`;
+    else the last. The first when `prompt`'s pieces are not known one by one."""
+    if not prompt.complete:
+        return 0
+    size, previous = len(prompt.ids), base
+    positions = {p: j for j, p in enumerate(prompt.keep)}
+    for k, s in enumerate(later):
+        size -= sum(prompt.lengths[positions[p]] for p in range(previous, s) if messages[p]["role"] != "system")
+        previous = s
+        if size <= target:
+            return k
+    return max(0, len(later) - 1)
+
+
+def _slide(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    history: History,
+    candidates: list[int],
+    current: tuple[int, Prompt],
+    limit: int,
+    room: int,
+    target: float,
+) -> WindowPlan:
+    """The first of the candidate starts whose window is at most `target`; else the first that leaves
+    the reply its room, else the last one rendered (`current`, the window as it stands, when none
+    was), if the prompt alone fits; else ContextOverflowError."""
+    best: tuple[int, Prompt] | None = None
+    fits: tuple[int, Prompt] | None = None
+    for s in candidates:
         candidate = build(tokenizer, messages, kept(messages, s), history)
         best = (s, candidate)
         if len(candidate.ids) <= target:
             return _plan(messages, s, candidate, True)
         if fits is None and len(candidate.ids) + room <= limit:
             fits = best
-    s, candidate = fits or best or (current, prompt)
+    s, candidate = fits or best or current
     if len(candidate.ids) + 1 <= limit:
-        return _plan(messages, s, candidate, s != current)
+        return _plan(messages, s, candidate, s != current[0])
     raise ContextOverflowError(
         f"the prompt is {len(candidate.ids)} tokens but the context limit is {limit}: shorten the message"
         " or the system prompt, or raise the context cap"
     )
 
 
-def _plan(messages: list[dict], start: int, prompt: Prompt, slid: bool) -> WindowPlan:
+def _plan(messages: list[dict[str, Any]], start: int, prompt: Prompt, slid: bool) -> WindowPlan:
     dropped = sum(1 for i in range(start) if messages[i]["role"] != "system")
     return WindowPlan(prompt.ids, start, dropped, slid, prompt)
 
@@ -126,7 +150,7 @@ def needs_slide(held_tokens: int, next_tokens: int, limit: int, room: int) -> bo
     return held_tokens + next_tokens + room > limit
 
 
-def expected_next_tokens(messages: list[dict], history: History, recent: int = 4) -> int:
+def expected_next_tokens(messages: list[dict[str, Any]], history: History, recent: int = 4) -> int:
     """A guess at the next user message's piece: the longest of the last few user pieces."""
     sizes = [len(s.ids) for s in history.spans[-2 * recent :] if s is not None and s.role == "user"]
     return max(sizes, default=0)
@@ -134,7 +158,7 @@ def expected_next_tokens(messages: list[dict], history: History, recent: int = 4
 
 def plan_next_window(
     tokenizer: Any,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     history: History,
     limit: int,
     room: int,

@@ -12,6 +12,7 @@ writes are tokenized as plain text, so a `<|im_end|>` written in them is the ord
 its characters, never a turn boundary (`encode_piece`, `encode_tail`, `encode_text`).
 """
 
+import dataclasses
 import json
 import re
 from collections.abc import Collection, Iterable, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ChinwagError
+from engine.types import ChatMessage, Role
 
 # "tool": a tool's result. An assistant message that called tools carries the text the model
 # generated (its tool-call markup included) as its content: its piece is the generated ids.
@@ -28,20 +30,40 @@ _MARK = "\ue000{}\ue001"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def check_messages(messages: list[dict]) -> list[dict]:
+def check_messages(messages: Sequence[ChatMessage | dict[str, Any]]) -> list[ChatMessage]:
+    """A chat's messages as ChatMessages, each given as one or in OpenAI's shape (tool fields kept);
+    a wrong list is a ChinwagError in one line that names the message."""
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ChinwagError("the message list is empty: a chat needs at least one message")
     clean = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+        if not isinstance(m, ChatMessage) and not _plain_shape(m):
             raise ChinwagError(
                 f"message {i} must be {{'role': system|user|assistant|tool, 'content': str}}, got {m!r:.80}"
             )
+        message = ChatMessage.from_openai(m, f"message {i}")
         # A lone surrogate (JSON "\\ud800", undecodable terminal bytes) cannot be tokenized.
-        clean.append({"role": m["role"], "content": _SURROGATE.sub("\ufffd", m["content"])})
-    if all(m["role"] == "system" for m in clean):
+        if _SURROGATE.search(message.content):
+            message = dataclasses.replace(message, content=_SURROGATE.sub("\ufffd", message.content))
+        clean.append(message)
+    if all(m.role == Role.SYSTEM for m in clean):
         raise ChinwagError("the message list has no user message")
     return clean
+
+
+def _plain_shape(m: object) -> bool:
+    """A dict with a known role and text content (an assistant's may be null beside its tool calls)."""
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        return False
+    content = m.get("content")
+    return isinstance(content, str) or (content is None and m["role"] == "assistant" and bool(m.get("tool_calls")))
+
+
+def template_messages(messages: Sequence[ChatMessage | dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checked messages as a local model's chat template is given them: role and content only,
+    so the prompt's text (every History piece, exact cache reuse, speculation) is what it always
+    was; an assistant message that called tools holds its calls' markup, as generated, in content."""
+    return [{"role": str(m.role), "content": m.content} for m in check_messages(messages)]
 
 
 def render(tokenizer: Any, messages: list[dict]) -> str:
@@ -83,7 +105,7 @@ def tools_off_reason(tokenizer: Any) -> str:
 
 def tools_cost(tokenizer: Any, messages: list[dict], tools: Sequence[dict]) -> int:
     """The tokens of context the tool definitions take in this chat's prompt."""
-    messages = check_messages(messages)
+    messages = template_messages(messages)
     plain = len(encode_template(tokenizer, render(tokenizer, messages)))
     return len(encode_template(tokenizer, render(WithTools(tokenizer, tools), messages))) - plain if tools else 0
 

@@ -32,10 +32,12 @@ class QuantizedContiguousKVCache:
     def shaped(self) -> bool:
         return self.keys is not None
 
-    def _allocate(self, k_shape: tuple, v_shape: tuple, dtype: mx.Dtype, capacity: int) -> tuple:
+    def _allocate(
+        self, k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtype: mx.Dtype, capacity: int
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """Empty (packed, scales, biases) buffers, shaped as mx.quantize shapes one position."""
 
-        def triple(shape: tuple) -> tuple:
+        def triple(shape: tuple[int, ...]) -> tuple[Any, ...]:
             heads, dim = shape[1], shape[3]
             if dim % self.group_size:
                 raise ChinwagError(
@@ -47,7 +49,7 @@ class QuantizedContiguousKVCache:
 
         return triple(k_shape), triple(v_shape)
 
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple:
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Any, Any]:
         n = keys.shape[2]
         if self.keys is None:
             self.keys, self.values = self._allocate(keys.shape, values.shape, keys.dtype, self.max_seq_len)
@@ -76,7 +78,7 @@ class QuantizedContiguousKVCache:
         self.keys, self.values = grown
         self.max_seq_len = capacity
 
-    def get_kv(self) -> tuple:
+    def get_kv(self) -> tuple[Any, Any]:
         n = self.offset
         return tuple(a[..., :n, :] for a in self.keys), tuple(a[..., :n, :] for a in self.values)
 
@@ -117,12 +119,12 @@ class QuantizedContiguousKVCache:
         return n
 
     @property
-    def state(self) -> tuple:
+    def state(self) -> tuple[Any, ...]:
         return self.get_kv()
 
     @classmethod
     def from_parts(
-        cls, keys: tuple, values: tuple, bits: int, group_size: int, max_seq_len: int = 0
+        cls, keys: tuple[Any, ...], values: tuple[Any, ...], bits: int, group_size: int, max_seq_len: int = 0
     ) -> "QuantizedContiguousKVCache":
         """A cache holding the quantized `keys` and `values` triples (a fork's copy, a saved file)."""
         n = keys[0].shape[2]
@@ -135,7 +137,7 @@ class QuantizedContiguousKVCache:
         obj.offset = n
         return obj
 
-    def __deepcopy__(self, memo: dict) -> "QuantizedContiguousKVCache":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "QuantizedContiguousKVCache":
         if self.keys is None:
             copy = type(self)(self.bits, self.group_size, self.max_seq_len)
         else:

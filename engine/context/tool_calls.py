@@ -12,7 +12,7 @@ from typing import Any
 from engine.types import ToolCall
 
 
-def _blocks(text: str, start: str, end: str) -> list:
+def _blocks(text: str, start: str, end: str) -> list[str]:
     blocks, at = [], 0
     while (found := text.find(start, at)) >= 0:
         stop = text.find(end, found + len(start)) if end else -1
@@ -41,7 +41,7 @@ def outside_calls(tokenizer: Any, text: str) -> str:
     return "".join(out).strip()
 
 
-def parse_tool_calls(tokenizer: Any, text: str, tools: Sequence[dict]) -> tuple:
+def parse_tool_calls(tokenizer: Any, text: str, tools: Sequence[dict[str, Any]]) -> tuple[ToolCall, ...]:
     """The ToolCalls in `text` (a model's whole reply); a call that cannot be parsed is left out."""
     start, end = getattr(tokenizer, "tool_call_start", None), getattr(tokenizer, "tool_call_end", None)
     parser = getattr(tokenizer, "tool_parser", None)

@@ -10,6 +10,8 @@ conversation's checkpoints (engine/context/checkpoints.py), which hold each wind
 the keys a RotatingKVCache would give it.
 """
 
+from typing import Any
+
 import mlx.core as mx
 import mlx_lm.models.cache as mlx_lm_cache
 from mlx_lm.models.cache import create_attention_mask
@@ -97,7 +99,7 @@ class WindowedKVCache(ContiguousAttentionKVCache):
         self.values[..., :n, :] = values
         self.start = offset - n
 
-    def __deepcopy__(self, memo: dict) -> "WindowedKVCache":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "WindowedKVCache":
         copy = type(self)(self.window, self.reserve, self.dtype)
         if self.shaped:
             copy.restore_window(self.window_state(everything=True))

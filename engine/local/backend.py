@@ -27,6 +27,7 @@ from engine.types import (
     ModelInfo,
     PrefillProgress,
     TextDelta,
+    TokenCount,
 )
 
 if TYPE_CHECKING:
@@ -353,7 +354,27 @@ class LocalBackend:
 
         return prepare_next_window(self.queued_session(), conv_id, messages, params, should_stop)
 
-    # --- caches --------------------------------------------------------------
+    # --- tokens and caches ----------------------------------------------------
+
+    async def count_tokens(self, text: str, params: GenerationParams) -> TokenCount:
+        return await self.call(self._session_count, text, params)
+
+    def _session_count(self, text: str, params: GenerationParams) -> TokenCount:
+        session = self.queued_session()
+        return TokenCount(session.count_tokens(text), session.context_limit(params))
+
+    async def count_prompt(self, messages: list, params: GenerationParams) -> TokenCount:
+        return await self.call(self._session_prompt_count, list(messages), params)
+
+    def _session_prompt_count(self, messages: list, params: GenerationParams) -> TokenCount:
+        session = self.queued_session()
+        return TokenCount(session.count_prompt(messages, params), session.context_limit(params))
+
+    def loaded_memory(self) -> tuple[int, int]:
+        session = self.session
+        if session is None or session.model is None:
+            return 0, 0
+        return session.weight_bytes, session.limit_bytes
 
     async def memory_stats(self) -> MemoryReport:
         await self.start()

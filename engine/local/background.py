@@ -7,7 +7,7 @@ the turn that follows reuses it through the longest common prefix.
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.context.conversation import ConversationCache
 from engine.context.policy import (
@@ -18,10 +18,10 @@ from engine.context.policy import (
     plan_next_window,
     reply_room,
 )
-from engine.context.prompt import History, check_messages
+from engine.context.prompt import History, template_messages
 from engine.errors import ChinwagError
 from engine.local.generation import TurnInput, prefill_ahead
-from engine.types import BackgroundPrefill, GenerationParams, PrefillProgress
+from engine.types import BackgroundPrefill, GenerationParams, Messages, PrefillProgress
 
 if TYPE_CHECKING:
     from engine.local.session import Session
@@ -36,7 +36,7 @@ def _run(
     conv: ConversationCache | None,
     history: History,
     turn: TurnInput | None,
-    target: list,
+    target: list[int],
     params: GenerationParams,
     should_stop: Callable[[], bool],
     progress: Callable[[PrefillProgress], None] | None = None,
@@ -59,7 +59,7 @@ def _run(
     return BackgroundPrefill(len(target), reused, done, finished, "" if finished else "preempted")
 
 
-def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
+def ahead_ids(messages: list[dict[str, Any]], plan: WindowPlan) -> list[int]:
     """What reading ahead computes of a prompt, all of it a prefix of the next turn's prompt.
 
     Ending with the user's message (a draft, a fork): all but its last token, which the turn
@@ -76,7 +76,7 @@ def ahead_ids(messages: list[dict], plan: WindowPlan) -> list:
 def prefill_draft(
     session: "Session",
     conv_id: str,
-    messages: list[dict],
+    messages: Messages,
     params: GenerationParams,
     should_stop: Callable[[], bool],
     progress: Callable[[PrefillProgress], None] | None = None,
@@ -88,6 +88,7 @@ def prefill_draft(
     committed: the turn plans it again from the same messages.
     """
     try:
+        messages = template_messages(messages)
         conv, history, plan, turn = session.turn_input(conv_id, messages, params)
     except ChinwagError as e:  # a draft past the context, no model: sending will say so
         return BackgroundPrefill(0, 0, 0, False, str(e))
@@ -96,7 +97,7 @@ def prefill_draft(
     return _run(session, conv_id, conv, history, turn, target, params, should_stop, progress, earlier)
 
 
-def next_window(session: "Session", conv_id: str, messages: list[dict], params: GenerationParams) -> WindowPlan | None:
+def next_window(session: "Session", conv_id: str, messages: Messages, params: GenerationParams) -> WindowPlan | None:
     """The WindowPlan the next turn will need if it must slide (engine/context/policy.py), else None.
 
     `messages` end with the reply just written.
@@ -109,13 +110,13 @@ def next_window(session: "Session", conv_id: str, messages: list[dict], params: 
     # The cache holds the next prompt's start but for the template's few tokens after the reply:
     # skip rendering the chat while far from the limit.
     held = len(conv.token_ids) + TEMPLATE_SLACK
-    if not needs_slide(held, expected_next_tokens(messages, conv.history), limit, room):
+    if not needs_slide(held, expected_next_tokens(template_messages(messages), conv.history), limit, room):
         return None
-    return plan_next_window(session.tokenizer, check_messages(messages), conv.history, limit, room, params.low_water)
+    return plan_next_window(session.tokenizer, template_messages(messages), conv.history, limit, room, params.low_water)
 
 
 def prepare_next_window(
-    session: "Session", conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+    session: "Session", conv_id: str, messages: Messages, params: GenerationParams, should_stop: Callable[[], bool]
 ) -> BackgroundPrefill:
     """After a turn near the context limit: slide and re-prefill now, not on the user's clock.
 

@@ -1,104 +1,16 @@
-"""Linux CPU: let MLX's float32 matmuls run on the system's OpenBLAS.
-
-The mlx[cpu] wheel links the reference (netlib) BLAS it bundles. Its `cblas_sgemm` is
-a plain triple loop: a 1024x1024 float32 matmul takes about 0.35 s here, against
-about 0.03 s with OpenBLAS. MLX calls `cblas_sgemm` through the dynamic linker, so an
-OpenBLAS loaded into the global symbol scope *before* mlx is imported provides that
-symbol instead of the bundled library (docs/BENCHMARKS.md, figure 6, has the numbers).
-
-Call `preload_openblas()` once per process before the first `import mlx` (anything that
-imports mlx or mlx_lm). Importing this module is cheap and never imports mlx.
-
-- Only on Linux; a no-op elsewhere (macOS uses Accelerate/Metal).
-- `CHINWAG_NO_OPENBLAS=1` turns it off (to compare, or if a system OpenBLAS misbehaves).
-- A machine without OpenBLAS keeps the bundled BLAS: Debian/Ubuntu `apt-get install
-  libopenblas0-pthread`, Fedora `dnf install openblas-threads`.
-- OpenBLAS reads `OPENBLAS_CORETYPE` (and `OPENBLAS_L2_SIZE`) from the environment;
-  some machines set them to avoid kernels an old OpenBLAS gets wrong. They are left as
-  they are and reported by `openblas_info()`.
-
-Quantized matmuls (4-/8-bit weights) do not go through BLAS: for them this changes only
-attention. `dequantized_bytes()` helps decide whether a model is small enough to be run
-dequantized to float32, which is where OpenBLAS pays off (see the module's end).
+"""Linux CPU: a small quantized model run dequantized to float32, where the system OpenBLAS (preloaded
+by engine/cpu.py before MLX) makes float32 matmuls fast: it prefills ~24x faster here than the quantized
+model (docs/BENCHMARKS.md, figure 6). Without OpenBLAS a dequantized model is slower than the quantized one.
 """
 
-import ctypes
 import os
-import sys
 from typing import Any
 
-DISABLE_ENV = "CHINWAG_NO_OPENBLAS"
-# Debian/Ubuntu (libopenblas0-pthread / -openmp / -serial all provide the first),
-# Fedora's pthread build, and an unversioned development symlink.
-CANDIDATES = ("libopenblas.so.0", "libopenblasp.so.0", "libopenblas.so")
+from engine import cpu
 
-_loaded: ctypes.CDLL | None = None
-_loaded_name = ""
-_reason = "not tried"
-
-
-def preload_openblas() -> bool:
-    """Load the system OpenBLAS into the global symbol scope; True if it is loaded now.
-
-    Must run before mlx is imported in this process. Never raises.
-    """
-    global _loaded, _loaded_name, _reason
-    if _loaded is not None:
-        return True
-    if not sys.platform.startswith("linux"):
-        _reason = "not Linux"
-        return False
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        _reason = f"{DISABLE_ENV} is set"
-        return False
-    if "mlx.core" in sys.modules:
-        # mlx's symbols were bound when it was loaded: a later OpenBLAS would change nothing.
-        _reason = "mlx was imported before preload_openblas()"
-        return False
-    for name in CANDIDATES:
-        try:
-            _loaded = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-        _loaded_name = name
-        _reason = "loaded"
-        return True
-    _reason = "no system OpenBLAS (e.g. apt-get install libopenblas0-pthread)"
-    return False
-
-
-def openblas_info() -> dict:
-    """What was loaded, for logs and benchmark reports: never raises."""
-    info = {
-        "loaded": _loaded is not None,
-        "reason": _reason,
-        "library": _loaded_name,
-        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", ""),
-        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE", ""),
-    }
-    if _loaded is None:
-        return info
-    for key, fn, restype in (
-        ("config", "openblas_get_config", ctypes.c_char_p),
-        ("core", "openblas_get_corename", ctypes.c_char_p),
-        ("threads", "openblas_get_num_threads", ctypes.c_int),
-    ):
-        try:
-            f = getattr(_loaded, fn)
-            f.restype = restype
-            value = f()
-            info[key] = value.decode() if isinstance(value, bytes) else value
-        except (AttributeError, OSError, UnicodeDecodeError):
-            pass
-    return info
-
-
-# --- dequantizing small models on CPU -------------------------------------------------
-
-# Run a quantized model dequantized to float32 only if its float32 weights take at most
-# this share of RAM (the starter: ~0.55 GB, about 2% of 24 GB).
-DEQUANTIZE_MAX_RAM_FRACTION = 0.10
-DEQUANTIZE_ENV = "CHINWAG_CPU_DEQUANTIZE"  # "1" always, "0" never, unset: automatic
+# The preload is engine/cpu.py's (engine/models reads whether it happened); engine/local/backend.py
+# still calls it by this module's name.
+from engine.cpu import preload_openblas as preload_openblas
 
 
 def dequantized_bytes(model: Any) -> int:
@@ -130,20 +42,20 @@ def should_dequantize(model: Any) -> bool:
     """
     import mlx.core as mx
 
-    choice = os.environ.get(DEQUANTIZE_ENV, "")
+    choice = os.environ.get(cpu.DEQUANTIZE_ENV, "")
     if choice == "0" or mx.default_device() != mx.cpu:
         return False
     if not any(hasattr(m, "bits") for _, m in model.named_modules()):
         return False  # not quantized
     if choice == "1":
         return True
-    if _loaded is None:
+    if not cpu.openblas_loaded():
         return False
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return False
-    return dequantized_bytes(model) <= ram * DEQUANTIZE_MAX_RAM_FRACTION
+    return dequantized_bytes(model) <= ram * cpu.DEQUANTIZE_MAX_RAM_FRACTION
 
 
 def dequantize(model: Any) -> Any:

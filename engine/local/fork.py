@@ -7,10 +7,10 @@ of a re-read of the whole chat. The copy is exact: it holds exactly the common p
 parent's `token_ids` and what reading the fork ahead would compute (engine/local/background.py).
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.context.conversation import common_prefix
-from engine.context.prompt import History
+from engine.context.prompt import History, template_messages
 from engine.errors import ChinwagError
 from engine.local.background import ahead_ids
 from engine.types import ForkedCache, GenerationParams
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from engine.local.session import Session
 
 
-def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
+def fork(session: "Session", src_id: str, dst_id: str, messages: list[Any], params: GenerationParams) -> ForkedCache:
     """Give `dst_id` a copy of `src_id`'s cache up to where the fork's prompt leaves it."""
     src = session.caches.get(src_id)
     if src is None or not src.token_ids:
@@ -29,6 +29,7 @@ def fork(session: "Session", src_id: str, dst_id: str, messages: list, params: G
     spans = src.history.spans[: len(messages)] if src.history.start == 0 else []
     history = History(spans=list(spans))
     try:
+        messages = template_messages(messages)
         plan, turn = session.plan(messages, params, history)
     except ChinwagError as e:  # past the context, no model: the fork's first turn will say so
         return ForkedCache(0, 0, str(e))

@@ -45,17 +45,17 @@ SPECULATION_OFF_CONSTRAINED = "speculative decoding is off while the reply is co
 
 @dataclass
 class TurnInput:
-    prompt_ids: list
+    prompt_ids: list[int]
     context_limit: int
     dropped_messages: int = 0
     progress: Callable[[int, int], None] | None = None  # (done, total) while reading the prompt
     # A continued reply: its last `written` prompt ids are its text so far (shown already).
     written: int = 0
     # Where each message's piece ends in the prompt: checkpoints are taken there (engine/context/checkpoints.py).
-    marks: tuple = ()
+    marks: tuple[int, ...] = ()
 
 
-def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
+def reuse_prefix(conv: ConversationCache, prompt_ids: list[int], keep: int) -> int:
     """Bring the cache back to its longest common prefix with the prompt, at most `keep` tokens
     (or to the checkpoint before it); returns the tokens reused."""
     return conv.truncate(min(common_prefix(conv.token_ids, prompt_ids), keep))
@@ -64,11 +64,11 @@ def reuse_prefix(conv: ConversationCache, prompt_ids: list, keep: int) -> int:
 def extend(
     model: Any,
     conv: ConversationCache,
-    ids: list,
+    ids: list[int],
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int], None] | None = None,
     check_first: bool = True,
-    marks: tuple = (),
+    marks: tuple[int, ...] = (),
 ) -> int:
     """Compute `ids` into the cache in chunks, without logits; returns how many were computed.
 
@@ -101,10 +101,10 @@ def extend(
 def prefill(
     model: Any,
     conv: ConversationCache,
-    prompt_ids: list,
+    prompt_ids: list[int],
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int], None] | None = None,
-    marks: tuple = (),
+    marks: tuple[int, ...] = (),
 ) -> tuple[mx.array | None, int, int]:
     """Reuse the longest common prefix, compute the rest; returns (last logits, reused, prefilled).
 
@@ -135,10 +135,10 @@ def prefill(
 def prefill_ahead(
     model: Any,
     conv: ConversationCache,
-    target_ids: list,
+    target_ids: list[int],
     should_stop: Callable[[], bool],
     progress: Callable[[int, int], None] | None = None,
-    marks: tuple = (),
+    marks: tuple[int, ...] = (),
 ) -> tuple[int, int, bool]:
     """Background work: make the cache hold `target_ids`; returns (reused, computed, finished).
 
@@ -235,7 +235,7 @@ def _speculator(
     tokenizer: Any,
     drafter: ModelDrafter | None,
     conv: ConversationCache,
-    prompt_ids: list,
+    prompt_ids: list[int],
     sampling: TokenSampler,
     cost: VerifyCost | None,
 ) -> Speculator | None:

@@ -3,7 +3,7 @@
 On the CPU backend, float16 activations take a slow path through quantized matmuls
 (~40x slower here) and lose accuracy: the starter model answered nonsense. Floating
 parameters (norms, quantization scales and biases) are cast to float32 there. With the
-system's OpenBLAS loaded (engine/local/blas.py), a small quantized model runs dequantized to
+system's OpenBLAS loaded (engine/cpu.py, engine/local/blas.py), a small quantized model runs dequantized to
 float32, which prefills ~24x faster here (docs/BENCHMARKS.md, figure 6).
 """
 
@@ -14,18 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import cpu
 from engine.errors import ModelError
 from engine.local import blas
 
 log = logging.getLogger(__name__)
 
-CPU_FLOAT32_ENV = "CHINWAG_CPU_FLOAT32"
-
 
 def use_float32() -> bool:
     import mlx.core as mx
 
-    return mx.default_device() == mx.cpu and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
+    return mx.default_device() == mx.cpu and os.environ.get(cpu.FLOAT32_ENV, "1") != "0"
 
 
 def load(path: Path, progress: Callable[[str, float, float], None] | None = None) -> Any:
@@ -75,7 +74,7 @@ def eval_weights(model: Any, report: Callable[[str, float, float], None]) -> Non
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    groups: dict = {}
+    groups: dict[str, list[Any]] = {}
     for name, array in tree_flatten(model.parameters()):
         match = _LAYER.match(name)
         groups.setdefault(match.group(1) if match else "", []).append(array)

@@ -17,7 +17,7 @@ from engine.context.cache_file import layout_of
 from engine.context.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial_capacity
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
-from engine.context.prompt import History, WithTools, check_messages, encode_text, tools_cost, tools_off_reason
+from engine.context.prompt import History, WithTools, encode_text, template_messages, tools_cost, tools_off_reason
 from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
@@ -180,7 +180,7 @@ class Session:
         """A turn's prompt tokens for `messages`, built as a turn builds it but with no message dropped."""
         if self.model is None:
             raise ChinwagError("no model is loaded: load one to count tokens")
-        messages = check_messages(messages)
+        messages = template_messages(messages)
         head = prompt_messages(messages, params)
         plan = plan_window(self.prompt_tokenizer(params), head, History(), 1 << 40, 0, params.low_water)
         written = self.written(messages, History()) if params.continue_reply else []
@@ -212,7 +212,7 @@ class Session:
         """(WindowPlan, TurnInput) of `messages` given the pieces `history` remembers (it learns the new ones)."""
         if self.model is None:
             raise ChinwagError("no model is loaded: load one before chatting")
-        messages = check_messages(messages)
+        messages = template_messages(messages)
         limit = self.context_limit(params)
         head = prompt_messages(messages, params)
         written = self.written(messages, history) if params.continue_reply else []
@@ -289,7 +289,7 @@ class Session:
         """A turn ready to start (its prompt planned, its cache found or made); `batched`: its
         decoding runs as a row of a batch (engine/local/batch.py), without speculation."""
         params = params or GenerationParams()
-        messages = check_messages(messages)
+        messages = template_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
         fmt = params.response_format
         if fmt is not None and fmt.kind == OutputKind.TOOL_CALL:  # refused before the turn, not as its error

@@ -37,7 +37,7 @@ def _kind(c: str) -> str:
     return c
 
 
-def _key(a: str, b: str, space: str) -> tuple:
+def _key(a: str, b: str, space: str) -> tuple[str | int, ...]:
     """The exact key of the spacing between a and b (a line break's by its indentation)."""
     if "\n" in space:
         return ("\n", space.count("\n"), len(space.rsplit("\n", 1)[1]))
@@ -47,25 +47,25 @@ def _key(a: str, b: str, space: str) -> tuple:
 class TextLookup:
     """Copies the prompt's text on from where the reply's non-space characters align with it."""
 
-    def __init__(self, tokenizer: Any, prompt_ids: list) -> None:
+    def __init__(self, tokenizer: Any, prompt_ids: list[int]) -> None:
         self.tokenizer = tokenizer
         text = self._decode(prompt_ids[-SOURCE_TOKENS:])
         self.text = text
         self.where = [i for i, c in enumerate(text) if not c.isspace()]  # skeleton index -> text index
         self.skeleton = "".join(text[i] for i in self.where)
-        self.reply: list = []
-        self.spacing: dict[tuple, str] = {}  # how the model spaced a pair the source spaced so
+        self.reply: list[int] = []
+        self.spacing: dict[tuple[str | int, ...], str] = {}  # how the model spaced a pair the source spaced so
         self.indent_ratio: float | None = None  # the model's indentation over the source's
         self.at: int | None = None  # the text index of the last alignment
         self.length = 0  # non-space characters the last proposal aligned (0: none)
 
-    def _decode(self, ids: list) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
-    def extend(self, tokens: list) -> None:
+    def extend(self, tokens: list[int]) -> None:
         self.reply.extend(tokens)
 
-    def propose(self, k: int) -> list:
+    def propose(self, k: int) -> list[int]:
         """Up to k tokens of the prompt's text after where the reply's last characters align."""
         self.length = 0
         if k <= 0 or not self.skeleton:
@@ -102,7 +102,7 @@ class TextLookup:
             return hits[-1], n
         return None
 
-    def _learn(self, tail: str, tail_where: list, end: int, n: int) -> None:
+    def _learn(self, tail: str, tail_where: list[int], end: int, n: int) -> None:
         """The spacing between each aligned pair: the reply's, for the source's."""
         text, where = self.text, self.where
         for t in range(1, n):
@@ -118,7 +118,7 @@ class TextLookup:
             else:
                 self._remember(("~", _kind(a), _kind(b), s), g)
 
-    def _remember(self, key: tuple, space: str) -> None:
+    def _remember(self, key: tuple[str | int, ...], space: str) -> None:
         self.spacing.pop(key, None)
         self.spacing[key] = space
         if len(self.spacing) > MAX_LEARNED:

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
+from engine.cpu import DEQUANTIZE_ENV, DEQUANTIZE_MAX_RAM_FRACTION
 from engine.errors import ChinwagError
-from engine.local.blas import DEQUANTIZE_ENV, DEQUANTIZE_MAX_RAM_FRACTION
 
 GROUP_OVERHEAD_BITS = 0.5  # MLX affine quantization: bf16 scale + bias per 64 weights
 RUNTIME_OVERHEAD = 1.2  # activations, KV cache of a normal chat, the runtime itself
@@ -153,7 +153,7 @@ def runs_on_cpu() -> bool:
 def bytes_per_token(entry: CatalogueEntry, ram_bytes: int, cpu: bool = True) -> int:
     """The bytes of weights read to write one token, as Chinwag would run the model here
     (engine/local/loading.py): on the CPU, bf16 weights become float32, and so does a quantized
-    model small enough to be dequantized (engine/local/blas.py). A mixture of experts reads only
+    model small enough to be dequantized (engine/cpu.py). A mixture of experts reads only
     its active parameters."""
     read = entry.read_params_b * 1e9
     if not cpu:

@@ -68,7 +68,9 @@ def normalize_repo_id(text: str) -> str:
     return repo
 
 
-def download_model(repo_id: str, progress: Callable | None = None, cancel: threading.Event | None = None) -> ModelInfo:
+def download_model(
+    repo_id: str, progress: Callable[[LoadProgress], None] | None = None, cancel: threading.Event | None = None
+) -> ModelInfo:
     """Download an MLX (safetensors) model repo into the Hugging Face cache; its registry entry.
 
     Raises CancelledDownload when `cancel` is set (nothing half-downloaded stays listed),
@@ -140,22 +142,34 @@ def search_models(query: str, limit: int = SEARCH_LIMIT) -> list[HubModel]:
             timeout=SEARCH_TIMEOUT_S,
         )
         hf_raise_for_status(response)
-        found = response.json()
-        return [
-            HubModel(str(m["id"]), int(m.get("downloads") or 0), int(m.get("likes") or 0))
-            for m in found
-            if isinstance(m, dict) and m.get("id")
-        ]
+        return _hub_models(response.json())
     except ValueError as e:  # not JSON, or odd numbers
         raise ChinwagError(f"Hugging Face sent an unreadable answer to the search for {query!r}") from e
     except Exception as e:  # huggingface_hub/httpx raise many kinds; all become one line
-        names = {c.__name__ for c in type(e).__mro__}
+        error = _search_error(e, query)
+        if error is None:
+            raise
+        raise error from e
+
+
+def _hub_models(found: Any) -> list[HubModel]:
+    """The models in the Hub's answer (a JSON list of objects with an id)."""
+    return [
+        HubModel(str(m["id"]), int(m.get("downloads") or 0), int(m.get("likes") or 0))
+        for m in found
+        if isinstance(m, dict) and m.get("id")
+    ]
+
+
+def _search_error(e: Exception, query: str) -> ChinwagError | None:
+    """A search's network error or the Hub's refusal as one line; None for anything else (a bug)."""
+    names = {c.__name__ for c in type(e).__mro__}
+    if names & _NETWORK_ERRORS:
+        return ChinwagError(f"could not reach {hub_host()} to search for {query!r}: {network_reason(e)}")
+    if "HfHubHTTPError" in names:
         detail = " ".join(str(e).split())[:200] or type(e).__name__
-        if names & _NETWORK_ERRORS:
-            raise ChinwagError(f"could not reach {hub_host()} to search for {query!r}: {network_reason(e)}") from e
-        if "HfHubHTTPError" in names:
-            raise ChinwagError(f"Hugging Face refused the search for {query!r}: {detail}") from e
-        raise
+        return ChinwagError(f"Hugging Face refused the search for {query!r}: {detail}")
+    return None
 
 
 def hub_host() -> str:
@@ -342,7 +356,7 @@ def _tqdm_class(report: _Reporter, cancel: threading.Event) -> type:
 
     byte_bars = []
 
-    class ProgressTqdm(tqdm):
+    class ProgressTqdm(tqdm):  # type: ignore[misc]  # tqdm ships no types
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True  # never draw to a terminal
             is_bytes = kwargs.get("unit") == "B"

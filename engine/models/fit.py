@@ -3,7 +3,7 @@ imported (`plan(folder, limit)` reads config.json and the safetensors headers).
 
 What a model needs here: its weights as this machine's load path holds them (on the CPU backend
 engine/local/loading.py casts float16/bfloat16 to float32 and engine/local/blas.py may run a small
-quantized model dequantized to float32), a KV cache per token, and a working reserve. The limit is
+quantized model dequantized to float32, by engine/cpu.py's switches), a KV cache per token, and a working reserve. The limit is
 `--memory-limit` / `CHINWAG_MEMORY_LIMIT`, else on Metal the recommended working set, elsewhere the
 memory available now."""
 
@@ -13,7 +13,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from engine import cpu
 from engine.errors import ChinwagError
 from engine.types import KVQuantization
 
@@ -99,16 +101,13 @@ def available_bytes() -> int:
 
 def _on_cpu_float32() -> bool:
     """Whether this machine's load path casts floats to float32 (the CPU backend: not Apple silicon)."""
-    from engine.local.loading import CPU_FLOAT32_ENV
-
     return (
-        not (sys.platform == "darwin" and os.uname().machine == "arm64") and os.environ.get(CPU_FLOAT32_ENV, "1") != "0"
+        not (sys.platform == "darwin" and os.uname().machine == "arm64") and os.environ.get(cpu.FLOAT32_ENV, "1") != "0"
     )
 
 
-def weight_bytes(folder: Path, config: dict) -> int:
+def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
     """The bytes the folder's weights take once loaded here, from the safetensors headers."""
-    from engine.local import blas
     from engine.models.folders import _safetensors_header
 
     float32 = _on_cpu_float32()
@@ -122,47 +121,46 @@ def weight_bytes(folder: Path, config: dict) -> int:
         for name, v in header.items():
             if name == "__metadata__" or not isinstance(v, dict):
                 continue
-            count = 1
-            for d in v.get("shape", []):
-                count *= int(d)
-            size = DTYPE_BYTES.get(v.get("dtype", ""), 4)
-            is_float = v.get("dtype") in ("F16", "BF16", "F32")
-            loaded += count * (4 if float32 and is_float else size)
-            if name.endswith((".scales", ".biases")) and bits:
-                continue  # gone once dequantized
-            if v.get("dtype") == "U32" and bits:
-                own = quantization.get(name.rsplit(".", 1)[0])  # a mixed model's per-layer setting
-                layer_bits = int(own.get("bits", bits)) if isinstance(own, dict) else bits
-                dequantized += count * (32 // layer_bits) * 4
-            else:
-                dequantized += count * (4 if is_float else size)
-    choice = os.environ.get(blas.DEQUANTIZE_ENV, "")
+            as_loaded, as_float32 = _tensor_bytes(name, v, float32, quantization, bits)
+            loaded += as_loaded
+            dequantized += as_float32
+    return dequantized if _runs_dequantized(float32, bits, dequantized) else loaded
+
+
+def _tensor_bytes(
+    name: str, v: dict[str, Any], float32: bool, quantization: dict[str, Any], bits: int
+) -> tuple[int, int]:
+    """A tensor's bytes as loaded here, and once a quantized model is dequantized to float32 (then
+    the quantization's scales and biases are gone)."""
+    count = 1
+    for d in v.get("shape", []):
+        count *= int(d)
+    size = DTYPE_BYTES.get(v.get("dtype", ""), 4)
+    is_float = v.get("dtype") in ("F16", "BF16", "F32")
+    loaded = count * (4 if float32 and is_float else size)
+    if name.endswith((".scales", ".biases")) and bits:
+        return loaded, 0
+    if v.get("dtype") == "U32" and bits:
+        own = quantization.get(name.rsplit(".", 1)[0])  # a mixed model's per-layer setting
+        layer_bits = int(own.get("bits", bits)) if isinstance(own, dict) else bits
+        return loaded, count * (32 // layer_bits) * 4
+    return loaded, count * (4 if is_float else size)
+
+
+def _runs_dequantized(float32: bool, bits: int, dequantized: int) -> bool:
+    """Whether a model of `bits` runs here dequantized to float32 (`dequantized` bytes), as
+    engine/local/blas.py should_dequantize decides: on OpenBLAS, when it is small enough."""
+    choice = os.environ.get(cpu.DEQUANTIZE_ENV, "")
     if not (float32 and bits) or choice == "0":
-        return loaded
-    if choice == "1" or (_has_openblas() and dequantized <= ram_bytes() * blas.DEQUANTIZE_MAX_RAM_FRACTION):
-        return dequantized  # as blas.should_dequantize decides: float32 on OpenBLAS
-    return loaded
-
-
-def _has_openblas() -> bool:
-    """Whether loading.py's path here runs on OpenBLAS: loaded in this process (the engine thread
-    loads it before MLX), or, before MLX was imported, whether the system has one to load."""
-    import ctypes.util
-
-    from engine.local import blas
-
-    if blas._loaded is not None:
-        return True
-    if "mlx.core" in sys.modules or os.environ.get(blas.DISABLE_ENV, "") not in ("", "0"):
         return False
-    return sys.platform.startswith("linux") and ctypes.util.find_library("openblas") is not None
+    return choice == "1" or (cpu.openblas_expected() and dequantized <= ram_bytes() * cpu.DEQUANTIZE_MAX_RAM_FRACTION)
 
 
-def _text_config(config: dict) -> dict:
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, **(config.get("text_config") or {})}
 
 
-def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool) -> tuple[float, int]:
+def cache_bytes_per_token(config: dict[str, Any], kv: KVQuantization | None, float32: bool) -> tuple[float, int]:
     """(bytes per token of the layers that keep every token, fixed bytes: windows at their length
     and recurrent state), for a chat of any length."""
     c = _text_config(config)
@@ -171,21 +169,35 @@ def cache_bytes_per_token(config: dict, kv: KVQuantization | None, float32: bool
     kv_heads = int(c.get("num_key_value_heads", heads) or heads)
     head_dim = int(c.get("head_dim") or (int(c.get("hidden_size", 0) or 0) // heads))
     dtype = 4 if float32 else 2
-    per_value = kv.bits / 8 + 2 * dtype / kv.group_size if kv else dtype
-    per_layer = 2 * kv_heads * head_dim * per_value
-    if c.get("kv_lora_rank"):  # latent attention: one latent and a rope key per token, at full precision
-        per_layer = (int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim", 0) or 0)) * dtype
     window = int(c.get("sliding_window", 0) or 0)
+    full, sliding, recurrent = _layer_counts(c, layers, window)
+    state = recurrent * int(c.get("hidden_size", 0) or 0) * 4 * dtype  # a rough fixed state per layer
+    held = window + 2 * WINDOW_RESERVE if window else 0  # what a window's cache holds between writes
+    per_layer = _attention_bytes_per_token(c, kv_heads * head_dim, kv, dtype)
+    return full * per_layer, int(sliding * held * 2 * kv_heads * head_dim * dtype + state)
+
+
+def _attention_bytes_per_token(c: dict[str, Any], kv_width: int, kv: KVQuantization | None, dtype: int) -> float:
+    """What a full-attention layer's cache holds per token: keys and values of `kv_width` (heads x
+    head dim), quantized or not, or a latent and a rope key at full precision (latent attention)."""
+    if c.get("kv_lora_rank"):
+        return (int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim", 0) or 0)) * dtype
+    per_value = kv.bits / 8 + 2 * dtype / kv.group_size if kv else dtype
+    return 2 * kv_width * per_value
+
+
+def _layer_counts(c: dict[str, Any], layers: int, window: int) -> tuple[int, int, int]:
+    """How many layers are full attention, sliding-window attention and recurrent (from `layer_types`,
+    or a sliding window's pattern; without either, every layer is full attention)."""
     kinds = c.get("layer_types") or []
     if not kinds and window and c.get("sliding_window_pattern"):
         pattern = int(c["sliding_window_pattern"])
         kinds = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
-    full = sum(1 for k in kinds if "full" in k or k == "attention") if kinds else layers
-    sliding = sum(1 for k in kinds if "sliding" in k) if kinds else 0
-    recurrent = max(0, len(kinds) - full - sliding) if kinds else 0
-    state = recurrent * int(c.get("hidden_size", 0) or 0) * 4 * dtype  # a rough fixed state per layer
-    held = window + 2 * WINDOW_RESERVE if window else 0  # what a window's cache holds between writes
-    return full * per_layer, int(sliding * held * 2 * kv_heads * head_dim * dtype + state)
+    if not kinds:
+        return layers, 0, 0
+    full = sum(1 for k in kinds if "full" in k or k == "attention")
+    sliding = sum(1 for k in kinds if "sliding" in k)
+    return full, sliding, max(0, len(kinds) - full - sliding)
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,8 @@ def _package_dir(name: str) -> Path | None:
 class BundledGGUF:
     """A bundled model's GGUF as its packages hold it: the pieces in order, and what is missing."""
 
-    parts: tuple  # Paths, one per chunk package found
-    missing: tuple  # pip names of the chunk packages not installed (or without their piece)
+    parts: tuple[Path, ...]  # Paths, one per chunk package found
+    missing: tuple[str, ...]  # pip names of the chunk packages not installed (or without their piece)
     sha256: str  # of the whole file, from the package ("" if it says none)
 
     @property
@@ -103,7 +103,7 @@ def _sha256_of(sums: Path, name: str) -> str:
     return ""
 
 
-def read_info_file(folder: Path) -> dict | None:
+def read_info_file(folder: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((Path(folder) / INFO_FILE).read_text())
         return data if isinstance(data, dict) else None
@@ -111,7 +111,7 @@ def read_info_file(folder: Path) -> dict | None:
         return None
 
 
-def mlx_quantization_label(config: dict) -> str:
+def mlx_quantization_label(config: dict[str, Any]) -> str:
     """'4-bit', '8-bit/4-bit mixed', a dtype name, or '' (unknown) for an mlx-lm config."""
     q = config.get("quantization") or config.get("quantization_config")
     if isinstance(q, dict):
@@ -143,14 +143,15 @@ def _mlx_lm_dir() -> Path | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _model_remapping() -> dict:
+def _model_remapping() -> dict[str, str]:
     """mlx_lm.utils.MODEL_REMAPPING, read from its source so that mlx is not imported."""
     root = _mlx_lm_dir()
     try:
         tree = ast.parse((root / "utils.py").read_text() if root else "")
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODEL_REMAPPING" for t in node.targets):
-                return ast.literal_eval(node.value)
+                remapping: dict[str, str] = ast.literal_eval(node.value)
+                return remapping
     except (OSError, TypeError, ValueError, SyntaxError):
         pass
     return {"mistral": "llama"}
@@ -172,7 +173,7 @@ def supported_model_type(model_type: str) -> bool:
 _ST_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
-def _safetensors_header(path: Path) -> tuple[dict | None, str | None]:
+def _safetensors_header(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(header, None), or (None, why the file is unreadable: truncated download, not safetensors)."""
     try:
         size = path.stat().st_size
@@ -189,7 +190,7 @@ def _safetensors_header(path: Path) -> tuple[dict | None, str | None]:
         return None, f"{path.name} is not a readable safetensors file"
 
 
-def _float_label(header: dict) -> str:
+def _float_label(header: dict[str, Any]) -> str:
     """The dtype holding most float tensors, for unquantized models without a config dtype."""
     counts: dict[str, int] = {}
     for v in header.values():
@@ -209,11 +210,11 @@ def _folder_size(folder: Path) -> int:
     return total
 
 
-def _context_length(config: dict) -> int:
+def _context_length(config: dict[str, Any]) -> int:
     for cfg in (config, config.get("text_config") or {}):
         for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx"):
-            if isinstance(cfg.get(key), int):
-                return cfg[key]
+            if isinstance(value := cfg.get(key), int):
+                return value
     return 0
 
 
@@ -231,20 +232,13 @@ def inspect_mlx_folder(folder: str | Path, id: str = "", name: str = "", source:
         return ModelInfo(**base, status=ModelStatus.UNUSABLE, reason=report_bug(e, f"inspecting {folder}"))
 
 
-def _inspect(folder: Path, base: dict) -> ModelInfo:
+def _inspect(folder: Path, base: dict[str, Any]) -> ModelInfo:
     def unusable(reason: str, **extra: Any) -> ModelInfo:
         return ModelInfo(**base, **extra, status=ModelStatus.UNUSABLE, reason=reason)
 
-    if not folder.is_dir():
-        return unusable("folder does not exist" if not folder.exists() else "not a folder")
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        if not isinstance(config, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return unusable("no config.json")
-    except (OSError, ValueError, RecursionError) as e:
-        return unusable(f"config.json is corrupt ({e})")
+    config = _read_config(folder)
+    if isinstance(config, str):
+        return unusable(config)
     size = _folder_size(folder)
     arch = config.get("model_type")
     facts: dict[str, Any] = dict(
@@ -261,17 +255,33 @@ def _inspect(folder: Path, base: dict) -> ModelInfo:
     if not weights:
         return unusable("no model*.safetensors weights", **facts)
     problem = _missing_shards(folder)
-    headers: list = []
+    headers: list[dict[str, Any]] = []
     for w in weights:
         header, problem = (None, problem) if problem else _safetensors_header(w)
         if problem:
             return unusable(problem, **facts)
+        assert header is not None  # _safetensors_header gives a header or a problem
         headers.append(header)
     if not facts["quantization"]:
         facts["quantization"] = _float_label(headers[0])
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return unusable("no tokenizer files", **facts)
     return ModelInfo(**base, **facts, status=ModelStatus.READY)
+
+
+def _read_config(folder: Path) -> dict[str, Any] | str:
+    """The folder's config.json, or why it cannot be read."""
+    if not folder.is_dir():
+        return "folder does not exist" if not folder.exists() else "not a folder"
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        return "no config.json"
+    except (OSError, ValueError, RecursionError) as e:
+        return f"config.json is corrupt ({e})"
+    return config
 
 
 def _missing_shards(folder: Path) -> str | None:

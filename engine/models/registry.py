@@ -31,16 +31,12 @@ from engine.models.folders import (
     gemma_gguf,
     info_for_imported,
     inspect_mlx_folder,
+    mlx_quantization_label,
     starter_gguf_path,
 )
-from engine.models.gguf.checks import MLX_BITS
-from engine.models.gguf.header import GGUFHeader
-from engine.models.gguf.importer import (
-    check_importable,
-    import_gguf,
-    mlx_quantization_label,
-    read_gguf_header,
-)
+from engine.models.gguf.checks import MLX_BITS, check_importable
+from engine.models.gguf.header import GGUFHeader, read_gguf_header
+from engine.models.gguf.importer import import_gguf
 from engine.paths import FILE_MODE
 from engine.types import LoadProgress, ModelInfo, ModelStatus
 
@@ -67,7 +63,7 @@ def _starter_info() -> ModelInfo:
     return _gguf_info(gguf, base)
 
 
-def _gguf_info(gguf: Path | tuple, base: dict, file_name: str = "") -> ModelInfo:
+def _gguf_info(gguf: Path | tuple[Path, ...], base: dict[str, Any], file_name: str = "") -> ModelInfo:
     """A not-yet-imported GGUF (a file, or a bundled model's pieces), described from its header."""
     files = gguf if isinstance(gguf, tuple) else (gguf,)
     try:
@@ -94,7 +90,7 @@ def _stat_key(path: Path) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _gguf_header(files: tuple) -> GGUFHeader:
+def _gguf_header(files: tuple[tuple[str, int, float], ...]) -> GGUFHeader:
     """The header of a file or of pieces, each (path, size, mtime): a changed file is read again."""
     paths_ = [Path(f[0]) for f in files]
     return read_gguf_header(paths_ if len(paths_) > 1 else paths_[0])
@@ -178,7 +174,7 @@ def _check_sha256(bundle: BundledGGUF) -> None:
 # --- imported GGUFs -----------------------------------------------------------------------
 
 
-def _imported() -> list:
+def _imported() -> list[ModelInfo]:
     root = paths.models_dir()
     out = []
     for folder in sorted(root.iterdir()):
@@ -221,7 +217,7 @@ def repo_id_from_cache_name(name: str) -> str:
     return name[len("models--") :].replace("--", "/")
 
 
-def _hf_cache_models() -> list:
+def _hf_cache_models() -> list[ModelInfo]:
     root = hf_cache_dir()
     try:
         repos = sorted(p for p in root.iterdir() if p.name.startswith("models--") and p.is_dir())
@@ -245,7 +241,7 @@ def _folders_path() -> Path:
     return paths.data_dir() / FOLDERS_FILE
 
 
-def _load_folders() -> list:
+def _load_folders() -> list[str]:
     try:
         data = json.loads(_folders_path().read_text())
         folders = data.get("folders", []) if isinstance(data, dict) else []
@@ -254,12 +250,12 @@ def _load_folders() -> list:
         return []
 
 
-def _save_folders(folders: list) -> None:
+def _save_folders(folders: list[str]) -> None:
     # Atomic: a crash leaves the old list or the new one; 0600 like every file of the user's.
     write_atomic(_folders_path(), json.dumps({"folders": folders}, indent=2), mode=FILE_MODE)
 
 
-def _folder_models() -> list:
+def _folder_models() -> list[ModelInfo]:
     return [inspect_mlx_folder(Path(f), source="folder") for f in _load_folders()]
 
 
@@ -290,10 +286,13 @@ def remove_model_folder(id: str) -> None:
 # --- the list and resolving a spec --------------------------------------------------------
 
 
-def list_models() -> list:
+def list_models() -> list[ModelInfo]:
     """Every model Chinwag knows about, usable or not (never raises for a bad folder)."""
     out, seen = [], set()
-    bundled = lambda: [m for m in (_starter_info(), _gemma_info()) if m is not None]  # noqa: E731
+
+    def bundled() -> list[ModelInfo]:
+        return [m for m in (_starter_info(), _gemma_info()) if m is not None]
+
     for group in (bundled, _imported, _hf_cache_models, _folder_models):
         try:
             infos = group()
@@ -328,33 +327,43 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
     spec = str(spec).strip()
     if not spec:
         raise ChinwagError("no model given")
+    if spec in (STARTER_ID, GEMMA_ID):
+        return _ready(_bundled(spec, progress))
+    known = {m.id: m for m in list_models()}
+    if spec in known:
+        return _ready(known[spec])
+    return _ready(_at_path(spec, known, progress))
+
+
+def _bundled(spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
+    """A bundled model (the starter or Gemma), imported from its packages' GGUF on first use."""
     if spec == STARTER_ID:
         info = _starter_info()
         if info.status == ModelStatus.NEEDS_IMPORT:
             gguf = starter_gguf_path()
             assert gguf is not None  # needs-import means the starter package is installed
             info = import_gguf(gguf, progress=progress, model_id=STARTER_ID)
-        return _ready(info)
-    if spec == GEMMA_ID:
-        info = _gemma_info() or _gemma_not_installed()
-        if info.status == ModelStatus.NEEDS_IMPORT:
-            bundle = gemma_gguf()
-            assert bundle is not None  # needs-import means its packages are installed
-            _check_sha256(bundle)
-            info = import_gguf(bundle.parts, progress=progress, model_id=GEMMA_ID)
-        return _ready(info)
-    known = {m.id: m for m in list_models()}
-    if spec in known:
-        return _ready(known[spec])
+        return info
+    info = _gemma_info() or _gemma_not_installed()
+    if info.status == ModelStatus.NEEDS_IMPORT:
+        bundle = gemma_gguf()
+        assert bundle is not None  # needs-import means its packages are installed
+        _check_sha256(bundle)
+        info = import_gguf(bundle.parts, progress=progress, model_id=GEMMA_ID)
+    return info
+
+
+def _at_path(spec: str, known: dict[str, ModelInfo], progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
+    """The model a path names: a .gguf file (imported), or an MLX folder (its entry, if it has one)."""
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return _ready(import_gguf(path, progress=progress))
+        return import_gguf(path, progress=progress)
     if path.is_dir():
         folder = path.resolve()
         for m in known.values():
             if m.path == str(folder):
-                return _ready(m)
-        return _ready(inspect_mlx_folder(folder, source="folder"))
+                return m
+        return inspect_mlx_folder(folder, source="folder")
     if path.exists():
         raise ModelError(f"not a model: {path} is neither a .gguf file nor an MLX model folder")
     raise ChinwagError(
@@ -363,7 +372,7 @@ def resolve_model(spec: str, progress: Callable[[LoadProgress], None] | None = N
     )
 
 
-def gguf_vocabulary(spec: str) -> tuple | None:
+def gguf_vocabulary(spec: str) -> tuple[str, dict[str, int]] | None:
     """(file name, token -> id) from the GGUF header of the file that resolving `spec` would
     import (a .gguf path, or the starter not imported yet); None when nothing would be imported.
 
@@ -372,7 +381,7 @@ def gguf_vocabulary(spec: str) -> tuple | None:
     from engine.models.gguf.tokenizer import vocabulary
 
     spec = str(spec).strip()
-    gguf: Path | tuple | None
+    gguf: Path | tuple[Path, ...] | None
     if spec == STARTER_ID:
         gguf = starter_gguf_path() if _starter_info().status == "needs-import" else None
     elif spec == GEMMA_ID:
@@ -391,7 +400,7 @@ def gguf_vocabulary(spec: str) -> tuple | None:
         raise ModelError(f"cannot import {name}: {e}: {header.path}") from None
 
 
-def _ready(info: ModelInfo) -> tuple:
+def _ready(info: ModelInfo) -> tuple[Path, ModelInfo]:
     if info.status != ModelStatus.READY:
         raise ModelError(f"cannot use {info.name} ({info.reason}): {info.path}")
     return Path(info.path), info

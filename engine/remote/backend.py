@@ -9,6 +9,7 @@ sent it), so the server's prefix cache serves every follow-up.
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,16 +23,25 @@ from engine.remote.errors import ServerError, chat_error, describe_http_error, h
 from engine.remote.spec import RemoteTarget
 from engine.types import (
     BackgroundPrefill,
+    ChatMessage,
     FinishReason,
+    ForkedCache,
     GenerationParams,
+    MemoryReport,
     OutputKind,
     PrefillProgress,
     ResponseFormat,
+    Role,
+    TextDelta,
+    TokenCount,
     TurnStats,
 )
 
+# Why a server's model has no read-ahead, cache copy or memory figures here.
+NOT_HERE = "the model is served elsewhere"
 
-def request_body(model: str, messages: list, params: GenerationParams) -> dict:
+
+def request_body(model: str, messages: list[dict[str, Any]], params: GenerationParams) -> dict[str, Any]:
     """Sampling settings mapped to the request; extras only when set, stable key order."""
     body = {
         "model": model,
@@ -69,25 +79,13 @@ def response_fields(fmt: ResponseFormat) -> dict[str, Any]:
     return {"tool_choice": "required"}
 
 
-def tool_fields(m: dict) -> dict:
-    """A message's tool-round fields as the OpenAI API has them (check_messages keeps role and content only)."""
-    out = {}
-    if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list) and m["tool_calls"]:
-        out["tool_calls"] = m["tool_calls"]
-    if m.get("role") == "tool":
-        for key in ("tool_call_id", "name"):
-            if isinstance(m.get(key), str):
-                out[key] = m[key]
-    return out
-
-
 class RemoteBackend:
     """Chats with one server model. One per loaded server model; lives on the caller's loop."""
 
     def __init__(self, target: RemoteTarget) -> None:
         self.target = target
         # Per conversation: the text shown for a reply -> the content the server sent.
-        self._replies: dict = {}
+        self._replies: dict[str, dict[str, str]] = {}
 
     @property
     def name(self) -> str:
@@ -96,39 +94,71 @@ class RemoteBackend:
     async def forget(self, conv_id: str) -> None:
         self._replies.pop(conv_id, None)
 
-    async def prefill(self, conv_id: str, messages: list, params: GenerationParams) -> BackgroundPrefill:
-        return BackgroundPrefill(0, 0, 0, False, "the model is served elsewhere")  # it reads the prompt itself
+    # What the server does itself, or nobody here: each answered at once.
+
+    async def prefill(
+        self,
+        conv_id: str,
+        messages: list[ChatMessage],
+        params: GenerationParams,
+        progress: Callable[[PrefillProgress], None] | None = None,
+    ) -> BackgroundPrefill:
+        return BackgroundPrefill(0, 0, 0, False, NOT_HERE)  # it reads the prompt itself
+
+    def fork(
+        self, source_id: str, conv_id: str, messages: list[ChatMessage], params: GenerationParams
+    ) -> Awaitable[ForkedCache]:
+        return asyncio.sleep(0, ForkedCache(0, 0, NOT_HERE))  # the server keeps its own cache
 
     def adopt(self, draft_id: str, conv_id: str) -> Awaitable[bool]:
         return asyncio.sleep(0, False)  # no draft is read ahead, so there is nothing to adopt
 
-    def wire_messages(self, conv_id: str, messages: list) -> list:
+    async def wait_background(self) -> BackgroundPrefill | None:
+        return None  # no background work runs for a server's model
+
+    def background_result(self) -> BackgroundPrefill | None:
+        return None
+
+    def cancel_background(self) -> None:
+        pass
+
+    async def count_tokens(self, text: str, params: GenerationParams) -> TokenCount:
+        """An estimate: the server's tokenizer is not here (about 4 characters a token)."""
+        limit = params.context_cap or self.target.info().context_length or 0
+        return TokenCount((len(text) + 3) // 4, limit, exact=False)
+
+    async def count_prompt(self, messages: list[ChatMessage], params: GenerationParams) -> TokenCount:
+        text = "".join(m.content for m in check_messages(messages))
+        return await self.count_tokens(text + (json.dumps(list(params.tools)) if params.tools else ""), params)
+
+    async def memory_stats(self) -> MemoryReport:
+        return MemoryReport(0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)  # the server holds its caches
+
+    def loaded_memory(self) -> tuple[int, int]:
+        return 0, 0  # the weights are in the server's memory
+
+    def wire_messages(self, conv_id: str, messages: list[ChatMessage]) -> list[dict[str, Any]]:
         """The history as the server sent it: each reply's content as received, without the
         Reasoning block shown for it. A reply from before this session (not remembered) loses a
         leading <think> block, which is where a server's separate reasoning was shown."""
         known = self._replies.get(conv_id, {})
         return [
-            {
-                "role": "assistant",
-                "content": known.get(m["content"]) or sse.without_reasoning(m["content"]),
-                **tool_fields(m),
-            }
-            if m["role"] == "assistant"
-            else m
+            dataclasses.replace(m, content=known.get(m.content) or sse.without_reasoning(m.content)).to_openai()
+            if m.role == Role.ASSISTANT
+            else m.to_openai()
             for m in messages
         ]
 
     async def chat(
         self,
         conv_id: str,
-        messages: list[dict],
+        messages: list[ChatMessage],
         params: GenerationParams,
         stop: StopSignal,
         progress: Callable[[int, int], object] | None = PrefillProgress,
     ) -> AsyncIterator[ChatEvent]:
         """Yield TextDelta events (and `progress` events for keepalive comments if it makes any), then one TurnStats."""
-        extras = [tool_fields(m) if isinstance(m, dict) else {} for m in messages]
-        messages = [dict(m, **x) for m, x in zip(check_messages(messages), extras)]
+        messages = check_messages(messages)
         params = params or GenerationParams()
         if params.continue_reply:  # an OpenAI server writes a new reply after an assistant message
             raise ChinwagError(f"a reply is continued only by a model on this computer, not one on server {self.name}")
@@ -143,31 +173,31 @@ class RemoteBackend:
                     yield event
                 return
             except ContextOverflowError:
-                first = next((i for i, m in enumerate(messages[:-1]) if m["role"] != "system"), None)
+                first = next((i for i, m in enumerate(messages[:-1]) if m.role != Role.SYSTEM), None)
                 if first is None:
                     raise
                 end = first + 1  # drop a whole turn (user + its reply), as local chats do
-                while end < len(messages) - 1 and messages[end]["role"] == "assistant":
+                while end < len(messages) - 1 and messages[end].role == Role.ASSISTANT:
                     end += 1
                 dropped += end - first
                 del messages[first:end]
 
-    def _remember(self, conv_id: str, messages: list[dict], turn: sse.Turn) -> None:
+    def _remember(self, conv_id: str, messages: list[ChatMessage], turn: sse.Turn) -> None:
         """Keep shown -> received for the replies still in the history, and this one."""
-        keep = {m["content"] for m in messages if m["role"] == "assistant"}
+        keep = {m.content for m in messages if m.role == Role.ASSISTANT}
         known = {k: v for k, v in self._replies.get(conv_id, {}).items() if k in keep}
         known["".join(turn.shown)] = "".join(turn.content)
         self._replies[conv_id] = known
 
     async def _stream(
         self,
-        wire: list[dict],
+        wire: list[dict[str, Any]],
         params: GenerationParams,
         stop: StopSignal,
         progress: Callable[[int, int], object] | None,
         dropped: int,
         turn: sse.Turn,
-    ) -> AsyncIterator:
+    ) -> AsyncIterator[ChatEvent]:
         """One request: its events as they arrive, then the TurnStats (ChinwagError if there is no reply)."""
         server = self.target.server
         started = time.perf_counter()
@@ -204,6 +234,7 @@ class RemoteBackend:
         task = relay.run(request, stop)
         try:
             async for event in relay.events(stop):
+                assert isinstance(event, (PrefillProgress, TextDelta, TurnStats))  # what sse.decode puts
                 yield event
             error = self._outcome(task, stop, turn)
         finally:
@@ -214,7 +245,7 @@ class RemoteBackend:
             yield closing
         yield sse.stats(turn, started, dropped, error)
 
-    def _outcome(self, task: concurrent.futures.Future, stop: StopSignal, turn: sse.Turn) -> str:
+    def _outcome(self, task: concurrent.futures.Future[Any], stop: StopSignal, turn: sse.Turn) -> str:
         """Once the request is over: why the reply ended (turn.finish) and the TurnStats error line.
 
         Raises ChinwagError when there is no reply to keep.

@@ -89,7 +89,7 @@ def check_key(key: str, where: str = "the API key") -> str:
     return key
 
 
-def headers_for(api_key: str, server_name: str = "") -> dict:
+def headers_for(api_key: str, server_name: str = "") -> dict[str, str]:
     if not api_key:
         return {}
     where = f"the saved API key of server {server_name}" if server_name else "the API key"

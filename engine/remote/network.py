@@ -66,8 +66,8 @@ class Relay:
 
     def __init__(self) -> None:
         self._caller = asyncio.get_running_loop()
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self.task: concurrent.futures.Future | None = None
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self.task: concurrent.futures.Future[None] | None = None
 
     def put(self, event: object) -> None:
         """From the network thread to the caller's loop."""
@@ -76,13 +76,13 @@ class Relay:
         except RuntimeError:  # the caller's loop has closed: nobody is listening
             pass
 
-    def run(self, request: Coroutine[Any, Any, None], stop: StopSignal) -> concurrent.futures.Future:
+    def run(self, request: Coroutine[Any, Any, None], stop: StopSignal) -> concurrent.futures.Future[None]:
         self.task = task = asyncio.run_coroutine_threadsafe(request, network_loop())
         task.add_done_callback(lambda _t: self.put(_DONE))
         stop.watch(task)
         return task
 
-    async def events(self, stop: StopSignal) -> AsyncIterator:
+    async def events(self, stop: StopSignal) -> AsyncIterator[object]:
         """What the request put, until it ends or `stop` is set (nothing after a stop, even if received)."""
         while True:
             event = await self._queue.get()
@@ -150,7 +150,7 @@ class Lines:
         self.max_bytes = max_bytes
         self._pending = b""
 
-    def feed(self, data: bytes) -> list:
+    def feed(self, data: bytes) -> list[str]:
         buffer = self._pending + data
         parts = _LINE_END.split(buffer)
         # A CR at the very end may be the first half of a CRLF: keep it for the next piece.
@@ -165,7 +165,7 @@ class Lines:
     def unfinished(self) -> bool:
         return bool(self._pending)
 
-    def end(self) -> list:
+    def end(self) -> list[str]:
         rest, self._pending = self._pending.removesuffix(b"\r"), b""
         if len(rest) > self.max_bytes:
             raise self._too_long()
@@ -221,7 +221,9 @@ def _client() -> "httpx.AsyncClient":
     )
 
 
-async def post_lines(url: str, body: dict, headers: dict, on_line: Callable[[str], bool], watch: Watch) -> None:
+async def post_lines(
+    url: str, body: dict[str, Any], headers: dict[str, str], on_line: Callable[[str], bool], watch: Watch
+) -> None:
     """POST `body` as JSON and hand each line of the reply to `on_line` until it returns True.
 
     A status other than 200 raises ServerError with (the start of) the body; the end of the
@@ -250,7 +252,7 @@ async def post_lines(url: str, body: dict, headers: dict, on_line: Callable[[str
         raise watch.expired() from None
 
 
-async def _get(url: str, headers: dict, total_s: float) -> tuple:
+async def _get(url: str, headers: dict[str, str], total_s: float) -> tuple[int, bytes]:
     limits = LIMITS
     try:
         async with asyncio.timeout(total_s), _client() as client:
@@ -262,7 +264,7 @@ async def _get(url: str, headers: dict, total_s: float) -> tuple:
         raise errors.TimedOut(f"did not answer within {errors.seconds(total_s)}") from None
 
 
-def get(url: str, headers: dict, total_s: float) -> tuple:
+def get(url: str, headers: dict[str, str], total_s: float) -> tuple[int, bytes]:
     """(status, body) of GET `url`, the whole exchange within `total_s` (TimedOut past it); the body
     bounded by LIMITS. Blocks the calling thread, never the network loop's."""
     if threading.current_thread().name == "chinwag-network":

@@ -94,13 +94,13 @@ def _read_json(path: Path, default: Any) -> Any:
         raise ChinwagError(f"cannot read {path}: it is not JSON") from None
 
 
-def _load() -> list:
+def _load() -> list[dict[str, Any]]:
     data = _read_json(_servers_path(), {"servers": []})
     rows = data.get("servers", []) if isinstance(data, dict) else []
     return [r for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("url"), str)]
 
 
-def list_servers() -> list:
+def list_servers() -> list[Server]:
     """The saved servers, keys included (callers never print them)."""
     return [Server(r["name"], r["url"], *find_api_key(r["name"])) for r in _load()]
 
@@ -109,7 +109,7 @@ def server_info(server: Server) -> ServerInfo:
     return ServerInfo(server.name, display_url(server.url), bool(server.api_key), server.key_storage)
 
 
-def server_infos() -> list:
+def server_infos() -> list[ServerInfo]:
     return [server_info(s) for s in list_servers()]
 
 
@@ -234,24 +234,10 @@ def _set_file_key(name: str, key: str) -> None:
 # --- the models a server serves ------------------------------------------------------------
 
 
-def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
+def fetch_model_ids(server: Server, timeout: float | None = None) -> list[str]:
     """GET {url}/models, all of it within `timeout` and bounded in size (engine/remote/network.py);
     an empty 200 body (mlx_lm.server without a HF cache) means DEFAULT_MODEL."""
-    from engine.remote import network
-
-    try:
-        normalize_url(server.url)  # a hand-edited servers.json: one line, not a bug in httpx
-    except ChinwagError as e:
-        raise ChinwagError(f"server {server.name}: {e}") from None
-    headers = headers_for(server.api_key, server.name)
-    try:
-        status, content = network.get(f"{server.url}/models", headers, timeout or LIST_TIMEOUT_S)
-    except ChinwagError as e:  # a deadline or a bound passed
-        raise ChinwagError(f"server {server.name}: {e}") from None
-    except Exception as e:
-        if not is_http_error(e):
-            raise  # a bug, not the network
-        raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+    status, content = _get_models(server, timeout)
     if status == 404:
         raise NoModelList(
             f"server {server.name}: GET {display_url(server.url)}/models is not there (HTTP 404); "
@@ -261,6 +247,30 @@ def fetch_model_ids(server: Server, timeout: float | None = None) -> list:
         raise ServerAnswered(f"server {server.name}: {response_error(status, content, server.api_key)}")
     if not content.strip():
         return [DEFAULT_MODEL]
+    return _model_ids(server, content)
+
+
+def _get_models(server: Server, timeout: float | None) -> tuple[int, bytes]:
+    """(status, body) of GET {url}/models; the network's errors as one line naming the server."""
+    from engine.remote import network
+
+    try:
+        normalize_url(server.url)  # a hand-edited servers.json: one line, not a bug in httpx
+    except ChinwagError as e:
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    headers = headers_for(server.api_key, server.name)
+    try:
+        return network.get(f"{server.url}/models", headers, timeout or LIST_TIMEOUT_S)
+    except ChinwagError as e:  # a deadline or a bound passed
+        raise ChinwagError(f"server {server.name}: {e}") from None
+    except Exception as e:
+        if not is_http_error(e):
+            raise  # a bug, not the network
+        raise ChinwagError(f"server {server.name}: {describe_http_error(e, server)}") from None
+
+
+def _model_ids(server: Server, content: bytes) -> list[str]:
+    """The model ids of an OpenAI model list (at most MAX_MODELS, each of at most MAX_ID_CHARS)."""
     try:
         data = json.loads(content).get("data")
         ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -284,7 +294,7 @@ def model_info(server: Server, model: str, spec: str = "") -> ModelInfo:
     )
 
 
-def models_of(server: Server) -> list:
+def models_of(server: Server) -> list[ModelInfo]:
     """The server's models, or one unusable entry with the reason it cannot be used: unreachable
     (no answer, a bad URL), or unusable (it answered, but refused the key or sent no model list)."""
     try:
@@ -306,7 +316,7 @@ def models_of(server: Server) -> list:
         ]
 
 
-def server_models() -> list:
+def server_models() -> list[ModelInfo]:
     """Every saved server's models, the servers asked in parallel. A saved list that cannot be
     read is one unusable entry saying why, so the local models are still listed beside it."""
     try:

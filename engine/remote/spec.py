@@ -41,7 +41,9 @@ def resolve(spec: str) -> RemoteTarget | None:
         )
     elif is_remote_spec(spec):
         name, model = spec.split("/", 1)
-        server = servers.get_server(name)
+        saved = servers.get_server(name)
+        assert saved is not None  # is_remote_spec just found it
+        server = saved
     else:
         return None
     try:

@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.errors import ChinwagError
 from engine.remote.errors import PastMaxTokens, StreamLimit, server_message
@@ -59,15 +60,17 @@ def keepalive(line: str) -> tuple[int, int] | None:
 class Turn:
     """What one streamed reply has gathered."""
 
-    content: list = field(default_factory=list)  # exactly as received
-    shown: list = field(default_factory=list)  # what the UI got (reasoning wrapped in <think>)
+    content: list[str] = field(default_factory=list)  # exactly as received
+    shown: list[str] = field(default_factory=list)  # what the UI got (reasoning wrapped in <think>)
     in_reasoning: bool = False
     finish: str = ""
-    usage: dict = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
     first: float = 0.0
     last: float = 0.0
     deltas: int = 0
-    tool_calls: dict = field(default_factory=dict)  # index -> {"id", "name", "arguments" (JSON text so far)}
+    tool_calls: dict[int | str, dict[str, str]] = field(
+        default_factory=dict
+    )  # index -> {"id", "name", "arguments" (JSON text so far)}
 
     def arrive(self) -> None:
         now = time.perf_counter()
@@ -135,7 +138,7 @@ def _text(value: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", value)
 
 
-def _object(value: object, what: str) -> dict:
+def _object(value: object, what: str) -> dict[str, Any]:
     """`value` if it is a JSON object; nothing (null) is an empty one."""
     if value is None:
         return {}
@@ -144,7 +147,7 @@ def _object(value: object, what: str) -> dict:
     return value
 
 
-def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
+def _choice(choice: dict[str, Any], turn: Turn, put: Callable[[TextDelta], None]) -> None:
     delta = _object(choice.get("delta") or choice.get("message"), "a delta")
     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
@@ -174,7 +177,7 @@ def _choice(choice: dict, turn: Turn, put: Callable[[TextDelta], None]) -> None:
         turn.finish = FINISH.get(finish, FinishReason.STOP) if isinstance(finish, str) else FinishReason.STOP
 
 
-def _tool_delta(turn: Turn, call: dict) -> None:
+def _tool_delta(turn: Turn, call: object) -> None:
     """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
     if not isinstance(call, dict):
         return
@@ -195,7 +198,7 @@ def _tool_delta(turn: Turn, call: dict) -> None:
         known["arguments"] = json.dumps(arguments)
 
 
-def tool_calls(turn: Turn) -> tuple:
+def tool_calls(turn: Turn) -> tuple[ToolCall, ...]:
     """The streamed tool calls, complete ones only (arguments that are a JSON object)."""
     out = []
     for index in sorted(turn.tool_calls, key=str):

@@ -17,7 +17,7 @@ def _bad(text: str, why: str) -> ChinwagError:
     return ChinwagError(f"not a server URL: '{display_url(text)}' {why} (expected http://HOST:PORT or https://HOST/v1)")
 
 
-def secret_params(url: str) -> list:
+def secret_params(url: str) -> list[str]:
     """The names of the query parameters of `url` that hold a secret."""
     try:
         query = urlsplit(str(url)).query

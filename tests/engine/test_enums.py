@@ -57,7 +57,7 @@ def test_message_roles_and_model_sources_are_the_stored_strings(store):
     from app.core.store import MessageRole
     from engine.types import ModelSource
 
-    assert [r.value for r in MessageRole] == ["user", "assistant", "system"]
+    assert [r.value for r in MessageRole] == ["system", "user", "assistant", "tool"]
     assert [s.value for s in ModelSource] == ["starter", "imported", "hf-cache", "folder", "server"]
     conv = store.create_conversation()
     msg = store.add_message(conv.id, MessageRole.USER, "Hello")

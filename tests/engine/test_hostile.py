@@ -75,7 +75,7 @@ def test_a_bug_during_a_reply_is_logged_not_blamed_on_the_user(tiny_model_path, 
 @pytest.mark.qt
 def test_the_window_shows_a_bug_as_a_banner_with_the_log_path(qtbot, qloop, store, chinwag_home):
     class Buggy(FakeEngine):
-        async def chat(self, conv_id, messages, params=None):
+        async def _chat(self, conv_id, messages, params, stop):
             raise KeyError("role")
             yield  # an async generator
 

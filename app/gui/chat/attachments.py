@@ -21,6 +21,7 @@ from app.core.attachments import StoredAttachment, keep_original
 from app.core.document_block import Attachment, document_block, message_content
 from app.documents import limits
 from app.documents.extract import Extracted, extract
+from app.documents.index_cache import IndexCache
 from app.documents.retrieval import Index
 from app.documents.turn import CHARS_PER_TOKEN, context_share
 from app.gui.chat.chip_label import ElidingLabel
@@ -456,7 +457,7 @@ def chat_history(store, conv_id) -> list:
     return store.get_conversation(conv_id).messages if conv_id is not None else []
 
 
-_INDEXES: dict[str, Index] = {}  # sha256 -> its Index: built once per document per run
+_INDEXES = IndexCache()  # the big documents' indexes: built once per document, the least recently used go
 
 
 def followup_passages(
@@ -476,9 +477,7 @@ def followup_passages(
     free = max(0, context_limit - reply_room(max_tokens, context_limit) - QUESTION_ROOM) // 2 // len(big)
     out = []
     for a in big.values():
-        index = _INDEXES.get(a.sha256)
-        if index is None:
-            index = _INDEXES[a.sha256] = Index(a.name, a.text, a.kind)
+        index = _INDEXES.get(a.sha256, a.name, a.text, a.kind)
         passages = index.passages(question, free * CHARS_PER_TOKEN, "\n".join(sent))[0].text
         if passages:
             out.append(StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, passages))

@@ -18,19 +18,18 @@ from PySide6.QtGui import QGuiApplication
 from app.core.drafts import Drafts
 from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
-from app.core.turns import stats_dict, status_of
+from app.core.turns import stats_dict
 from app.gui.chat.message_widget import QUEUED, QUEUED_NEXT
 from app.gui.chat.panes import ChatWindowView
 from app.gui.chat.queue import SendQueue, composer_notes
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import FinishReason
+from engine.types import ChatMessage
 
 if TYPE_CHECKING:
+    from app.gui.chat.reply import WindowReply
     from app.gui.tools.host import WindowTools
-    from app.gui.tools.turns import ToolReply
 
-SAVE_INTERVAL_MS = 1000
 # The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
 NEW_CHAT_DRAFT = "new-chat-draft"
 UNDO_DELETE_MS = 8000
@@ -84,9 +83,6 @@ class ChatController(QObject):
         self.search = ""
         self._pending_delete: dict = {}  # conv id -> QTimer
         self._new_draft_read = False  # the engine holds a cache under NEW_CHAT_DRAFT
-        self._save_timer = QTimer(self)
-        self._save_timer.setInterval(SAVE_INTERVAL_MS)
-        self._save_timer.timeout.connect(self.save_partial)
         self.last_status = ""  # how the last reply ended
         # Messages waiting for the model to load or for the reply being written (app/gui/chat/queue.py).
         self.queue = SendQueue()
@@ -96,17 +92,17 @@ class ChatController(QObject):
         self.documents = None
         # The window's MCP host (app/gui/tools/host.py WindowTools), set by the window; None: no tools.
         self.tools: WindowTools | None = None
-        self.tool_reply: ToolReply | None = None  # the reply with tools under way (app/gui/tools/turns.py ToolReply)
+        # The reply under way, run by the turn driver (app/gui/chat/reply.py), which writes the store.
+        self.turn: WindowReply | None = None
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
         self._draft_timer.timeout.connect(self.save_draft)
         view.set_draft(self.drafts.get(None))
 
-        bridge.delta.connect(self._on_delta)
-        bridge.turnFinished.connect(self._on_finished)
-        bridge.turnFailed.connect(self._on_failed)
+        bridge.delta.connect(self._on_delta)  # the reply's events, as signals (app/gui/chat/reply.py)
         bridge.prefillProgress.connect(self._on_prefill_progress)
+        bridge.otherTurn.connect(lambda event: event.ended and self.send_queued())  # the API server's turn ended
 
     def draft_edited(self):
         """The composer's text changed: the draft is saved when typing stops."""
@@ -168,8 +164,8 @@ class ChatController(QObject):
         queued = self.queue.get(conv.id)
         if queued is not None and self.view.has_message(queued.msg_id):
             self._mark_queued(queued.msg_id)
-        if self.tool_reply is not None and self.tool_reply.conv_id == conv.id:
-            self.tool_reply.reshow()  # a call that waits for its answer
+        if self.turn is not None and self.turn.conv_id == conv.id:
+            self.turn.reshow()  # a call that waits for its answer
         self.view.set_draft(self.drafts.get(conv.id))
         self._sync_generation()
         self.view.select_conversation(conv.id)
@@ -200,7 +196,7 @@ class ChatController(QObject):
         """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
         loads or a reply is being written, in this chat or another."""
         model_missing = self.bridge.current_model is None
-        queue = self.gen is not None or (model_missing and self.view.can_queue())
+        queue = self.gen is not None or self.bridge.others_running() or (model_missing and self.view.can_queue())
         held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
         if not text.strip() or held or (model_missing and not queue):
             if text.strip() and not self.view.composer_text():
@@ -284,7 +280,7 @@ class ChatController(QObject):
     def send_queued(self) -> bool:
         """The model is ready, or the reply being written ended: start the oldest queued message's
         reply, in its own chat (the open chat stays open)."""
-        if self.gen is not None or self.bridge.current_model is None or not self.queue:
+        if self.gen is not None or self.bridge.others_running() or self.bridge.current_model is None or not self.queue:
             return False
         started = False
         while not started and (item := self.queue.take_next(self.store)) is not None:
@@ -340,67 +336,40 @@ class ChatController(QObject):
             )
             self.view.begin_stream(reply.id)
         self.gen = Generation(conv.id, reply.id, started=time.monotonic(), system_prompt=system_prompt)
-        self._save_timer.start()
         self._sync_generation()
         self.generatingChanged.emit(True)
         self.refresh_list()
-        if not self._reply_with_tools(conv.id, messages, params):
-            self.bridge.chat(conv.id, messages, params)
+        self._drive(conv.id, system_prompt).start(_typed(messages), params, reply.id)
         return True
 
-    def _reply_with_tools(self, conv_id, messages, params) -> bool:
-        """The chat's tools are on: the reply runs the tool loop (app/gui/tools/turns.py), which streams each turn."""
-        from app.gui.tools.turns import ToolReply
+    def _drive(self, conv_id, system_prompt) -> "WindowReply":
+        """The reply's run by the turn driver, with the chat's tools if they are on."""
+        from app.gui.chat.reply import WindowReply
 
         host = self.tools.host_for(conv_id) if self.tools is not None else None
-        if host is None:
-            return False
-        self.tool_reply = ToolReply(self, host, conv_id, messages, params)
-        return True
+        self.turn = WindowReply(self, conv_id, host, system_prompt)
+        return self.turn
 
-    def next_round(self) -> bool:
-        """After a round's results the reply goes on: a new assistant message streams below them."""
+    def next_round(self, conv_id, msg_id) -> None:
+        """After a round's results the reply goes on: a new assistant message (written by the driver) streams below them."""
         gen, model = self.gen, self.bridge.current_model
-        if gen is None or model is None:
-            return False
-        try:
-            reply = self.store.add_message(
-                gen.conv_id, MessageRole.ASSISTANT, "", status=MessageStatus.STREAMING, model_id=model.id
-            )
-        except ChinwagError as e:
-            self.error.emit(str(e))
-            self.end_tool_reply(gen.conv_id, MessageStatus.FAILED)
-            return False
-        self.gen = Generation(gen.conv_id, reply.id, started=time.monotonic(), system_prompt=gen.system_prompt)
+        if gen is None or gen.conv_id != conv_id or msg_id is None:
+            return
+        self.gen = Generation(gen.conv_id, msg_id, started=time.monotonic(), system_prompt=gen.system_prompt)
         if gen.conv_id == self.conv_id:
-            self.view.add_message(
-                reply.id, MessageRole.ASSISTANT, "", MessageStatus.STREAMING, model.name or model.id, model_id=model.id
-            )
-            self.view.begin_stream(reply.id)
-        return True
+            name, model_id = (model.name or model.id, model.id) if model is not None else ("", "")
+            self.view.add_message(msg_id, MessageRole.ASSISTANT, "", MessageStatus.STREAMING, name, model_id=model_id)
+            self.view.begin_stream(msg_id)
 
-    def _end_round(self, conv_id, stats):
-        """A turn ended with tool calls: saved as the round's message (the calls in its stats); the reply goes on."""
+    def end_round(self, conv_id, stats):
+        """A turn ended with tool calls (the driver wrote it as the round's message): shown; the reply goes on."""
         from app.gui.tools.messages import visible_text
-        from app.tools.loop import stored_stats
 
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
         self._done_reading(gen)
-        calls = {"role": "assistant", "tool_calls": [c.to_openai() for c in stats.tool_calls]}
-        round_stats = stored_stats(calls)
-        assert round_stats is not None  # TOOL_CALLS: the turn ended with calls
-        try:
-            self.store.update_message(
-                gen.msg_id,
-                content=gen.text,
-                status=MessageStatus.COMPLETE,
-                stats={**stats_dict(stats, gen.system_prompt), **round_stats},
-            )
-            gen.saved = gen.text
-        except ChinwagError as e:
-            self.error.emit(str(e))
+        gen.saved = gen.text
         if conv_id == self.conv_id:
             self.view.end_stream(MessageStatus.COMPLETE, stats, "")
             self.view.set_message_text(gen.msg_id, visible_text(gen.text))  # the calls show as their cards and blocks
@@ -409,12 +378,11 @@ class ChatController(QObject):
     def end_tool_reply(self, conv_id, status):
         """A reply with tools ended between turns (the round limit, Stop at a card or a call, a failure)."""
         gen = self.gen
-        self.tool_reply = None
+        self.turn = None
         if gen is None or gen.conv_id != conv_id:
             return
         self.gen = None
         self.last_status = status
-        self._save_timer.stop()
         self._sync_generation()
         self.generatingChanged.emit(False)
         self.refresh_list()
@@ -492,41 +460,31 @@ class ChatController(QObject):
             self.view.append_delta(text)
 
     def save_partial(self):
-        gen = self.gen
-        if gen is None or gen.text == gen.saved:
-            return
-        try:
-            self.store.update_message(gen.msg_id, content=gen.text)
+        """The reply's text so far, written now (the driver writes it at least once a second as it streams)."""
+        gen, turn = self.gen, self.turn
+        if gen is not None and turn is not None and gen.text != gen.saved:
+            turn.save_now(gen.msg_id, gen.text)
             gen.saved = gen.text
-        except ChinwagError as e:
-            self.error.emit(str(e))
 
-    def _on_finished(self, conv_id, stats):
-        reply = self.tool_reply
-        if stats.finish_reason == FinishReason.TOOL_CALLS and reply is not None and reply.conv_id == conv_id:
-            self._end_round(conv_id, stats)
-            return
-        self._end(conv_id, status_of(stats), stats, stats.error)
+    def end(self, conv_id, status, stats, error=""):
+        """The reply ended (the driver wrote its last message): shown."""
+        self._end(conv_id, status, stats, error, written=True)
 
-    def _on_failed(self, conv_id, reason):
-        status = MessageStatus.STOPPED if reason == FinishReason.CANCELLED else MessageStatus.FAILED
-        self._end(conv_id, status, None, reason)
-
-    def _end(self, conv_id, status, stats, error=""):
+    def _end(self, conv_id, status, stats, error="", written=False):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
             return
         self._done_reading(gen)
         self.gen = None
-        if self.tool_reply is not None and self.tool_reply.conv_id == conv_id:
-            self.tool_reply = None  # its last turn ended (or failed, or was stopped)
+        if self.turn is not None and self.turn.conv_id == conv_id:
+            self.turn = None  # its last turn ended (or failed, or was stopped)
         self.last_status = status
-        self._save_timer.stop()
         saved = stats_dict(stats, gen.system_prompt, gen.earlier_tokens) if stats else None
-        try:
-            self.store.update_message(gen.msg_id, content=gen.text, status=status, stats=saved)
-        except ChinwagError as e:
-            self.error.emit(str(e))
+        if not written:  # the window closes, or the chat is deleted: the driver writes no more
+            try:
+                self.store.update_message(gen.msg_id, content=gen.text, status=status, stats=saved)
+            except ChinwagError as e:
+                self.error.emit(str(e))
         if conv_id == self.conv_id:
             self.view.end_stream(status, saved if gen.earlier_tokens else stats, error)
         self._sync_generation()
@@ -564,8 +522,8 @@ class ChatController(QObject):
         return self._stop_reply() or cancelled
 
     def _stop_reply(self) -> bool:
-        if self.tool_reply is not None and self.tool_reply.stop():
-            return True  # a call waited for its answer or was running: cancelled
+        if self.turn is not None and self.turn.stop():
+            return True  # the engine's turn, a waiting card or a running call
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
             return True
@@ -575,8 +533,8 @@ class ChatController(QObject):
         """The window is closing: save what was generated as stopped, now. Queued messages stay
         as messages without a reply (nothing starts now, nor on the next start)."""
         self.queue.clear()
-        if self.tool_reply is not None:
-            self.tool_reply.abandon()
+        if self.turn is not None:
+            self.turn.abandon()
         if self.gen is not None:
             self.bridge.stop(self.gen.conv_id)
             self._end(self.gen.conv_id, MessageStatus.STOPPED, None)
@@ -630,7 +588,6 @@ class ChatController(QObject):
             system_prompt = str(values.get("system_prompt") or "")
             messages = engine_messages(conv.messages, system_prompt)
             params = replace(params_from_settings(values), continue_reply=True)
-            self.store.update_message(msg_id, status=MessageStatus.STREAMING)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
@@ -646,11 +603,10 @@ class ChatController(QObject):
             system_prompt=system_prompt,
             earlier_tokens=earlier,
         )
-        self._save_timer.start()
         self._sync_generation()
         self.generatingChanged.emit(True)
         self.refresh_list()
-        self.bridge.chat(conv_id, messages, params)
+        self._drive(conv_id, system_prompt).continue_reply(_typed(messages), params, msg_id, earlier)
         return True
 
     def _queue_missing_reply(self, msg_id) -> bool:
@@ -811,3 +767,8 @@ class ChatController(QObject):
         self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
         if self.store.get_state("last_conversation") == conv_id:
             self._remember("last_conversation", None)
+
+
+def _typed(messages: list) -> list[ChatMessage]:
+    """The engine's messages as the turn driver takes them."""
+    return [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(messages)]

@@ -60,7 +60,7 @@ def keep_line_breaks(doc: QTextDocument) -> None:
     cursor.endEditBlock()
 
 
-def set_markdown(doc: QTextDocument, text: str, features) -> None:
+def set_markdown(doc: QTextDocument, text: str, features: QTextDocument.MarkdownFeature) -> None:
     """doc.setMarkdown, with the text's single newlines kept as line breaks."""
     doc.setMarkdown(mark_soft_breaks(text), features)
     keep_line_breaks(doc)

@@ -14,13 +14,14 @@ DIMMED = 0.45  # the opacity of a message the model no longer sees
 MARK_TEXT = "The model's memory starts here: the messages above were dropped to fit its context."
 
 
-def in_prompt(role: str, status: str, text: str, stats: Any) -> bool:
-    """Whether a message is one of those a turn sends the model (failed and empty replies are not)."""
-    if role == "tool":
+def in_prompt(role: str, status: str, text: str, stats: Any, calls: bool = False) -> bool:
+    """Whether a message is one of those a turn sends the model (failed and empty replies are not);
+    `calls`: a reply that made tool calls (a live one's stats say so too)."""
+    if role == MessageRole.TOOL:
         return True  # a tool's result answers the call before it
     if role not in (MessageRole.USER, MessageRole.ASSISTANT) or status == MessageStatus.FAILED:
         return False
-    return role != MessageRole.ASSISTANT or bool(text) or bool(stat(stats, "tool_calls", None))
+    return role != MessageRole.ASSISTANT or bool(text) or calls or bool(stat(stats, "tool_calls", None))
 
 
 def dropped_by_last_reply(widgets: Sequence[Any]) -> tuple[int, int]:
@@ -48,11 +49,13 @@ class MemoryMark:
     def update(self, hidden: Sequence[Any], widgets: Sequence[Any]) -> None:
         """hidden: the stored messages above the shown widgets (not shown yet: the oldest)."""
         dropped, reply = dropped_by_last_reply(widgets)
-        left = dropped - sum(1 for m in hidden if in_prompt(m.role, m.status, m.content, m.stats))
+        left = dropped - sum(1 for m in hidden if in_prompt(m.role, m.status, m.content, m.stats, bool(m.tool_calls)))
         first_kept = 0
         while dropped and first_kept < reply and left > 0:
             w = widgets[first_kept]
-            if in_prompt(w.role, w.status, w.text(), getattr(w, "message_stats", None)):
+            if in_prompt(
+                w.role, w.status, w.text(), getattr(w, "message_stats", None), getattr(w, "has_tool_calls", False)
+            ):
                 left -= 1
             first_kept += 1
         for i, w in enumerate(widgets):

@@ -138,6 +138,7 @@ class MessageWidget(QFrame):
         self.role = role
         self.status = status  # before the first render: finished text renders merged
         self.message_stats = stats  # the stored stats (the view reads a turn's dropped messages)
+        self.has_tool_calls = False  # a reply that made tool calls (the view sets it)
         self._text = text
         self.setObjectName("userMessage" if role == MessageRole.USER else "assistantMessage")
         self.setProperty("role", role)

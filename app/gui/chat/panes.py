@@ -65,7 +65,7 @@ class ChatWindowView(Protocol):
 
     def set_message_actions_enabled(self, on: bool) -> None: ...
 
-    # --- tool rounds (app/gui/tools/turns.py) ---------------------------------------------
+    # --- tool rounds (app/gui/chat/reply.py) -----------------------------------------------
     def add_approval(self, msg_id: int, call, server: str, tool: str):
         """Show a call's ApprovalCard in the reply msg_id; returns the card (its `answered` signal), or None."""
 

@@ -7,7 +7,8 @@ QTimer re-renders at most RENDER_HZ times a second, however fast tokens arrive.
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from app.core.store import MessageRole
+from app.core.store import Message, MessageRole, StoredToolResult
+from app.core.turns import stat
 from app.gui.chat.memory_mark import MemoryMark
 from app.gui.chat.message_widget import MessageWidget
 from app.gui.chat.sent_attachments import show_on_message, show_passages_used
@@ -17,6 +18,11 @@ from app.gui.theme import ReadingColumn
 RENDER_HZ = 30
 PAGE = 40  # messages shown when a conversation opens; older ones on request
 HOLD_MS = 500  # a switched version is held in place this long while its branch lays out
+
+
+def tool_of(m: Message) -> StoredToolResult | tuple | None:
+    """A stored message's tool round as the view shows it: a result's call and outcome, or a reply's calls."""
+    return m.tool_result if m.role == MessageRole.TOOL else m.tool_calls
 
 
 class ChatView(QScrollArea):
@@ -108,7 +114,15 @@ class ChatView(QScrollArea):
         self._model_fallback = model_name
         for m in shown:
             widget = self.add_message(
-                m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
+                m.id,
+                m.role,
+                m.content,
+                m.status,
+                self._name(m),
+                m.stats,
+                m.model_id,
+                (m.version, m.versions),
+                tool_of(m),
             )
             show_on_message(widget, m.attachments)
         self._update_more()
@@ -128,7 +142,7 @@ class ChatView(QScrollArea):
         first = self._layout.indexOf(self._widgets[0]) if self._widgets else self._layout.count() - 1
         new: list[MessageWidget] = []
         for offset, m in enumerate(batch):
-            widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id)
+            widget = self._make(m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, tool_of(m))
             widget.set_versions(m.version, m.versions)
             show_on_message(widget, m.attachments)
             show_passages_used(widget, new[-1] if new else None)
@@ -146,9 +160,18 @@ class ChatView(QScrollArea):
         self.more_button.setVisible(n > 0)
 
     def add_message(
-        self, message_id, role, text="", status="complete", model="", stats=None, model_id="", versions=(1, 1)
+        self,
+        message_id,
+        role,
+        text="",
+        status="complete",
+        model="",
+        stats=None,
+        model_id="",
+        versions=(1, 1),
+        tool=None,  # a stored message's tool round (tool_of)
     ) -> MessageWidget:
-        widget = self._make(message_id, role, text, status, model, stats, model_id)
+        widget = self._make(message_id, role, text, status, model, stats, model_id, tool)
         widget.set_versions(*versions)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._widgets.append(widget)
@@ -159,16 +182,19 @@ class ChatView(QScrollArea):
         self._update_regenerate()
         return widget
 
-    def _make(self, message_id, role, text, status, model, stats, model_id) -> MessageWidget:
-        from app.gui.tools.messages import ToolMessage, visible_text
+    def _make(self, message_id, role, text, status, model, stats, model_id, tool=None) -> MessageWidget:
+        from app.gui.chat.tool_message import ToolMessage
+        from app.gui.tools.messages import visible_text
 
-        if role == "tool":  # a tool's result: its collapsed block
-            widget: MessageWidget = ToolMessage(message_id, text, stats)
+        calls = bool(tool) and role == MessageRole.ASSISTANT or bool(stat(stats, "tool_calls", None))
+        if role == MessageRole.TOOL:  # a tool's result: its collapsed block
+            widget: MessageWidget = ToolMessage(message_id, text, tool if tool is not None else stats)
         else:
-            if isinstance(stats, dict) and stats.get("tool_calls"):  # the calls show as the blocks below
+            if calls:  # the calls show as the blocks below
                 text = visible_text(text)
             widget = MessageWidget(message_id, role, text, status, model, stats, model_id=model_id)
         widget.message_stats = stats  # what memory_mark reads: the turn's dropped messages
+        widget.has_tool_calls = calls
         widget.copyRequested.connect(self.copyRequested)
         widget.editRequested.connect(self.editRequested)
         widget.regenerateRequested.connect(self.regenerateRequested)
@@ -200,7 +226,15 @@ class ChatView(QScrollArea):
         self.remove_from(message_id)
         for m in messages:
             widget = self.add_message(
-                m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, versions=(m.version, m.versions)
+                m.id,
+                m.role,
+                m.content,
+                m.status,
+                self._name(m),
+                m.stats,
+                m.model_id,
+                (m.version, m.versions),
+                tool_of(m),
             )
             show_on_message(widget, m.attachments)
         self.memory_mark.update(self._hidden, self._widgets)

@@ -77,40 +77,7 @@ class CatalogueDownloadDialog(DownloadDialog):
             entries = []
             self.message.setText(str(e))
         for entry in entries:
-            ok = fits(entry, self.ram_bytes)
-            verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
-            speed = speed_text(tokens_per_second(entry, self.bandwidth, self.ram_bytes, cpu))
-            if ok is not False and speed:
-                verdict += f" · {speed}"
-            have = entry.repo in self.installed
-            item = QTreeWidgetItem(
-                [
-                    entry.name + (" ✓" if have else ""),
-                    "≈ " + format_bytes(entry.approx_size_bytes),
-                    entry.quantization,
-                    _tokens(entry.context),
-                    entry.cache_kind.value,
-                    "Downloaded" if have else verdict,
-                ]
-            )
-            item.setData(NAME, REPO_ROLE, entry.repo)
-            item.setToolTip(NAME, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
-            item.setToolTip(SIZE, _size_tip(entry))
-            item.setToolTip(CACHE, f"{entry.model_type} architecture: {entry.cache_kind.explanation}")
-            item.setToolTip(
-                FIT,
-                f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
-                f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory"
-                + (
-                    f"\nspeed: each token reads all the weights it uses once; this machine moves about "
-                    f"{self.bandwidth / 1e9:.0f} GB/s (expect less while it is busy)"
-                    if speed
-                    else ""
-                ),
-            )
-            if ok is False:
-                item.setForeground(FIT, self.palette().placeholderText())
-            self.catalogue.addTopLevelItem(item)
+            self.catalogue.addTopLevelItem(self._catalogue_item(entry, cpu))
         header = self.catalogue.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
@@ -134,6 +101,43 @@ class CatalogueDownloadDialog(DownloadDialog):
         self._query = ""
         self.setMinimumSize(640, 520)
         self.resize(self._width_for_rows(), 560)
+
+    def _catalogue_item(self, entry: CatalogueEntry, cpu: bool) -> QTreeWidgetItem:
+        """One catalogue entry as a row: its size, quantization, context, cache, and whether it fits here."""
+        ok = fits(entry, self.ram_bytes)
+        verdict = "Fits" if ok else ("Too large" if ok is False else "Unknown")
+        speed = speed_text(tokens_per_second(entry, self.bandwidth, self.ram_bytes, cpu))
+        if ok is not False and speed:
+            verdict += f" · {speed}"
+        have = entry.repo in self.installed
+        item = QTreeWidgetItem(
+            [
+                entry.name + (" ✓" if have else ""),
+                "≈ " + format_bytes(entry.approx_size_bytes),
+                entry.quantization,
+                _tokens(entry.context),
+                entry.cache_kind.value,
+                "Downloaded" if have else verdict,
+            ]
+        )
+        item.setData(NAME, REPO_ROLE, entry.repo)
+        item.setToolTip(NAME, f"{entry.repo}\n{entry.note}" if entry.note else entry.repo)
+        item.setToolTip(SIZE, _size_tip(entry))
+        item.setToolTip(CACHE, f"{entry.model_type} architecture: {entry.cache_kind.explanation}")
+        item.setToolTip(
+            FIT,
+            f"needs about {format_bytes(entry.approx_memory_bytes)} to run; models may use "
+            f"up to {USABLE_RAM_FRACTION:.0%} of this machine's memory"
+            + (
+                f"\nspeed: each token reads all the weights it uses once; this machine moves about "
+                f"{self.bandwidth / 1e9:.0f} GB/s (expect less while it is busy)"
+                if speed
+                else ""
+            ),
+        )
+        if ok is False:
+            item.setForeground(FIT, self.palette().placeholderText())
+        return item
 
     def _width_for_rows(self) -> int:
         """Wide enough that every column, model names included, shows whole (within the screen)."""

@@ -3,6 +3,8 @@ one and whether a model is loading. The Model menu and the header's picker both 
 they are asked for (a model, an import, a download…) are its signals, so each handler is
 connected once."""
 
+from collections.abc import Iterable
+
 from PySide6.QtCore import QObject, Signal
 
 from engine.types import ModelInfo
@@ -17,26 +19,26 @@ class ModelList(QObject):
     showFolderRequested = Signal()
     connectServerRequested = Signal()
 
-    def __init__(self, parent=None):
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.models: list[ModelInfo] = []
         self.current_id: str | None = None
         self.busy = False  # a model is loading: choosing another is disabled
 
-    def set_models(self, models, current_id=None):
+    def set_models(self, models: Iterable[ModelInfo], current_id: str | None = None) -> None:
         self.models = list(models)
         self.current_id = current_id
         self.changed.emit()
 
-    def set_current(self, current_id):
+    def set_current(self, current_id: str | None) -> None:
         self.current_id = current_id
         self.changed.emit()
 
-    def set_busy(self, busy: bool):
+    def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self.changed.emit()
 
-    def get(self, model_id) -> ModelInfo | None:
+    def get(self, model_id: str | None) -> ModelInfo | None:
         return next((m for m in self.models if m.id == model_id), None)
 
     def current(self) -> ModelInfo | None:

@@ -6,6 +6,7 @@ import asyncio
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMenu, QToolButton
 
+from app.core.chats import chat_key
 from engine.errors import one_line
 
 
@@ -49,7 +50,7 @@ class ChatToolsButton(QToolButton):
         servers = tools.servers
         if not servers:
             return "Tools: none running" if tools.failed else ""
-        on = [s for s in servers if s not in tools.off_in(self.conv_id or "")]
+        on = [s for s in servers if s not in tools.off_in(chat_key(self.conv_id))]
         if not on:
             return "Tools: off"
         if tools.model_off:
@@ -80,13 +81,13 @@ class ChatToolsButton(QToolButton):
     def _build_menu(self) -> None:
         menu, tools = self.menu_, self.tools
         menu.clear()
-        off = tools.off_in(self.conv_id or "")
+        off = tools.off_in(chat_key(self.conv_id))
         for name in tools.servers:
             action = menu.addAction(name)
             action.setObjectName(f"chatTools_{name}")
             action.setCheckable(True)
             action.setChecked(name not in off)
-            action.toggled.connect(lambda on, n=name: tools.set_on(self.conv_id or "", n, on))
+            action.toggled.connect(lambda on, n=name: tools.set_on(chat_key(self.conv_id), n, on))
         for name, why in tools.failed.items():
             action = menu.addAction(f"{name}: did not start ({one_line(why)[:80]})")
             action.setEnabled(False)

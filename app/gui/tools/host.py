@@ -10,6 +10,7 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.chats import chat_key, is_unsaved
 from app.core.settings import set_tools_off, tools_off
 from app.tools import config
 from app.tools.client import ToolHost
@@ -119,7 +120,7 @@ class WindowTools(QObject):
 
     def off_in(self, conv_id) -> set:
         """The servers switched off in this chat: its setting, or the blank chat's choice (not saved yet)."""
-        if not conv_id:
+        if is_unsaved(conv_id):
             return set(self.unsaved_off)
         try:
             return tools_off(self.store, str(conv_id))
@@ -130,7 +131,7 @@ class WindowTools(QObject):
         """Switch a server's tools on or off in one chat (the blank chat's choice waits for its id)."""
         off = self.off_in(conv_id)
         off = off - {server} if on else off | {server}
-        if not conv_id:
+        if is_unsaved(conv_id):
             self.unsaved_off = off
         elif not self.store.read_only:
             try:
@@ -143,7 +144,7 @@ class WindowTools(QObject):
     def adopt_choice(self, conv_id) -> None:
         """A new chat was saved: the choice made before it had an id becomes its own (conv_id None: forget it)."""
         off, self.unsaved_off = self.unsaved_off, set()
-        if not conv_id or not off or self.store.read_only:
+        if is_unsaved(conv_id) or not off or self.store.read_only:
             return
         try:
             set_tools_off(self.store, str(conv_id), off)
@@ -154,7 +155,7 @@ class WindowTools(QObject):
         """The servers on in this chat (None: no tools in its replies)."""
         if self.host is None:
             return None
-        on = [s for s in self.servers if s not in self.off_in(conv_id or "")]
+        on = [s for s in self.servers if s not in self.off_in(chat_key(conv_id))]
         return self.host.subset(on) if on else None
 
     def definitions(self, conv_id) -> list:

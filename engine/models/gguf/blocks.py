@@ -126,7 +126,8 @@ def dense(type_name: str, raw: np.ndarray) -> np.ndarray:
         return _q2_k(raw.reshape(-1, 84))
     if type_name in AFFINE_BITS:
         codes, scales, biases = affine(type_name, raw, GROUP)
-        return (codes.astype(np.float32) * scales + biases).reshape(-1)
+        out: np.ndarray = (codes.astype(np.float32) * scales + biases).reshape(-1)
+    return out
     raise ValueError(f"cannot decode GGML type {type_name}")
 
 
@@ -158,7 +159,8 @@ def _q2_k(b: np.ndarray) -> np.ndarray:
     # ggml: y = (d * (sc & 15)) * q - (dmin * (sc >> 4)).
     scale = d[:, None] * (sc & 0x0F).astype(np.float32)
     low = dmin[:, None] * (sc >> 4).astype(np.float32)
-    return (scale[:, :, None] * q - low[:, :, None]).reshape(-1)
+    out: np.ndarray = (scale[:, :, None] * q - low[:, :, None]).reshape(-1)
+    return out
 
 
 def pack(codes: np.ndarray, bits: int, chunk_rows: int = 4096) -> np.ndarray:

@@ -54,7 +54,7 @@ GEMMA3_LAYER_NAMES = {
 ARCH_LAYER_NAMES = {"llama": LAYER_NAMES, "gemma3": GEMMA3_LAYER_NAMES}
 
 
-def layer_names(architecture: str) -> dict:
+def layer_names(architecture: str) -> dict[str, str]:
     """GGUF tensor names within a block -> mlx-lm module names, for an architecture."""
     return ARCH_LAYER_NAMES.get(architecture, LAYER_NAMES)
 
@@ -99,7 +99,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def hyperparameters(header: GGUFHeader) -> dict:
+def hyperparameters(header: GGUFHeader) -> dict[str, int]:
     """The llama sizes from the metadata, each a positive int that fits the others; ModelError if not."""
     path, arch = header.path, header.architecture
 
@@ -110,7 +110,7 @@ def hyperparameters(header: GGUFHeader) -> dict:
             raise ModelError(
                 f"cannot import {path.name}: {arch}.{key} is {shown}, not a count from 1 to {limit}: {path}"
             )
-        return value
+        return int(value)
 
     hp = {
         "hidden": count("embedding_length"),
@@ -166,11 +166,11 @@ def _check_window_pattern(header: GGUFHeader, layers: int) -> None:
         )
 
 
-def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
+def _expected_shapes(header: GGUFHeader, hp: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """GGUF-order shapes (fastest dimension first) for every tensor the metadata implies."""
     h, ff = hp["hidden"], hp["ff"]
     q, kv = hp["heads"] * hp["head_dim"], hp["kv_heads"] * hp["head_dim"]
-    per_layer: dict[str, tuple] = {
+    per_layer: dict[str, tuple[int, ...]] = {
         "attn_q": (h, q),
         "attn_k": (h, kv),
         "attn_v": (h, kv),
@@ -185,7 +185,7 @@ def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
         per_layer.update(
             post_attention_norm=(h,), post_ffw_norm=(h,), attn_q_norm=(hp["head_dim"],), attn_k_norm=(hp["head_dim"],)
         )
-    embd: tuple = next((tuple(t.shape) for t in header.tensors if t.name == "token_embd.weight"), ())
+    embd: tuple[int, ...] = next((tuple(t.shape) for t in header.tensors if t.name == "token_embd.weight"), ())
     vocab = embd[1] if len(embd) == 2 else 0
     want = {"token_embd.weight": (h, vocab), "output_norm.weight": (h,), "output.weight": (h, vocab)}
     for i in range(hp["layers"]):
@@ -193,7 +193,7 @@ def _expected_shapes(header: GGUFHeader, hp: dict) -> dict:
     return want
 
 
-def _check_shapes(header: GGUFHeader, hp: dict) -> None:
+def _check_shapes(header: GGUFHeader, hp: dict[str, int]) -> None:
     """A tensor whose shape the metadata contradicts would import as "ready" and fail to load."""
     want = _expected_shapes(header, hp)
     for t in header.tensors:
@@ -224,7 +224,7 @@ def _check_numpy_types(header: GGUFHeader) -> None:
         )
 
 
-def _missing_tensors(header: GGUFHeader, layers: int) -> list:
+def _missing_tensors(header: GGUFHeader, layers: int) -> list[str]:
     names = {t.name for t in header.tensors}
     want = ["token_embd.weight", "output_norm.weight"] + [
         f"blk.{i}.{part}.weight" for i in range(layers) for part in layer_names(header.architecture)

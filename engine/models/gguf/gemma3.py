@@ -53,7 +53,9 @@ def _positive(header: GGUFHeader, key: str, default: float) -> float:
     return float(value) if ok else default
 
 
-def build_config(header: GGUFHeader, vocab_size: int, tied: bool, rope_scaling: dict | None) -> dict:
+def build_config(
+    header: GGUFHeader, vocab_size: int, tied: bool, rope_scaling: dict[str, Any] | None
+) -> dict[str, Any]:
     """config.json for mlx-lm's gemma3_text (the sizes are checked by checks.hyperparameters first)."""
     get = header.arch_value
     hidden, heads, layers = int(get("embedding_length")), int(get("attention.head_count")), int(get("block_count"))
@@ -86,7 +88,7 @@ def build_config(header: GGUFHeader, vocab_size: int, tied: bool, rope_scaling: 
     return config
 
 
-def end_of_turn_id(meta: dict) -> int | None:
+def end_of_turn_id(meta: dict[str, Any]) -> int | None:
     tokens = meta.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list):
         return None

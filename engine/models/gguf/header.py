@@ -57,7 +57,7 @@ KEPT_ARRAY_PREFIX = "tokenizer."
 @dataclass
 class GGUFTensor:
     name: str
-    shape: tuple  # GGUF order: fastest-varying dimension first
+    shape: tuple[int, ...]  # GGUF order: fastest-varying dimension first
     type_id: int
     offset: int
 
@@ -70,14 +70,14 @@ class GGUFTensor:
 class GGUFHeader:
     path: Path  # the file (or its first piece)
     version: int
-    metadata: dict
-    tensors: list = field(default_factory=list)
+    metadata: dict[str, Any]
+    tensors: list[GGUFTensor] = field(default_factory=list)
     data_offset: int = 0
     # A GGUF stored as consecutive pieces (a package's chunks): all of them, path first; () for one file.
-    parts: tuple = ()
+    parts: tuple[Path, ...] = ()
 
     @property
-    def files(self) -> tuple:
+    def files(self) -> tuple[Path, ...]:
         """The files whose concatenation is the GGUF."""
         return self.parts or (self.path,)
 
@@ -97,7 +97,7 @@ class GGUFHeader:
     def name(self) -> str:
         return printable(self.metadata.get("general.name")) or printable(self.path.stem) or "model"
 
-    def type_counts(self) -> dict:
+    def type_counts(self) -> dict[str, int]:
         """Parameter count per tensor type name, for the quantization label."""
         counts: dict[str, int] = {}
         for t in self.tensors:
@@ -182,24 +182,9 @@ def read_gguf_header(path: str | Path | Sequence[Path], keep_arrays: bool = Fals
 
     path: a file, or the consecutive pieces of one (a list or tuple, the header in the first).
     """
-    if isinstance(path, (str, Path)):
-        parts: tuple[Path, ...] = ()
-        first = Path(path)
-    else:
-        parts = tuple(Path(p) for p in path)
-        if not parts:
-            raise ModelError("no GGUF file given")
-        first = parts[0]
+    parts, first = _pieces(path)
     try:
-        size = 0
-        for p in parts or (first,):
-            st = p.stat()
-            if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-                # Opening a named pipe would wait forever for a writer.
-                raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {p}")
-            if parts and stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(p)
-            size += st.st_size
+        size = _total_size(parts or (first,), bool(parts))
         with open(first, "rb") as f:
             if size < 24 or os.fstat(f.fileno()).st_size < 24:
                 raise ValueError("file is too small")
@@ -217,9 +202,47 @@ def read_gguf_header(path: str | Path | Sequence[Path], keep_arrays: bool = Fals
         raise ModelError(f"corrupt or truncated GGUF file ({e}): {first}") from e
 
 
+def _pieces(path: str | Path | Sequence[Path]) -> tuple[tuple[Path, ...], Path]:
+    """(the pieces, () for one file; the file that holds the header)."""
+    if isinstance(path, (str, Path)):
+        return (), Path(path)
+    parts = tuple(Path(p) for p in path)
+    if not parts:
+        raise ModelError("no GGUF file given")
+    return parts, parts[0]
+
+
+def _total_size(files: tuple[Path, ...], pieces: bool) -> int:
+    """The bytes of the files together; ModelError for one that is not a regular file (a named pipe
+    would wait forever for a writer), IsADirectoryError for a folder among pieces."""
+    size = 0
+    for p in files:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            raise ModelError(f"not a GGUF file (it is {describe_kind(st.st_mode)}): {p}")
+        if pieces and stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(p)
+        size += st.st_size
+    return size
+
+
 def _parse_header(path: Path, buf: bytes | memoryview | mmap.mmap, size: int, keep_arrays: bool) -> GGUFHeader:
     r = _Reader(buf)
-    if bytes(buf[:4]) != b"GGUF":
+    version, n_tensors, n_kv = _preamble(r, size)
+    metadata = {}
+    for _ in range(n_kv):
+        key = r.string()
+        metadata[key] = r.value(r.unpack("<I"), keep_arrays and key.startswith(KEPT_ARRAY_PREFIX))
+    tensors = [_tensor_entry(r) for _ in range(n_tensors)]
+    data_offset = _data_offset(r.pos, metadata)
+    _check_extents(tensors, data_offset, size)
+    return GGUFHeader(path, version, metadata, tensors, data_offset)
+
+
+def _preamble(r: _Reader, size: int) -> tuple[int, int, int]:
+    """(version, tensor count, metadata count), once the magic bytes, the version and the counts are
+    ones a GGUF of `size` bytes can have."""
+    if bytes(r.buf[:4]) != b"GGUF":
         raise ValueError("no GGUF magic bytes")
     r.pos = 4
     version = r.unpack("<I")
@@ -229,22 +252,28 @@ def _parse_header(path: Path, buf: bytes | memoryview | mmap.mmap, size: int, ke
     # A tensor entry takes at least 24 bytes and a metadata entry 12: counts the file cannot hold are lies.
     if n_tensors > MAX_ENTRIES or n_kv > MAX_ENTRIES or n_tensors * 24 + n_kv * 12 > size:
         raise ValueError("implausible header counts")
-    metadata = {}
-    for _ in range(n_kv):
-        key = r.string()
-        metadata[key] = r.value(r.unpack("<I"), keep_arrays and key.startswith(KEPT_ARRAY_PREFIX))
-    tensors = []
-    for _ in range(n_tensors):
-        name = r.string()
-        n_dims = r.unpack("<I")
-        if n_dims > 8:
-            raise ValueError(f"tensor {name} has {n_dims} dimensions")
-        shape = tuple(r.unpack("<Q") for _ in range(n_dims))
-        tensors.append(GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q")))
+    return version, n_tensors, n_kv
+
+
+def _tensor_entry(r: _Reader) -> GGUFTensor:
+    name = r.string()
+    n_dims = r.unpack("<I")
+    if n_dims > 8:
+        raise ValueError(f"tensor {name} has {n_dims} dimensions")
+    shape = tuple(r.unpack("<Q") for _ in range(n_dims))
+    return GGUFTensor(name, shape, r.unpack("<I"), r.unpack("<Q"))
+
+
+def _data_offset(end_of_header: int, metadata: dict[str, Any]) -> int:
+    """Where the tensor data starts: after the header, at the file's alignment (a power of two)."""
     align = metadata.get("general.alignment", 32)
     if isinstance(align, bool) or not isinstance(align, int) or not 0 < align <= MAX_ALIGNMENT or align & (align - 1):
         raise ValueError(f"general.alignment {printable(repr(align), 40)} is not a power of two")
-    data_offset = (r.pos + align - 1) // align * align
+    return (end_of_header + align - 1) // align * align
+
+
+def _check_extents(tensors: list[GGUFTensor], data_offset: int, size: int) -> None:
+    """ValueError for a tensor of a known type whose data would run past the end of the file."""
     for t in tensors:
         info = GGML_TYPES.get(t.type_id)
         if info is None:
@@ -255,4 +284,3 @@ def _parse_header(path: Path, buf: bytes | memoryview | mmap.mmap, size: int, ke
         end = data_offset + t.offset + (n // info[1]) * info[2]
         if end > size:
             raise ValueError(f"tensor {t.name} runs past the end of the file ({size} bytes)")
-    return GGUFHeader(path, version, metadata, tensors, data_offset)

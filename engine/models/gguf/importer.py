@@ -45,7 +45,7 @@ from engine.types import LoadProgress, ModelInfo, ModelStatus
 Progress = Callable[[LoadProgress], None] | None
 
 
-def quantization_label(type_counts: dict) -> str:
+def quantization_label(type_counts: dict[str, int]) -> str:
     """'Q4_1' style label for a GGUF: the type holding most parameters, plus others that matter."""
     quant = {k: v for k, v in type_counts.items() if k not in ("F32",)}
     if not quant:
@@ -133,7 +133,7 @@ def _remove_stale_temps(root: Path, max_age_s: float = 86400) -> None:
             pass
 
 
-def _eval_with_progress(weights: dict, report: Callable[[float], None], steps: int = 20) -> None:
+def _eval_with_progress(weights: dict[str, Any], report: Callable[[float], None], steps: int = 20) -> None:
     """Compute the converted tensors (the import's long step) reporting the fraction done."""
     import mlx.core as mx
 
@@ -156,7 +156,9 @@ def _reporter(progress: Progress) -> Callable[[str, float], None]:
     return report
 
 
-def _destination(root: Path, src: Path, header: GGUFHeader, model_id: str | None = None) -> tuple[Path, dict | None]:
+def _destination(
+    root: Path, src: Path, header: GGUFHeader, model_id: str | None = None
+) -> tuple[Path, dict[str, Any] | None]:
     """Folder for this GGUF: same-source folder if any, else a free slug. Returns (dest, record)."""
     starter = starter_gguf_path()
     if model_id is None and starter is not None and _same_file(src, starter):
@@ -181,7 +183,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _same_source(record: dict, src: Path, stamp: tuple[int, int]) -> bool:
+def _same_source(record: dict[str, Any], src: Path, stamp: tuple[int, int]) -> bool:
     return (
         record.get("source_path") == str(src)
         and record.get("source_size") == stamp[0]
@@ -205,7 +207,9 @@ def _install(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _convert(source: Path | tuple, stamp: tuple[int, int], out: Path, report: Callable[[str, float], None]) -> None:
+def _convert(
+    source: Path | tuple[Path, ...], stamp: tuple[int, int], out: Path, report: Callable[[str, float], None]
+) -> None:
     import mlx.core as mx
 
     report("Reading GGUF", 1)
@@ -265,7 +269,7 @@ def _convert(source: Path | tuple, stamp: tuple[int, int], out: Path, report: Ca
         readable.unlink()
 
 
-def read_weights(header: GGUFHeader, report: Callable[[float], None] | None = None) -> dict:
+def read_weights(header: GGUFHeader, report: Callable[[float], None] | None = None) -> dict[str, Any]:
     """A GGUF's tensors as mx.load names them, read with numpy (engine/models/gguf/blocks.py).
 
     Affine types become MLX quantized triples (`name.weight` packed, `.scales`, `.biases`),
@@ -278,7 +282,7 @@ def read_weights(header: GGUFHeader, report: Callable[[float], None] | None = No
 
     data = blocks.GGUFBytes(header.files)
     total = sum(blocks.tensor_nbytes(t.type_name, math.prod(t.shape)) for t in header.tensors) or 1
-    out: dict = {}
+    out: dict[str, Any] = {}
     done = reported = 0
     for t in header.tensors:
         nbytes = blocks.tensor_nbytes(t.type_name, math.prod(t.shape))
@@ -344,16 +348,14 @@ def default_float_dtype() -> Any:  # an mx.Dtype
 
 
 def convert_weights(
-    weights: dict, types: dict, src: Path, float_dtype: Any = None, architecture: str = "llama"
-) -> tuple[dict, dict]:
+    weights: dict[str, Any], types: dict[str, str], src: Path, float_dtype: Any = None, architecture: str = "llama"
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Rename GGUF tensors to mlx-lm names; returns (weights, per-module quantization).
 
     Quantized triples stay as they are (only scales/biases change dtype); float tensors of
     a K-quant type are quantized again (REQUANT_BITS); every other float tensor becomes
     float_dtype. Gemma 3's norms lose the 1 llama.cpp added (engine/models/gguf/gemma3.py).
     """
-    import mlx.core as mx
-
     float_dtype = float_dtype or default_float_dtype()
     out, quant = {}, {}
     for key, value in weights.items():
@@ -366,31 +368,45 @@ def convert_weights(
         if suffix == "scales":
             bits = weights[f"{base}.weight"].shape[-1] // value.shape[-1]
             quant[module] = {"group_size": 32, "bits": bits}
-        gguf_type = types.get(key, "")
-        floating = mx.issubdtype(value.dtype, mx.floating)
-        if architecture == "gemma3" and gemma3.is_norm(key) and floating:
-            value = value.astype(mx.float32) - gemma3.NORM_SHIFT
-        requant = suffix == "weight" and gguf_type in REQUANT_BITS and floating
-        if requant and value.ndim == 2 and value.shape[-1] % 32 == 0:
-            bits = REQUANT_BITS[gguf_type]
-            wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
-            out.update({f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases})
-            quant[module] = {"group_size": 32, "bits": bits}
-            continue
-        if floating and value.dtype != float_dtype:
-            value = value.astype(float_dtype)
-        out[f"{module}.{suffix}"] = value
+        tensors, requant_bits = _converted(
+            key, value, f"{module}.{suffix}", types.get(key, ""), float_dtype, architecture
+        )
+        out.update(tensors)
+        if requant_bits:
+            quant[module] = {"group_size": 32, "bits": requant_bits}
     return out, quant
 
 
-def build_config(header: GGUFHeader, weights: dict, quant: dict) -> dict:
+def _converted(
+    key: str, value: Any, name: str, gguf_type: str, float_dtype: Any, architecture: str
+) -> tuple[dict[str, Any], int]:
+    """One GGUF tensor as the mlx-lm tensors `name` stands for, and the bits it was quantized again
+    to (0 if it was not): a K-quant float weight becomes a quantized triple, any other float tensor
+    float_dtype; Gemma 3's norms lose their shift."""
+    import mlx.core as mx
+
+    floating = mx.issubdtype(value.dtype, mx.floating)
+    if architecture == "gemma3" and gemma3.is_norm(key) and floating:
+        value = value.astype(mx.float32) - gemma3.NORM_SHIFT
+    requant = name.endswith(".weight") and gguf_type in REQUANT_BITS and floating
+    if requant and value.ndim == 2 and value.shape[-1] % 32 == 0:
+        bits = REQUANT_BITS[gguf_type]
+        wq, scales, biases = mx.quantize(value.astype(float_dtype), group_size=32, bits=bits)
+        module = name.removesuffix(".weight")
+        return {f"{module}.weight": wq, f"{module}.scales": scales, f"{module}.biases": biases}, bits
+    if floating and value.dtype != float_dtype:
+        value = value.astype(float_dtype)
+    return {name: value}, 0
+
+
+def build_config(header: GGUFHeader, weights: dict[str, Any], quant: dict[str, Any]) -> dict[str, Any]:
     config = _gemma3_config(header, weights) if header.architecture == "gemma3" else _llama_config(header, weights)
     if quant:
         config["quantization"] = _quant_config(quant)
     return config
 
 
-def _gemma3_config(header: GGUFHeader, weights: dict) -> dict:
+def _gemma3_config(header: GGUFHeader, weights: dict[str, Any]) -> dict[str, Any]:
     meta = header.metadata
     config = gemma3.build_config(
         header,
@@ -409,7 +425,7 @@ def _gemma3_config(header: GGUFHeader, weights: dict) -> dict:
     return config
 
 
-def _llama_config(header: GGUFHeader, weights: dict) -> dict:
+def _llama_config(header: GGUFHeader, weights: dict[str, Any]) -> dict[str, Any]:
     meta = header.metadata
     arch = header.architecture
     get = header.arch_value
@@ -452,7 +468,7 @@ def _llama_config(header: GGUFHeader, weights: dict) -> dict:
     return config
 
 
-def _quant_config(quant: dict) -> dict:
+def _quant_config(quant: dict[str, Any]) -> dict[str, Any]:
     """Top-level default = the most common setting; every module also named explicitly.
 
     mlx_lm.load's class_predicate returns config["quantization"][path] when the path is
@@ -466,7 +482,7 @@ def _quant_config(quant: dict) -> dict:
     return config
 
 
-def _rope_scaling(header: GGUFHeader) -> dict | None:
+def _rope_scaling(header: GGUFHeader) -> dict[str, Any] | None:
     get = header.arch_value
     kind = get("rope.scaling.type")
     factor = get("rope.scaling.factor")

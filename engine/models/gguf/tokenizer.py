@@ -61,7 +61,7 @@ def _pre_tokenizer(pre: str) -> Any:  # a tokenizers PreTokenizer
     )
 
 
-def _list(meta: dict, key: str, kinds: tuple[type, ...], length: int | None = None) -> list | None:
+def _list(meta: dict[str, Any], key: str, kinds: tuple[type, ...], length: int | None = None) -> list[Any] | None:
     """meta[key] as a list whose items are all of kinds (and of length items); ModelError if not."""
     value = meta.get(key)
     if value is None:
@@ -73,7 +73,7 @@ def _list(meta: dict, key: str, kinds: tuple[type, ...], length: int | None = No
     return value
 
 
-def check_tokenizer_metadata(meta: dict) -> list:
+def check_tokenizer_metadata(meta: dict[str, Any]) -> list[str]:
     """The token list, after checking every tokenizer array the build reads; ModelError if one is wrong."""
     tokens = _list(meta, "tokenizer.ggml.tokens", (str,))
     if not tokens:
@@ -91,12 +91,12 @@ def check_tokenizer_metadata(meta: dict) -> list:
     return tokens
 
 
-def _token_id(meta: dict, kind: str, tokens: list[str]) -> "int | None":
+def _token_id(meta: dict[str, Any], kind: str, tokens: list[str]) -> "int | None":
     i = meta.get(f"tokenizer.ggml.{kind}_token_id")
     return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(tokens) else None
 
 
-def build_tokenizer(meta: dict) -> Any:  # a tokenizers Tokenizer
+def build_tokenizer(meta: dict[str, Any]) -> Any:  # a tokenizers Tokenizer
     """A `tokenizers.Tokenizer` from GGUF tokenizer metadata; ModelError if the metadata is unusable."""
     from tokenizers import AddedToken, processors
 
@@ -125,12 +125,12 @@ def build_tokenizer(meta: dict) -> Any:  # a tokenizers Tokenizer
     return tok
 
 
-def vocabulary(meta: dict) -> dict:
+def vocabulary(meta: dict[str, Any]) -> dict[str, int]:
     """token -> id as the imported tokenizer will have it (build_tokenizer's vocabulary)."""
     return _vocab(check_tokenizer_metadata(meta))
 
 
-def _vocab(tokens: list[str]) -> dict:
+def _vocab(tokens: list[str]) -> dict[str, int]:
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -147,7 +147,7 @@ def _bpe(models: Any, **kwargs: Any) -> Any:  # tokenizers.models.BPE
         raise ModelError(f"tokenizer metadata does not fit together ({e})") from e
 
 
-def _byte_level_bpe(meta: dict, tokens: list[str]) -> Any:
+def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
     from tokenizers import Tokenizer, decoders, models
 
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
@@ -159,7 +159,7 @@ def _byte_level_bpe(meta: dict, tokens: list[str]) -> Any:
     return tok
 
 
-def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
+def _sentencepiece_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
     """SentencePiece BPE as transformers' LlamaConverter builds it (legacy: a space after specials),
     or without the leading space as its GemmaConverter does."""
     from tokenizers import Tokenizer, decoders, models, normalizers
@@ -170,7 +170,7 @@ def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
     unk_id = meta.get("tokenizer.ggml.unknown_token_id", 0)
     unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
     tok = Tokenizer(_bpe(models, vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
-    steps: list = [normalizers.Replace(" ", "\u2581")]
+    steps: list[Any] = [normalizers.Replace(" ", "\u2581")]
     # Llama 2's pieces start words with the space marker, so text gets one in front (and the
     # decoder takes it off again); Gemma's (add_space_prefix false) do not.
     space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
@@ -182,10 +182,10 @@ def _sentencepiece_bpe(meta: dict, tokens: list[str]) -> Any:
     return tok
 
 
-def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict) -> list:
+def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict[str, int]) -> list[tuple[str, str]]:
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
     pieces, ordered by the merged piece's score (transformers' SentencePieceExtractor)."""
-    merges: list = []
+    merges: list[tuple[float, int, tuple[str, str]]] = []
     for piece_id, piece in enumerate(tokens):
         local = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
         local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
@@ -194,7 +194,7 @@ def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict) -> 
     return [m for _, _, m in merges]
 
 
-def build_tokenizer_config(meta: dict, config: dict) -> dict:
+def build_tokenizer_config(meta: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     tokens = check_tokenizer_metadata(meta)
 
     def token(kind: str) -> str | None:

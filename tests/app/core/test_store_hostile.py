@@ -276,7 +276,7 @@ def test_read_only_store_on_a_fresh_folder_writes_nothing(chinwag_home):
 
 
 def test_database_we_may_not_write_opens_read_only(chinwag_home, monkeypatch):
-    from app.core import store as store_module
+    from app.core import store_open as store_module
 
     with Store() as store:
         conv = store.create_conversation(title="mine")
@@ -309,7 +309,7 @@ def test_deleted_text_leaves_the_wal_once_a_reader_lets_go(store, chinwag_home):
 
 
 def test_read_only_commands_migrate_an_older_database_first(chinwag_home, monkeypatch):
-    from app.core import store as store_module
+    from app.core import migrations as store_module
 
     with Store() as store:
         conv = store.create_conversation(title="old schema")

@@ -92,6 +92,8 @@ def test_the_table_comes_with_migration_3_and_a_database_without_it_shows_no_doc
     with Store(read_only=True) as s:
         assert s.get_conversation(conv.id).messages[0].attachments == []
     db = sqlite3.connect(chinwag_home / "chinwag.db")
+    db.execute("DROP TABLE tool_results")  # and without what later migrations made (migration 5's tables)
+    db.execute("DROP TABLE tool_calls")
     db.execute("PRAGMA user_version = 2")  # as a release before documents left it
     db.commit()
     db.close()

@@ -147,7 +147,7 @@ def test_unwritable_export_path_shows_an_error(qtbot, window, tmp_path):
 
 def test_engine_failure_marks_the_reply_failed(qtbot, qloop, store):
     class Overflowing(FakeEngine):
-        async def chat(self, conv_id, messages, params=None):
+        async def _chat(self, conv_id, messages, params, stop):
             raise ContextOverflowError("the prompt needs 9000 tokens but the context holds 2048")
             yield  # an async generator
 

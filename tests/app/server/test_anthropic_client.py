@@ -158,7 +158,11 @@ def test_tool_use_and_a_tool_result_that_reuses_the_cache(serve, tiny_tools_mode
     held = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens
     assert second.usage.cache_read_input_tokens == held  # the call written back as generated: only the result is new
     sent, _ = engine.seen[1]
-    assert sent[1]["content"].startswith("<tool_call>") and sent[2] == {"role": "tool", "content": "5"}
+    assert sent[1].content.startswith("<tool_call>") and sent[2].to_openai() == {
+        "role": "tool",
+        "content": "5",
+        "tool_call_id": call.id,  # the tool_result's tool_use_id
+    }
     assert second.stop_reason in ("max_tokens", "end_turn")
 
 

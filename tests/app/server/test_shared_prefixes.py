@@ -72,7 +72,7 @@ def test_a_re_serialized_tool_call_costs_only_what_follows_it(serve, tiny_tools_
     second = c.chat.completions.create(model="", messages=messages, tools=[ADD], max_tokens=3, temperature=0)  # type: ignore[list-item]
     assert second.usage is not None
     written, _ = engine.seen[-1]
-    assert written[2]["content"] == '<tool_call>\n{"name": "add", "arguments": {"a":2,"b":3}}\n</tool_call>'
+    assert written[2].content == '<tool_call>\n{"name": "add", "arguments": {"a":2,"b":3}}\n</tool_call>'
     # No recorded conversation matches it message by message, yet everything before the call is reused:
     # only the call as re-serialized, the result and the generation prompt are computed.
     assert cached(second) >= first.usage.prompt_tokens

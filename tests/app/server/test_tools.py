@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from engine import Engine
+from engine.types import TurnOrigin
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path  # noqa: F401 (fixtures)
 from tests.app.tools.scripted import ADD, Script, tool_call_ids
 
@@ -23,11 +24,11 @@ class ScriptedEngine(Engine):
         self.scripts = list(scripts)
         self.seen: list = []  # the messages and tools of every turn, as the engine got them
 
-    def chat(self, conversation_id, messages, params=None):
+    def chat(self, conversation_id, messages, params=None, origin=TurnOrigin.SCRIPT):
         self.seen.append((list(messages), params.tools if params else ()))
         if self.scripts and params is not None:
             params = replace(params, logits_processors=(Script(self.scripts.pop(0)),), speculative=False)
-        return super().chat(conversation_id, messages, params)
+        return super().chat(conversation_id, messages, params, origin)
 
 
 @pytest.fixture
@@ -67,8 +68,8 @@ def test_tool_calls_in_openai_shape_and_the_round_trip_reuses_the_cache(serve, t
     held = first.usage.prompt_tokens + first.usage.completion_tokens
     assert second.usage.prompt_tokens_details.cached_tokens == held < second.usage.prompt_tokens
     sent, _ = engine.seen[1]
-    assert sent[1]["role"] == "assistant" and sent[1]["content"].startswith("<tool_call>")
-    assert sent[2] == {"role": "tool", "content": "5"}
+    assert sent[1].role == "assistant" and sent[1].content.startswith("<tool_call>")
+    assert sent[2].to_openai() == {"role": "tool", "content": "5", "tool_call_id": call.id}
     assert second.choices[0].finish_reason in ("length", "stop") and not second.choices[0].message.tool_calls
 
 
@@ -107,7 +108,7 @@ def test_streamed_tool_calls_and_an_unknown_echo(serve, tiny_tools_model_path, f
     reply = c.chat.completions.create(model="", messages=[*messages, other, tool], max_tokens=2, temperature=0)
     assert reply.usage.completion_tokens == 2
     written, _ = engine.seen[-1]
-    assert written[1]["content"] == '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'
+    assert written[1].content == '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'
 
 
 def test_tool_choice_none_gives_the_model_no_tools(serve, tiny_tools_model_path):  # noqa: F811

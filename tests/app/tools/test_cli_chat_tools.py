@@ -58,7 +58,7 @@ def test_names_from_a_server_are_shown_neutralised(chinwag_home, capsys, monkeyp
 
     async def body():
         args = argparse.Namespace(allow_tools=False, max_tool_rounds=None)
-        tools = await TerminalTools.start(args, stream=None)
+        tools = await TerminalTools.start(args)
         try:
             (spec,) = tools.host.tools
             assert await tools.ask(call, spec) == "once"

@@ -2,10 +2,10 @@
 
 import json
 
-from app.cli.main import TerminalChat
-from app.core.store import Store
+from app.chat.transcript import StoreTranscript
+from app.core.store import MessageStatus, Store, StoredToolResult
 from app.tools.client import ToolResult
-from app.tools.loop import ToolRun, tool_messages
+from app.tools.loop import ToolRun
 from app.transcripts.export import export_conversation, to_markdown
 from app.transcripts.json_import import import_conversation
 from engine.types import FinishReason, ToolCall, TurnStats
@@ -26,16 +26,15 @@ def stats(**kw) -> TurnStats:
 
 
 def saved_chat() -> str:
-    chat = TerminalChat("")
-    chat.add_user("What is 2 plus 3?", "tiny")
-    first = stats(finish_reason=FinishReason.TOOL_CALLS, tool_calls=(CALL,))
-    run = ToolRun(CALL, "calc", ToolResult("5.0", False, 0.25), True)
-    for m in tool_messages(RAW, first, [run]):
-        chat.add_tool_message(m, run if m["role"] == "tool" else None, "tiny")
-    chat.add_reply("It is 5.", stats(), "tiny")
-    conv_id = chat.conv_id
-    chat.close()
-    return conv_id
+    """A reply with one tool round, written as the turn driver (app/chat/turn.py) writes it."""
+    with Store() as store:
+        chat = StoreTranscript(store, "", "tiny")
+        chat.user("What is 2 plus 3?")
+        first = stats(finish_reason=FinishReason.TOOL_CALLS, tool_calls=(CALL,))
+        chat.round(chat.begin(), RAW, first)
+        chat.tool(ToolRun(CALL, "calc", ToolResult("5.0", False, 0.25), True))
+        chat.end(chat.begin(), "It is 5.", MessageStatus.COMPLETE, stats())
+        return chat.conv_id
 
 
 def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
@@ -45,12 +44,11 @@ def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
         roles = [m.role for m in conv.messages]
         assert roles == ["user", "assistant", "tool", "assistant"]
         call_msg, result = conv.messages[1], conv.messages[2]
-        assert call_msg.content == RAW and call_msg.stats["tool_calls"][0]["function"]["name"] == "add"
+        assert call_msg.content == RAW and call_msg.tool_calls[0].name == "add"
         assert result.content == "5.0"
-        assert result.stats == {
-            "tool_call_id": "call_1", "name": "add", "server": "calc", "is_error": False, "seconds": 0.25,
-            "arguments": CALL.arguments, "allowed": True,
-        }  # fmt: skip
+        assert result.stats is None and result.tool_result == StoredToolResult(
+            "call_1", "add", "calc", CALL.arguments, is_error=False, allowed=True, seconds=0.25
+        )
         md = to_markdown(conv)
         assert "## Tool" in md and "add on calc · 0.2 s" in md and "called add" in md
         path = export_conversation(conv, "json", tmp_path / "chat.json")
@@ -60,6 +58,6 @@ def test_tool_rounds_are_stored_exported_and_imported(chinwag_home, tmp_path):
         imported = import_conversation(store, path)
         assert _children() == before
         again = store.get_conversation(imported.id)
-        assert [(m.role, m.content, m.stats) for m in again.messages] == [
-            (m.role, m.content, m.stats) for m in conv.messages
+        assert [(m.role, m.content, m.stats, m.tool_calls, m.tool_result) for m in again.messages] == [
+            (m.role, m.content, m.stats, m.tool_calls, m.tool_result) for m in conv.messages
         ]

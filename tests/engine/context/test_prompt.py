@@ -114,3 +114,48 @@ def test_history_survives_json(tiny_model, start):
     turn(tokenizer, history, [SYSTEM, {"role": "user", "content": "Hi"}], "Hey", odd_ids(tokenizer, "Hey"))
     again = History.from_json(history.to_json())
     assert again == history
+
+
+def test_check_messages_gives_chat_messages_with_their_tool_fields_and_the_same_one_line_errors():
+    from engine.context.prompt import check_messages, template_messages
+    from engine.errors import ChinwagError
+    from engine.types import ChatMessage, Role, ToolCall
+
+    given = [
+        {"role": "user", "content": "add 2 and 3\ud800"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2}}]},
+        {"role": "tool", "content": "5", "tool_call_id": "c1", "name": "add"},
+    ]
+    checked = check_messages(given)
+    assert checked == [
+        ChatMessage(Role.USER, "add 2 and 3\ufffd"),  # a lone surrogate cannot be tokenized
+        ChatMessage(Role.ASSISTANT, "", (ToolCall("c1", "add", '{"a": 2}'),)),
+        ChatMessage(Role.TOOL, "5", tool_call_id="c1", name="add"),
+    ]
+    assert check_messages(checked) == checked
+    # The local template is given role and content only, as before: the prompt's text is unchanged.
+    assert template_messages(given) == [
+        {"role": "user", "content": "add 2 and 3\ufffd"},
+        {"role": "assistant", "content": ""},
+        {"role": "tool", "content": "5"},
+    ]
+    assert all(type(m["role"]) is str for m in template_messages(checked))
+    for bad, said in [
+        ([], "the message list is empty: a chat needs at least one message"),
+        ("text", "the message list is empty"),
+        (
+            [{"role": "wizard", "content": "x"}],
+            "message 0 must be {'role': system|user|assistant|tool, 'content': str}",
+        ),
+        ([{"role": "user", "content": 5}], "message 0 must be {'role'"),
+        ([{"role": "system", "content": "only"}], "the message list has no user message"),
+        (
+            [{"role": "assistant", "content": "x", "tool_calls": [{"id": "c"}]}],
+            "message 0.tool_calls[0] has no function name",
+        ),
+    ]:
+        with pytest.raises(
+            ChinwagError, match="^" + said.replace("[", r"\[").replace("|", r"\|").replace("{", r"\{")
+        ) as e:
+            check_messages(bad)
+        assert "\n" not in str(e.value)

@@ -1,51 +1,11 @@
-"""Linux CPU speed-ups: the system OpenBLAS preloaded before mlx, small models dequantized."""
-
-import os
-import subprocess
-import sys
+"""Linux CPU: small quantized models run dequantized to float32."""
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-import pytest
 
+from engine import cpu
 from engine.local import blas
-
-
-def _probe(code: str, **env) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
-PROBE = (
-    "from engine.local import blas; ok = blas.preload_openblas(); import mlx.core as mx; "
-    "a = mx.random.normal((64, 64)); err = mx.abs(a @ mx.eye(64) - a).max().item(); "
-    "print(ok, blas.openblas_info()['reason'], err < 1e-5)"
-)
-
-
-def test_preload_is_refused_after_mlx_and_when_disabled():
-    assert (
-        _probe(
-            "import mlx.core; from engine.local import blas; print(blas.preload_openblas(), blas.openblas_info()['reason'])"
-        )
-        == "False mlx was imported before preload_openblas()"
-    )
-    assert _probe(PROBE, CHINWAG_NO_OPENBLAS="1") == "False CHINWAG_NO_OPENBLAS is set True"
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OpenBLAS preloading is for Linux")
-def test_preload_loads_openblas_when_the_system_has_it():
-    import ctypes.util
-
-    out = _probe(PROBE)
-    if ctypes.util.find_library("openblas") is None:
-        assert out.startswith("False no system OpenBLAS")
-    else:
-        assert out == "True loaded True"  # and matmuls still compute the right thing
 
 
 def _quantized_tiny(tiny_model_path):
@@ -61,9 +21,9 @@ def test_dequantized_model_computes_what_the_quantized_one_does(tiny_model_path,
     model = _quantized_tiny(tiny_model_path)
     tokens = mx.array([[1, 5, 9, 42, 7]])
     before = np.array(model(tokens))
-    monkeypatch.setenv(blas.DEQUANTIZE_ENV, "1")
+    monkeypatch.setenv(cpu.DEQUANTIZE_ENV, "1")
     assert blas.should_dequantize(model)
-    monkeypatch.setenv(blas.DEQUANTIZE_ENV, "0")
+    monkeypatch.setenv(cpu.DEQUANTIZE_ENV, "0")
     assert not blas.should_dequantize(model)
     expected = blas.dequantized_bytes(model)
     model = blas.dequantize(model)
@@ -73,5 +33,5 @@ def test_dequantized_model_computes_what_the_quantized_one_does(tiny_model_path,
 
 
 def test_unquantized_models_are_left_alone(tiny_model, monkeypatch):
-    monkeypatch.setenv(blas.DEQUANTIZE_ENV, "1")
+    monkeypatch.setenv(cpu.DEQUANTIZE_ENV, "1")
     assert not blas.should_dequantize(tiny_model[0])

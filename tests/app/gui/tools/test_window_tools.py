@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from PySide6.QtGui import QAction
 
+from app.chat.turn import STOPPED_RESULT
+from app.gui.chat.tool_message import ToolMessage
 from app.gui.tools.cards import ApprovalCard, ToolResultBlock
-from app.gui.tools.messages import ToolMessage
-from app.gui.tools.turns import STOPPED_RESULT
 from app.tools import config
 from app.tools.config import Policy
 from app.tools.policy import Answer
@@ -78,7 +78,7 @@ def test_always_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it
             and "calc" in card.findChild(object, "toolApprovalTitle").text()
         )
         assert card.arguments.toPlainText() == '{\n  "a": 2,\n  "b": 3\n}'
-        assert not window.chat.tool_reply.task.done()  # nothing ran before the answer
+        assert not window.chat.turn.task.done()  # nothing ran before the answer
         card.buttons[Answer.ALWAYS].click()
         qtbot.waitUntil(lambda: idle(window), timeout=60_000)
         assert card.status.text() == "Always allowed"
@@ -88,8 +88,8 @@ def test_always_allow_runs_the_call_and_the_reply_goes_on_and_reopening_shows_it
         messages = store.get_conversation(conv_id).messages
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
         call_msg, result, final = messages[1], messages[2], messages[3]
-        assert call_msg.stats["tool_calls"][0]["function"]["name"] == "add"
-        assert result.content == "5.0" and result.stats["server"] == "calc" and result.stats["allowed"]
+        assert call_msg.tool_calls[0].name == "add"
+        assert result.content == "5.0" and result.tool_result.server == "calc" and result.tool_result.allowed
         assert final.status == "complete" and final.stats["generated_tokens"] >= 1
         # The call's markup is not left as text; its result is a collapsed block.
         widgets = window.chat_view.message_widgets()
@@ -121,7 +121,7 @@ def test_deny_does_not_run_the_call(qtbot, qloop, monkeypatch, tiny_tools_model_
         qtbot.waitUntil(lambda: idle(window), timeout=60_000)
         messages = store.get_conversation(window.chat.conv_id).messages
         assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
-        assert messages[2].content == "error: the user did not allow this call" and not messages[2].stats["allowed"]
+        assert messages[2].content == "error: the user did not allow this call" and not messages[2].tool_result.allowed
         assert cards(window)[0].status.text() == "Denied"
     finally:
         dispose(qtbot, window, store)
@@ -136,9 +136,7 @@ def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
     )
     try:
         window.chat.send("Wait for me.")
-        qtbot.waitUntil(
-            lambda: window.chat.tool_reply is not None and window.chat.tool_reply.phase == "call", timeout=60_000
-        )
+        qtbot.waitUntil(lambda: window.chat.turn is not None and window.chat.turn.phase == "call", timeout=60_000)
         (card,) = cards(window)  # allowed by its policy: never asked, but shown as it runs
         assert not any(b.isVisible() for b in card.buttons.values())
         assert card.status.text() == "Allowed by its policy · running…"
@@ -148,7 +146,9 @@ def test_policy_allow_runs_without_asking_and_stop_ends_a_hanging_call(
         conv_id = window.chat.conv_id
         assert roles(store, conv_id) == ["user", "assistant", "tool"]
         stopped = store.get_conversation(conv_id).messages[-1]
-        assert stopped.content == STOPPED_RESULT and stopped.stats["is_error"] and stopped.stats["server"] == "calc"
+        assert (
+            stopped.content == STOPPED_RESULT and stopped.tool_result.is_error and stopped.tool_result.server == "calc"
+        )
         assert window.chat_view.message_widgets()[-1].note.text() == "Stopped."
         # The chat goes on: the next reply sees the stopped round in its history.
         window.chat.send("Never mind.")
@@ -197,7 +197,7 @@ def test_stop_at_the_approval_card_runs_nothing(qtbot, qloop, monkeypatch, tiny_
         qtbot.waitUntil(lambda: idle(window), timeout=30_000)
         messages = store.get_conversation(window.chat.conv_id).messages
         assert [m.role for m in messages] == ["user", "assistant", "tool"]
-        assert messages[2].content == STOPPED_RESULT and not messages[2].stats["allowed"]
+        assert messages[2].content == STOPPED_RESULT and not messages[2].tool_result.allowed
         assert cards(window)[0].status.text() == "Stopped: the call did not run"
     finally:
         dispose(qtbot, window, store)
