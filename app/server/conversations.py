@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,14 +50,18 @@ class ConversationMap:
         self.limit = limit
         self.entries: OrderedDict[str, Entry] = OrderedDict()
 
-    def route(self, model: str, messages: Sequence[ChatMessage], pin: str = "") -> str:
-        """The conversation id for this request: pinned, the longest known prefix, or a new one."""
+    def route(self, model: str, messages: Sequence[ChatMessage], pin: str = "", busy: Container[str] = ()) -> str:
+        """The conversation id for this request: pinned, the longest known prefix, or a new one.
+        A `busy` conversation (generating for another request now) is not continued: a request
+        that shares its messages starts its own (from the shared prefix, engine/context/prefixes.py)."""
         if pin:
             return ID_PREFIX + "pin-" + hashlib.sha256(f"{model}\0{pin}".encode()).hexdigest()[:24]
         wanted = [digest(m) for m in messages]
         best, best_len = "", -1
         for conv_id, entry in self.entries.items():
             n = len(entry.digests)
+            if conv_id in busy:
+                continue
             if entry.model == model and n > best_len and n <= len(wanted) and wanted[:n] == entry.digests:
                 best, best_len = conv_id, n
         return best or ID_PREFIX + uuid.uuid4().hex[:24]
@@ -94,12 +98,17 @@ class ConversationMap:
             log.warning("ignoring %s: %s", self.path, e)
             self.entries.clear()
 
-    def save(self) -> None:
+    def dumps(self) -> str:
+        """The map as saved: taken on the event loop, which alone changes it, then written off it."""
         data = {
             "version": _VERSION,
-            "conversations": {cid: {"model": e.model, "digests": e.digests} for cid, e in self.entries.items()},
+            "conversations": {cid: {"model": e.model, "digests": list(e.digests)} for cid, e in self.entries.items()},
         }
+        return json.dumps(data)
+
+    def save(self, text: str | None = None) -> None:
+        """Write the map (or `text`, a `dumps` taken earlier)."""
         try:
-            write_atomic(self.path, json.dumps(data), mode=0o600)
+            write_atomic(self.path, self.dumps() if text is None else text, mode=0o600)
         except ChinwagError as e:  # costs a re-prefill after a restart, never a failed request
             log.warning("conversation map not saved: %s", e)

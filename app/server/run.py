@@ -122,8 +122,8 @@ class ApiServer:
         return self.task
 
     def _stop_turns(self) -> None:
-        if self.service.active:  # only the server's own turn: the window's chat goes on
-            self.engine.stop(self.service.active)
+        for conv_id in self.service.active:  # only the server's own turns: the window's chat goes on
+            self.engine.stop(conv_id)
 
     async def stop(self) -> None:
         """Stop accepting, end the running turn, let open responses finish; the map is saved."""
@@ -137,7 +137,7 @@ class ApiServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        await asyncio.to_thread(self.service.conversations.save)
+        await asyncio.to_thread(self.service.conversations.save, self.service.conversations.dumps())
 
 
 async def serve_forever(

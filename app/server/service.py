@@ -1,7 +1,9 @@
-"""Requests to the one shared engine: first come, first served, one turn at a time.
+"""Requests to the one shared engine: first come, first served, up to CONCURRENT_TURNS at a time.
 
-The engine has one MLX thread; the server queues requests on an asyncio lock (FIFO), routes
-each to a conversation (conversations.py), applies stop sequences, and records what it served.
+The engine has one MLX thread, which decodes concurrent turns on different conversations in one
+batch (engine/local/batcher.py). The server lets CONCURRENT_TURNS requests in at once and queues
+the rest (FIFO), routes each to a conversation (conversations.py; one request at a time per
+conversation), applies stop sequences, and records what it served.
 """
 
 import asyncio
@@ -26,6 +28,9 @@ from engine.protocol import EngineAPI
 from engine.types import ChatMessage, EngineStatus, FinishReason, ModelStatus, Role, ToolCall, TurnOrigin, TurnStats
 
 RECENT_REQUESTS = 50  # what the window's Server panel lists
+# As many as the engine decodes in one batch (engine/local/batcher.py's MAX_ROWS): more would
+# wait there; here they wait in order, counted for the 429.
+CONCURRENT_TURNS = 8
 TOOL_REPLIES = 256  # replies with tool calls remembered, so a client's echo of them is the model's exact text
 
 
@@ -169,13 +174,14 @@ class ChatService:
         self.engine = engine
         self.allow_switch = allow_switch
         self.conversations = conversations or ConversationMap()
-        self.lock = asyncio.Lock()  # FIFO: waiters are woken in the order they came
+        self.slots = asyncio.Semaphore(CONCURRENT_TURNS)  # FIFO: waiters are woken in the order they came
+        self.turns: dict[str, asyncio.Lock] = {}  # a conversation generating now -> held while it does
+        self._users: dict[str, int] = {}  # the requests holding or waiting for each of those locks
         self.waiting = 0
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT_REQUESTS)
         self.listeners: list[Callable[[RequestRecord], None]] = []
         self.wait_listeners: list[Callable[[str], None]] = []  # a line while a request waits for the window, then ""
         self._forget_later: list[str] = []
-        self.active = ""  # the conversation generating now ("" while none)
         # The ids of a reply's tool calls -> the reply's text as generated (its tool-call markup included).
         self.tool_replies: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.real_ids: dict[str, str] = {}  # a public model id -> the engine's
@@ -261,24 +267,41 @@ class ChatService:
             waited = time.perf_counter() - queued
             request = replace(request, messages=self.written_back(request.messages))
             model = await self._ensure_model(request.model)
-            conv_id = self.conversations.route(model, request.messages, request.pin)
-            yield Started(self.public_id(model), conv_id)
-            self.active = conv_id
-            async with aclosing(self._turn(conv_id, model, request, client, waited)) as items:
-                async for item in items:
-                    yield item
+            busy = () if request.pin else self.turns  # a pinned conversation waits for its running turn
+            conv_id = self.conversations.route(model, request.messages, request.pin, busy)
+            behind = self._behind()
+            turn = self.turns.setdefault(conv_id, asyncio.Lock())
+            self._users[conv_id] = self._users.get(conv_id, 0) + 1
+            try:
+                async with turn:
+                    yield Started(self.public_id(model), conv_id)
+                    async with aclosing(self._turn(conv_id, model, request, client, waited, behind)) as items:
+                        async for item in items:
+                            yield item
+            finally:
+                self._users[conv_id] -= 1
+                if not self._users[conv_id]:  # nobody else waits for this conversation
+                    del self._users[conv_id], self.turns[conv_id]
         finally:
-            self.active = ""
-            self.lock.release()
+            self.slots.release()
+
+    @property
+    def active(self) -> list[str]:
+        """The conversations generating for this server now."""
+        return list(self.turns)
+
+    def _behind(self) -> bool:
+        """Whether a reply generating now is someone else's on the same engine: the window's."""
+        return not self.turns and self.engine.state.state == EngineStatus.GENERATING
 
     async def _turn(
-        self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
+        self, conv_id: str, model: str, request: GenerationRequest, client: str, waited: float, behind: bool
     ) -> AsyncGenerator[str | Outcome | Started | Waiting, None]:
         """One engine turn as the turn driver runs each of its turns (app/chat/stream.py): the client keeps
         the chat, runs its tools and sends them back, so nothing is written here. Waits behind the window's reply, cuts
         the reply at a stop sequence, and ends the engine's turn if the client goes away."""
-        served = _Served(StopScanner(request.stop), behind=self.engine.state.state == EngineStatus.GENERATING)
-        if served.behind:  # the lock is ours, so a reply generating now is the window's
+        served = _Served(StopScanner(request.stop), behind=behind)
+        if served.behind:  # no turn of ours generates, so a reply generating now is the window's
             line = f"a request from {client or 'a client'} waits for the window's reply"
             self._tell_waiting(line)
             yield Waiting(line)
@@ -373,15 +396,15 @@ class ChatService:
         self._forget_later.extend(self.conversations.record(conv_id, model, seen))
         while self._forget_later:  # conversations past the map's limit: their caches go too
             await self.engine.forget(self._forget_later.pop())
-        await asyncio.to_thread(self.conversations.save)
+        await asyncio.to_thread(self.conversations.save, self.conversations.dumps())
 
     async def _wait_turn(self) -> None:
-        """Take the lock in this request's turn (429 past MAX_WAITING waiting); the caller releases it."""
+        """Take a slot in this request's turn (429 past MAX_WAITING waiting); the caller releases it."""
         if self.waiting >= MAX_WAITING:
             raise ApiError(429, f"{self.waiting} requests are already waiting for the model; try again shortly")
         self.waiting += 1
         try:
-            await self.lock.acquire()
+            await self.slots.acquire()
         finally:
             self.waiting -= 1
 
@@ -396,7 +419,7 @@ class ChatService:
                 raise ApiError(400, no_paths(str(e))) from None
             return counted.tokens
         finally:
-            self.lock.release()
+            self.slots.release()
 
     def _tell_waiting(self, line: str) -> None:
         for listener in list(self.wait_listeners):

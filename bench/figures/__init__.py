@@ -31,6 +31,7 @@ FIGURES = [
     "families",
     "agent",
     "kv_fit",
+    "concurrent",
 ]
 
 

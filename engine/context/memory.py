@@ -95,6 +95,7 @@ class ConversationCaches:
         self.model_key = ""
         self.layout: CacheLayout | None = None  # what a saved cache must hold for the loaded model
         self._caches: OrderedDict[str, ConversationCache] = OrderedDict()
+        self.decoding: set[str] = set()  # conversations a batch decodes now (engine/local/batcher.py): never evicted
         # The draft model's cache of each conversation (speculative decoding): under the same
         # budget, evicted with its conversation, never saved (recomputed from the ids).
         self._drafts: dict[str, ConversationCache] = {}
@@ -179,12 +180,12 @@ class ConversationCaches:
         self._caches.move_to_end(conv_id)
 
     def enforce(self, keep: str = "") -> list[str]:
-        """Evict least recently used caches (never `keep`), each with its draft cache, until the budget
+        """Evict least recently used caches (never `keep` or one decoding), each with its draft cache, until the budget
         holds. Their files are written on the writer's thread; this returns at once."""
         self._settle()
         evicted = []
         while self.total_bytes + self.draft_bytes > self.budget_bytes:
-            victim = next((cid for cid in self._caches if cid != keep), None)
+            victim = next((cid for cid in self._caches if cid != keep and cid not in self.decoding), None)
             if victim is None:
                 break
             self._save_later(victim, self._caches.pop(victim))

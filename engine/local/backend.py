@@ -7,14 +7,13 @@ engine thread's low-priority work (engine/local/background.py) and its memory re
 
 import asyncio
 import concurrent.futures
-import queue
-import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.backend import ChatEvent, StopSignal
-from engine.errors import ChinwagError
+from engine.local.batcher import Batcher
+from engine.local.thread import EngineThread
 from engine.log import report_bug
 from engine.types import (
     BackgroundPrefill,
@@ -35,63 +34,6 @@ if TYPE_CHECKING:
 _DONE = object()
 # After a turn near the context limit, prepare the next window while the user reads.
 IDLE_WORK = True
-
-
-def _clear_streams() -> None:
-    """Free this thread's MLX streams before it ends: left to thread-exit destructors, they can
-    run while the interpreter finalizes and abort the process ("terminate called without an
-    active exception", about 1 exit in 40 on a busy machine; mlx asks callers to do this)."""
-    mx = sys.modules.get("mlx.core")  # never the first import: OpenBLAS must be loaded before it
-    if mx is not None and hasattr(mx, "clear_streams"):
-        mx.clear_streams()
-
-
-class EngineThread:
-    """Runs submitted callables one at a time on a single thread that owns every MLX array."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="chinwag-engine", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._jobs.put((future, fn, args))
-        return future
-
-    def _run(self) -> None:
-        try:
-            self._serve()
-        finally:
-            _clear_streams()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as e:  # noqa: BLE001 - never let a job kill the thread
-                if isinstance(e, Exception) and not isinstance(e, ChinwagError):
-                    # Logged here, on the thread it happened on, even if nobody awaits the result.
-                    report_bug(e, f"the engine thread ({getattr(fn, '__name__', 'a job')})")
-                future.set_exception(e)
-
-    def waiting(self) -> bool:
-        """True while a job waits in the queue: background work yields to it."""
-        return not self._jobs.empty()
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        self._jobs.put(None)
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
 
 class LocalBackend:
@@ -115,6 +57,7 @@ class LocalBackend:
         self._cancel_background = threading.Event()
         self.thread: EngineThread | None = None
         self.session: Session | None = None
+        self.batcher: Batcher | None = None  # concurrent turns decode together (engine/local/batcher.py)
         self._started: concurrent.futures.Future | None = None
         self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
 
@@ -147,6 +90,7 @@ class LocalBackend:
 
             blas.preload_openblas()  # must precede the first `import mlx` (Linux only)
             self.thread = EngineThread()
+            self.batcher = Batcher(self.thread, self.queued_session)
             self._started = self.thread.submit(self._create_session)
         return self._started
 
@@ -196,7 +140,7 @@ class LocalBackend:
             thread, self.thread = self.thread, None
             try:  # save the recent caches (engine/context/memory.py) so the next start reuses them
                 if self.session is not None:
-                    await asyncio.wrap_future(thread.submit(self.session.close, self.save_seconds))
+                    await asyncio.wrap_future(thread.submit(self.drained(self.session.close), self.save_seconds))
             finally:
                 await asyncio.get_running_loop().run_in_executor(None, thread.shutdown)
 
@@ -204,11 +148,11 @@ class LocalBackend:
         """The options the next load uses: the thread's own copy, changed on the thread."""
         self._options = (self._options[0], self._options[1], kv, limit)
         if self.session is not None or self.thread is not None:
-            await self.call(lambda: self.running()[1].configure(kv, limit))
+            await self.call(self.drained(lambda: self.running()[1].configure(kv, limit)))
 
     async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
-        info = await self.call(self._session_load, spec, progress)
+        info = await self.call(self.drained(self._session_load), spec, progress)
         self.kv_bytes = 0
         return info
 
@@ -234,7 +178,8 @@ class LocalBackend:
             except RuntimeError:  # the loop is gone: stop generating for nobody
                 stop.set()
 
-        future = thread.submit(session.chat, conversation_id, messages, params, stop.is_set, emit)
+        assert self.batcher is not None, "started with its thread"
+        future = self.batcher.submit(conversation_id, messages, params, stop.is_set, emit)
         future.add_done_callback(lambda f: emit(_DONE))
         try:
             while True:
@@ -251,6 +196,18 @@ class LocalBackend:
         finally:
             if not future.done():
                 stop.set()
+
+    def drained(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` as a job that first decodes the batch's turns to their ends: a load, a fork, a
+        forget or closing never runs in the middle of a reply (as when a turn was one job)."""
+
+        def job(*args: Any) -> Any:
+            if self.batcher is not None:
+                self.batcher.drain()
+            return fn(*args)
+
+        job.__name__ = getattr(fn, "__name__", "a job")
+        return job
 
     # --- background work ----------------------------------------------------
 
@@ -270,7 +227,8 @@ class LocalBackend:
         """A normal job, not background work: queued now, so the fork's first `chat` finds the copy."""
         if self.thread is None:
             return asyncio.sleep(0, ForkedCache(0, 0, "the engine has not started"))
-        return asyncio.wrap_future(self.running()[0].submit(self._session_fork, src_id, dst_id, messages, params))
+        fork = self.drained(self._session_fork)
+        return asyncio.wrap_future(self.running()[0].submit(fork, src_id, dst_id, messages, params))
 
     def _session_fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
         from engine.local.fork import fork
@@ -280,7 +238,8 @@ class LocalBackend:
     def adopt(self, draft_id: str, conversation_id: str) -> Awaitable[bool]:
         if self.thread is None:
             return asyncio.sleep(0, False)
-        return asyncio.wrap_future(self.running()[0].submit(self._session_adopt, draft_id, conversation_id))
+        adopt = self.drained(self._session_adopt)
+        return asyncio.wrap_future(self.running()[0].submit(adopt, draft_id, conversation_id))
 
     def _session_adopt(self, draft_id: str, conversation_id: str) -> bool:
         from engine.local.background import adopt
@@ -311,7 +270,7 @@ class LocalBackend:
         thread = self.running()[0]
 
         def should_stop() -> bool:
-            return cancel.is_set() or thread.waiting()
+            return cancel.is_set() or thread.waiting() or bool(self.batcher and self.batcher.rows)
 
         self._background = future = thread.submit(fn, *args, should_stop)
         future.add_done_callback(_log_failure)  # nobody awaits the next window's preparation
@@ -365,7 +324,7 @@ class LocalBackend:
     async def forget(self, conversation_id: str) -> None:
         if self.thread is not None:
             await self.start()  # the session exists once start has finished
-            await self.call(self.running()[1].forget, conversation_id)
+            await self.call(self.drained(self.running()[1].forget), conversation_id)
         else:  # not started: no cache in memory, but files saved by an earlier run may be there
             from engine.paths import forget_saved_caches
 

@@ -44,15 +44,23 @@ def _marker(tokenizer: Any, text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def tool_call_grammar(tokenizer: Any, params: GenerationParams) -> str:
-    """One tool call in the model's own format (only JSON calls between markers are supported)."""
+def check_tool_format(tokenizer: Any) -> None:
+    """UnsupportedSchema (a 400 on the server, before the turn) unless the model writes its tool
+    calls as JSON between markers, the one format a call can be forced in."""
     parser = getattr(tokenizer, "tool_parser", None)
     module = getattr(parser, "__module__", "")
-    if not getattr(tokenizer, "has_tool_calling", False) or module not in JSON_TOOL_PARSERS:
-        fmt = module.rsplit(".", 1)[-1] or "none"
+    if not getattr(tokenizer, "has_tool_calling", False) or not module:
+        raise UnsupportedSchema("a tool call cannot be forced: this model's chat template writes no tool calls")
+    if module not in JSON_TOOL_PARSERS:
         raise UnsupportedSchema(
-            f"forcing a tool call needs a model that writes JSON tool calls; this one's format is {fmt}"
+            "a tool call can be forced only on a model that writes JSON tool calls "
+            f'({{"name", "arguments"}} between markers); this one writes them in the {module.rsplit(".", 1)[-1]} format'
         )
+
+
+def tool_call_grammar(tokenizer: Any, params: GenerationParams) -> str:
+    """One tool call in the model's own format (only JSON calls between markers are supported)."""
+    check_tool_format(tokenizer)
     assert params.response_format is not None
     schema = tool_call_schema(params.tools, params.response_format.tools)
     json_grammar(schema)  # the same check (and message) as a reply's schema

@@ -186,13 +186,16 @@ class _Reply:
         self.emitted: list[int] = []
         self.first_at: float | None = None
 
-    def take(self, tokens: Generator[int, None, None]) -> FinishReason:
-        """Consume tokens until the turn ends; the generator is closed then (it trims what was not taken)."""
+    def take(self, tokens: Generator[int, None, None], leave: Callable[[], bool] | None = None) -> FinishReason | None:
+        """Consume tokens until the turn ends, or (None) until `leave` says so after a token; the
+        generator is closed then (it trims what was not taken)."""
         with closing(tokens):
             for tok in tokens:
                 ended = self.push(tok)
                 if ended:
                     return ended
+                if leave is not None and leave():
+                    return None
         return FinishReason.LENGTH  # not reached: the generators never end
 
     def push(self, tok: int) -> FinishReason | None:
@@ -261,6 +264,146 @@ def _speculation_off(params: GenerationParams, drafter: ModelDrafter | None) -> 
     return SPECULATION_OFF_CONSTRAINED if params.response_format else SPECULATION_OFF
 
 
+class TurnRun:
+    """One turn in three steps: `start` (prefill, the first token sampled), decoding (`decode`
+    alone, or rows of a batch: engine/local/batch.py), `end` (the stats). The cache's invariant
+    holds after each step; a failure ends the turn with FinishReason.ERROR and a repaired cache.
+
+    `drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation.
+    `verify_cost`: the loaded model's VerifyCost, which lookups learn across turns (else one for this turn).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        conv: ConversationCache,
+        turn: TurnInput,
+        params: GenerationParams,
+        should_stop: Callable[[], bool],
+        emit: Callable[[TextDelta], None],
+        drafter: ModelDrafter | None = None,
+        verify_cost: VerifyCost | None = None,
+    ) -> None:
+        self.model, self.tokenizer, self.conv, self.turn, self.params = model, tokenizer, conv, turn, params
+        self.drafter, self.verify_cost = drafter, verify_cost
+        self.started = time.perf_counter()
+        self.reply = _Reply(tokenizer, turn, params, should_stop, emit, self.started)
+        self.finish, self.error, self.reused, self.prefilled = FinishReason.LENGTH, "", 0, 0
+        self.prefill_done = self.started
+        self.spec: Speculator | None = None
+        self.sampling: TokenSampler | None = None
+        self.y: mx.array | None = None  # the token sampled next, not yet in the cache
+        self.replay = False  # `y` was emitted already (see rejoin)
+
+    def start(self) -> bool:
+        """Prefill and sample the first token; True if decoding follows (from `self.y`)."""
+        params, conv, turn = self.params, self.conv, self.turn
+        if params.seed is not None:
+            mx.random.seed(params.seed)
+        try:
+            constraint = Constraint(self.tokenizer, params) if params.response_format else None
+            sampling = self.sampling = TokenSampler(params, turn.prompt_ids, constraint)
+            self.spec = _speculator(
+                params, self.tokenizer, self.drafter, conv, turn.prompt_ids, sampling, self.verify_cost
+            )
+            should_stop = self.reply.should_stop
+            logits, self.reused, self.prefilled = prefill(
+                self.model, conv, turn.prompt_ids, should_stop, turn.progress, turn.marks
+            )
+            self.prefill_done = time.perf_counter()
+            if logits is None:
+                self.finish = FinishReason.CANCELLED
+            elif self.reply.max_new:
+                self.y = sampling.sample(logits)
+                mx.async_eval(self.y)
+                return True
+            conv.eval()
+        except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired
+            self.fail(e)
+        return False
+
+    def decode(self, join: Callable[[], bool] | None = None) -> bool:
+        """Decode alone (plain or speculative) until the turn ends; or, once `join` says so after a
+        token, stop and return True: the turn goes on as a row of a batch (engine/local/batcher.py)."""
+        assert self.y is not None and self.sampling is not None, "decode before start"
+        leave = join if join is not None and not self.sampling.processors else None  # (their history: see rejoin)
+        try:
+            if self.spec is None:
+                tokens = generate_step(self.model, self.conv, self.y, self.sampling)
+            else:
+                tokens = speculative_generate_step(
+                    self.model, self.conv, self.y, self.sampling, self.spec, self.reply.max_new
+                )
+            finish = self.reply.take(tokens, leave)
+            if finish is None:
+                self.rejoin()
+                return True
+            self.finish = finish
+            self.conv.eval()
+        except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired
+            self.fail(e)
+        return False
+
+    def rejoin(self) -> None:
+        """After decoding alone: the last token emitted leaves the cache and becomes `y` again, fed
+        by the batch's next step (which emits it no second time, `replay`), so a row starts as after
+        `start`. The sampler's history would hold it twice: turns with logits processors never rejoin."""
+        last = self.conv.token_ids[-1]
+        self.conv.truncate(len(self.conv.token_ids) - 1)
+        self.y = mx.array([last])
+        self.replay = True
+
+    def ended(self, finish: FinishReason) -> None:
+        """A row of a batch ends (engine/local/batcher.py): its cache is computed."""
+        self.finish = finish
+        try:
+            self.conv.eval()
+        except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired
+            self.fail(e)
+
+    def fail(self, e: Exception, error: str | None = None) -> None:
+        """End the turn on `e` (its `error` if given); a bug is logged with its traceback."""
+        self.finish = FinishReason.ERROR
+        if error is None:  # a batch logs its step's failure once, for every row
+            error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
+        self.error = error
+        self.conv.repair()
+
+    def end(self) -> TurnStats:
+        """The checkpoint after the reply, the text still held, the stats."""
+        conv, reply, spec, params = self.conv, self.reply, self.spec, self.params
+        _after_reply(conv)
+        if spec is not None:
+            spec.finish(conv.token_ids)
+        reply.flush()
+        finish = self.finish
+        if finish == FinishReason.LENGTH and reply.max_new == 0 and params.max_tokens:
+            finish = FinishReason.CONTEXT
+        prefill_time = self.prefill_done - self.started
+        return TurnStats(
+            prompt_tokens=len(self.turn.prompt_ids),
+            reused_tokens=self.reused,
+            prefilled_tokens=self.prefilled,
+            generated_tokens=len(reply.emitted),
+            ttft_s=reply.ttft,
+            decode_tps=reply.decode_tps(),
+            prefill_tps=self.prefilled / prefill_time if prefill_time > 0 else 0.0,
+            kv_capacity=conv.capacity,
+            kv_offset=conv.offset,
+            kv_bytes=conv.nbytes,
+            context_limit=self.turn.context_limit,
+            finish_reason=finish,
+            dropped_messages=self.turn.dropped_messages,
+            prompt_ids=tuple(self.turn.prompt_ids),
+            reply_ids=tuple(reply.emitted),
+            error=self.error,
+            drafted_tokens=spec.drafted if spec else 0,
+            accepted_tokens=spec.accepted if spec else 0,
+            speculation_off=_speculation_off(params, self.drafter) if spec is None else "",
+        )
+
+
 def run_turn(
     model: Any,
     tokenizer: Any,
@@ -272,73 +415,8 @@ def run_turn(
     drafter: ModelDrafter | None = None,
     verify_cost: VerifyCost | None = None,
 ) -> TurnStats:
-    """Prefill, then consume plain or speculative decoding's tokens until the turn ends.
-
-    `drafter`: a ModelDrafter (a draft model's proposals) instead of lookups in the conversation.
-    `verify_cost`: the loaded model's VerifyCost, which lookups learn across turns (else one for this turn).
-    """
-    started = time.perf_counter()
-    if params.seed is not None:
-        mx.random.seed(params.seed)
-    reply = _Reply(tokenizer, turn, params, should_stop, emit, started)
-    finish, error, reused, prefilled, prefill_done = FinishReason.LENGTH, "", 0, 0, started
-    spec: Speculator | None = None
-    try:
-        constraint = Constraint(tokenizer, params) if params.response_format else None
-        sampling = TokenSampler(params, turn.prompt_ids, constraint)
-        spec = _speculator(params, tokenizer, drafter, conv, turn.prompt_ids, sampling, verify_cost)
-        logits, reused, prefilled = prefill(model, conv, turn.prompt_ids, should_stop, turn.progress, turn.marks)
-        prefill_done = time.perf_counter()
-        if logits is None:
-            finish = FinishReason.CANCELLED
-        elif reply.max_new:
-            y = sampling.sample(logits)
-            mx.async_eval(y)
-            if spec is None:
-                tokens = generate_step(model, conv, y, sampling)
-            else:
-                tokens = speculative_generate_step(model, conv, y, sampling, spec, reply.max_new)
-            finish = reply.take(tokens)
-        conv.eval()
-    except Exception as e:  # noqa: BLE001 - the turn ends, the cache is repaired; a bug is logged with its traceback
-        finish = FinishReason.ERROR
-        error = str(e) if isinstance(e, ChinwagError) else report_bug(e, "a reply")
-        conv.repair()
-    _after_reply(conv)
-    if spec is not None:
-        spec.finish(conv.token_ids)
-    reply.flush()
-    if finish == FinishReason.LENGTH and reply.max_new == 0 and params.max_tokens:
-        finish = FinishReason.CONTEXT
-    prefill_time = prefill_done - started
-    drafted, accepted, speculation_off = _speculation_stats(spec, params, drafter)
-    return TurnStats(
-        prompt_tokens=len(turn.prompt_ids),
-        reused_tokens=reused,
-        prefilled_tokens=prefilled,
-        generated_tokens=len(reply.emitted),
-        ttft_s=reply.ttft,
-        decode_tps=reply.decode_tps(),
-        prefill_tps=prefilled / prefill_time if prefill_time > 0 else 0.0,
-        kv_capacity=conv.capacity,
-        kv_offset=conv.offset,
-        kv_bytes=conv.nbytes,
-        context_limit=turn.context_limit,
-        finish_reason=finish,
-        dropped_messages=turn.dropped_messages,
-        prompt_ids=tuple(turn.prompt_ids),
-        reply_ids=tuple(reply.emitted),
-        error=error,
-        drafted_tokens=drafted,
-        accepted_tokens=accepted,
-        speculation_off=speculation_off,
-    )
-
-
-def _speculation_stats(
-    spec: Speculator | None, params: GenerationParams, drafter: ModelDrafter | None
-) -> tuple[int, int, str]:
-    """What speculation did in a turn: (tokens drafted, tokens accepted, why it was off: "" if it was not)."""
-    if spec is None:
-        return 0, 0, _speculation_off(params, drafter)
-    return spec.drafted, spec.accepted, ""
+    """Prefill, then consume plain or speculative decoding's tokens until the turn ends (see TurnRun)."""
+    run = TurnRun(model, tokenizer, conv, turn, params, should_stop, emit, drafter, verify_cost)
+    if run.start():
+        run.decode()
+    return run.end()

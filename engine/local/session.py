@@ -21,7 +21,9 @@ from engine.context.prompt import History, WithTools, encode_text, template_mess
 from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
-from engine.local.generation import TurnInput, prefill, run_turn
+from engine.local.batch import batch_refusal, model_refusal
+from engine.local.constrained import check_tool_format
+from engine.local.generation import TurnInput, TurnRun, prefill
 from engine.local.speculative import ModelDrafter, VerifyCost, can_speculate, check_vocabularies, device_kind
 from engine.local.wired import WiredLimit
 from engine.models import fit, registry
@@ -32,6 +34,7 @@ from engine.types import (
     KVQuantization,
     LoadProgress,
     ModelInfo,
+    OutputKind,
     PrefillProgress,
     TextDelta,
     TurnStats,
@@ -68,6 +71,19 @@ class TurnResult:
     text: str
 
 
+@dataclass
+class OpenTurn:
+    """A turn between Session.open_turn and Session.close_turn: what closing it needs."""
+
+    conv_id: str
+    messages: list[dict]
+    params: GenerationParams
+    plan: WindowPlan
+    head: list[dict]
+    parts: list[str]  # the reply's text, as emitted
+    run: TurnRun
+
+
 ONE_MESSAGE = {"role": "user", "content": "hi"}
 
 
@@ -92,6 +108,7 @@ class Session:
         self.model: Any = None
         self.tokenizer: Any = None
         self.info: ModelInfo | None = None
+        self.batch_off = ""
         self.context_length = 0
         # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
         self._draft: tuple | None = None
@@ -124,6 +141,7 @@ class Session:
         info = dataclasses.replace(info, tools_off=tools_off_reason(tokenizer))  # said from the load on
         # Only a model that loaded replaces the current one (and only then do its options apply).
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.batch_off = model_refusal(model, kv)  # why its turns cannot batch (engine/local/batch.py)
         self.kv_quantization, self.memory_limit_bytes, self.pending = kv, given, None
         self.weight_bytes = plan.weights
         self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
@@ -253,14 +271,33 @@ class Session:
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
     ) -> TurnResult:
-        """Run one turn; `emit` gets its events. The history records the reply's text, which is also returned."""
+        """Run one turn alone; `emit` gets its events. The history records the reply's text, which is also returned."""
+        turn = self.open_turn(conv_id, messages, params, should_stop, emit)
+        if turn.run.start():
+            turn.run.decode()
+        return self.close_turn(turn)
+
+    def open_turn(
+        self,
+        conv_id: str,
+        messages: list[dict],
+        params: GenerationParams,
+        should_stop: Callable[[], bool],
+        emit: Callable[[TextDelta | PrefillProgress], None],
+        batched: bool = False,
+    ) -> "OpenTurn":
+        """A turn ready to start (its prompt planned, its cache found or made); `batched`: its
+        decoding runs as a row of a batch (engine/local/batch.py), without speculation."""
         params = params or GenerationParams()
         messages = template_messages(messages)
         conv, history, plan, turn = self.turn_input(conv_id, messages, params)
+        fmt = params.response_format
+        if fmt is not None and fmt.kind == OutputKind.TOOL_CALL:  # refused before the turn, not as its error
+            check_tool_format(self.tokenizer)
         if conv is None:
             conv = self.new_cache(conv_id, history, turn, params)
         history.start = plan.start
-        parts = []
+        parts: list[str] = []
 
         def collect(delta: TextDelta) -> None:
             parts.append(delta.text)
@@ -275,16 +312,23 @@ class Session:
 
         turn.progress = reading
         drafter = None
-        if params.draft_model and params.speculative is not False:
+        if params.draft_model and params.speculative is not False and not batched:
             drafter = self.drafter(conv_id, params.draft_model)
-        stats = run_turn(
-            self.model, self.tokenizer, conv, turn, params, should_stop, collect, drafter, self.verify_cost
+        run_params = dataclasses.replace(params, speculative=False) if batched else params
+        run = TurnRun(
+            self.model, self.tokenizer, conv, turn, run_params, should_stop, collect, drafter, self.verify_cost
         )
-        reply = "".join(parts)
+        return OpenTurn(conv_id, messages, params, plan, head, parts, run)
+
+    def close_turn(self, turn: "OpenTurn") -> TurnResult:
+        """End a started turn: its history records the reply, the budget is enforced, tool calls parsed."""
+        stats = turn.run.end()
+        messages, params, plan, history = turn.messages, turn.params, turn.plan, turn.run.conv.history
+        reply = "".join(turn.parts)
         if plan.prompt.complete:
             before = plan.prompt_ids[len(plan.prompt.ids) :]  # a continued reply's ids so far
             history.record_reply(
-                len(head),
+                len(turn.head),
                 plan.prompt.tail,
                 plan.prompt.tail_ids,
                 (messages[-1]["content"] if params.continue_reply else "") + reply,
@@ -292,11 +336,17 @@ class Session:
                 set(self.tokenizer.eos_token_ids),
             )
         else:
-            history.truncate(len(head))
-        self.caches.enforce(keep=conv_id)
+            history.truncate(len(turn.head))
+        self.caches.enforce(keep=turn.conv_id)
         if params.tools:
             stats = self.with_tool_calls(stats, reply, params)
         return TurnResult(stats, reply)
+
+    def batch_refusal(self, conv_id: str, params: GenerationParams) -> str:
+        """Why a turn on `conv_id` cannot decode as a row of a batch ("" if it can): see engine/local/batch.py."""
+        if self.model is None:
+            return "no model is loaded"
+        return batch_refusal(self.batch_off, self.caches.get(conv_id), params)
 
     def with_tool_calls(self, stats: TurnStats, reply: str, params: GenerationParams) -> TurnStats:
         off = tools_off_reason(self.tokenizer)

@@ -104,7 +104,7 @@ def test_download_failures_from_the_hub_are_user_errors_and_bugs_stay_bugs():
 
 
 def test_a_bug_on_the_engine_thread_is_logged_there_once(chinwag_home):
-    from engine.local.backend import EngineThread
+    from engine.local.thread import EngineThread
 
     def broken_job():
         return {}["missing"]

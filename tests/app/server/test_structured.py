@@ -11,6 +11,7 @@ import pytest
 
 from tests.app.tools.conftest import tiny_tools_model, tiny_tools_model_path  # noqa: F401 (fixtures)
 from tests.engine.local.test_constrained import PICK, SCHEMA
+from tests.tiny_model import TOOLS_TEMPLATE, build_tiny_model
 
 HELLO = [{"role": "user", "content": "Describe a pet as JSON."}]
 FORMAT = {"type": "json_schema", "json_schema": {"name": "pet", "schema": SCHEMA, "strict": True}}
@@ -118,3 +119,29 @@ def test_the_starter_answers_in_the_schema(serve):
         answer = json.loads(r.choices[0].message.content)
         jsonschema.validate(answer, schema)
     assert "paris" in answer["capital"].lower() or temperature == 1.0
+
+
+# mlx-lm reads Qwen3-Coder's XML calls (`<function=name>`) from a template like this one.
+XML_CALLS_TEMPLATE = TOOLS_TEMPLATE.replace(
+    '<tool_call>\n{"name": <function-name>', "<tool_call>\n<function=<function-name>"
+)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "pick"}}])
+def test_forcing_a_call_on_a_model_without_json_calls_is_a_400_that_says_why(serve, tmp_path, choice):
+    path = build_tiny_model(tmp_path / "xml-calls", chat_template=XML_CALLS_TEMPLATE)
+    c = client(serve(model=str(path)).url)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="", messages=HELLO, tools=[PICK], tool_choice=choice, max_tokens=20)
+    assert "only on a model that writes JSON tool calls" in e.value.body["message"]
+    assert "qwen3_coder format" in e.value.body["message"]
+    r = c.chat.completions.create(model="", messages=HELLO, tools=[PICK], max_tokens=4)  # not forced: it replies
+    assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
+
+
+def test_forcing_a_call_on_a_model_that_writes_none_is_a_400(serve):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(serve().url).chat.completions.create(
+            model="", messages=HELLO, tools=[PICK], tool_choice="required", max_tokens=20
+        )
+    assert "writes no tool calls" in e.value.body["message"]

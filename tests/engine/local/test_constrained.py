@@ -164,11 +164,12 @@ def test_a_forced_tool_call_is_parsed_as_one(tools_engine_with, names):  # noqa:
 
 
 def test_a_forced_tool_call_needs_a_json_tool_format(engine_with):
-    """The plain ChatML fixture has no tool-call markers: forcing a call is refused, naming why."""
+    """The plain ChatML fixture has no tool-call markers: forcing a call is refused before the turn, naming why."""
     fmt = ResponseFormat(OutputKind.TOOL_CALL)
 
     async def body(engine):
-        return await reply(engine, "c", HELLO, GenerationParams(max_tokens=20, tools=(PICK,), response_format=fmt))
+        with pytest.raises(UnsupportedSchema) as e:
+            await reply(engine, "c", HELLO, GenerationParams(max_tokens=20, tools=(PICK,), response_format=fmt))
+        return str(e.value)
 
-    _, stats = engine_with(body)
-    assert stats.finish_reason == "error" and "JSON tool calls" in stats.error
+    assert "writes no tool calls" in engine_with(body)
