@@ -15,16 +15,18 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
+from app.core.document_block import Attachment
 from app.core.drafts import Drafts
 from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
 from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
 from app.core.turns import stats_dict
 from app.gui.chat.message_widget import QUEUED, QUEUED_NEXT
+from app.gui.chat.outgoing import Target, chat_before, draft_content, needs_plan, plan, stored
 from app.gui.chat.panes import ChatWindowView
 from app.gui.chat.queue import SendQueue, composer_notes
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import ChatMessage
+from engine.types import ChatMessage, GenerationParams
 
 if TYPE_CHECKING:
     from app.gui.chat.reply import WindowReply
@@ -94,6 +96,9 @@ class ChatController(QObject):
         self.tools: WindowTools | None = None
         # The reply under way, run by the turn driver (app/gui/chat/reply.py), which writes the store.
         self.turn: WindowReply | None = None
+        # A message's documents being planned (the engine counts them) before it is written, and its chat.
+        self._planning = None
+        self._planning_conv: str | None = None
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
@@ -194,51 +199,112 @@ class ChatController(QObject):
     # --- sending --------------------------------------------------------
     def send(self, text: str) -> bool:
         """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
-        loads or a reply is being written, in this chat or another."""
-        model_missing = self.bridge.current_model is None
-        queue = self.gen is not None or self.bridge.others_running() or (model_missing and self.view.can_queue())
-        held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
-        if not text.strip() or held or (model_missing and not queue):
-            if text.strip() and not self.view.composer_text():
-                self.view.set_composer_text(text)
+        loads or a reply is being written, in this chat or another. Its documents (attached, or a
+        follow-up's passages of the chat's big ones) are planned first, as the terminal plans them."""
+        queue = self._must_queue()
+        if not self._may_send(text, queue):
             return False
+        documents: list[Attachment] = self.documents.attached() if self.documents is not None else []
         try:
-            parent, replaced = LAST, None
-            if self.editing is not None and self.conv_id is not None:
-                # An edit is a new version beside the old message; the old branch is kept.
-                replaced = self.editing
-                parent = self.store.get_message(replaced).parent_id
-            new_chat = self.conv_id is None
-            first = new_chat or not self._shown_messages()
-            conv_id = self.ensure_conversation()
-            documents = self._documents_for(conv_id, text)
-            msg = self.store.add_message(
-                conv_id, MessageRole.USER, text, parent_id=parent, attachments=documents
-            )  # saved before the engine sees it
+            target = self._target()
+            chat = chat_before(self.store, target.conv_id, target.replaced)
+            if needs_plan(chat, documents):
+                if self.documents is not None:
+                    self.documents.keep_originals()
+                self._planning = self._run_plan(target, chat, text, documents, queue)
+                return True
         except ChinwagError as e:
-            self.error.emit(str(e))
-            self.view.set_composer_text(text)
+            self._refused(text, str(e))
             return False
-        if new_chat and self._new_draft_read:
+        return self._write(text, target, [], queue)
+
+    def _must_queue(self) -> bool:
+        """A message sent now waits: a reply is being written (or planned), or the model is loading."""
+        busy = self.gen is not None or self._planning is not None or self.bridge.others_running()
+        return busy or (self.bridge.current_model is None and self.view.can_queue())
+
+    def _may_send(self, text: str, queue: bool) -> bool:
+        """Something to send, and somewhere for it to go; if not, the text stays in the composer."""
+        held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
+        planning = self._planning is not None and self._planning_conv == self.conv_id
+        missing = self.bridge.current_model is None and not queue
+        if text.strip() and not (held or planning or missing):
+            return True
+        if text.strip() and not self.view.composer_text():
+            self.view.set_composer_text(text)
+        return False
+
+    def _target(self) -> Target:
+        """Where the message goes; a new chat is written now (it has a title once the message is)."""
+        parent, replaced = LAST, None
+        if self.editing is not None and self.conv_id is not None:
+            # An edit is a new version beside the old message; the old branch is kept.
+            replaced = self.editing
+            parent = self.store.get_message(replaced).parent_id
+        new_chat = self.conv_id is None
+        first = new_chat or not self._shown_messages()
+        return Target(self.ensure_conversation(), parent, replaced, new_chat, first)
+
+    def _refused(self, text: str, error: str) -> None:
+        self.error.emit(error)
+        if not self.view.composer_text():
+            self.view.set_composer_text(text)
+
+    def _run_plan(self, target: Target, chat, text: str, documents: list, queue: bool):
+        """The message's documents planned (the engine counts), then the message written and sent or queued."""
+        params = self.documents.plan_params() if self.documents is not None else GenerationParams()
+
+        async def run():
+            try:
+                turn = await plan(self.bridge.engine, chat, text, documents, params)
+            except ChinwagError as e:
+                self._planning = None
+                self._refused(text, str(e))
+                self.send_queued()
+                return
+            self._planning = None
+            self._write(text, target, stored(turn, chat, documents), queue)
+
+        self._planning_conv = target.conv_id
+        if queue:  # another reply is under way: the planning is not a reply of its own
+            return self.bridge.run(run())
+        return self.bridge.run_turn(target.conv_id, run())  # the chat is busy from Enter on
+
+    def _write(self, text: str, target: Target, documents: list, queue: bool) -> bool:
+        """The user's message saved (before the engine sees it) and shown; its reply started or queued."""
+        try:
+            msg = self.store.add_message(
+                target.conv_id, MessageRole.USER, text, parent_id=target.parent, attachments=documents
+            )
+        except ChinwagError as e:
+            self._refused(text, str(e))
+            return False
+        conv_id = target.conv_id
+        if target.new_chat and self._new_draft_read:
             self._new_draft_read = False
             self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
-        if replaced is not None:
-            self.view.remove_messages_from(replaced)
+        if target.replaced is not None:
+            self.view.remove_messages_from(target.replaced)
             self.cancel_edit()
-        self.view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
+        if conv_id == self.conv_id:
+            self.view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
         if self.documents is not None:
             self.documents.sent(msg.id, msg.attachments)  # shown on the message; the chips go
-        if first:
-            self.drafts.put(None, "")  # the blank chat's draft became this message
-        self.drafts.put(conv_id, "")
-        if first:
-            self.conversationChanged.emit(conv_id)  # it has a title now
+        self._sent_drafts(conv_id, target.first)
         if queue:
             # The model is loading or busy: the message waits, visibly, and goes when it is free.
             self._queue(conv_id, msg.id)
             self.refresh_list()  # the list shows the chat's title, not "New chat"
             return True
-        return self._start_reply()
+        return self._start_reply(conv_id=conv_id)
+
+    def _sent_drafts(self, conv_id: str, first: bool) -> None:
+        """The draft became the message: cleared (a blank chat's too); the first message titles the chat."""
+        if first:
+            self.drafts.put(None, "")
+        self.drafts.put(conv_id, "")
+        if first:
+            self.conversationChanged.emit(conv_id)
 
     def _queue(self, conv_id, msg_id):
         self.queue.add(conv_id, msg_id)
@@ -280,7 +346,8 @@ class ChatController(QObject):
     def send_queued(self) -> bool:
         """The model is ready, or the reply being written ended: start the oldest queued message's
         reply, in its own chat (the open chat stays open)."""
-        if self.gen is not None or self.bridge.others_running() or self.bridge.current_model is None or not self.queue:
+        busy = self.gen is not None or self._planning is not None or self.bridge.others_running()
+        if busy or self.bridge.current_model is None or not self.queue:
             return False
         started = False
         while not started and (item := self.queue.take_next(self.store)) is not None:
@@ -388,44 +455,45 @@ class ChatController(QObject):
         self.refresh_list()
         self.send_queued()  # the next message waiting for the model, if any
 
-    def _documents_for(self, conv_id: str, question: str) -> list:
-        """The documents the message carries: the composer's, or passages of the chat's too-big ones."""
-        if self.documents is None:
-            return []
-        model = self.bridge.current_model
-        earlier = self.store.get_conversation(conv_id).messages
-        return self.documents.for_sending(question, earlier, model.context_length if model else 0)
-
     def prefill_draft(self, text: str):
-        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off).
+        """Typing paused (or a document is ready): the draft's documents planned (the tray shows the
+        plan) and the engine reads the open chat up to the draft (Preferences can turn it off).
 
         A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
         """
-        documents = self.documents
-        if not (text.strip() or (documents and documents.ready_documents())) or self.gen is not None:
+        documents: list[Attachment] = self.documents.attached() if self.documents is not None else []
+        if not (text.strip() or documents) or self.gen is not None or self._planning is not None:
             return None
-        if documents is not None:
-            text = documents.draft_text(text)  # the documents' blocks come first
         try:
-            conv = self.store.get_conversation(self.conv_id) if self.conv_id is not None else None
+            chat = chat_before(self.store, self.conv_id, self.editing)
         except ChinwagError:
             return None
-        values = effective(conv.settings if conv else None, load_defaults(self.store))
-        if not values.get(PREFILL_KEY, True):
+        if needs_plan(chat, documents):
+            return self.bridge.run(self._plan_draft(self.conv_id, chat, text, documents))
+        return self._read_draft(self.conv_id, chat, text)
+
+    async def _plan_draft(self, conv_id, chat, text: str, documents: list):
+        """The draft planned as sending it would plan it: shown on the chips, then read ahead."""
+        assert self.documents is not None
+        try:
+            turn = await plan(self.bridge.engine, chat, text, documents, self.documents.plan_params())
+        except ChinwagError:  # no model, or no passage fits: sending will say so
             return None
-        if conv is None:
-            messages = engine_messages([], str(values.get("system_prompt") or ""))
-            messages.append({"role": MessageRole.USER.value, "content": text})
-            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, self._tool_params(None, values))
+        if conv_id != self.conv_id or self.gen is not None:
+            return None  # another chat opened, or a reply began, meanwhile
+        self.documents.show_plan(turn, documents, text)
+        return self._read_draft(conv_id, chat, draft_content(turn, text))
+
+    def _read_draft(self, conv_id, chat, content: str):
+        """The engine reads the chat and `content` as the next user message, in the background."""
+        if not chat.values.get(PREFILL_KEY, True):
+            return None
+        messages = engine_messages(chat.history, chat.system_prompt)
+        messages.append({"role": MessageRole.USER.value, "content": content})
+        task = self.bridge.prefill(conv_id or NEW_CHAT_DRAFT, messages, self._tool_params(conv_id, chat.values))
+        if conv_id is None:
             self._new_draft_read = self._new_draft_read or task is not None
-            return task
-        history = conv.messages
-        if self.editing is not None:  # the draft replaces the message being edited and what follows
-            ids = [m.id for m in history]
-            history = history[: ids.index(self.editing)] if self.editing in ids else history
-        messages = engine_messages(history, str(values.get("system_prompt") or ""))
-        messages.append({"role": MessageRole.USER.value, "content": text})
-        return self.bridge.prefill(conv.id, messages, self._tool_params(conv.id, values))
+        return task
 
     def _tool_params(self, conv_id, values):
         """A read-ahead's params: with the chat's tool definitions, so it reads the prompt the reply will have."""
