@@ -9,62 +9,33 @@ The controller reads the conversation from the store and shows it through a Chat
 """
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
-from app.core.document_block import Attachment
 from app.core.drafts import Drafts
-from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
-from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
+from app.core.settings import effective, engine_messages, load_defaults, params_from_settings
+from app.core.store import LAST, Message, MessageRole, MessageStatus
 from app.core.turns import stats_dict
+from app.gui.chat.conversations import Conversations
+from app.gui.chat.generation import Generation, last_reply_stats, reading_text
 from app.gui.chat.message_widget import QUEUED, QUEUED_NEXT
-from app.gui.chat.outgoing import Target, chat_before, draft_content, needs_plan, plan, stored
 from app.gui.chat.panes import ChatWindowView
 from app.gui.chat.queue import SendQueue, composer_notes
+from app.gui.chat.sending import NEW_CHAT_DRAFT, Sending
 from engine.errors import ChinwagError
-from engine.log import report_bug
-from engine.types import ChatMessage, GenerationParams
+from engine.types import ChatMessage
 
 if TYPE_CHECKING:
     from app.gui.chat.reply import WindowReply
     from app.gui.tools.host import WindowTools
 
-# The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
-NEW_CHAT_DRAFT = "new-chat-draft"
-UNDO_DELETE_MS = 8000
 DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
 
 
-def reading_text(progress) -> str:
-    """'Reading your message… 43%' from a PrefillProgress; 'Re-reading the chat… 43%' while the
-    earlier messages are read again (a changed system prompt, model or version not read ahead)."""
-    what = "Re-reading the chat…" if progress.rereading else "Reading your message…"
-    return f"{what} {int(100 * progress.fraction)}%"
-
-
-def last_reply_stats(messages) -> dict | None:
-    """The stats of the last reply shown, with the model that wrote it (its context limit is
-    that model's: the status bar uses the loaded model's once another is loaded)."""
-    last = next((m for m in reversed(messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
-    return {**last.stats, "model_id": last.model_id} if last is not None else None
-
-
-@dataclass
-class Generation:
-    conv_id: str
-    msg_id: int
-    text: str = ""
-    saved: str = ""
-    started: float = 0.0
-    reading: str = ""  # "Reading your message… 43%" until the first text arrives
-    system_prompt: str = ""  # the one this reply is written with (its digest is saved in the stats)
-    earlier_tokens: int = 0  # a continued reply: the tokens it had before (its stats count them all)
-
-
-class ChatController(QObject):
+class ChatController(QObject, Sending, Conversations):
     conversationChanged = Signal(object)  # conv id or None
     statsChanged = Signal(object)  # TurnStats or a stored reply's stats dict with its "model_id"
     generatingChanged = Signal(bool)
@@ -195,116 +166,6 @@ class ChatController(QObject):
                 self.store.set_state(key, value)
             except ChinwagError:
                 pass
-
-    # --- sending --------------------------------------------------------
-    def send(self, text: str) -> bool:
-        """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
-        loads or a reply is being written, in this chat or another. Its documents (attached, or a
-        follow-up's passages of the chat's big ones) are planned first, as the terminal plans them."""
-        queue = self._must_queue()
-        if not self._may_send(text, queue):
-            return False
-        documents: list[Attachment] = self.documents.attached() if self.documents is not None else []
-        try:
-            target = self._target()
-            chat = chat_before(self.store, target.conv_id, target.replaced)
-            if needs_plan(chat, documents):
-                if self.documents is not None:
-                    self.documents.keep_originals()
-                self._planning = self._run_plan(target, chat, text, documents, queue)
-                return True
-        except ChinwagError as e:
-            self._refused(text, str(e))
-            return False
-        return self._write(text, target, [], queue)
-
-    def _must_queue(self) -> bool:
-        """A message sent now waits: a reply is being written (or planned), or the model is loading."""
-        busy = self.gen is not None or self._planning is not None or self.bridge.others_running()
-        return busy or (self.bridge.current_model is None and self.view.can_queue())
-
-    def _may_send(self, text: str, queue: bool) -> bool:
-        """Something to send, and somewhere for it to go; if not, the text stays in the composer."""
-        held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
-        planning = self._planning is not None and self._planning_conv == self.conv_id
-        missing = self.bridge.current_model is None and not queue
-        if text.strip() and not (held or planning or missing):
-            return True
-        if text.strip() and not self.view.composer_text():
-            self.view.set_composer_text(text)
-        return False
-
-    def _target(self) -> Target:
-        """Where the message goes; a new chat is written now (it has a title once the message is)."""
-        parent, replaced = LAST, None
-        if self.editing is not None and self.conv_id is not None:
-            # An edit is a new version beside the old message; the old branch is kept.
-            replaced = self.editing
-            parent = self.store.get_message(replaced).parent_id
-        new_chat = self.conv_id is None
-        first = new_chat or not self._shown_messages()
-        return Target(self.ensure_conversation(), parent, replaced, new_chat, first)
-
-    def _refused(self, text: str, error: str) -> None:
-        self.error.emit(error)
-        if not self.view.composer_text():
-            self.view.set_composer_text(text)
-
-    def _run_plan(self, target: Target, chat, text: str, documents: list, queue: bool):
-        """The message's documents planned (the engine counts), then the message written and sent or queued."""
-        params = self.documents.plan_params() if self.documents is not None else GenerationParams()
-
-        async def run():
-            try:
-                turn = await plan(self.bridge.engine, chat, text, documents, params)
-            except ChinwagError as e:
-                self._planning = None
-                self._refused(text, str(e))
-                self.send_queued()
-                return
-            self._planning = None
-            self._write(text, target, stored(turn, chat, documents), queue)
-
-        self._planning_conv = target.conv_id
-        if queue:  # another reply is under way: the planning is not a reply of its own
-            return self.bridge.run(run())
-        return self.bridge.run_turn(target.conv_id, run())  # the chat is busy from Enter on
-
-    def _write(self, text: str, target: Target, documents: list, queue: bool) -> bool:
-        """The user's message saved (before the engine sees it) and shown; its reply started or queued."""
-        try:
-            msg = self.store.add_message(
-                target.conv_id, MessageRole.USER, text, parent_id=target.parent, attachments=documents
-            )
-        except ChinwagError as e:
-            self._refused(text, str(e))
-            return False
-        conv_id = target.conv_id
-        if target.new_chat and self._new_draft_read:
-            self._new_draft_read = False
-            self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
-        if target.replaced is not None:
-            self.view.remove_messages_from(target.replaced)
-            self.cancel_edit()
-        if conv_id == self.conv_id:
-            self.view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
-        if self.documents is not None:
-            self.documents.sent(msg.id, msg.attachments)  # shown on the message; the chips go
-        self._sent_drafts(conv_id, target.first)
-        if queue:
-            # The model is loading or busy: the message waits, visibly, and goes when it is free.
-            self._queue(conv_id, msg.id)
-            self.refresh_list()  # the list shows the chat's title, not "New chat"
-            return True
-        return self._start_reply(conv_id=conv_id)
-
-    def _sent_drafts(self, conv_id: str, first: bool) -> None:
-        """The draft became the message: cleared (a blank chat's too); the first message titles the chat."""
-        if first:
-            self.drafts.put(None, "")
-        self.drafts.put(conv_id, "")
-        if first:
-            self.conversationChanged.emit(conv_id)
 
     def _queue(self, conv_id, msg_id):
         self.queue.add(conv_id, msg_id)
@@ -454,53 +315,6 @@ class ChatController(QObject):
         self.generatingChanged.emit(False)
         self.refresh_list()
         self.send_queued()  # the next message waiting for the model, if any
-
-    def prefill_draft(self, text: str):
-        """Typing paused (or a document is ready): the draft's documents planned (the tray shows the
-        plan) and the engine reads the open chat up to the draft (Preferences can turn it off).
-
-        A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
-        """
-        documents: list[Attachment] = self.documents.attached() if self.documents is not None else []
-        if not (text.strip() or documents) or self.gen is not None or self._planning is not None:
-            return None
-        try:
-            chat = chat_before(self.store, self.conv_id, self.editing)
-        except ChinwagError:
-            return None
-        if needs_plan(chat, documents):
-            return self.bridge.run(self._plan_draft(self.conv_id, chat, text, documents))
-        return self._read_draft(self.conv_id, chat, text)
-
-    async def _plan_draft(self, conv_id, chat, text: str, documents: list):
-        """The draft planned as sending it would plan it: shown on the chips, then read ahead."""
-        assert self.documents is not None
-        try:
-            turn = await plan(self.bridge.engine, chat, text, documents, self.documents.plan_params())
-        except ChinwagError:  # no model, or no passage fits: sending will say so
-            return None
-        if conv_id != self.conv_id or self.gen is not None:
-            return None  # another chat opened, or a reply began, meanwhile
-        self.documents.show_plan(turn, documents, text)
-        return self._read_draft(conv_id, chat, draft_content(turn, text))
-
-    def _read_draft(self, conv_id, chat, content: str):
-        """The engine reads the chat and `content` as the next user message, in the background."""
-        if not chat.values.get(PREFILL_KEY, True):
-            return None
-        messages = engine_messages(chat.history, chat.system_prompt)
-        messages.append({"role": MessageRole.USER.value, "content": content})
-        task = self.bridge.prefill(conv_id or NEW_CHAT_DRAFT, messages, self._tool_params(conv_id, chat.values))
-        if conv_id is None:
-            self._new_draft_read = self._new_draft_read or task is not None
-        return task
-
-    def _tool_params(self, conv_id, values):
-        """A read-ahead's params: with the chat's tool definitions, so it reads the prompt the reply will have."""
-        from app.tools.loop import with_tools
-
-        host = self.tools.host_for(conv_id) if self.tools is not None else None
-        return with_tools(params_from_settings(values), host)
 
     def _on_prefill_progress(self, conv_id, progress):
         gen = self.gen
@@ -763,78 +577,6 @@ class ChatController(QObject):
                 return
             text = msg.content
         QGuiApplication.clipboard().setText(text)
-
-    # --- conversations --------------------------------------------------
-    def rename(self, conv_id, title):
-        try:
-            self.store.rename_conversation(conv_id, title)
-        except ChinwagError as e:
-            self.error.emit(str(e))
-        self.refresh_list()
-        if conv_id == self.conv_id:
-            self.conversationChanged.emit(conv_id)
-
-    def delete(self, conv_id):
-        """Hide the conversation now; delete it for good when the Undo offer runs out."""
-        if conv_id in self._pending_delete:
-            return
-        try:
-            title = self.store.get_conversation(conv_id).title
-        except ChinwagError as e:
-            self.error.emit(str(e))
-            return
-        if self.store.read_only:
-            self.error.emit("Conversations are read-only; nothing was deleted.")
-            return
-        self._cancel_queued(conv_id)  # never sent into a chat that is going
-        if self.gen is not None and self.gen.conv_id == conv_id:
-            self._stop_reply()
-        timer = QTimer(self)
-        timer.setSingleShot(True)
-        timer.setInterval(UNDO_DELETE_MS)
-        timer.timeout.connect(lambda: self._commit_delete(conv_id))
-        self._pending_delete[conv_id] = timer
-        timer.start()
-        if conv_id == self.conv_id:
-            self.new_conversation()
-        self.refresh_list()
-        self.deletedUndoable.emit(conv_id, title)
-
-    def undo_delete(self, conv_id):
-        timer = self._pending_delete.pop(conv_id, None)
-        if timer is not None:
-            timer.stop()
-            timer.deleteLater()
-            self.refresh_list()
-            self.open_conversation(conv_id)
-
-    def undo_last_delete(self) -> bool:
-        """Ctrl/Cmd+Z outside a text field: bring back the chat deleted last, if Undo still can."""
-        if not self._pending_delete:
-            return False
-        self.undo_delete(list(self._pending_delete)[-1])
-        return True
-
-    def _commit_delete(self, conv_id):
-        timer = self._pending_delete.pop(conv_id, None)
-        if timer is None:
-            return
-        timer.stop()
-        timer.deleteLater()
-        if self.gen is not None and self.gen.conv_id == conv_id:
-            self._end(conv_id, MessageStatus.STOPPED, None)
-        try:
-            self.store.delete_conversation(conv_id)
-        except NotFoundError:
-            pass  # deleted meanwhile (another window): its cache and draft go all the same
-        except Exception as e:  # noqa: BLE001 - nothing was deleted (one transaction): the chat stays whole, listed again
-            self.error.emit(str(e) if isinstance(e, ChinwagError) else report_bug(e, "deleting a chat"))
-            self.refresh_list()
-            return
-        self.bridge.forget(conv_id)
-        self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
-        if self.store.get_state("last_conversation") == conv_id:
-            self._remember("last_conversation", None)
 
 
 def _typed(messages: list) -> list[ChatMessage]:
