@@ -413,8 +413,11 @@ class ChatController(QObject, Sending, Conversations):
 
     def abandon(self):
         """The window is closing: save what was generated as stopped, now. Queued messages stay
-        as messages without a reply (nothing starts now, nor on the next start)."""
+        as messages without a reply (nothing starts now, nor on the next start); a message whose
+        documents are being planned is kept as its chat's draft."""
         self.queue.clear()
+        if self._planning is not None:
+            self._planning.cancel()
         if self.turn is not None:
             self.turn.abandon()
         if self.gen is not None:

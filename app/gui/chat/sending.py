@@ -13,6 +13,7 @@ from app.core.settings import PREFILL_KEY, engine_messages, params_from_settings
 from app.core.store import LAST, Message, MessageRole
 from app.gui.chat.outgoing import Chat, Target, chat_before, draft_content, needs_plan, plan, stored
 from engine.errors import ChinwagError
+from engine.log import report_bug
 from engine.types import GenerationParams
 
 # The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
@@ -107,13 +108,21 @@ class Sending:
         async def run() -> None:
             try:
                 turn = await plan(self.bridge.engine, chat, text, documents, params)
-            except ChinwagError as e:
+            except asyncio.CancelledError:  # the window closes: the question is kept as the chat's draft
                 self._planning = None
-                self._refused(text, str(e))
-                self.send_queued()
+                self.drafts.put(target.conv_id, text)
+                raise
+            except ChinwagError as e:
+                error = str(e)
+            except Exception as e:  # noqa: BLE001 - a bug: its traceback to the log, one line to the user
+                error = report_bug(e, "planning a message's documents")
+            else:
+                self._planning = None
+                self._write(text, target, stored(turn, chat, documents), queue)
                 return
             self._planning = None
-            self._write(text, target, stored(turn, chat, documents), queue)
+            self._refused(text, error)  # nothing was written: the chips and the text stay
+            self.send_queued()
 
         self._planning_conv = target.conv_id
         task: asyncio.Task[None]
