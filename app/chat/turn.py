@@ -105,7 +105,7 @@ class TurnDriver:
         if documents or indexes:
             planned = await prepare(self.engine, list(history), question, list(documents), params, indexes)
             self.on_event(Planned(tuple(planned.notes), tuple(planned.references), planned.summary))
-            content, stored = planned.content, planned.stored()
+            content, stored = planned.content, planned.stored({d.sha256: d.text for d in documents})  # whole texts kept
         draft = self.conv_id
         self.conv_id = self.transcript.user(question, stored, parent_id) or draft  # written before the engine sees it
         if draft and draft != self.conv_id:

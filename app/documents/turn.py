@@ -1,12 +1,14 @@
 """A user turn with documents, as every front end sends it: whole when it fits, else the passages most
 related to the question (one line says so). Counts are the engine's, in the current model's tokens."""
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.attachments import StoredAttachment
 from app.core.document_block import Attachment, document_block, message_content
+from app.documents.index_cache import IndexCache
 from app.documents.retrieval import Index
 from engine.context.policy import reply_room
 from engine.protocol import EngineAPI
@@ -16,6 +18,20 @@ from engine.types import ChatMessage, GenerationParams, TokenCount
 TEMPLATE_SLACK = 64
 # Characters per token assumed when sizing passages first; the engine's count then checks them.
 CHARS_PER_TOKEN = 3
+# The indexes of documents too big for the context, built once per document (a window builds a big
+# one off the GUI thread as soon as it is attached: hence the lock).
+INDEXES = IndexCache()
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_of(name: str, text: str, kind: str = "text", size: int = 0, sha256: str = "") -> Index:
+    """The document's index: built once per document (by its sha256), then kept in INDEXES."""
+    if not sha256:
+        return Index(name, text, kind, size, sha256)
+    with _INDEXES_LOCK:
+        index = INDEXES.get(sha256, name, text, kind)
+    index.size = index.size or size
+    return index
 
 
 def context_share(tokens: int, limit: int) -> str:
@@ -40,10 +56,19 @@ class Turn:
         share = f" · {context_share(self.document_tokens, self.context_limit)}" if self.context_limit else ""
         return f"{names} {self.document_tokens:,} tokens{share}"
 
-    def stored(self) -> list[StoredAttachment]:
-        """What the store keeps of the documents; rebuilt, they give the same message text."""
+    def stored(self, texts: Mapping[str, str] | None = None) -> list[StoredAttachment]:
+        """What the store keeps of the documents; rebuilt, they give the same message text. `texts`: the
+        whole texts by sha256, kept beside a document's passages (else the passages stand in for it)."""
+        texts = texts or {}
         return [
-            StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, a.text if a.passages else "")
+            StoredAttachment(
+                a.name,
+                a.kind,
+                a.size,
+                a.sha256,
+                texts.get(a.sha256, a.text) if a.passages else a.text,
+                a.text if a.passages else "",
+            )
             for a in self.attachments
         ]
 
@@ -86,14 +111,15 @@ async def prepare(
 def _whole_or_indexed(
     turn: Turn, documents: list[Attachment], whole: list[TokenCount], free: int, indexes: list[Index]
 ) -> int:
-    """The documents attached whole when they all fit in `free` tokens, else each indexed for its
-    passages, with a line saying so; returns the tokens still free."""
-    if documents and sum(w.tokens for w in whole) <= free:
-        turn.attachments = list(documents)
-        turn.document_tokens = sum(w.tokens for w in whole)
-        return free - turn.document_tokens
+    """In the order attached, each document whole while it fits in the tokens still `free`, else
+    indexed for its passages, with a line saying so; returns the tokens still free."""
     for d, w in zip(documents, whole, strict=True):
-        indexes.append(Index(d.name, d.text, d.kind, d.size, d.sha256))
+        if w.tokens <= free:
+            turn.attachments.append(d)
+            turn.document_tokens += w.tokens
+            free -= w.tokens
+            continue
+        indexes.append(index_of(d.name, d.text, d.kind, d.size, d.sha256))
         turn.notes.append(
             f"{d.name} is too big for the context ({w.tokens:,} tokens, {max(free, 0):,} free"
             f" of {turn.context_limit:,}): sending the passages most related to each question"

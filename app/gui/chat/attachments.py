@@ -1,6 +1,8 @@
 """Documents in the window: chips above the composer and the composer's size line (what a sent
-message shows of them is app/gui/chat/sent_attachments.py). Extraction runs in the loop's executor (never on the GUI thread) and token
-counts come from the engine; app/documents does the work, this module only shows it."""
+message shows of them is app/gui/chat/sent_attachments.py). Extraction runs in the loop's executor (never
+on the GUI thread) and token counts come from the engine. The tray plans nothing: what goes whole and
+what sends passages is the one planner's (app/documents/turn.py `prepare`, as in the terminal), run
+for the draft (app/gui/chat/outgoing.py) and shown here with `show_plan`."""
 
 import asyncio
 import concurrent.futures
@@ -17,13 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.attachments import StoredAttachment, keep_original
-from app.core.document_block import Attachment, document_block, message_content
+from app.core.attachments import keep_original
+from app.core.document_block import Attachment, document_block
 from app.documents import limits
 from app.documents.extract import Extracted, extract
-from app.documents.index_cache import IndexCache
 from app.documents.retrieval import Index
-from app.documents.turn import CHARS_PER_TOKEN, context_share
+from app.documents.turn import TEMPLATE_SLACK, Turn, context_share, index_of
 from app.gui.chat.chip_label import ElidingLabel
 from app.gui.icons import icon
 from engine.context.policy import reply_room
@@ -32,8 +33,6 @@ from engine.log import report_bug
 from engine.types import DEFAULT_MAX_TOKENS, GenerationParams
 
 KIND_NAMES = {"pdf": "PDF", "docx": "DOCX", "text": "text"}
-# Room kept for the question and the template when deciding whether a document fits whole.
-QUESTION_ROOM = 256
 # One extraction at a time, off the GUI thread: pdfium must not be entered from two threads at once.
 _EXTRACTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="chinwag-extract")
 
@@ -48,7 +47,7 @@ class _Doc:
     index: Index | None = None  # built off the GUI thread when the document is too big for the context
     ready: bool = False  # extracted, counted (and indexed if too big)
     read: bool = False  # in the conversation's cache (read ahead by engine.prefill): asking computes the question
-    whole: bool = True  # fits whole beside the documents attached before it (AttachmentTray._plan decides)
+    whole: bool = True  # goes whole: the draft's plan says so (show_plan); until one, it fits alone
 
     @property
     def too_big(self) -> bool:
@@ -139,8 +138,7 @@ class AttachmentTray(QWidget):
         self._progress_line = ""
         self._chips: list[AttachmentChip] = []
         self._tasks: set = set()  # qasync keeps no references to tasks
-        self._draft_passages = False  # the last draft read ahead carries passages for its question
-        self._draft_names: list[str] = []  # a follow-up's: the chat's documents it has passages of
+        self._draft_names: list[str] = []  # the documents the last draft planned carries passages of
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -183,10 +181,10 @@ class AttachmentTray(QWidget):
         try:
             chip.doc.extracted = await loop.run_in_executor(_EXTRACTOR, extract, chip.doc.path, progress)
             await self._count(chip)
-            self._plan()
             e = chip.doc.extracted
             if chip.doc.too_big and e is not None:  # indexing a long document takes a while: not on the GUI thread
-                chip.doc.index = await loop.run_in_executor(_EXTRACTOR, Index, e.name, e.text, e.kind)
+                index = (e.name, e.text, e.kind, e.size, e.sha256)
+                chip.doc.index = await loop.run_in_executor(_EXTRACTOR, index_of, *index)
             chip.doc.ready = True
         except ChinwagError as e:
             chip.doc.error = str(e)
@@ -214,8 +212,11 @@ class AttachmentTray(QWidget):
         if engine is None or doc.extracted is None or getattr(engine, "current_model", None) is None:
             return
         block = document_block(Attachment(doc.extracted.name, doc.extracted.text, doc.extracted.kind))
-        count = await engine.count_tokens(block, self._params())
+        params = self._params()
+        count = await engine.count_tokens(block, params)
         doc.tokens, doc.limit = count.tokens, count.context_limit
+        # Until the draft's plan says otherwise: whole if it fits alone beside the reply's room.
+        doc.whole = doc.tokens <= doc.limit - reply_room(params.max_tokens, doc.limit) - TEMPLATE_SLACK
 
     def recount(self):
         """The model changed: sizes are in its tokens."""
@@ -255,32 +256,34 @@ class AttachmentTray(QWidget):
 
     def read_progress(self, held: int, total: int) -> None:
         """The draft is being read into the cache (engine.prefill): the documents in it show how far."""
+        if not total:
+            return
+        if self._draft_names:  # documents sent as passages: their chips keep saying "too big"; the status bar tells
+            self._passages_progress(", ".join(self._draft_names), held, total)
         chips = [c for c in self._chips if c.doc.ready and not c.doc.error and not c.doc.too_big]
-        big = [c.name.text() for c in self._chips if c.doc.ready and not c.doc.error and c.doc.too_big]
-        big = big or (self._draft_names if self._draft_passages else [])
-        if big and self._draft_passages and total:  # the chips keep saying "too big": the status bar tells
-            names = ", ".join(big)
-            if held >= total:
-                self._say_progress("")
-                self.status.emit(
-                    f"Read the passages of {names} for your question: asking computes only what you change"
-                )
-            else:
-                self._say_progress(f"Reading the passages of {names} for your question… {100 * held // total}%")
-        if not chips or not total:
-            return
+        if chips:
+            self._chips_progress(chips, held, total)
+
+    def _passages_progress(self, names: str, held: int, total: int) -> None:
         if held >= total:
-            for chip in chips:
-                chip.doc.read = True
-                chip.show_state()
-            names = ", ".join(c.name.text() for c in chips)
             self._say_progress("")
-            self.status.emit(f"Read {names}: asking computes only your question")
-            return
+            self.status.emit(f"Read the passages of {names} for your question: asking computes only what you change")
+        else:
+            self._say_progress(f"Reading the passages of {names} for your question… {100 * held // total}%")
+
+    def _chips_progress(self, chips: list[AttachmentChip], held: int, total: int) -> None:
+        done = held >= total
         for chip in chips:
-            chip.doc.read = False
-            chip.show_progress(held, total)
-        self._say_progress(chips[0].status.text())
+            chip.doc.read = done
+            if done:
+                chip.show_state()
+            else:
+                chip.show_progress(held, total)
+        if done:
+            self._say_progress("")
+            self.status.emit(f"Read {', '.join(c.name.text() for c in chips)}: asking computes only your question")
+        else:
+            self._say_progress(chips[0].status.text())
 
     def read_ended(self, result) -> None:
         """A read-ahead ended (None: refused); early, for a reason other than newer work (which reports on its own)."""
@@ -299,6 +302,8 @@ class AttachmentTray(QWidget):
             self._refresh()
             if not self.busy() and not chip.doc.ready:
                 self._say_progress("")  # its extraction's line goes with it
+            if self.ready_documents():  # the room it took is free: the draft is planned (and read) again
+                self.readyToRead.emit()
 
     def clear(self):
         for chip in list(self._chips):
@@ -307,28 +312,8 @@ class AttachmentTray(QWidget):
     def _params(self) -> GenerationParams:
         return self.params() if self.params is not None else GenerationParams()
 
-    def _plan(self) -> bool:
-        """Which documents go whole: in the order attached, each one while the message (with the
-        ones before it, the question and room for the reply) still fits the context; the rest send
-        passages. True if one became whole (it can be read ahead now)."""
-        max_tokens, used, grew = self._params().max_tokens, 0, False
-        for chip in self._chips:
-            d = chip.doc
-            if d.extracted is None or d.error or not d.limit:
-                continue
-            room = d.limit - reply_room(max_tokens, d.limit) - QUESTION_ROOM
-            was, d.whole = d.whole, used + d.tokens <= room
-            used += d.tokens if d.whole else 0
-            if was != d.whole:
-                grew = grew or d.whole
-                d.read = False
-                if d.ready:
-                    chip.show_state()
-        return grew
-
     def _refresh(self):
         self.setVisible(bool(self._chips))
-        grew = self._plan()
         ready = [c.doc for c in self._chips if c.doc.extracted is not None and not c.doc.error]
         if ready and all(d.limit for d in ready):
             self.summary.setText(summary_line(ready, self._params().max_tokens))
@@ -336,8 +321,6 @@ class AttachmentTray(QWidget):
             self.summary.setText("")
         self.summary.setVisible(bool(self.summary.text()))
         self.changed.emit()
-        if grew:  # a removal left room: the document that now fits whole is read ahead
-            self.readyToRead.emit()
 
     # --- what a message gets ------------------------------------------------------
     def busy(self) -> bool:
@@ -350,80 +333,43 @@ class AttachmentTray(QWidget):
     def ready_documents(self) -> list[_Doc]:
         return [c.doc for c in self._chips if c.doc.ready and not c.doc.error]
 
-    def draft_text(self, question: str) -> str:
-        """The draft as the engine reads it ahead: what sending it now would send. Documents too big
-        for the context give the passages for the question typed so far (the same pick as sending
-        it: a question left as it was when typing paused is all that is left to compute)."""
-        docs = self.ready_documents()
-        self._draft_passages = False
-        if not docs:
-            return self._followup_draft(question) or question
-        if question.strip() and any(d.too_big for d in docs):
-            try:
-                text = message_content(question, [s.for_message() for s in self.stored(question)])
-                self._draft_passages = True
-                return text
-            except ChinwagError:  # no passage fits: sending will say so; read the whole ones ahead
-                pass
-        return message_content(question, [_attachment(d) for d in docs if not d.too_big])
+    def attached(self) -> list[Attachment]:
+        """The documents ready to send, whole, as the planner takes them."""
+        return [_attachment(d) for d in self.ready_documents()]
 
-    def stored(self, question: str) -> list[StoredAttachment]:
-        """The documents to save with the message; one too big for the context keeps the passages
-        most related to the question (sized with the document's own characters per token)."""
-        out, max_tokens = [], self._params().max_tokens
+    def keep_originals(self) -> None:
+        """The originals kept (0600, content-addressed) as the message is sent; ChinwagError if not."""
         for d in self.ready_documents():
-            e = d.extracted
-            assert e is not None
-            passages = ""
-            if d.too_big:
-                free = passages_budget(d.limit, max_tokens)
-                chars = int(free * len(e.text) / max(1, d.tokens) * 0.9)
-                index = d.index or Index(e.name, e.text, e.kind)
-                passages = index.passages(question, chars)[0].text
-                if not passages:  # never the whole text in its place
-                    raise ChinwagError(f"{e.name} is too big for the context and no passage of it fits: remove it")
-            out.append(StoredAttachment(e.name, e.kind, e.size, e.sha256, e.text, passages))
-        return out
+            if d.extracted is not None:
+                keep_original(d.extracted.sha256, d.extracted.original)
+
+    def plan_params(self) -> GenerationParams:
+        """The chat's settings that size the documents (its context cap, max tokens)."""
+        return self._params()
+
+    def show_plan(self, turn: Turn, documents: list[Attachment], question: str) -> None:
+        """The draft's plan (app/documents/turn.py): which of `documents` go whole; the passages' names."""
+        whole = {a.sha256 for a in turn.attachments if not a.passages}
+        planned = {d.sha256 for d in documents}
+        for chip in self._chips:
+            d, e = chip.doc, chip.doc.extracted
+            if e is None or e.sha256 not in planned or d.whole == (e.sha256 in whole):
+                continue
+            d.whole, d.read = e.sha256 in whole, False
+            if d.ready and not d.error:
+                chip.show_state()
+        self._draft_names = [a.name for a in turn.attachments if a.passages] if question.strip() else []
+        self._refresh()
 
     def sent(self, msg_id, items) -> None:
         """The message is saved: its documents show under it and the chips go."""
         self.show_sent(msg_id, items)
         self.clear()
 
-    def for_sending(self, question: str, history=(), context_limit: int = 0) -> list[StoredAttachment]:
-        """Keep the originals (0600, content-addressed), then what the message stores; ChinwagError if not.
-
-        With no new document, a chat's earlier documents that were too big for the context give
-        this question its own passages."""
-        for d in self.ready_documents():
-            if d.extracted is not None:
-                keep_original(d.extracted.sha256, d.extracted.original)
-        return self.stored(question) or self._followups(history, question, context_limit)
-
-    def _followups(self, history, question: str, context_limit: int) -> list[StoredAttachment]:
-        params = self._params()  # the chat's context cap bounds the passages, as it bounds the chips
-        limit = min(context_limit, params.context_cap or context_limit)
-        return followup_passages(history, question, limit, params.max_tokens)
-
-    def _followup_draft(self, question: str) -> str | None:
-        """A follow-up's draft in a chat whose documents were too big: with its own passages, as sent."""
-        engine = self.engine()
-        model = getattr(engine, "current_model", None)
-        if model is None or not question.strip():
-            return None
-        try:
-            items = self._followups(self.history(), question, model.context_length or 0)
-        except ChinwagError:  # the chat cannot be read: sending will say so
-            return None
-        if not items:
-            return None
-        self._draft_passages, self._draft_names = True, [s.name for s in items]
-        return message_content(question, [s.for_message() for s in items])
-
 
 def passages_budget(limit: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
     """Tokens of passages a question gets from a document too big for the context."""
-    return max(0, limit - reply_room(max_tokens, limit) - QUESTION_ROOM) // 2
+    return max(0, limit - reply_room(max_tokens, limit) - TEMPLATE_SLACK) // 2  # prepare's floor for passages
 
 
 def summary_line(docs, max_tokens: int = DEFAULT_MAX_TOKENS) -> str:
@@ -457,37 +403,10 @@ def chat_history(store, conv_id) -> list:
     return store.get_conversation(conv_id).messages if conv_id is not None else []
 
 
-_INDEXES = IndexCache()  # the big documents' indexes: built once per document, the least recently used go
-
-
-def followup_passages(
-    history, question: str, context_limit: int, max_tokens: int = DEFAULT_MAX_TOKENS
-) -> list[StoredAttachment]:
-    """Passages for a follow-up from the documents of `history` that were sent as passages (those
-    that no earlier message holds: the chat's messages are sent with it)."""
-    big: dict[str, StoredAttachment] = {}
-    sent = []
-    for m in history:
-        for a in getattr(m, "attachments", ()):
-            sent.append(a.passages)
-            if a.passages and a.sha256 not in big:
-                big[a.sha256] = a
-    if not big or not context_limit:
-        return []
-    free = max(0, context_limit - reply_room(max_tokens, context_limit) - QUESTION_ROOM) // 2 // len(big)
-    out = []
-    for a in big.values():
-        index = _INDEXES.get(a.sha256, a.name, a.text, a.kind)
-        passages = index.passages(question, free * CHARS_PER_TOKEN, "\n".join(sent))[0].text
-        if passages:
-            out.append(StoredAttachment(a.name, a.kind, a.size, a.sha256, a.text, passages))
-    return out
-
-
 def _attachment(d: _Doc) -> Attachment:
     e = d.extracted
     assert e is not None
-    return Attachment(e.name, e.text, e.kind)
+    return Attachment(e.name, e.text, e.kind, size=e.size, sha256=e.sha256)
 
 
 class FileDropFilter(QObject):

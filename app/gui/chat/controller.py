@@ -9,60 +9,33 @@ The controller reads the conversation from the store and shows it through a Chat
 """
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.core.drafts import Drafts
-from app.core.settings import PREFILL_KEY, effective, engine_messages, load_defaults, params_from_settings
-from app.core.store import LAST, Message, MessageRole, MessageStatus, NotFoundError
+from app.core.settings import effective, engine_messages, load_defaults, params_from_settings
+from app.core.store import LAST, Message, MessageRole, MessageStatus
 from app.core.turns import stats_dict
+from app.gui.chat.conversations import Conversations
+from app.gui.chat.generation import Generation, last_reply_stats, reading_text
 from app.gui.chat.message_widget import QUEUED, QUEUED_NEXT
 from app.gui.chat.panes import ChatWindowView
 from app.gui.chat.queue import SendQueue, composer_notes
+from app.gui.chat.sending import NEW_CHAT_DRAFT, Sending
 from engine.errors import ChinwagError
-from engine.log import report_bug
 from engine.types import ChatMessage
 
 if TYPE_CHECKING:
     from app.gui.chat.reply import WindowReply
     from app.gui.tools.host import WindowTools
 
-# The engine's id for a draft typed in a new chat, before the chat is saved (and gets its id).
-NEW_CHAT_DRAFT = "new-chat-draft"
-UNDO_DELETE_MS = 8000
 DRAFT_SAVE_MS = 1000  # a draft is written this long after typing stops
 
 
-def reading_text(progress) -> str:
-    """'Reading your message… 43%' from a PrefillProgress; 'Re-reading the chat… 43%' while the
-    earlier messages are read again (a changed system prompt, model or version not read ahead)."""
-    what = "Re-reading the chat…" if progress.rereading else "Reading your message…"
-    return f"{what} {int(100 * progress.fraction)}%"
-
-
-def last_reply_stats(messages) -> dict | None:
-    """The stats of the last reply shown, with the model that wrote it (its context limit is
-    that model's: the status bar uses the loaded model's once another is loaded)."""
-    last = next((m for m in reversed(messages) if m.role == MessageRole.ASSISTANT and m.stats), None)
-    return {**last.stats, "model_id": last.model_id} if last is not None else None
-
-
-@dataclass
-class Generation:
-    conv_id: str
-    msg_id: int
-    text: str = ""
-    saved: str = ""
-    started: float = 0.0
-    reading: str = ""  # "Reading your message… 43%" until the first text arrives
-    system_prompt: str = ""  # the one this reply is written with (its digest is saved in the stats)
-    earlier_tokens: int = 0  # a continued reply: the tokens it had before (its stats count them all)
-
-
-class ChatController(QObject):
+class ChatController(QObject, Sending, Conversations):
     conversationChanged = Signal(object)  # conv id or None
     statsChanged = Signal(object)  # TurnStats or a stored reply's stats dict with its "model_id"
     generatingChanged = Signal(bool)
@@ -94,6 +67,9 @@ class ChatController(QObject):
         self.tools: WindowTools | None = None
         # The reply under way, run by the turn driver (app/gui/chat/reply.py), which writes the store.
         self.turn: WindowReply | None = None
+        # A message's documents being planned (the engine counts them) before it is written, and its chat.
+        self._planning = None
+        self._planning_conv: str | None = None
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_SAVE_MS)
@@ -191,55 +167,6 @@ class ChatController(QObject):
             except ChinwagError:
                 pass
 
-    # --- sending --------------------------------------------------------
-    def send(self, text: str) -> bool:
-        """Save the message and start its reply; queue it (app/gui/chat/queue.py) while the model
-        loads or a reply is being written, in this chat or another."""
-        model_missing = self.bridge.current_model is None
-        queue = self.gen is not None or self.bridge.others_running() or (model_missing and self.view.can_queue())
-        held = self.conv_id is not None and self.conv_id in self.queue  # one queued message per chat
-        if not text.strip() or held or (model_missing and not queue):
-            if text.strip() and not self.view.composer_text():
-                self.view.set_composer_text(text)
-            return False
-        try:
-            parent, replaced = LAST, None
-            if self.editing is not None and self.conv_id is not None:
-                # An edit is a new version beside the old message; the old branch is kept.
-                replaced = self.editing
-                parent = self.store.get_message(replaced).parent_id
-            new_chat = self.conv_id is None
-            first = new_chat or not self._shown_messages()
-            conv_id = self.ensure_conversation()
-            documents = self._documents_for(conv_id, text)
-            msg = self.store.add_message(
-                conv_id, MessageRole.USER, text, parent_id=parent, attachments=documents
-            )  # saved before the engine sees it
-        except ChinwagError as e:
-            self.error.emit(str(e))
-            self.view.set_composer_text(text)
-            return False
-        if new_chat and self._new_draft_read:
-            self._new_draft_read = False
-            self.bridge.adopt(NEW_CHAT_DRAFT, conv_id)  # the draft read ahead becomes this chat's cache
-        if replaced is not None:
-            self.view.remove_messages_from(replaced)
-            self.cancel_edit()
-        self.view.add_message(msg.id, MessageRole.USER, text, versions=(msg.version, msg.versions))
-        if self.documents is not None:
-            self.documents.sent(msg.id, msg.attachments)  # shown on the message; the chips go
-        if first:
-            self.drafts.put(None, "")  # the blank chat's draft became this message
-        self.drafts.put(conv_id, "")
-        if first:
-            self.conversationChanged.emit(conv_id)  # it has a title now
-        if queue:
-            # The model is loading or busy: the message waits, visibly, and goes when it is free.
-            self._queue(conv_id, msg.id)
-            self.refresh_list()  # the list shows the chat's title, not "New chat"
-            return True
-        return self._start_reply()
-
     def _queue(self, conv_id, msg_id):
         self.queue.add(conv_id, msg_id)
         self._mark_queued(msg_id)
@@ -280,7 +207,8 @@ class ChatController(QObject):
     def send_queued(self) -> bool:
         """The model is ready, or the reply being written ended: start the oldest queued message's
         reply, in its own chat (the open chat stays open)."""
-        if self.gen is not None or self.bridge.others_running() or self.bridge.current_model is None or not self.queue:
+        busy = self.gen is not None or self._planning is not None or self.bridge.others_running()
+        if busy or self.bridge.current_model is None or not self.queue:
             return False
         started = False
         while not started and (item := self.queue.take_next(self.store)) is not None:
@@ -388,52 +316,6 @@ class ChatController(QObject):
         self.refresh_list()
         self.send_queued()  # the next message waiting for the model, if any
 
-    def _documents_for(self, conv_id: str, question: str) -> list:
-        """The documents the message carries: the composer's, or passages of the chat's too-big ones."""
-        if self.documents is None:
-            return []
-        model = self.bridge.current_model
-        earlier = self.store.get_conversation(conv_id).messages
-        return self.documents.for_sending(question, earlier, model.context_length if model else 0)
-
-    def prefill_draft(self, text: str):
-        """Typing paused: let the engine read the open chat up to the draft (Preferences can turn it off).
-
-        A new chat's draft is read under NEW_CHAT_DRAFT and handed to the chat when it is sent.
-        """
-        documents = self.documents
-        if not (text.strip() or (documents and documents.ready_documents())) or self.gen is not None:
-            return None
-        if documents is not None:
-            text = documents.draft_text(text)  # the documents' blocks come first
-        try:
-            conv = self.store.get_conversation(self.conv_id) if self.conv_id is not None else None
-        except ChinwagError:
-            return None
-        values = effective(conv.settings if conv else None, load_defaults(self.store))
-        if not values.get(PREFILL_KEY, True):
-            return None
-        if conv is None:
-            messages = engine_messages([], str(values.get("system_prompt") or ""))
-            messages.append({"role": MessageRole.USER.value, "content": text})
-            task = self.bridge.prefill(NEW_CHAT_DRAFT, messages, self._tool_params(None, values))
-            self._new_draft_read = self._new_draft_read or task is not None
-            return task
-        history = conv.messages
-        if self.editing is not None:  # the draft replaces the message being edited and what follows
-            ids = [m.id for m in history]
-            history = history[: ids.index(self.editing)] if self.editing in ids else history
-        messages = engine_messages(history, str(values.get("system_prompt") or ""))
-        messages.append({"role": MessageRole.USER.value, "content": text})
-        return self.bridge.prefill(conv.id, messages, self._tool_params(conv.id, values))
-
-    def _tool_params(self, conv_id, values):
-        """A read-ahead's params: with the chat's tool definitions, so it reads the prompt the reply will have."""
-        from app.tools.loop import with_tools
-
-        host = self.tools.host_for(conv_id) if self.tools is not None else None
-        return with_tools(params_from_settings(values), host)
-
     def _on_prefill_progress(self, conv_id, progress):
         gen = self.gen
         if gen is None or gen.conv_id != conv_id:
@@ -531,8 +413,11 @@ class ChatController(QObject):
 
     def abandon(self):
         """The window is closing: save what was generated as stopped, now. Queued messages stay
-        as messages without a reply (nothing starts now, nor on the next start)."""
+        as messages without a reply (nothing starts now, nor on the next start); a message whose
+        documents are being planned is kept as its chat's draft."""
         self.queue.clear()
+        if self._planning is not None:
+            self._planning.cancel()
         if self.turn is not None:
             self.turn.abandon()
         if self.gen is not None:
@@ -695,78 +580,6 @@ class ChatController(QObject):
                 return
             text = msg.content
         QGuiApplication.clipboard().setText(text)
-
-    # --- conversations --------------------------------------------------
-    def rename(self, conv_id, title):
-        try:
-            self.store.rename_conversation(conv_id, title)
-        except ChinwagError as e:
-            self.error.emit(str(e))
-        self.refresh_list()
-        if conv_id == self.conv_id:
-            self.conversationChanged.emit(conv_id)
-
-    def delete(self, conv_id):
-        """Hide the conversation now; delete it for good when the Undo offer runs out."""
-        if conv_id in self._pending_delete:
-            return
-        try:
-            title = self.store.get_conversation(conv_id).title
-        except ChinwagError as e:
-            self.error.emit(str(e))
-            return
-        if self.store.read_only:
-            self.error.emit("Conversations are read-only; nothing was deleted.")
-            return
-        self._cancel_queued(conv_id)  # never sent into a chat that is going
-        if self.gen is not None and self.gen.conv_id == conv_id:
-            self._stop_reply()
-        timer = QTimer(self)
-        timer.setSingleShot(True)
-        timer.setInterval(UNDO_DELETE_MS)
-        timer.timeout.connect(lambda: self._commit_delete(conv_id))
-        self._pending_delete[conv_id] = timer
-        timer.start()
-        if conv_id == self.conv_id:
-            self.new_conversation()
-        self.refresh_list()
-        self.deletedUndoable.emit(conv_id, title)
-
-    def undo_delete(self, conv_id):
-        timer = self._pending_delete.pop(conv_id, None)
-        if timer is not None:
-            timer.stop()
-            timer.deleteLater()
-            self.refresh_list()
-            self.open_conversation(conv_id)
-
-    def undo_last_delete(self) -> bool:
-        """Ctrl/Cmd+Z outside a text field: bring back the chat deleted last, if Undo still can."""
-        if not self._pending_delete:
-            return False
-        self.undo_delete(list(self._pending_delete)[-1])
-        return True
-
-    def _commit_delete(self, conv_id):
-        timer = self._pending_delete.pop(conv_id, None)
-        if timer is None:
-            return
-        timer.stop()
-        timer.deleteLater()
-        if self.gen is not None and self.gen.conv_id == conv_id:
-            self._end(conv_id, MessageStatus.STOPPED, None)
-        try:
-            self.store.delete_conversation(conv_id)
-        except NotFoundError:
-            pass  # deleted meanwhile (another window): its cache and draft go all the same
-        except Exception as e:  # noqa: BLE001 - nothing was deleted (one transaction): the chat stays whole, listed again
-            self.error.emit(str(e) if isinstance(e, ChinwagError) else report_bug(e, "deleting a chat"))
-            self.refresh_list()
-            return
-        self.bridge.forget(conv_id)
-        self.drafts.put(conv_id, "")  # a deleted chat's text is gone, its draft too
-        if self.store.get_state("last_conversation") == conv_id:
-            self._remember("last_conversation", None)
 
 
 def _typed(messages: list) -> list[ChatMessage]:

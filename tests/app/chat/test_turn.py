@@ -96,3 +96,24 @@ def test_a_cancelled_turn_keeps_what_was_generated_as_stopped(engine_with, store
     text = engine_with(body)
     last = store.get_conversation(store.list_conversations()[0].id).messages[-1]
     assert last.status == MessageStatus.STOPPED and last.content.startswith(text) and text
+
+
+def test_a_document_sent_as_passages_keeps_its_whole_text_in_the_store(store):
+    """The terminal's chat as saved: a document too big for the context sends passages, and the store
+    keeps its whole text beside them (the window's follow-ups index the whole document from it)."""
+    from app.core.document_block import Attachment
+    from tests.app_helpers import FakeEngine
+
+    engine = FakeEngine(reply="ok", token_delay=0)
+    text = " ".join(f"Section {n} is about topic{n}." for n in range(200))
+    doc = Attachment("big.txt", text, sha256="c" * 64, size=len(text))
+
+    async def body():
+        await engine.load_model("fake-small")
+        driver = TurnDriver(engine, StoreTranscript(store, "", "fake-small"))
+        await driver.send([], "What about topic7?", GenerationParams(context_cap=300), [doc], [])
+        return driver.conv_id
+
+    conv_id = asyncio.run(body())
+    (stored,) = store.get_conversation(conv_id).messages[0].attachments
+    assert stored.passages and "topic7." in stored.passages and stored.text == text

@@ -49,3 +49,29 @@ def test_a_follow_up_sends_only_passages_not_already_in_the_chat(engine_with, tm
     for block in passages.text.split("\n\n["):
         assert block.lstrip("[") not in first.content
     assert 0 < second.document_tokens < first.document_tokens
+
+
+def test_documents_go_whole_in_the_order_attached_while_each_fits():
+    """Two documents that fit alone but not together: the first goes whole, the second sends passages
+    (with a line saying so), as the window's chips have always said; the terminal plans the same."""
+    import asyncio
+
+    from app.core.document_block import Attachment
+    from app.documents.turn import prepare
+    from engine.types import GenerationParams
+    from tests.app_helpers import FakeEngine
+
+    engine = FakeEngine()
+    first = Attachment("first.txt", "alpha words here. " * 70, sha256="a" * 64)
+    second = Attachment("second.txt", "beta words here. " * 70, sha256="b" * 64)
+    params = GenerationParams(context_cap=360, max_tokens=64)  # 360 - 64 reply - 64 template: 232 free
+
+    async def body():
+        await engine.load_model("fake-small")
+        return await prepare(engine, [], "What about beta?", [first, second], params)
+
+    turn = asyncio.run(body())
+    assert [(a.name, a.passages) for a in turn.attachments] == [("first.txt", False), ("second.txt", True)]
+    assert len(turn.notes) == 1 and turn.notes[0].startswith("second.txt is too big for the context")
+    stored = turn.stored({second.sha256: second.text})
+    assert stored[1].text == second.text and stored[1].passages  # the whole text kept beside the passages

@@ -221,3 +221,32 @@ def test_the_queue_drops_what_no_longer_waits(store):
     item = queue.take_next(store)
     assert item is not None and (item.conv_id, item.msg_id) == (conv.id, user.id)
     assert not queue and queue.take_next(store) is None
+
+
+def test_a_message_with_a_document_sent_while_another_chat_writes_is_planned_then_queued(
+    qtbot, window, store, engine, tmp_path
+):
+    """Its documents are planned as it is sent (app/documents/turn.py prepare, as the terminal plans
+    them); it is saved with them, shown "Queued", and sent as planned when the reply ends."""
+    from app.core.document_block import message_content
+
+    doc = tmp_path / "notes.txt"
+    doc.write_text("Pears are green. " * 20)
+    hold(engine)
+    engine.reply = "an answer"
+    first = writing(qtbot, window, "a long question")
+    window.new_action.trigger()
+    tray = window.composer.attachments
+    tray.add_paths([str(doc)])
+    qtbot.waitUntil(lambda: bool(tray.ready_documents()), timeout=10_000)
+    send(qtbot, window, "What colour are pears?", wait=False)
+    qtbot.waitUntil(lambda: window.chat.conv_id in window.chat.queue, timeout=5000)
+    second = window.chat.conv_id
+    assert "Queued" in queued_note(window) and not tray.isVisible()
+    (message,) = store.get_conversation(second).messages
+    assert [a.name for a in message.attachments] == ["notes.txt"] and not message.attachments[0].passages
+    engine.reading.set()
+    qtbot.waitUntil(lambda: idle(window) and len(engine.calls) == 2, timeout=10_000)
+    assert [c[0] for c in engine.calls] == [first, second]
+    sent = engine.calls[1][1][-1]["content"]
+    assert sent == message_content("What colour are pears?", [message.attachments[0].for_message()])
