@@ -99,6 +99,12 @@ class Sending:
         if not self.view.composer_text():
             self.view.set_composer_text(text)
 
+    async def _model_ready(self) -> None:
+        """Until a model is loaded, while the window says a message waits for one (starting, loading):
+        planning counts tokens in the model's tokenizer. A load that fails ends the wait (planning says so)."""
+        while self.bridge.current_model is None and self.view.can_queue():
+            await asyncio.sleep(0.05)
+
     def _run_plan(
         self, target: Target, chat: Chat, text: str, documents: list[Attachment], queue: bool
     ) -> "asyncio.Task[None]":
@@ -107,6 +113,7 @@ class Sending:
 
         async def run() -> None:
             try:
+                await self._model_ready()
                 turn = await plan(self.bridge.engine, chat, text, documents, params)
             except asyncio.CancelledError:  # the window closes: the question is kept as the chat's draft
                 self._planning = None
@@ -119,6 +126,7 @@ class Sending:
             else:
                 self._planning = None
                 self._write(text, target, stored(turn, chat, documents), queue)
+                self.send_queued()  # what came free while this was planned (the model loaded) goes now
                 return
             self._planning = None
             self._refused(text, error)  # nothing was written: the chips and the text stay
