@@ -85,21 +85,21 @@ class PromptLookup:
     (a rename renames every occurrence) until the model declines it.
     """
 
-    def __init__(self, ids: list) -> None:
-        self.ids: list = []
+    def __init__(self, ids: list[int]) -> None:
+        self.ids: list[int] = []
         # n-gram -> the positions of the token that followed each occurrence, in order.
-        self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
+        self.follow: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(MAX_NGRAM + 1)]
         self.cursor: int | None = None
         self.misses = 0  # tokens since the last one that matched the copy
         self.length = 0  # how long the match of the last proposal was (0: a substitution's guess)
-        self._diverged = (0, 0)  # (source position, position in ids) of the first of those misses
+        self._diverged: tuple[int, int] = (0, 0)  # (source position, position in ids) of the first of those misses
         # (diverged, back in step, tokens in step since) of a replacement not yet confirmed
-        self._resync: tuple[tuple, tuple, int] | None = None
-        self.substitutions: dict[tuple, tuple] = {}  # replaced source tokens -> what replaced them
-        self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
+        self._resync: tuple[tuple[int, int], tuple[int, int], int] | None = None
+        self.substitutions: dict[tuple[int, ...], tuple[int, ...]] = {}  # replaced source tokens -> what replaced them
+        self._applied: list[tuple[int, int, tuple[int, ...]]] = []  # the last draft's (start, end, replaced)
         self.extend(ids)
 
-    def extend(self, tokens: list) -> None:
+    def extend(self, tokens: list[int]) -> None:
         ids = self.ids
         for tok in tokens:
             if self.cursor is not None:
@@ -125,14 +125,14 @@ class PromptLookup:
             for n in range(1, min(MAX_NGRAM, end + 1) + 1):
                 self.follow[n].setdefault(tuple(ids[end + 1 - n : end + 1]), []).append(end + 1)
 
-    def _back_in_step(self, start: tuple, end: tuple, synced: int) -> None:
+    def _back_in_step(self, start: tuple[int, int], end: tuple[int, int], synced: int) -> None:
         """The copy has matched `synced` tokens since ids[start[1]:end[1]] replaced ids[start[0]:end[0]]."""
         self._resync = (start, end, synced)
         if synced >= SYNC:
             self._remember(start, end)
             self._resync = None
 
-    def _remember(self, start: tuple, end: tuple) -> None:
+    def _remember(self, start: tuple[int, int], end: tuple[int, int]) -> None:
         """ids[start[1]:end[1]] replaced the source's ids[start[0]:end[0]]."""
         old, new = tuple(self.ids[start[0] : end[0]]), tuple(self.ids[start[1] : end[1]])
         if 0 < len(old) <= MAX_SUBSTITUTION and 0 < len(new) <= MAX_SUBSTITUTION and old != new:
@@ -148,7 +148,7 @@ class PromptLookup:
             n += 1
         return n
 
-    def _candidates(self, near: int | None) -> list:
+    def _candidates(self, near: int | None) -> list[int]:
         """Follow positions of the longest n-gram that has some (within WINDOW of `near` if given)."""
         ids = self.ids
         for n in range(min(MAX_NGRAM, len(ids)), 0, -1):
@@ -181,7 +181,7 @@ class PromptLookup:
                 choice, length = p, best
         return choice, length
 
-    def propose(self, k: int) -> list:
+    def propose(self, k: int) -> list[int]:
         """Up to k tokens to copy from where the conversation's last tokens occurred earlier."""
         self._applied = []
         if k <= 0 or not self.ids:
@@ -197,7 +197,7 @@ class PromptLookup:
             self.cursor, self.misses = choice, 0
         return self._copy(choice, k)
 
-    def _copy(self, q: int, k: int) -> list:
+    def _copy(self, q: int, k: int) -> list[int]:
         """k tokens from position q on, with the remembered substitutions applied."""
         ids, out = self.ids, list[int]()
         while len(out) < k and q < len(ids):
@@ -227,10 +227,10 @@ class ModelDrafter:
     def __init__(self, model: Any, conv: ConversationCache, prefill: Callable[..., Any]) -> None:
         self.model, self.conv, self.prefill = model, conv, prefill
 
-    def propose(self, ids: list, k: int) -> list:
+    def propose(self, ids: list[int], k: int) -> list[int]:
         # A greedy draft is a deterministic proposal: the acceptance rule stays exact.
         logits, _, _ = self.prefill(self.model, self.conv, ids)
-        out = []
+        out: list[int] = []
         for i in range(k):
             tok = mx.argmax(logits, axis=-1)
             out.append(tok.item())
@@ -239,7 +239,7 @@ class ModelDrafter:
                 self.conv.token_ids.append(out[-1])
         return out
 
-    def follow(self, ids: list) -> None:
+    def follow(self, ids: list[int]) -> None:
         """Trim to what the main cache holds: the rejected part of the last draft leaves."""
         from engine.context.conversation import common_prefix
 
@@ -316,7 +316,7 @@ class PassTimer:
         self.cost = cost
         self.last: float | None = None  # when the last step or pass returned (None: none yet)
         self.after_plain = False  # the last was a plain step: its own compute is still running
-        self.open: list | None = None  # the last pass: [drafted, seconds, plain computes, steps after it]
+        self.open: list[Any] | None = None  # the last pass: [drafted, seconds, plain computes, steps after it]
 
     def stepped(self) -> None:
         self._event(0)
@@ -380,7 +380,7 @@ class CopyLength:
             p *= self.more[b]
         return best_k
 
-    def _learn(self, rates: list, b: int, outcome: bool) -> None:
+    def _learn(self, rates: list[float], b: int, outcome: bool) -> None:
         rates[b] += LEARN_RATE * (outcome - rates[b])
 
     def record(self, match: int, drafted: int, accepted: int) -> None:
@@ -406,7 +406,7 @@ class Speculator:
 
     def __init__(
         self,
-        prompt_ids: list,
+        prompt_ids: list[int],
         sampling: "Sampling",
         max_draft: int = MAX_DRAFT,
         drafter: "ModelDrafter | None" = None,
@@ -439,7 +439,7 @@ class Speculator:
             return self.length.k > 0
         return self._want
 
-    def _index(self, tokens: list) -> None:
+    def _index(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
         if self.text is not None:
             self.text.extend(tokens)
@@ -454,7 +454,7 @@ class Speculator:
             self._rates().guessed(self._guess_match, self._guess == tok)
         self._index([tok])
 
-    def _propose(self, k: int) -> tuple[list, int]:
+    def _propose(self, k: int) -> tuple[list[int], int]:
         """The better draft of up to k tokens, and its match: the token lookup's, or the text lookup's
         when the token lookup's match is short and the text's rates promise more."""
         proposal, match = self.index.propose(k), self.index.length
@@ -496,7 +496,7 @@ class Speculator:
         self._arrived(tok)
         self._guess_next()
 
-    def draft(self, pending: int, room: int) -> list:
+    def draft(self, pending: int, room: int) -> list[int]:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
         self._ahead = True
         if self.drafter is not None:
@@ -512,12 +512,12 @@ class Speculator:
             self._guess = None
         return proposal[:k]
 
-    def finish(self, ids: list) -> None:
+    def finish(self, ids: list[int]) -> None:
         """The turn is over: the draft model's cache holds what the main one holds."""
         if self.drafter is not None:
             self.drafter.follow(ids)
 
-    def verify(self, model: Any, layers: list, pending: int, draft: list, history: mx.array) -> Verdict:
+    def verify(self, model: Any, layers: list[Any], pending: int, draft: list[int], history: mx.array) -> Verdict:
         """Run pending + draft through the model (writing k+1 positions); judge the draft."""
         logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
         rows = self.sampling.process(logits, history, [pending] + draft)
@@ -525,7 +525,7 @@ class Speculator:
         self.judged(draft, verdict)
         return verdict
 
-    def judged(self, draft: list, verdict: Verdict) -> None:
+    def judged(self, draft: list[int], verdict: Verdict) -> None:
         """The model judged `draft`: learn from it, and index its accepted tokens."""
         self.drafted += len(draft)
         self.accepted += verdict.accepted
@@ -544,10 +544,10 @@ class Sampling:
     """The distribution plain decoding samples from, row by row, and the acceptance rule."""
 
     def __init__(
-        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list, context: int
+        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list[Any], context: int
     ) -> None:
         self.temperature = temperature
-        self.filters = []
+        self.filters: list[Callable[[mx.array], mx.array]] = []
         # The order and arguments of mlx-lm's make_sampler, which plain decoding uses.
         if 0 < top_p < 1.0:
             self.filters.append(lambda x: apply_top_p(x, top_p))
@@ -559,12 +559,12 @@ class Sampling:
         self.processors = processors
         self.context = context
 
-    def process(self, logits: mx.array, history: mx.array, fed: list) -> mx.array:
+    def process(self, logits: mx.array, history: mx.array, fed: list[int]) -> mx.array:
         """Log-probabilities of each row, processed as plain decoding would at that position; for
         greedy decoding the processed logits, whose argmax is the same (normalising a pass's rows
         cost ~0.7 ms each on the CPU, ~0.01 of a plain step per drafted token)."""
         if self.processors:
-            rows = []
+            rows: list[mx.array] = []
             for i in range(logits.shape[0]):
                 # Row i follows the fed tokens 0..i: each is in the history by then.
                 seen = mx.concatenate([history, mx.array(fed[: i + 1])])[-self.context :]
@@ -575,7 +575,7 @@ class Sampling:
             logits = mx.concatenate(rows, axis=0)
         return logits if self.temperature == 0 else logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
-    def judge(self, logprobs: mx.array, draft: list) -> Verdict:
+    def judge(self, logprobs: mx.array, draft: list[int]) -> Verdict:
         if self.temperature == 0:
             best = mx.argmax(logprobs, axis=-1).tolist()
             n = 0
@@ -613,7 +613,7 @@ def speculative_generate_step(
     """
     yielded, timer = 0, PassTimer(spec.cost)
     while True:
-        draft: list = []
+        draft: list[int] = []
         # The first token is the prompt's own: shown at once, not after a pass that checks a draft behind it.
         if spec.drafting and yielded:
             pending = y.item()
@@ -653,7 +653,9 @@ def device_kind() -> str:
     return "cpu" if mx.default_device().type == mx.cpu else "gpu"
 
 
-def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:
+def check_vocabularies(
+    tokenizer: Any, draft_vocab: dict[str, int], name: str, draft_name: str, where: str = ""
+) -> None:
     """A draft model must tokenize exactly as the main model does (`draft_vocab`: its token -> id)."""
     a, b = tokenizer.get_vocab(), draft_vocab
     if a != b:
@@ -663,7 +665,7 @@ def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name:
         )
 
 
-def can_speculate(layers: list) -> bool:
+def can_speculate(layers: list[Any]) -> bool:
     """Attention caches trim a rejected draft back exactly (a window within its reserve, which
     outlasts any draft); recurrent state cannot go back a token."""
     return all(kinds.trims_exactly(c) for c in kinds.leaves(layers))
