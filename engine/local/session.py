@@ -17,7 +17,8 @@ from engine.context.cache_file import layout_of
 from engine.context.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial_capacity
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
-from engine.context.prompt import History, WithTools, encode_text, template_messages, tools_cost, tools_off_reason
+from engine.context.prompt import History, encode_text, template_messages, tools_cost, tools_off_reason
+from engine.context.specials import WithTools
 from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
