@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from engine.context.specials import (
+    Specials,
     WithTools,
     encode_plain,
     encode_spans,
@@ -183,8 +184,19 @@ def encode_tail(
         return (
             encode_spans(tokenizer, specials, tail, given) if specials and given else encode_template(tokenizer, tail)
         )
-    # Render again with each special-token string in that content between two markers: those in
-    # the tail then came from content, the others are the template's.
+    spans = _marked_content_spans(tokenizer, specials, messages, prefixes, tail)
+    if spans is None:
+        spans = _found_content_spans(specials, rest, tail)
+    return encode_spans(tokenizer, specials, tail, sorted({*spans, *given}))
+
+
+def _marked_content_spans(
+    tokenizer: Any, specials: Specials, messages: list[dict[str, Any]], prefixes: list[str], tail: str
+) -> list[tuple[int, int]] | None:
+    """The spans in `tail` of the special-token strings from the uncut messages' content, found by
+    rendering again with each such string between two markers (the tail's others are the
+    template's); None if the template drops, moves or repeats the markers."""
+    rest = messages[len(prefixes) :]
     head = "".join(p + m["content"] for p, m in zip(prefixes, messages))
     begin, end = markers(head + tail + "".join(m["content"] for m in rest))
     marked = [
@@ -201,15 +213,19 @@ def encode_tail(
         plain, spans = unmark(text[len(head) :], begin, end)
         wrapped = sum(len(specials.spans(m["content"])) for m in rest)
         if plain == tail and len(spans) == wrapped and all(tail[a:b] in specials.ids for a, b in spans):
-            return encode_spans(tokenizer, specials, tail, sorted({*spans, *given}))
-    # A template that drops, moves or repeats the markers: the special-token strings inside any
-    # (trimmed) content's text in the tail are taken for content.
+            return spans
+    return None
+
+
+def _found_content_spans(specials: Specials, rest: list[dict[str, Any]], tail: str) -> list[tuple[int, int]]:
+    """Where the markers did not survive: the special-token strings inside any (trimmed) content's
+    text in the tail are taken for content."""
     spans = []
     for m in rest:
         found = m["content"].strip()
         for at in (i.start() for i in re.finditer(re.escape(found), tail)) if found else ():
             spans += [(at + a, at + b) for a, b in specials.spans(found)]
-    return encode_spans(tokenizer, specials, tail, sorted({*spans, *given}))
+    return spans
 
 
 def _definition_spans(tokenizer: Any, messages: list[dict[str, Any]], text: str) -> list[tuple[int, int]]:
@@ -228,8 +244,12 @@ def _definition_spans(tokenizer: Any, messages: list[dict[str, Any]], text: str)
         plain, spans = "", []
     if plain == text and all(text[a:b] in specials.ids for a, b in spans):
         return spans
-    # A template that changes the markers (escapes them): the special-token strings inside any
-    # such string's text in the render are taken for the definitions'.
+    return _found_definition_spans(specials, strings, text)
+
+
+def _found_definition_spans(specials: Specials, strings: list[str], text: str) -> list[tuple[int, int]]:
+    """Where a template changed the markers (escaped them): the special-token strings inside any
+    such string's text in the render are taken for the definitions'."""
     found: set[tuple[int, int]] = set()
     for t in strings:
         for written in {t, json.dumps(t, ensure_ascii=False)[1:-1]}:
