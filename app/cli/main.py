@@ -20,6 +20,7 @@ from engine.atomic import describe_kind
 from engine.types import MAX_KV_INITIAL_CAPACITY, ModelStatus, ParamSpec, param_specs
 
 if TYPE_CHECKING:
+    from app.core.document_block import Attachment
     from app.documents.retrieval import Index
 
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell shows for a writer whose reader left
@@ -140,24 +141,31 @@ async def _import(args: argparse.Namespace) -> int:
 # --- chinwag replay ----------------------------------------------------------
 
 
-def load_script(path: str) -> dict[str, Any]:
+def _read_script(path: str) -> bytes:
     try:
         mode = Path(path).stat().st_mode
         if not stat.S_ISREG(mode):  # a named pipe would wait forever, a device never ends
             raise ChinwagError(f"cannot read script {path}: it is {describe_kind(mode)}, not a file")
-        raw = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as e:
         raise ChinwagError(f"cannot read script {path}: {e.strerror or e}") from e
     except ValueError as e:  # a NUL byte in the name
         raise ChinwagError(f"cannot read script {path!r}: {e}") from e
+
+
+def _parse_script(path: str, raw: bytes) -> Any:
     try:
-        script = json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ChinwagError(f"script {path} is not UTF-8 (byte {e.start})") from e
     except json.JSONDecodeError as e:
         raise ChinwagError(f"script {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except RecursionError as e:
         raise ChinwagError(f"script {path} is nested too deeply to be a replay script") from e
+
+
+def load_script(path: str) -> dict[str, Any]:
+    script = _parse_script(path, _read_script(path))
     if not isinstance(script, dict) or not isinstance(script.get("turns"), list):
         raise ChinwagError(f'script {path} must be an object {{"system": "...", "turns": ["...", ...]}}')
     turns = script["turns"]
@@ -188,25 +196,12 @@ async def _replay(args: argparse.Namespace) -> int:
                 prepared = done.computed_tokens if done else 0
             attachment_tokens = 0
             if documents or indexes:
-                from app.documents.turn import prepare
-
-                with_documents = await prepare(engine, messages, user, documents, _params(args), indexes)
-                for note in with_documents.notes:
-                    print(f"{PROG}: {note}", file=sys.stderr)
-                user, attachment_tokens = with_documents.content, with_documents.document_tokens
+                user, attachment_tokens = await _with_documents(engine, args, messages, user, documents, indexes)
             messages.append({"role": "user", "content": user})
             conv = f"replay-{i}" if args.no_cache else "replay"
-            reply: list[str] = []
-            stats: TurnStats | None = None
-            async for ev in engine.chat(conv, messages, _params(args)):
-                if isinstance(ev, TextDelta):
-                    reply.append(ev.text)
-                elif not isinstance(ev, PrefillProgress):
-                    stats = ev
-            assert stats is not None  # engine.chat ends every turn with its TurnStats
+            text, stats = await _reply(engine, conv, messages, _params(args))
             if args.no_cache:
                 await engine.forget(conv)
-            text = "".join(reply)
             messages.append({"role": "assistant", "content": text})
             print(
                 json.dumps(
@@ -242,6 +237,38 @@ async def _replay(args: argparse.Namespace) -> int:
         await engine.forget("replay")  # every replay starts from an empty cache, never from the last run's
         await engine.close()
     return 0
+
+
+async def _with_documents(
+    engine: Engine,
+    args: argparse.Namespace,
+    messages: list[dict[str, Any]],
+    user: str,
+    documents: list["Attachment"],
+    indexes: list["Index"],
+) -> tuple[str, int]:
+    """The user's message with its documents (app/documents/turn.py), and the tokens they take."""
+    from app.documents.turn import prepare
+
+    with_documents = await prepare(engine, messages, user, documents, _params(args), indexes)
+    for note in with_documents.notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
+    return with_documents.content, with_documents.document_tokens
+
+
+async def _reply(
+    engine: Engine, conv: str, messages: list[dict[str, Any]], params: GenerationParams
+) -> tuple[str, TurnStats]:
+    """One turn's reply text and stats."""
+    reply: list[str] = []
+    stats: TurnStats | None = None
+    async for ev in engine.chat(conv, messages, params):
+        if isinstance(ev, TextDelta):
+            reply.append(ev.text)
+        elif not isinstance(ev, PrefillProgress):
+            stats = ev
+    assert stats is not None  # engine.chat ends every turn with its TurnStats
+    return "".join(reply), stats
 
 
 def _chat(args: argparse.Namespace) -> int:

@@ -67,19 +67,41 @@ def inspect(path: Path) -> tuple[str | None, int]:
     used); a machine that cannot read it now (I/O error, locked) raises ChinwagError instead,
     so a healthy database never looks unreadable.
     """
-    try:
-        if path.is_dir():
-            return "it is a folder", 0
-        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-            return f"it is {describe_kind(path.stat().st_mode)}, not a file", 0
-        if not path.exists() or path.stat().st_size == 0:
-            return None, 0
-        with open(path, "rb") as f:
-            header = f.read(100)
-    except OSError as e:
-        raise ChinwagError(f"cannot read conversation database {path}: {e.strerror or e}") from e
+    problem, header = _header(path)
+    if problem is not None or header is None:
+        return problem, 0
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         return "not an SQLite database", 0
+    pragmas = _pragmas(path)
+    if isinstance(pragmas, str):
+        return pragmas, 0
+    version, app_id, tables, check = pragmas
+    if check != "ok":
+        return "corrupt: " + " ".join(check.replace("*** in database main ***", "").split())[:160], version
+    if tables and app_id != APPLICATION_ID:
+        return "not a Chinwag database", version
+    if version < 0:
+        return f"unknown schema version {version}", version
+    return None, version
+
+
+def _header(path: Path) -> tuple[str | None, bytes | None]:
+    """(what is wrong with the file itself, its first 100 bytes: None if it is absent or empty)."""
+    try:
+        if path.is_dir():
+            return "it is a folder", None
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            return f"it is {describe_kind(path.stat().st_mode)}, not a file", None
+        if not path.exists() or path.stat().st_size == 0:
+            return None, None
+        with open(path, "rb") as f:
+            return None, f.read(100)
+    except OSError as e:
+        raise ChinwagError(f"cannot read conversation database {path}: {e.strerror or e}") from e
+
+
+def _pragmas(path: Path) -> tuple[int, int, int, str] | str:
+    """(user_version, application_id, tables, quick_check) of an SQLite file, or why it is corrupt."""
     try:
         conn = connect_read_only(path)
     except sqlite3.Error as e:
@@ -93,16 +115,10 @@ def inspect(path: Path) -> tuple[str | None, int]:
         code = (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF
         if code in _ENVIRONMENT and _ENVIRONMENT[code] not in ("CORRUPT", "NOTADB"):
             raise ChinwagError(f"cannot read conversation database {path}: {e}") from e
-        return f"corrupt: {e}", 0
+        return f"corrupt: {e}"
     finally:
         conn.close()
-    if check != "ok":
-        return "corrupt: " + " ".join(check.replace("*** in database main ***", "").split())[:160], version
-    if tables and app_id != APPLICATION_ID:
-        return "not a Chinwag database", version
-    if version < 0:
-        return f"unknown schema version {version}", version
-    return None, version
+    return version, app_id, tables, check
 
 
 def recovery_path(requested: Path, schema_version: int) -> Path:

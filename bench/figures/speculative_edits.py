@@ -293,7 +293,8 @@ def best_schedule(prompt_ids, reply_ids, costs, tokenizer):
 
     At each token, a plain step (cost 1) or a draft of k copied tokens (cost costs[k + 1],
     interpolated) from the token or the text lookup, accepted as far as it matches the reply."""
-    from engine.local.speculative import MAX_COPY, PromptLookup
+    from engine.local.prompt_lookup import PromptLookup
+    from engine.local.speculative import MAX_COPY
     from engine.local.text_lookup import TextLookup
 
     lookups = PromptLookup(list(prompt_ids)), TextLookup(tokenizer, list(prompt_ids))

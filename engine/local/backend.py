@@ -17,6 +17,7 @@ from engine.local.thread import EngineThread
 from engine.log import report_bug
 from engine.types import (
     BackgroundPrefill,
+    ChatMessage,
     ForkedCache,
     GenerationParams,
     KVQuantization,
@@ -24,6 +25,7 @@ from engine.types import (
     MemoryReport,
     ModelInfo,
     PrefillProgress,
+    Role,
     TextDelta,
     TokenCount,
 )
@@ -53,12 +55,12 @@ class LocalBackend:
         self.idle_work = idle_work
         self.save_seconds = save_seconds
         # The background job (a draft's prefill, the next window) and the event that cancels it.
-        self._background: concurrent.futures.Future | None = None
+        self._background: concurrent.futures.Future[BackgroundPrefill] | None = None
         self._cancel_background = threading.Event()
         self.thread: EngineThread | None = None
         self.session: Session | None = None
         self.batcher: Batcher | None = None  # concurrent turns decode together (engine/local/batcher.py)
-        self._started: concurrent.futures.Future | None = None
+        self._started: concurrent.futures.Future[Any] | None = None
         self.kv_bytes = 0  # every cache's bytes, as of the last local turn's latest token
 
     def with_fit(self, models: list[ModelInfo]) -> list[ModelInfo]:
@@ -84,7 +86,7 @@ class LocalBackend:
 
     # --- lifecycle ---------------------------------------------------------
 
-    def _ensure_thread(self) -> concurrent.futures.Future:
+    def _ensure_thread(self) -> concurrent.futures.Future[Any]:
         if self.thread is None or self._started is None:
             from engine.local import blas
 
@@ -152,7 +154,7 @@ class LocalBackend:
 
     async def load(self, spec: str, progress: Callable[[LoadProgress], None] | None) -> ModelInfo:
         """Load a model on the engine thread; `progress` is called there."""
-        info = await self.call(self.drained(self._session_load), spec, progress)
+        info: ModelInfo = await self.call(self.drained(self._session_load), spec, progress)
         self.kv_bytes = 0
         return info
 
@@ -162,11 +164,11 @@ class LocalBackend:
     # --- chat --------------------------------------------------------------
 
     async def chat(
-        self, conversation_id: str, messages: list, params: GenerationParams, stop: StopSignal
+        self, conversation_id: str, messages: list[ChatMessage], params: GenerationParams, stop: StopSignal
     ) -> AsyncIterator[ChatEvent]:
         await self.start()
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
+        events: asyncio.Queue[Any] = asyncio.Queue()
 
         thread, session = self.running()
 
@@ -190,7 +192,7 @@ class LocalBackend:
             result = future.result()  # raises what the engine thread raised
             self.kv_bytes = await asyncio.wrap_future(thread.submit(session.kv_bytes))
             if self.idle_work and result.stats.finish_reason in ("stop", "length", "context"):
-                after = list(messages) + [{"role": "assistant", "content": result.text}]
+                after = [*messages, ChatMessage(Role.ASSISTANT, result.text)]
                 self.start_background(self.session_prepare, conversation_id, after, params)
             yield result.stats
         finally:
@@ -214,7 +216,7 @@ class LocalBackend:
     async def prefill(
         self,
         conversation_id: str,
-        messages: list,
+        messages: list[ChatMessage],
         params: GenerationParams,
         progress: Callable[[PrefillProgress], None] | None = None,
     ) -> BackgroundPrefill:
@@ -223,14 +225,18 @@ class LocalBackend:
         future = self.start_background(self.session_prefill, conversation_id, messages, params, progress)
         return await asyncio.wrap_future(future)
 
-    def fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> Awaitable[ForkedCache]:
+    def fork(
+        self, src_id: str, dst_id: str, messages: list[ChatMessage], params: GenerationParams
+    ) -> Awaitable[ForkedCache]:
         """A normal job, not background work: queued now, so the fork's first `chat` finds the copy."""
         if self.thread is None:
             return asyncio.sleep(0, ForkedCache(0, 0, "the engine has not started"))
         fork = self.drained(self._session_fork)
         return asyncio.wrap_future(self.running()[0].submit(fork, src_id, dst_id, messages, params))
 
-    def _session_fork(self, src_id: str, dst_id: str, messages: list, params: GenerationParams) -> ForkedCache:
+    def _session_fork(
+        self, src_id: str, dst_id: str, messages: list[ChatMessage], params: GenerationParams
+    ) -> ForkedCache:
         from engine.local.fork import fork
 
         return fork(self.queued_session(), src_id, dst_id, messages, params)
@@ -248,7 +254,9 @@ class LocalBackend:
 
     async def wait_background(self) -> BackgroundPrefill | None:
         future = self._background
-        return None if future is None else await asyncio.wrap_future(future)
+        if future is None:
+            return None
+        return await asyncio.wrap_future(future)
 
     def background_result(self) -> BackgroundPrefill | None:
         future = self._background
@@ -263,7 +271,7 @@ class LocalBackend:
     def background_cancelled(self) -> bool:
         return self._cancel_background.is_set()
 
-    def start_background(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+    def start_background(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         """Submit low-priority work: it yields as soon as any other job is queued or it is cancelled."""
         self._cancel_background.set()  # a newer background job replaces the older one
         cancel = self._cancel_background = threading.Event()
@@ -279,7 +287,7 @@ class LocalBackend:
     def session_prefill(
         self,
         conv_id: str,
-        messages: list,
+        messages: list[ChatMessage],
         params: GenerationParams,
         progress: Callable[[PrefillProgress], None] | None,
         should_stop: Callable[[], bool],
@@ -289,7 +297,7 @@ class LocalBackend:
         return prefill_draft(self.queued_session(), conv_id, messages, params, should_stop, progress)
 
     def session_prepare(
-        self, conv_id: str, messages: list[dict], params: GenerationParams, should_stop: Callable[[], bool]
+        self, conv_id: str, messages: list[ChatMessage], params: GenerationParams, should_stop: Callable[[], bool]
     ) -> BackgroundPrefill:
         from engine.local.background import prepare_next_window
 
@@ -298,16 +306,18 @@ class LocalBackend:
     # --- tokens and caches ----------------------------------------------------
 
     async def count_tokens(self, text: str, params: GenerationParams) -> TokenCount:
-        return await self.call(self._session_count, text, params)
+        count: TokenCount = await self.call(self._session_count, text, params)
+        return count
 
     def _session_count(self, text: str, params: GenerationParams) -> TokenCount:
         session = self.queued_session()
         return TokenCount(session.count_tokens(text), session.context_limit(params))
 
-    async def count_prompt(self, messages: list, params: GenerationParams) -> TokenCount:
-        return await self.call(self._session_prompt_count, list(messages), params)
+    async def count_prompt(self, messages: list[ChatMessage], params: GenerationParams) -> TokenCount:
+        count: TokenCount = await self.call(self._session_prompt_count, list(messages), params)
+        return count
 
-    def _session_prompt_count(self, messages: list, params: GenerationParams) -> TokenCount:
+    def _session_prompt_count(self, messages: list[ChatMessage], params: GenerationParams) -> TokenCount:
         session = self.queued_session()
         return TokenCount(session.count_prompt(messages, params), session.context_limit(params))
 
@@ -319,7 +329,8 @@ class LocalBackend:
 
     async def memory_stats(self) -> MemoryReport:
         await self.start()
-        return await self.call(self.running()[1].caches.report)
+        report: MemoryReport = await self.call(self.running()[1].caches.report)
+        return report
 
     async def forget(self, conversation_id: str) -> None:
         if self.thread is not None:
@@ -331,7 +342,7 @@ class LocalBackend:
             await asyncio.to_thread(forget_saved_caches, conversation_id)
 
 
-def _log_failure(future: concurrent.futures.Future) -> None:
+def _log_failure(future: concurrent.futures.Future[Any]) -> None:
     error = None if future.cancelled() else future.exception()
     if error is not None:
         report_bug(error, "background work on the engine thread")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import GenerationParams
+from engine.types import GenerationParams, Messages
 
 if TYPE_CHECKING:
     from engine.local.session import OpenTurn, Session, TurnResult
@@ -44,7 +44,7 @@ class Request:
     """One chat turn asked of the engine: Session.chat's arguments and the future of its TurnResult."""
 
     conv_id: str
-    messages: list[dict[str, Any]]
+    messages: Messages
     params: GenerationParams
     should_stop: Callable[[], bool]
     emit: Callable[[Any], None]
@@ -72,7 +72,7 @@ class Batcher:
     def submit(
         self,
         conv_id: str,
-        messages: list[dict[str, Any]],
+        messages: Messages,
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[Any], None],

@@ -32,8 +32,8 @@ def _sampler(params: GenerationParams) -> Any:
     return lambda logits: every(logits) if params.top_k >= logits.shape[-1] else sample(logits)
 
 
-def _processors(params: GenerationParams) -> list:
-    found = []
+def _processors(params: GenerationParams) -> list[Any]:
+    found: list[Any] = []
     if params.repetition_penalty and params.repetition_penalty != 1.0:
         found = make_logits_processors(
             repetition_penalty=params.repetition_penalty, repetition_context_size=REPETITION_CONTEXT
@@ -46,7 +46,7 @@ class TokenSampler:
     the last REPETITION_CONTEXT tokens (`history`, kept only when there are processors), and the
     constraint's mask last (a constrained reply: engine/local/constrained.py)."""
 
-    def __init__(self, params: GenerationParams, prompt_ids: list, constraint: Any = None) -> None:
+    def __init__(self, params: GenerationParams, prompt_ids: list[int], constraint: Any = None) -> None:
         self.sampler, self.processors = _sampler(params), _processors(params)
         self.constraint = constraint
         self.greedy = params.temperature == 0

@@ -17,7 +17,8 @@ from engine.context.cache_file import layout_of
 from engine.context.conversation import MIN_INITIAL_CAPACITY, ConversationCache, initial_capacity
 from engine.context.memory import ConversationCaches, default_budget_bytes
 from engine.context.policy import WindowPlan, history_ids, plan_window, reply_room
-from engine.context.prompt import History, WithTools, encode_text, template_messages, tools_cost, tools_off_reason
+from engine.context.prompt import History, encode_text, template_messages, tools_cost, tools_off_reason
+from engine.context.specials import WithTools
 from engine.context.tool_calls import outside_calls, parse_tool_calls
 from engine.errors import ChinwagError
 from engine.local import loading
@@ -33,6 +34,7 @@ from engine.types import (
     GenerationParams,
     KVQuantization,
     LoadProgress,
+    Messages,
     ModelInfo,
     OutputKind,
     PrefillProgress,
@@ -45,7 +47,7 @@ MIN_MEMORY_CONTEXT = fit.MINIMAL_CHAT_TOKENS  # a model loads only if its budget
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
 
 
-def prompt_messages(messages: list[dict], params: GenerationParams) -> list[dict]:
+def prompt_messages(messages: list[dict[str, Any]], params: GenerationParams) -> list[dict[str, Any]]:
     """The messages whose pieces the prompt holds: all, or all but the reply being continued
     (its ids follow the prompt that wrote it)."""
     return messages[:-1] if params.continue_reply else messages
@@ -58,8 +60,9 @@ def context_length_of(model_path: Path) -> int:
         return DEFAULT_CONTEXT_LENGTH
     config = {**config.get("text_config", {}), **config}
     for key in _CONTEXT_KEYS:
-        if isinstance(config.get(key), int) and config[key] > 0:
-            return config[key]
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
     return DEFAULT_CONTEXT_LENGTH
 
 
@@ -76,10 +79,10 @@ class OpenTurn:
     """A turn between Session.open_turn and Session.close_turn: what closing it needs."""
 
     conv_id: str
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     params: GenerationParams
     plan: WindowPlan
-    head: list[dict]
+    head: list[dict[str, Any]]
     parts: list[str]  # the reply's text, as emitted
     run: TurnRun
 
@@ -111,7 +114,7 @@ class Session:
         self.batch_off = ""
         self.context_length = 0
         # (spec, model) of the draft model, checked against the main tokenizer; its caches are in self.caches.
-        self._draft: tuple | None = None
+        self._draft: tuple[str, Any] | None = None
         self.verify_cost: VerifyCost | None = None
         self.wired = WiredLimit()  # Metal: the weights and caches kept resident while a model is loaded
 
@@ -120,7 +123,7 @@ class Session:
         import mlx.core  # noqa: F401
         import mlx_lm  # noqa: F401
 
-    def load(self, spec: str, progress: Callable | None = None) -> ModelInfo:
+    def load(self, spec: str, progress: Callable[[LoadProgress], None] | None = None) -> ModelInfo:
         report = progress or (lambda p: None)
         report(LoadProgress("Finding the model"))
 
@@ -176,14 +179,14 @@ class Session:
             raise ChinwagError("no model is loaded: load one to count tokens")
         return len(encode_text(self.tokenizer, text))  # content: its special-token strings are text
 
-    def count_prompt(self, messages: list[dict], params: GenerationParams) -> int:
+    def count_prompt(self, messages: Messages, params: GenerationParams) -> int:
         """A turn's prompt tokens for `messages`, built as a turn builds it but with no message dropped."""
         if self.model is None:
             raise ChinwagError("no model is loaded: load one to count tokens")
-        messages = template_messages(messages)
-        head = prompt_messages(messages, params)
+        rows = template_messages(messages)
+        head = prompt_messages(rows, params)
         plan = plan_window(self.prompt_tokenizer(params), head, History(), 1 << 40, 0, params.low_water)
-        written = self.written(messages, History()) if params.continue_reply else []
+        written = self.written(rows, History()) if params.continue_reply else []
         return len(plan.prompt_ids) + len(written)
 
     def context_limit(self, params: GenerationParams) -> int:
@@ -193,7 +196,7 @@ class Session:
         return limit
 
     def turn_input(
-        self, conv_id: str, messages: list[dict], params: GenerationParams
+        self, conv_id: str, messages: Messages, params: GenerationParams
     ) -> tuple[ConversationCache | None, History, WindowPlan, TurnInput]:
         """(cache or None if new, its History, WindowPlan, TurnInput): the one place a turn's prompt is built.
 
@@ -208,14 +211,14 @@ class Session:
         plan, turn = self.plan(messages, params, history)
         return conv, history, plan, turn
 
-    def plan(self, messages: list[dict], params: GenerationParams, history: History) -> tuple[WindowPlan, TurnInput]:
+    def plan(self, messages: Messages, params: GenerationParams, history: History) -> tuple[WindowPlan, TurnInput]:
         """(WindowPlan, TurnInput) of `messages` given the pieces `history` remembers (it learns the new ones)."""
         if self.model is None:
             raise ChinwagError("no model is loaded: load one before chatting")
-        messages = template_messages(messages)
+        rows = template_messages(messages)
         limit = self.context_limit(params)
-        head = prompt_messages(messages, params)
-        written = self.written(messages, history) if params.continue_reply else []
+        head = prompt_messages(rows, params)
+        written = self.written(rows, history) if params.continue_reply else []
         plan = plan_window(
             self.prompt_tokenizer(params),
             head,
@@ -229,7 +232,7 @@ class Session:
         marks = tuple(itertools.accumulate(plan.prompt.lengths))  # where each message's piece ends
         return plan, TurnInput(plan.prompt_ids, limit, plan.dropped, written=len(written), marks=marks)
 
-    def written(self, messages: list[dict], history: History) -> list:
+    def written(self, messages: list[dict[str, Any]], history: History) -> list[int]:
         """The ids of the reply that ends `messages`, to continue: as generated when the history
         remembers them, else its text tokenized (after a restart without its saved cache)."""
         last, index = messages[-1], len(messages) - 1
@@ -247,7 +250,7 @@ class Session:
         return self.tokenizer
 
     def new_cache(
-        self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams, ids: list | None = None
+        self, conv_id: str, history: History, turn: TurnInput, params: GenerationParams, ids: list[int] | None = None
     ) -> ConversationCache:
         """A new conversation's cache: a copy of the longest prefix of `ids` (the prompt but its last
         token, which the turn computes) that any cache holds, in memory or saved, else empty."""
@@ -266,7 +269,7 @@ class Session:
     def chat(
         self,
         conv_id: str,
-        messages: list[dict],
+        messages: Messages,
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
@@ -280,7 +283,7 @@ class Session:
     def open_turn(
         self,
         conv_id: str,
-        messages: list[dict],
+        messages: Messages,
         params: GenerationParams,
         should_stop: Callable[[], bool],
         emit: Callable[[TextDelta | PrefillProgress], None],
@@ -289,8 +292,8 @@ class Session:
         """A turn ready to start (its prompt planned, its cache found or made); `batched`: its
         decoding runs as a row of a batch (engine/local/batch.py), without speculation."""
         params = params or GenerationParams()
-        messages = template_messages(messages)
-        conv, history, plan, turn = self.turn_input(conv_id, messages, params)
+        rows = template_messages(messages)
+        conv, history, plan, turn = self.turn_input(conv_id, rows, params)
         fmt = params.response_format
         if fmt is not None and fmt.kind == OutputKind.TOOL_CALL:  # refused before the turn, not as its error
             check_tool_format(self.tokenizer)
@@ -304,7 +307,7 @@ class Session:
             emit(delta)
 
         n_prompt, limit = len(turn.prompt_ids), turn.context_limit
-        head = prompt_messages(messages, params)
+        head = prompt_messages(rows, params)
         earlier = history_ids(plan, head)
 
         def reading(done: int, total: int) -> None:  # the earlier messages' ids among those not reused are read first
@@ -318,7 +321,7 @@ class Session:
         run = TurnRun(
             self.model, self.tokenizer, conv, turn, run_params, should_stop, collect, drafter, self.verify_cost
         )
-        return OpenTurn(conv_id, messages, params, plan, head, parts, run)
+        return OpenTurn(conv_id, rows, params, plan, head, parts, run)
 
     def close_turn(self, turn: "OpenTurn") -> TurnResult:
         """End a started turn: its history records the reply, the budget is enforced, tool calls parsed."""

@@ -2,9 +2,10 @@
 in one forward pass, keep the longest prefix the model agrees with.
 
 Drafts copy the tokens that followed an earlier occurrence of the conversation's last tokens
-(llama.cpp's lookup decoding): from a copy position kept across the model's substitutions (an
-edit changes a few tokens of the text it copies), otherwise from the longest earlier match; when
-that match is short, from the prompt's text aligned whatever its spacing (engine/local/text_lookup.py).
+(engine/local/prompt_lookup.py); when that match is short, from the prompt's text aligned
+whatever its spacing (engine/local/text_lookup.py), or from a draft model (ModelDrafter). Here:
+how many tokens to draft, what a verification pass costs, and the verification itself.
+
 Verification runs the pending token and the draft through the model at once; with greedy
 sampling it accepts exactly the tokens plain decoding would produce, and with temperature > 0
 it applies the speculative-sampling rule (Leviathan et al. 2023, Chen et al. 2023), so the
@@ -15,7 +16,7 @@ Runs on the engine thread only.
 """
 
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -27,20 +28,12 @@ from engine.context import kinds
 from engine.context.conversation import ConversationCache
 from engine.errors import ChinwagError
 from engine.local.decoding import TokenSampler, plain_step
+from engine.local.prompt_lookup import PromptLookup
 from engine.local.text_lookup import TextLookup
 from engine.types import GenerationParams, speculative_default
 
-MAX_NGRAM = 3
 MAX_DRAFT = 8  # a draft model's longest draft
 MAX_COPY = 16  # a lookup's longest draft: a copy that keeps matching is cheap to verify
-MAX_MATCH = 64  # tokens compared when measuring how long an earlier match is
-MAX_CANDIDATES = 32  # earlier occurrences of the n-gram compared, the latest ones
-MAX_MISSES = 12  # mismatched tokens in a row before the copy position is dropped
-JUMP = 4  # tokens by which a match elsewhere must be longer than the copy's to move it
-WINDOW_BACK, WINDOW_AHEAD = 32, 64  # "near the copy position", in tokens
-MAX_SUBSTITUTION = 16  # the longest replacement remembered, in tokens
-MAX_SUBSTITUTIONS = 32  # replacements remembered at once
-SYNC = 2  # tokens back in step before a replacement is remembered: one alone is often chance
 # A draft model's drafting pauses while its recent acceptance rate is below this.
 MIN_ACCEPT_RATE = 0.3
 RATE_DECAY = 0.7  # weight of the past in the acceptance-rate average
@@ -72,154 +65,6 @@ class Verdict:
     next_token: int  # the model's own token after them (pending: not yet in the cache)
 
 
-class PromptLookup:
-    """Drafts copied from earlier in the conversation, with a copy position that survives edits.
-
-    `cursor` is where the copy stands in `ids`: the position whose token is expected next. It
-    moves on with every token, matched or not, so after the model substitutes a token (a rename)
-    the draft continues from the source after the replaced one; after more than MAX_MISSES
-    mismatches in a row it is dropped. A match of the conversation's last tokens near the cursor
-    (an insertion or deletion of a few tokens) moves it there; elsewhere, the longest earlier
-    match is taken (not the latest), and it must beat the cursor by JUMP tokens to move it.
-    Once the copy is back in step for SYNC tokens, what replaced what is remembered, and later drafts apply it
-    (a rename renames every occurrence) until the model declines it.
-    """
-
-    def __init__(self, ids: list) -> None:
-        self.ids: list = []
-        # n-gram -> the positions of the token that followed each occurrence, in order.
-        self.follow: list[dict] = [{} for _ in range(MAX_NGRAM + 1)]
-        self.cursor: int | None = None
-        self.misses = 0  # tokens since the last one that matched the copy
-        self.length = 0  # how long the match of the last proposal was (0: a substitution's guess)
-        self._diverged = (0, 0)  # (source position, position in ids) of the first of those misses
-        # (diverged, back in step, tokens in step since) of a replacement not yet confirmed
-        self._resync: tuple[tuple, tuple, int] | None = None
-        self.substitutions: dict[tuple, tuple] = {}  # replaced source tokens -> what replaced them
-        self._applied: list[tuple[int, int, tuple]] = []  # the last draft's (start, end, replaced)
-        self.extend(ids)
-
-    def extend(self, tokens: list) -> None:
-        ids = self.ids
-        for tok in tokens:
-            if self.cursor is not None:
-                if self.cursor < len(ids) and ids[self.cursor] == tok:
-                    if self.misses:
-                        self._back_in_step(self._diverged, (self.cursor, len(ids)), 1)
-                    elif self._resync is not None:
-                        began, back, synced = self._resync
-                        self._back_in_step(began, back, synced + 1)
-                    self.misses = 0
-                else:
-                    if not self.misses:
-                        # After a chance match, the replacement began where the copy first diverged.
-                        self._diverged = self._resync[0] if self._resync else (self.cursor, len(ids))
-                    self._resync = None
-                    self.misses += 1  # a substitution: the copy skips the token it replaced
-                self.cursor += 1
-                if self.misses > MAX_MISSES or self.cursor > len(ids) + 1:
-                    self.cursor, self._resync = None, None
-            ids.append(tok)
-            # The n-grams ending just before this token now have a follower (the last never does).
-            end = len(ids) - 2
-            for n in range(1, min(MAX_NGRAM, end + 1) + 1):
-                self.follow[n].setdefault(tuple(ids[end + 1 - n : end + 1]), []).append(end + 1)
-
-    def _back_in_step(self, start: tuple, end: tuple, synced: int) -> None:
-        """The copy has matched `synced` tokens since ids[start[1]:end[1]] replaced ids[start[0]:end[0]]."""
-        self._resync = (start, end, synced)
-        if synced >= SYNC:
-            self._remember(start, end)
-            self._resync = None
-
-    def _remember(self, start: tuple, end: tuple) -> None:
-        """ids[start[1]:end[1]] replaced the source's ids[start[0]:end[0]]."""
-        old, new = tuple(self.ids[start[0] : end[0]]), tuple(self.ids[start[1] : end[1]])
-        if 0 < len(old) <= MAX_SUBSTITUTION and 0 < len(new) <= MAX_SUBSTITUTION and old != new:
-            self.substitutions.pop(old, None)
-            self.substitutions[old] = new  # the latest last: the oldest goes first
-            if len(self.substitutions) > MAX_SUBSTITUTIONS:
-                del self.substitutions[next(iter(self.substitutions))]
-
-    def _match(self, p: int) -> int:
-        """How many tokens before p equal the conversation's last tokens."""
-        ids, last, n = self.ids, len(self.ids) - 1, 0
-        while n < MAX_MATCH and n < p and ids[p - 1 - n] == ids[last - n]:
-            n += 1
-        return n
-
-    def _candidates(self, near: int | None) -> list:
-        """Follow positions of the longest n-gram that has some (within WINDOW of `near` if given)."""
-        ids = self.ids
-        for n in range(min(MAX_NGRAM, len(ids)), 0, -1):
-            found = self.follow[n].get(tuple(ids[-n:]), [])
-            if near is not None:
-                lo, hi = bisect_left(found, near - WINDOW_BACK), bisect_right(found, near + WINDOW_AHEAD)
-                found = found[lo:hi]
-            if found:
-                return found[-MAX_CANDIDATES:]
-        return []
-
-    def _choose(self) -> tuple[int | None, int]:
-        """Where to copy from, and the length of the match there (0: the substitution's guess)."""
-        c = self.cursor if self.cursor is not None and self.cursor < len(self.ids) else None
-        choice, length = None, 0
-        if c is not None:
-            near = self._candidates(c)
-            if near:
-                # The longest match; then the nearest to the copy position.
-                length, _, p = max((self._match(p), -abs(p - c), p) for p in near)
-                # Right after a substitution, a one-token match elsewhere is weaker than the copy.
-                if length >= (2 if self.misses == 1 else 1):
-                    choice = p
-            if choice is None:
-                choice, length = c, 0
-        anywhere = self._candidates(None)
-        if anywhere:
-            best, p = max((self._match(p), p) for p in anywhere)
-            if choice is None or best >= length + JUMP:
-                choice, length = p, best
-        return choice, length
-
-    def propose(self, k: int) -> list:
-        """Up to k tokens to copy from where the conversation's last tokens occurred earlier."""
-        self._applied = []
-        if k <= 0 or not self.ids:
-            return []
-        choice, self.length = self._choose()
-        if choice is None:
-            return []
-        if self.length:
-            if self.misses and choice >= self.length:  # back in step: what was replaced
-                self._back_in_step(self._diverged, (choice - self.length, len(self.ids) - self.length), self.length)
-            elif choice != self.cursor:
-                self._resync = None  # the copy moved: what it was confirming is elsewhere
-            self.cursor, self.misses = choice, 0
-        return self._copy(choice, k)
-
-    def _copy(self, q: int, k: int) -> list:
-        """k tokens from position q on, with the remembered substitutions applied."""
-        ids, out = self.ids, list[int]()
-        while len(out) < k and q < len(ids):
-            for old, new in self.substitutions.items():
-                if ids[q] == old[0] and tuple(ids[q : q + len(old)]) == old:
-                    self._applied.append((len(out), len(out) + len(new), old))
-                    out.extend(new)
-                    q += len(old)
-                    break
-            else:
-                out.append(ids[q])
-                q += 1
-        return out[:k]
-
-    def judged(self, accepted: int) -> None:
-        """The last draft's first `accepted` tokens were right: a substitution the model declined is forgotten."""
-        for start, end, old in self._applied:
-            if start <= accepted < end:
-                self.substitutions.pop(old, None)
-        self._applied = []
-
-
 class ModelDrafter:
     """Greedy drafts from a smaller model with the same tokenizer, on its own per-conversation
     cache; the cache follows the main one (common prefix kept, the rest recomputed)."""
@@ -227,10 +72,10 @@ class ModelDrafter:
     def __init__(self, model: Any, conv: ConversationCache, prefill: Callable[..., Any]) -> None:
         self.model, self.conv, self.prefill = model, conv, prefill
 
-    def propose(self, ids: list, k: int) -> list:
+    def propose(self, ids: list[int], k: int) -> list[int]:
         # A greedy draft is a deterministic proposal: the acceptance rule stays exact.
         logits, _, _ = self.prefill(self.model, self.conv, ids)
-        out = []
+        out: list[int] = []
         for i in range(k):
             tok = mx.argmax(logits, axis=-1)
             out.append(tok.item())
@@ -239,7 +84,7 @@ class ModelDrafter:
                 self.conv.token_ids.append(out[-1])
         return out
 
-    def follow(self, ids: list) -> None:
+    def follow(self, ids: list[int]) -> None:
         """Trim to what the main cache holds: the rejected part of the last draft leaves."""
         from engine.context.conversation import common_prefix
 
@@ -316,7 +161,7 @@ class PassTimer:
         self.cost = cost
         self.last: float | None = None  # when the last step or pass returned (None: none yet)
         self.after_plain = False  # the last was a plain step: its own compute is still running
-        self.open: list | None = None  # the last pass: [drafted, seconds, plain computes, steps after it]
+        self.open: list[Any] | None = None  # the last pass: [drafted, seconds, plain computes, steps after it]
 
     def stepped(self) -> None:
         self._event(0)
@@ -380,7 +225,7 @@ class CopyLength:
             p *= self.more[b]
         return best_k
 
-    def _learn(self, rates: list, b: int, outcome: bool) -> None:
+    def _learn(self, rates: list[float], b: int, outcome: bool) -> None:
         rates[b] += LEARN_RATE * (outcome - rates[b])
 
     def record(self, match: int, drafted: int, accepted: int) -> None:
@@ -406,7 +251,7 @@ class Speculator:
 
     def __init__(
         self,
-        prompt_ids: list,
+        prompt_ids: list[int],
         sampling: "Sampling",
         max_draft: int = MAX_DRAFT,
         drafter: "ModelDrafter | None" = None,
@@ -439,7 +284,7 @@ class Speculator:
             return self.length.k > 0
         return self._want
 
-    def _index(self, tokens: list) -> None:
+    def _index(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
         if self.text is not None:
             self.text.extend(tokens)
@@ -454,7 +299,7 @@ class Speculator:
             self._rates().guessed(self._guess_match, self._guess == tok)
         self._index([tok])
 
-    def _propose(self, k: int) -> tuple[list, int]:
+    def _propose(self, k: int) -> tuple[list[int], int]:
         """The better draft of up to k tokens, and its match: the token lookup's, or the text lookup's
         when the token lookup's match is short and the text's rates promise more."""
         proposal, match = self.index.propose(k), self.index.length
@@ -496,7 +341,7 @@ class Speculator:
         self._arrived(tok)
         self._guess_next()
 
-    def draft(self, pending: int, room: int) -> list:
+    def draft(self, pending: int, room: int) -> list[int]:
         """Tokens to verify after `pending` (the sampled token not yet in the cache)."""
         self._ahead = True
         if self.drafter is not None:
@@ -512,12 +357,12 @@ class Speculator:
             self._guess = None
         return proposal[:k]
 
-    def finish(self, ids: list) -> None:
+    def finish(self, ids: list[int]) -> None:
         """The turn is over: the draft model's cache holds what the main one holds."""
         if self.drafter is not None:
             self.drafter.follow(ids)
 
-    def verify(self, model: Any, layers: list, pending: int, draft: list, history: mx.array) -> Verdict:
+    def verify(self, model: Any, layers: list[Any], pending: int, draft: list[int], history: mx.array) -> Verdict:
         """Run pending + draft through the model (writing k+1 positions); judge the draft."""
         logits = model(mx.array([pending] + draft)[None], cache=layers)[0]
         rows = self.sampling.process(logits, history, [pending] + draft)
@@ -525,7 +370,7 @@ class Speculator:
         self.judged(draft, verdict)
         return verdict
 
-    def judged(self, draft: list, verdict: Verdict) -> None:
+    def judged(self, draft: list[int], verdict: Verdict) -> None:
         """The model judged `draft`: learn from it, and index its accepted tokens."""
         self.drafted += len(draft)
         self.accepted += verdict.accepted
@@ -544,10 +389,10 @@ class Sampling:
     """The distribution plain decoding samples from, row by row, and the acceptance rule."""
 
     def __init__(
-        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list, context: int
+        self, temperature: float, top_p: float, top_k: int, min_p: float, processors: list[Any], context: int
     ) -> None:
         self.temperature = temperature
-        self.filters = []
+        self.filters: list[Callable[[mx.array], mx.array]] = []
         # The order and arguments of mlx-lm's make_sampler, which plain decoding uses.
         if 0 < top_p < 1.0:
             self.filters.append(lambda x: apply_top_p(x, top_p))
@@ -559,12 +404,12 @@ class Sampling:
         self.processors = processors
         self.context = context
 
-    def process(self, logits: mx.array, history: mx.array, fed: list) -> mx.array:
+    def process(self, logits: mx.array, history: mx.array, fed: list[int]) -> mx.array:
         """Log-probabilities of each row, processed as plain decoding would at that position; for
         greedy decoding the processed logits, whose argmax is the same (normalising a pass's rows
         cost ~0.7 ms each on the CPU, ~0.01 of a plain step per drafted token)."""
         if self.processors:
-            rows = []
+            rows: list[mx.array] = []
             for i in range(logits.shape[0]):
                 # Row i follows the fed tokens 0..i: each is in the history by then.
                 seen = mx.concatenate([history, mx.array(fed[: i + 1])])[-self.context :]
@@ -575,7 +420,7 @@ class Sampling:
             logits = mx.concatenate(rows, axis=0)
         return logits if self.temperature == 0 else logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
-    def judge(self, logprobs: mx.array, draft: list) -> Verdict:
+    def judge(self, logprobs: mx.array, draft: list[int]) -> Verdict:
         if self.temperature == 0:
             best = mx.argmax(logprobs, axis=-1).tolist()
             n = 0
@@ -613,7 +458,7 @@ def speculative_generate_step(
     """
     yielded, timer = 0, PassTimer(spec.cost)
     while True:
-        draft: list = []
+        draft: list[int] = []
         # The first token is the prompt's own: shown at once, not after a pass that checks a draft behind it.
         if spec.drafting and yielded:
             pending = y.item()
@@ -653,7 +498,9 @@ def device_kind() -> str:
     return "cpu" if mx.default_device().type == mx.cpu else "gpu"
 
 
-def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name: str, where: str = "") -> None:
+def check_vocabularies(
+    tokenizer: Any, draft_vocab: dict[str, int], name: str, draft_name: str, where: str = ""
+) -> None:
     """A draft model must tokenize exactly as the main model does (`draft_vocab`: its token -> id)."""
     a, b = tokenizer.get_vocab(), draft_vocab
     if a != b:
@@ -663,7 +510,7 @@ def check_vocabularies(tokenizer: Any, draft_vocab: dict, name: str, draft_name:
         )
 
 
-def can_speculate(layers: list) -> bool:
+def can_speculate(layers: list[Any]) -> bool:
     """Attention caches trim a rejected draft back exactly (a window within its reserve, which
     outlasts any draft); recurrent state cannot go back a token."""
     return all(kinds.trims_exactly(c) for c in kinds.leaves(layers))

@@ -2,7 +2,7 @@
 
 A reformat keeps every character of the source but its spacing (`result=[]` comes back as
 `result = []`), so its tokens never match the source's and a token lookup
-(engine/local/speculative.py's PromptLookup) loses its place at every operator. This lookup
+(engine/local/prompt_lookup.py's PromptLookup) loses its place at every operator. This lookup
 aligns the reply with the prompt on their non-space characters alone, and copies the prompt on
 from there as text, spaced as the model spaced the same character pairs so far (and indented at
 the ratio it re-indented by); the tokenizer turns that text into the draft. Verification keeps

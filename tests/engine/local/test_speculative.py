@@ -10,12 +10,11 @@ import pytest
 
 from engine.context.conversation import ConversationCache
 from engine.local.generation import TurnInput, run_turn
+from engine.local.prompt_lookup import MAX_MISSES, PromptLookup
 from engine.local.speculative import (
     MAX_COPY,
-    MAX_MISSES,
     CopyLength,
     DraftLength,
-    PromptLookup,
     Sampling,
     VerifyCost,
 )
