@@ -113,22 +113,18 @@ class ChatView(QScrollArea):
         self._hidden, shown = messages[:-PAGE], messages[-PAGE:]
         self._model_fallback = model_name
         for m in shown:
-            widget = self.add_message(
-                m.id,
-                m.role,
-                m.content,
-                m.status,
-                self._name(m),
-                m.stats,
-                m.model_id,
-                (m.version, m.versions),
-                tool_of(m),
-            )
-            show_on_message(widget, m.attachments)
+            self._add_stored(m)
         self._update_more()
         self.memory_mark.update(self._hidden, self._widgets)
         self._stick = True
         self.scroll_to_bottom()
+
+    def _add_stored(self, m: Message) -> None:
+        """A stored message at the end of the view, with its version, tool round and documents."""
+        widget = self.add_message(
+            m.id, m.role, m.content, m.status, self._name(m), m.stats, m.model_id, (m.version, m.versions), tool_of(m)
+        )
+        show_on_message(widget, m.attachments)
 
     def _name(self, m):
         return self.model_name(m.model_id) if m.model_id else getattr(self, "_model_fallback", "")
@@ -225,18 +221,7 @@ class ChatView(QScrollArea):
         top = old.mapTo(self.viewport(), QPoint(0, 0)).y() if old is not None else None
         self.remove_from(message_id)
         for m in messages:
-            widget = self.add_message(
-                m.id,
-                m.role,
-                m.content,
-                m.status,
-                self._name(m),
-                m.stats,
-                m.model_id,
-                (m.version, m.versions),
-                tool_of(m),
-            )
-            show_on_message(widget, m.attachments)
+            self._add_stored(m)
         self.memory_mark.update(self._hidden, self._widgets)
         if top is not None and messages:
             self._hold(messages[0].id, top)
