@@ -90,15 +90,7 @@ class StoreTranscript(Transcript):
         return self.conv_id
 
     def begin(self, parent_id: Any = LAST) -> int:
-        msg = self.store.add_message(
-            self.conv_id,
-            MessageRole.ASSISTANT,
-            "",
-            status=MessageStatus.STREAMING,
-            model_id=self.model_id,
-            parent_id=parent_id,
-        )
-        self.store.set_model(self.conv_id, self.model_id)
+        msg = self.store.begin_reply(self.conv_id, self.model_id, parent_id)
         self._saved[msg.id] = ("", time.monotonic())
         return msg.id
 

@@ -450,6 +450,15 @@ class Store:
             tool_result if message.role == Role.TOOL else None,
         )
 
+    def begin_reply(self, conv_id: str, model_id: str, parent_id: Any = LAST) -> Message:
+        """An empty assistant message that starts streaming after parent_id, and the model it is
+        written by as the conversation's model (the turn driver's and the window's first row of a reply)."""
+        reply = self.add_message(
+            conv_id, MessageRole.ASSISTANT, "", status=MessageStatus.STREAMING, model_id=model_id, parent_id=parent_id
+        )
+        self.set_model(conv_id, model_id)
+        return reply
+
     @staticmethod
     def _parent(db: sqlite3.Connection, conv_id: str, parent_id: Any) -> int | None:
         """The parent a new message gets: parent_id, checked, or the last shown message for LAST."""

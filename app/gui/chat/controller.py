@@ -240,15 +240,7 @@ class ChatController(QObject, Sending, Conversations):
             system_prompt = str(values.get("system_prompt") or "")
             messages = engine_messages(history, system_prompt)
             params = params_from_settings(values)  # a bad stored setting stops here, before the reply exists
-            reply = self.store.add_message(
-                conv.id,
-                MessageRole.ASSISTANT,
-                "",
-                status=MessageStatus.STREAMING,
-                model_id=model.id,
-                parent_id=parent_id,
-            )
-            self.store.set_model(conv.id, model.id)
+            reply = self.store.begin_reply(conv.id, model.id, parent_id)
         except ChinwagError as e:
             self.error.emit(str(e))
             return False
