@@ -9,7 +9,6 @@ chat's ("") and a deleted chat's.
 
 import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -18,19 +17,16 @@ from app.core.settings import TOOLS_OFF_KEY, set_tools_off, tools_off
 from app.core.store import MIGRATIONS, SCHEMA_VERSION, Store
 from app.transcripts.export import to_json
 from app.transcripts.json_import import import_conversation
+from tests.app.core.old_release import DATA, store_from
 
-FIXTURE = Path(__file__).parent / "data" / "schema2.db"
+FIXTURE = DATA / "schema2.db"
 A = "17c9da28-3ae8-4a20-a03d-794bba91f4b3"
 B = "55744b90-2966-4fa0-a07d-8552529f45db"
 
 
 @pytest.fixture
 def old_store(chinwag_home):
-    shutil.copyfile(FIXTURE, chinwag_home / "chinwag.db")
-    (chinwag_home / "chinwag.db").chmod(0o600)
-    s = Store()
-    yield s
-    s.close()
+    yield from store_from(FIXTURE, chinwag_home)
 
 
 def test_the_fixture_is_the_previous_release(tmp_path):

@@ -12,7 +12,6 @@ without run details) and has the server `files` off. Chat C's reply has hand-dam
 import json
 import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +22,9 @@ from app.transcripts.export import to_json, to_markdown
 from app.transcripts.json_import import import_conversation
 from engine.errors import ChinwagError
 from engine.types import ChatMessage, Role, ToolCall
+from tests.app.core.old_release import DATA, store_from
 
-FIXTURE = Path(__file__).parent / "data" / "schema4.db"
+FIXTURE = DATA / "schema4.db"
 A = "876796ef-71b6-42a0-9423-5e7d1e1c22ec"
 B = "e90783f4-923c-419e-bedd-06d0c760174b"
 C = "14acafac-270c-479b-9d25-662ba8c60729"
@@ -34,11 +34,7 @@ DIVIDE = ToolCall("call_2", "divide", '{"a": 1, "b": 0}')
 
 @pytest.fixture
 def old_store(chinwag_home):
-    shutil.copyfile(FIXTURE, chinwag_home / "chinwag.db")
-    (chinwag_home / "chinwag.db").chmod(0o600)
-    s = Store()
-    yield s
-    s.close()
+    yield from store_from(FIXTURE, chinwag_home)
 
 
 def test_the_fixture_is_the_previous_release(tmp_path):
