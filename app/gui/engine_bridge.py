@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.errors import ChinwagError
 from engine.log import report_bug
-from engine.types import EngineStatus, FinishReason, PrefillProgress, TextDelta, TurnAnnounced, TurnOrigin, TurnStats
+from engine.types import EngineStatus, TurnAnnounced, TurnOrigin
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ class EngineBridge(QObject):
     modelLoaded = Signal(object)  # ModelInfo
     loadFailed = Signal(str, str)  # spec, one-line reason
     delta = Signal(object, str)  # conv_id, text
-    turnFinished = Signal(object, object)  # conv_id, TurnStats
-    turnFailed = Signal(object, str)  # conv_id, reason
     prefillProgress = Signal(object, object)  # conv_id, PrefillProgress (reading the prompt)
     draftReading = Signal(object)  # conv_id: a draft is being read ahead
     draftPrefilled = Signal(object, object)  # conv_id, BackgroundPrefill (a draft read ahead)
@@ -57,7 +55,6 @@ class EngineBridge(QObject):
         self._factory = engine_factory
         self._tasks: set[asyncio.Task] = set()
         self._generating: set = set()  # the window's turns, from asking until they end
-        self._turns: dict = {}  # conv id -> the ChatTurn handle of the window's turn (engine/turns.py)
         self._replies: dict = {}  # conv id -> the task of its reply run by the turn driver (run_turn)
         self._loading = False
         self._started = False
@@ -237,39 +234,6 @@ class EngineBridge(QObject):
         return info
 
     # --- chat ------------------------------------------------------------
-    def chat(self, conv_id, messages: list[dict], params) -> asyncio.Task:
-        # The handle now: a Stop that comes before the turn's task has begun still stops it.
-        turn = self._turns[conv_id] = self.engine.chat(conv_id, messages, params, origin=TurnOrigin.WINDOW)
-        self._generating.add(conv_id)
-        self._set_state()
-        return self.run(self._chat(conv_id, turn))
-
-    async def _chat(self, conv_id, turn):
-        stats = None
-        try:
-            async for event in turn:
-                if isinstance(event, TextDelta):
-                    if event.text:
-                        self.delta.emit(conv_id, event.text)
-                elif isinstance(event, PrefillProgress):
-                    self.prefillProgress.emit(conv_id, event)
-                elif isinstance(event, TurnStats):
-                    stats = event
-        except asyncio.CancelledError:
-            self._ended(conv_id, turn)
-            self.turnFailed.emit(conv_id, FinishReason.CANCELLED)
-            raise
-        except Exception as e:  # noqa: BLE001 - one line for the user; a bug's traceback goes to the log
-            self._ended(conv_id, turn)
-            self.turnFailed.emit(conv_id, _reason(e, "a reply"))
-            return
-        self._ended(conv_id, turn)
-        if stats is None:
-            self.turnFailed.emit(conv_id, "the engine ended the reply without statistics")
-        else:
-            self.turnFinished.emit(conv_id, stats)
-        return stats
-
     def run_turn(self, conv_id, coro) -> asyncio.Task:
         """A reply run by the turn driver (app/chat/turn.py): the engine is generating for conv_id
         until it ends (the state, the busy chat, no read-ahead meanwhile)."""
@@ -285,12 +249,6 @@ class EngineBridge(QObject):
             del self._replies[conv_id]
             self._generating.discard(conv_id)
             self._set_state()
-
-    def _ended(self, conv_id, turn):
-        if self._turns.get(conv_id) is turn:  # not a newer turn of the same chat
-            del self._turns[conv_id]
-            self._generating.discard(conv_id)
-        self._set_state()
 
     def prefill(self, conv_id, messages: list[dict], params) -> asyncio.Task | None:
         """Read ahead in the background (an unsent draft, or a chat whose history changed); only when
@@ -346,9 +304,6 @@ class EngineBridge(QObject):
             self._engine.stop("")  # no conversation has the id "": only the background work ends
 
     def stop(self, conv_id=None):
-        for key, turn in list(self._turns.items()):
-            if conv_id is None or key == conv_id:
-                turn.stop()  # begun or not
         if self._engine is not None:
             self._engine.stop(conv_id)
 

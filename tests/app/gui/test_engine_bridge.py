@@ -3,7 +3,7 @@
 import pytest
 
 from engine.errors import ChinwagError
-from engine.types import EngineStatus
+from engine.types import EngineStatus, TurnOrigin
 from tests.app_helpers import FakeEngine
 
 pytestmark = pytest.mark.qt
@@ -27,7 +27,12 @@ def test_the_state_goes_starting_idle_loading_ready_generating_ready(qtbot, qloo
     bridge.load_model(engine.models[0].id)
     qtbot.waitUntil(lambda: bridge.state == EngineStatus.READY, timeout=5000)
     assert engine.state.state == EngineStatus.READY  # the bridge's state is the engine's
-    bridge.chat("c", [{"role": "user", "content": "hi"}], None)
+
+    async def reply():  # as the turn driver runs a window reply (app/gui/chat/reply.py)
+        async for _ in engine.chat("c", [{"role": "user", "content": "hi"}], None, origin=TurnOrigin.WINDOW):
+            pass
+
+    bridge.run_turn("c", reply())
     assert bridge.state == EngineStatus.GENERATING  # asked for: before the engine's task has begun
     qtbot.waitUntil(lambda: not bridge.is_generating() and bridge.state == EngineStatus.READY, timeout=10_000)
     assert seen == ["idle", "loading", "ready", "generating", "ready"]
