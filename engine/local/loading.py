@@ -17,6 +17,7 @@ from typing import Any
 from engine import cpu
 from engine.errors import ModelError
 from engine.local import blas
+from engine.models.fit import Form
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ def use_float32() -> bool:
     return mx.default_device() == mx.cpu and os.environ.get(cpu.FLOAT32_ENV, "1") != "0"
 
 
-def load(path: Path, progress: Callable[[str, float, float], None] | None = None) -> Any:
+def load(path: Path, progress: Callable[[str, float, float], None] | None = None, form: Form | None = None) -> Any:
     """(model, tokenizer) ready to run on this device; ModelError if the folder cannot load.
+
+    `form` (engine/models/fit.py) may ask for a leaner form than this device's usual one where that
+    would not fit the memory limit: floats not cast to float32, a quantized model not dequantized.
 
     progress(stage, done, total) is called on this thread: the tokenizer, then the weights
     as each layer is read into memory (done/total in bytes).
@@ -43,10 +47,10 @@ def load(path: Path, progress: Callable[[str, float, float], None] | None = None
         report("Loading the tokenizer", 0, 0)
         tokenizer = load_tokenizer(Path(path), eos_token_ids=config.get("eos_token_id", None))
         quiet_length_warning(tokenizer)
-        if use_float32():
+        if use_float32() and (form is None or form.float32):
             model.set_dtype(mx.float32)
         eval_weights(model, report)
-        if blas.should_dequantize(model):
+        if (form is None or form.dequantized) and blas.should_dequantize(model):
             log.info("running %s dequantized to float32 on OpenBLAS", path)
             report("Preparing the weights for this CPU", 0, 0)
             model = blas.dequantize(model)

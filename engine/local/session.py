@@ -6,6 +6,7 @@ Everything here runs on the engine thread; front ends reach it through engine/ap
 import dataclasses
 import itertools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ from engine.types import (
     TextDelta,
     TurnStats,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_LENGTH = 4096
 MIN_MEMORY_CONTEXT = fit.MINIMAL_CHAT_TOKENS  # a model loads only if its budget holds this much
@@ -139,7 +142,13 @@ class Session:
             limit = fit.available_bytes() + self.weight_bytes
         plan = fit.plan(path, limit, kv, info.name or info.id)
         plan.check(kv)
-        model, tokenizer = loading.load(path, lambda stage, done, total: report(LoadProgress(stage, done, total)))
+        if plan.leaner:  # held leaner than usual here, where the usual form would not fit the limit
+            log.warning("loading %s %s: as usual here it would not fit in %d bytes", path, plan.form.text(), plan.limit)
+        model, tokenizer = loading.load(
+            path,
+            lambda stage, done, total: report(LoadProgress(stage, done, total)),
+            plan.form if plan.leaner else None,
+        )
         kinds.check_model(model, kv)  # a cache Chinwag cannot keep: refused here, not mid-turn
         info = dataclasses.replace(info, tools_off=tools_off_reason(tokenizer))  # said from the load on
         # Only a model that loaded replaces the current one (and only then do its options apply).

@@ -7,6 +7,7 @@ quantized model dequantized to float32, by engine/cpu.py's switches), a KV cache
 `--memory-limit` / `CHINWAG_MEMORY_LIMIT`, else on Metal the recommended working set, elsewhere the
 memory available now."""
 
+import dataclasses
 import json
 import os
 import re
@@ -106,11 +107,30 @@ def _on_cpu_float32() -> bool:
     )
 
 
-def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
-    """The bytes the folder's weights take once loaded here, from the safetensors headers."""
+@dataclass(frozen=True)
+class Form:
+    """How the load path holds a model's weights here (engine/local/loading.py)."""
+
+    float32: bool  # floating weights cast to float32 (the CPU backend)
+    dequantized: bool  # a quantized model run dequantized to float32 (OpenBLAS)
+
+    def text(self) -> str:
+        if self.dequantized:
+            return "dequantized to float32"
+        return "kept quantized" if self.float32 else "as stored, not cast to float32"
+
+
+@dataclass(frozen=True)
+class _Weights:
+    loaded: int  # bytes with floats as `float32` says
+    dequantized: int  # bytes once every quantized layer is float32
+    bits: int  # the quantization's bits (0: not quantized)
+
+
+def _weights(folder: Path, config: dict[str, Any], float32: bool) -> _Weights:
+    """The folder's weight bytes from its safetensors headers."""
     from engine.models.folders import _safetensors_header
 
-    float32 = _on_cpu_float32()
     quantization = config.get("quantization") or {}
     bits = int(quantization.get("bits", 0) or 0) if isinstance(quantization, dict) else 0
     loaded = dequantized = 0
@@ -124,7 +144,14 @@ def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
             as_loaded, as_float32 = _tensor_bytes(name, v, float32, quantization, bits)
             loaded += as_loaded
             dequantized += as_float32
-    return dequantized if _runs_dequantized(float32, bits, dequantized) else loaded
+    return _Weights(loaded, dequantized, bits)
+
+
+def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
+    """The bytes the folder's weights take once loaded here by default, from the safetensors headers."""
+    float32 = _on_cpu_float32()
+    w = _weights(folder, config, float32)
+    return w.dequantized if _runs_dequantized(float32, w.bits, w.dequantized) else w.loaded
 
 
 def _tensor_bytes(
@@ -208,6 +235,8 @@ class Plan:
     fixed: int  # cache bytes whatever the length (windows, recurrent state)
     reserve: int
     limit: int
+    form: Form = Form(float32=False, dequantized=False)
+    leaner: bool = False  # the form is leaner than this machine's usual one, which would not fit
 
     def needs(self, tokens: int) -> int:
         return int(self.weights + self.reserve + self.fixed + self.per_token * tokens)
@@ -229,9 +258,10 @@ class Plan:
         need = self.needs(MINIMAL_CHAT_TOKENS)
         if need <= self.limit:
             return
+        held = f" {self.form.text()}" if self.leaner else ""
         hint = "a smaller model, " + ("fewer --kv-bits" if kv else "--kv-bits 8 or 4") + ", or a higher --memory-limit"
         raise ChinwagError(
-            f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}"
+            f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}{held}"
             f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}; try {hint}"
         )
 
@@ -244,7 +274,9 @@ def _size(n: float) -> str:
 
 
 def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None, name: str = "") -> Plan:
-    """What the model in `folder` needs here against `limit` (None: this machine's available memory)."""
+    """What the model in `folder` needs here against `limit` (None: this machine's available memory),
+    in the form the load path holds it: the usual one, or where that does not fit the limit the first
+    leaner one that does (quantized weights not dequantized, then floats as stored, not cast to float32)."""
     folder = Path(folder)
     try:
         config = json.loads((folder / "config.json").read_text())
@@ -252,15 +284,27 @@ def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None
         raise ChinwagError(f"cannot read {folder / 'config.json'}: {e}") from e
     if not isinstance(config, dict):
         raise ChinwagError(f"{folder / 'config.json'} is not a JSON object")
-    per_token, fixed = cache_bytes_per_token(config, kv, _on_cpu_float32())
-    return Plan(
-        name or folder.name,
-        weight_bytes(folder, config),
-        per_token,
-        fixed,
-        RESERVE_BYTES,
-        available_bytes() if limit is None else limit,
-    )
+    room = available_bytes() if limit is None else limit
+    float32 = _on_cpu_float32()
+    w = _weights(folder, config, float32)
+    usual = Form(float32, _runs_dequantized(float32, w.bits, w.dequantized))
+    plans = [_plan_in(usual, w, config, kv, room, name or folder.name)]
+    if usual.dequantized:  # the quantized weights, with float32 norms and scales
+        plans.append(_plan_in(Form(float32, False), w, config, kv, room, plans[0].name))
+    elif float32 and not w.bits:  # floats as stored: slower here, half the memory
+        stored = _weights(folder, config, False)
+        plans.append(_plan_in(Form(False, False), stored, config, kv, room, plans[0].name))
+    fitting = [p for p in plans if p.needs(MINIMAL_CHAT_TOKENS) <= p.limit]
+    if fitting and fitting[0] is plans[0]:
+        return plans[0]
+    # The leanest form that fits; or, when none does, the leanest, whose check says what is missing.
+    return dataclasses.replace(fitting[0] if fitting else plans[-1], leaner=len(plans) > 1)
+
+
+def _plan_in(form: Form, w: _Weights, config: dict[str, Any], kv: KVQuantization | None, limit: int, name: str) -> Plan:
+    per_token, fixed = cache_bytes_per_token(config, kv, form.float32)
+    weights = w.dequantized if form.dequantized else w.loaded
+    return Plan(name, weights, per_token, fixed, RESERVE_BYTES, limit, form)
 
 
 def fit_reason(path: str, limit: int | None, kv: KVQuantization | None, name: str = "") -> str:
