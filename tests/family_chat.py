@@ -60,9 +60,10 @@ def _with_replies(texts):
     return messages
 
 
-async def run_chat(path) -> Script:
+async def run_chat(path, **options) -> Script:
+    """The script on the model at `path`; `options` go to both engines (e.g. kv_quantization)."""
     s = Script()
-    engine = Engine()
+    engine = Engine(**options)
     try:
         await engine.load_model(str(path))
         texts = []
@@ -97,7 +98,7 @@ async def run_chat(path) -> Script:
         _, s.steps["shared second"] = await _turn(engine, "s2", _shared(QUESTIONS[1]))
     finally:
         await engine.close()
-    engine = Engine(memory_budget_bytes=1)  # a restart (the caches saved at close), and every other chat evicted
+    engine = Engine(memory_budget_bytes=1, **options)  # a restart (the caches saved at close), and every other chat evicted
     try:
         await engine.load_model(str(path))
         follow = sent + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks!"}]

@@ -273,3 +273,40 @@ def test_a_new_quantized_chat_starts_from_another_chats_prefix_in_memory_and_aft
     for stats in (second, restarted):
         expected = _greedy_with_mlx_lm_quantized_cache(model, list(stats.prompt_ids), 8, 10, tokenizer.eos_token_ids)
         assert list(stats.reply_ids) == expected
+
+
+@pytest.fixture(scope="module")
+def quantized_script(wide_model_path, tmp_path_factory):
+    """The family script (tests/family_chat.py) with an 8-bit cache: turns, regenerate, edits, a version
+    switch, a read-ahead, a sliding context cap, a fork, shared prefixes, a restart and an eviction."""
+    from tests.family_chat import run_chat
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CHINWAG_HOME", str(tmp_path_factory.mktemp("home-script")))
+    try:
+        return asyncio.run(run_chat(wide_model_path, kv_quantization=KVQuantization(8)))
+    finally:
+        mp.undo()
+
+
+def test_every_step_of_the_family_script_on_an_8_bit_cache_equals_mlx_lms_quantized_computation(
+    quantized_script, wide_model
+):
+    model, tokenizer = wide_model
+    steps = [v for v in quantized_script.steps.values() if isinstance(v, TurnStats)]
+    for stats in quantized_script.turns + steps:
+        expected = _greedy_with_mlx_lm_quantized_cache(
+            model, list(stats.prompt_ids), 8, len(stats.reply_ids), tokenizer.eos_token_ids
+        )
+        assert list(stats.reply_ids) == expected
+
+
+def test_every_step_of_the_family_script_on_an_8_bit_cache_reuses_what_it_shares(quantized_script):
+    turns, steps = quantized_script.turns, quantized_script.steps
+    for prev, stats in zip(turns, turns[1:]):
+        assert stats.reused_tokens == len(prev.prompt_ids) + len(prev.reply_ids)
+    assert steps["regenerate"].reused_tokens == len(steps["regenerate"].prompt_ids) - 1
+    for name in ("edit last", "edit middle", "switch back", "after draft", "forked turn", "after restart"):
+        assert steps[name].reused_tokens > 0, name
+    assert steps["after eviction"].reused_tokens > len(steps["after restart"].prompt_ids)
+    assert steps["shared second"].reused_tokens > 0 and steps["shared after restart"].reused_tokens > 0
