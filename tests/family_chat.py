@@ -98,7 +98,9 @@ async def run_chat(path, **options) -> Script:
         _, s.steps["shared second"] = await _turn(engine, "s2", _shared(QUESTIONS[1]))
     finally:
         await engine.close()
-    engine = Engine(memory_budget_bytes=1, **options)  # a restart (the caches saved at close), and every other chat evicted
+    engine = Engine(
+        memory_budget_bytes=1, **options
+    )  # a restart (the caches saved at close), and every other chat evicted
     try:
         await engine.load_model(str(path))
         follow = sent + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks!"}]
