@@ -239,6 +239,8 @@ SLOW = {
         "test_a_quantized_chat_reuses_the_whole_history_on_every_follow_up",
         "test_every_4_bit_reply_equals_mlx_lm_with_its_quantized_cache_read_in_some_chunks",
         "test_every_8_bit_reply_equals_mlx_lm_with_its_quantized_cache",
+        "test_every_step_of_the_family_script_on_an_8_bit_cache_equals_mlx_lms_quantized_computation",
+        "test_every_step_of_the_family_script_on_an_8_bit_cache_reuses_what_it_shares",
     },
     "tests/engine/local/test_background.py": {
         "test_replay_pause_lets_the_next_window_be_prepared",
