@@ -259,7 +259,8 @@ class Plan:
         if need <= self.limit:
             return
         held = f" {self.form.text()}" if self.leaner else ""
-        hint = "a smaller model, " + ("fewer --kv-bits" if kv else "--kv-bits 8 or 4") + ", or a higher --memory-limit"
+        cache = "a KV cache of fewer bits (--kv-bits)" if kv else "a KV cache of 8 or 4 bits (--kv-bits)"
+        hint = f"a smaller model, {cache}, or a higher memory limit (--memory-limit)"
         raise ChinwagError(
             f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}{held}"
             f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}; try {hint}"
