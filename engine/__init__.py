@@ -6,7 +6,7 @@ Importing this package is cheap: MLX and mlx-lm are imported on the engine threa
 from typing import TYPE_CHECKING
 
 from engine.descriptors import keep_descriptor_limits
-from engine.errors import ChinwagError, ContextOverflowError, ModelError
+from engine.errors import ChinwagError, ContextOverflowError, DoesNotFitError, ModelError
 from engine.types import (
     BackgroundPrefill,
     ChatMessage,
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # mypy sees the class; importing engine stays cheap
     from engine.api import Engine
 
 __all__ = [
+    "DoesNotFitError",
     "ChatMessage",
     "Role",
     "ToolCall",

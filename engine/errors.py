@@ -22,6 +22,22 @@ class ModelError(ChinwagError):
     """A model file or folder that cannot be used."""
 
 
+class DoesNotFitError(ChinwagError):
+    """A model whose weights and a short chat do not fit the memory limit. Its text names the CLI's
+    flags; `advice` says the same naming a front end's own settings."""
+
+    def __init__(self, what: str, quantized: bool) -> None:
+        self.what, self.quantized = one_line(what), quantized
+        super().__init__(self.advice("--kv-bits", "--memory-limit"))
+
+    def advice(self, cache_setting: str, limit_setting: str) -> str:
+        cache = "fewer bits" if self.quantized else "8 or 4 bits"
+        return (
+            f"{self.what}; try a smaller model, a KV cache of {cache} ({cache_setting}),"
+            f" or a higher memory limit ({limit_setting})"
+        )
+
+
 class ContextOverflowError(ChinwagError):
     """A prompt that cannot fit in the model's context even after dropping old turns."""
 

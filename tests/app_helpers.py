@@ -163,7 +163,8 @@ class FakeEngine:
             progress(LoadProgress("Loading weights", 1, 2))
         await asyncio.sleep(self.load_delay)
         if spec in self.fail_load:
-            raise ChinwagError(self.fail_load[spec])
+            reason = self.fail_load[spec]  # a line, or the engine's own error
+            raise reason if isinstance(reason, ChinwagError) else ChinwagError(reason)
         info = next((m for m in self.models if m.id == spec), None)
         if info is None:
             info = ModelInfo(str(spec), str(spec).rsplit("/", 1)[-1], str(spec), context_length=2048)

@@ -319,8 +319,7 @@ class MainWindow(QMainWindow):
 
     def _startup_done(self):
         self._startup = False
-        self._update_composer()
-        self._update_welcome()
+        self._on_state(self.bridge.state)  # the state's words, the composer, the welcome: no longer "Loading…"
         if self.bridge.current_model is None and self.chat.queue:
             self.chat.unqueue()
             self.show_error(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import cpu
-from engine.errors import ChinwagError
+from engine.errors import ChinwagError, DoesNotFitError
 from engine.types import KVQuantization
 
 MINIMAL_CHAT_TOKENS = 2048  # the smallest chat worth loading a model for
@@ -259,11 +259,10 @@ class Plan:
         if need <= self.limit:
             return
         held = f" {self.form.text()}" if self.leaner else ""
-        cache = "a KV cache of fewer bits (--kv-bits)" if kv else "a KV cache of 8 or 4 bits (--kv-bits)"
-        hint = f"a smaller model, {cache}, or a higher memory limit (--memory-limit)"
-        raise ChinwagError(
+        raise DoesNotFitError(
             f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}{held}"
-            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}; try {hint}"
+            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}",
+            quantized=kv is not None,
         )
 
 

@@ -465,6 +465,40 @@ def test_a_queued_message_is_not_left_waiting_when_no_model_loads(qtbot, qloop, 
     run(qtbot, w.shutdown())
 
 
+def test_a_start_up_load_that_fails_no_longer_says_loading_in_the_status_bar(qtbot, qloop, store):
+    from app.gui.window import MainWindow
+
+    engine = FakeEngine()
+    engine.fail_load["fake-small"] = "it does not fit in memory"
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    task = w.start_engine("fake-small")
+    qtbot.waitUntil(task.done, timeout=5000)
+    qtbot.waitUntil(lambda: "Loading" not in w.status.state_label.text(), timeout=5000)
+    assert w.composer.reason_label.text().startswith("No model is loaded (it does not fit in memory)")
+    w.close()
+    run(qtbot, w.shutdown())
+
+
+def test_a_model_that_does_not_fit_is_explained_with_the_windows_settings(qtbot, qloop, store):
+    from app.gui.window import MainWindow
+    from engine import DoesNotFitError
+
+    engine = FakeEngine()
+    engine.fail_load["fake-small"] = DoesNotFitError("Fake does not fit in memory: it needs 9.0 GB", False)
+    w = MainWindow(store, engine)
+    qtbot.addWidget(w)
+    w.show()
+    task = w.start_engine("fake-small")
+    qtbot.waitUntil(task.done, timeout=5000)
+    (banner,) = [t for t in w.notices.texts() if "does not fit" in t]
+    assert "a KV cache of 8 or 4 bits (Preferences › KV cache)" in banner
+    assert "a higher memory limit (Preferences › Memory limit)" in banner and "--" not in banner
+    w.close()
+    run(qtbot, w.shutdown())
+
+
 def test_snippet_is_shown_from_just_before_the_match():
     from app.gui.sidebar import _around
 

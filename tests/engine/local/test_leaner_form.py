@@ -136,3 +136,21 @@ def test_a_quantized_model_that_would_not_fit_dequantized_is_kept_quantized(quan
     assert quantized
     model, tokenizer = mlx_lm.load(str(quantized_path))
     assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 8, tokenizer.eos_token_ids)
+
+
+def test_the_engine_refuses_with_the_typed_error_front_ends_word_in_their_own_settings(bf16_path):
+    from engine import DoesNotFitError
+
+    async def main():
+        engine = Engine(memory_limit_bytes=1 << 20)
+        try:
+            await engine.load_model(str(bf16_path))
+        finally:
+            await engine.close()
+
+    with pytest.raises(DoesNotFitError) as refused:
+        asyncio.run(main())
+    assert str(refused.value).endswith(
+        "a KV cache of 8 or 4 bits (--kv-bits), or a higher memory limit (--memory-limit)"
+    )
+    assert "(Memory limit)" in refused.value.advice("KV cache", "Memory limit")
