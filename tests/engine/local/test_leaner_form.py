@@ -53,20 +53,10 @@ def test_where_nothing_fits_the_refusal_says_what_the_stored_weights_need(bf16_p
         plan.check(None)
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def test_the_engine_loads_it_as_stored_says_so_and_replies_as_mlx_lm_does(bf16_path):
+def test_the_engine_loads_it_as_stored_says_so_and_replies_as_mlx_lm_does(bf16_path, caplog):
     import mlx_lm
 
-    said = _Lines()
-    logging.getLogger("engine.local.session").addHandler(said)
+    caplog.set_level(logging.WARNING, logger="engine.local.session")
 
     async def main():
         engine = Engine(memory_limit_bytes=_between(bf16_path))
@@ -83,12 +73,9 @@ def test_the_engine_loads_it_as_stored_says_so_and_replies_as_mlx_lm_does(bf16_p
         finally:
             await engine.close()
 
-    try:
-        dtypes, out = asyncio.run(main())
-    finally:
-        logging.getLogger("engine.local.session").removeHandler(said)
+    dtypes, out = asyncio.run(main())
     assert dtypes == {mx.bfloat16}
-    assert any("as stored, not cast to float32" in line for line in said.lines)
+    assert any("as stored, not cast to float32" in r.getMessage() for r in caplog.records)
     model, tokenizer = mlx_lm.load(str(bf16_path))  # mlx-lm keeps the stored dtype
     for stats in out:
         assert list(stats.reply_ids) == reference(model, list(stats.prompt_ids), 8, tokenizer.eos_token_ids)
