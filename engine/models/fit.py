@@ -1,5 +1,7 @@
 """Whether a model fits this machine, from its folder alone: no weight is read and MLX is not
-imported (`plan(folder, limit)` reads config.json and the safetensors headers).
+imported (`plan(folder, limit)` reads config.json and the safetensors headers). A model not
+downloaded yet (the download dialog's catalogue) is judged by the same Plan, sized from its
+parameter count and a few config.json figures (`estimated_plan`).
 
 What a model needs here: its weights as this machine's load path holds them (on the CPU backend
 engine/local/loading.py casts float16/bfloat16 to float32 and engine/local/blas.py may run a small
@@ -22,6 +24,7 @@ from engine.types import KVQuantization
 MINIMAL_CHAT_TOKENS = 2048  # the smallest chat worth loading a model for
 WINDOW_RESERVE = 64  # positions a sliding window's cache keeps behind it (engine/context/window_cache.py)
 RESERVE_BYTES = 256 << 20  # activations, the tokenizer, the interpreter: a working reserve
+QUANT_GROUP = 64  # MLX's affine quantization: a scale and a bias per this many weights
 DTYPE_BYTES = {
     "F64": 8,
     "F32": 4,
@@ -99,6 +102,12 @@ def available_bytes() -> int:
     return ram_bytes()
 
 
+def default_limit(loaded_weight_bytes: int = 0) -> int:
+    """The limit without a setting: what is available now, plus the weights of the model a load would
+    replace (engine/local/session.py counts them back the same way)."""
+    return available_bytes() + loaded_weight_bytes
+
+
 def _on_cpu_float32() -> bool:
     """Whether this machine's load path casts floats to float32 (the CPU backend: not Apple silicon)."""
     return (
@@ -145,6 +154,21 @@ def _tensor_bytes(
         layer_bits = int(own.get("bits", bits)) if isinstance(own, dict) else bits
         return loaded, count * (32 // layer_bits) * 4
     return loaded, count * (4 if is_float else size)
+
+
+def estimated_weight_bytes(params: float, bits: int) -> int:
+    """The bytes `params` weights stored at `bits` (16: bf16, unquantized) take once loaded here, for a
+    model with no safetensors header at hand (not downloaded yet): as `weight_bytes` counts a real
+    folder's, with a scale and a bias per QUANT_GROUP weights, floats cast to float32 on the CPU and a
+    small quantized model dequantized where this machine's path would."""
+    float32 = _on_cpu_float32()
+    floats = 4 if float32 else 2
+    if bits >= 16:
+        return int(params * floats)
+    dequantized = int(params * 4)
+    if _runs_dequantized(float32, bits, dequantized):
+        return dequantized
+    return int(params * bits / 8 + params / QUANT_GROUP * 2 * floats)
 
 
 def _runs_dequantized(float32: bool, bits: int, dequantized: int) -> bool:
@@ -224,19 +248,29 @@ class Plan:
             self.needs(MINIMAL_CHAT_TOKENS) - self.weights - self.reserve, self.limit - self.weights - self.reserve
         )
 
-    def check(self, kv: KVQuantization | None) -> None:
-        """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
+    def reason(self, kv: KVQuantization | None, hint: str = "") -> str:
+        """Why the model does not fit the limit, in one line ("" when its weights and a minimal chat
+        fit): what it needs, what there is, and what to do (`hint`, else the command line's flags)."""
         need = self.needs(MINIMAL_CHAT_TOKENS)
         if need <= self.limit:
-            return
-        hint = "a smaller model, " + ("fewer --kv-bits" if kv else "--kv-bits 8 or 4") + ", or a higher --memory-limit"
-        raise ChinwagError(
-            f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}"
-            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}; try {hint}"
+            return ""
+        hint = hint or (
+            "a smaller model, " + ("fewer --kv-bits" if kv else "--kv-bits 8 or 4") + ", or a higher --memory-limit"
+        )
+        return (
+            f"{self.name} does not fit in memory: it needs {size_text(need)} (weights {size_text(self.weights)}"
+            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {size_text(self.limit)}; try {hint}"
         )
 
+    def check(self, kv: KVQuantization | None) -> None:
+        """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
+        why = self.reason(kv)
+        if why:
+            raise ChinwagError(why)
 
-def _size(n: float) -> str:
+
+def size_text(n: float) -> str:
+    """A size as the fit messages write it: decimal units, as --memory-limit 6GB reads them."""
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -261,6 +295,29 @@ def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None
         RESERVE_BYTES,
         available_bytes() if limit is None else limit,
     )
+
+
+def figures_config(figures: dict[str, Any], other_layers: str) -> dict[str, Any]:
+    """A config.json as cache_bytes_per_token reads it, from a catalogue entry's figures: config.json's
+    own keys (num_hidden_layers, num_key_value_heads, head_dim, hidden_size, sliding_window,
+    kv_lora_rank, qk_rope_head_dim), plus `full_attention_layers`: how many layers keep every token,
+    the rest being `other_layers` ("sliding_attention" or "linear_attention")."""
+    config = {k: v for k, v in figures.items() if k != "full_attention_layers"}
+    full = figures.get("full_attention_layers")
+    if full is not None:
+        layers = int(figures.get("num_hidden_layers", 0) or 0)
+        config["layer_types"] = ["full_attention"] * int(full) + [other_layers] * max(0, layers - int(full))
+    return config
+
+
+def estimated_plan(
+    name: str, params: float, bits: int, config: dict[str, Any], limit: int | None, kv: KVQuantization | None
+) -> Plan:
+    """The Plan of a model not downloaded yet: `params` weights at `bits` and the cache `config`
+    describes (figures_config), against `limit` (None: this machine's available memory)."""
+    per_token, fixed = cache_bytes_per_token(config, kv, _on_cpu_float32())
+    weights = estimated_weight_bytes(params, bits)
+    return Plan(name, weights, per_token, fixed, RESERVE_BYTES, available_bytes() if limit is None else limit)
 
 
 def fit_reason(path: str, limit: int | None, kv: KVQuantization | None, name: str = "") -> str:
