@@ -82,11 +82,14 @@ def test_a_bad_memory_limit_is_one_line_and_exit_2(command, value, tmp_path, cap
     assert len(lines) == 1 and "--memory-limit" in lines[0] and value in lines[0]
 
 
-def test_a_bad_memory_limit_in_the_environment_names_the_variable(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CHINWAG_MEMORY_LIMIT", "banana")
-    assert main(["replay", str(_script(tmp_path)), "--model", "x"]) == 2
+@pytest.mark.parametrize("value", ["banana", "-1GB", "0"])
+@pytest.mark.parametrize("command", ["chat", "replay", "serve"])
+def test_a_bad_memory_limit_in_the_environment_names_the_variable(command, value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CHINWAG_MEMORY_LIMIT", value)
+    extra = [str(_script(tmp_path)), "--model", "x"] if command == "replay" else []
+    assert main([command, *extra]) == 2
     lines = _error_lines(capsys)
-    assert len(lines) == 1 and "CHINWAG_MEMORY_LIMIT" in lines[0]
+    assert len(lines) == 1 and "CHINWAG_MEMORY_LIMIT" in lines[0] and repr(value) in lines[0]
 
 
 def test_a_model_that_does_not_fit_the_limit_is_refused_naming_it(tiny_model_path, tmp_path, capsys):
