@@ -26,9 +26,11 @@ class DoesNotFitError(ChinwagError):
     """A model whose weights and a short chat do not fit the memory limit. Its text names the CLI's
     flags; `advice` says the same naming a front end's own settings."""
 
+    CLI = ("--kv-bits", "--memory-limit")  # where the command line sets the KV cache and the limit
+
     def __init__(self, what: str, quantized: bool) -> None:
         self.what, self.quantized = one_line(what), quantized
-        super().__init__(self.advice("--kv-bits", "--memory-limit"))
+        super().__init__(self.advice(*self.CLI))
 
     def advice(self, cache_setting: str, limit_setting: str) -> str:
         cache = "fewer bits" if self.quantized else "8 or 4 bits"

@@ -15,6 +15,7 @@ SLOW = {
         "test_no_save_keeps_the_chat_out_of_the_store",
         "test_the_stderr_of_a_script_gets_no_progress_lines",
     },
+    "tests/app/cli/test_fit_serve.py": {"*"},  # two `chinwag serve` runs answering the openai client
     "tests/app/cli/test_hostile.py": {
         "test_a_lock_held_by_another_program_is_not_a_window_brought_forward",
         "test_error_exits_after_mlx_never_abort",

@@ -70,9 +70,12 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"kv_quantization": kv_quantization(args), "memory_limit_bytes": memory_limit(args)}
 
 
-def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantization | None) -> dict[str, Any] | None:
+def model_fit(
+    path: str, context_length: int, limit: int | None, kv: KVQuantization | None, name: str = ""
+) -> dict[str, Any] | None:
     """What a local model folder needs here (`chinwag models --json`): its weights' bytes, the cache's
-    bytes per token, and the longest context that fits the limit; None when it cannot be sized."""
+    bytes per token, the longest context that fits the limit, and why a load would refuse it
+    ("reason", Plan.check's line; "" when it fits); None when it cannot be sized."""
     from pathlib import Path
 
     from engine.models.fit import plan
@@ -80,7 +83,7 @@ def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantizat
     if not path or not (Path(path) / "config.json").is_file():
         return None  # a server's model, or one not imported yet
     try:
-        p = plan(path, limit, kv)
+        p = plan(path, limit, kv, name)
     except ChinwagError:
         return None
     longest = p.longest_context
@@ -91,6 +94,7 @@ def model_fit(path: str, context_length: int, limit: int | None, kv: KVQuantizat
         "reserve_bytes": p.reserve,
         "memory_limit_bytes": p.limit,
         "longest_context": min(longest, context_length) if context_length else longest,
+        "reason": p.reason(kv),
     }
 
 

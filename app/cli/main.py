@@ -102,20 +102,24 @@ def _params(args: argparse.Namespace) -> GenerationParams:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    from engine.models import fit as fit_limit
     from engine.models import registry
     from engine.remote import servers
 
     models = registry.list_models() + servers.server_models()
+    limit, kv = fit.memory_limit(args), fit.kv_quantization(args)  # a bad one: one line, exit 2
+    limit = fit_limit.default_limit() if limit is None else limit  # read once: every model judged alike
+    fits = [fit.model_fit(m.path, m.context_length, limit, kv, m.name or m.id) for m in models]
     if args.json:
-        limit, kv = fit.memory_limit(args), fit.kv_quantization(args)
-        rows = [{**m.to_json(), "fit": fit.model_fit(m.path, m.context_length, limit, kv)} for m in models]
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{**m.to_json(), "fit": f} for m, f in zip(models, fits)], indent=2))
         return 0
     from engine.models.gguf.header import printable
 
-    for m in models:
+    for m, listed in zip(models, fits):
         size = format_bytes(m.size_bytes) if m.size_bytes else "-"
         detail = m.reason if m.status == ModelStatus.UNUSABLE else (m.quantization or (m.path if m.server else ""))
+        refused = (listed or {}).get("reason", "")
+        detail = refused or detail  # what a load would say, before one is tried (as the Model menu greys it)
         # A server that lists no model has no model id to show: name the server instead.
         name = f"{m.server} (server)" if m.server and m.id == f"{m.server}/" else m.id
         # Folder names come from disk: no escape sequence of theirs reaches the terminal.

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from app.gui.settings import fit as fit_settings
 from engine.errors import ChinwagError, DoesNotFitError
 from engine.log import report_bug
 from engine.types import EngineStatus, TurnAnnounced, TurnOrigin
@@ -339,7 +340,7 @@ def _reason(e: BaseException, where: str) -> str:
     """The user's one line: a ChinwagError's text, or for a bug (logged with its traceback)
     a line saying so and where the log is."""
     if isinstance(e, DoesNotFitError):  # the window's own settings, not the CLI's flags
-        return e.advice("Preferences › KV cache", "Preferences › Memory limit")
+        return e.advice(*fit_settings.SETTINGS)
     if isinstance(e, ChinwagError):
         return str(e)
     return report_bug(e, where)

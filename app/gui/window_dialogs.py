@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.settings import DEFAULTS_KEY, effective, load_defaults, overrides
 from app.gui.folders import start_folder
-from app.gui.models.download_dialog import CatalogueDownloadDialog
+from app.gui.models.download_dialog import CatalogueDownloadDialog, fit_options
 from app.gui.server_panel import open_api_server_dialog
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.settings.preferences import APP_KEY, PreferencesDialog, load_app_settings
@@ -210,7 +210,12 @@ class WindowDialogs(QObject):
         )
 
     def download_dialog(self):
-        dialog = CatalogueDownloadDialog(self.window, installed=[m.id for m in self.models.models])
+        state = self.bridge.engine.state if self.bridge.current_model else None
+        dialog = CatalogueDownloadDialog(
+            self.window,
+            installed=[m.id for m in self.models.models],
+            **fit_options(load_app_settings(self.store), state.weight_bytes if state else 0),
+        )
         dialog.searchRequested.connect(self.bridge.search_models)
         self.bridge.searchFinished.connect(dialog.on_search_results)
         self.bridge.searchFailed.connect(dialog.on_search_failed)

@@ -137,9 +137,7 @@ class Session:
         path, info = registry.resolve_model(spec, progress=importing if progress else None)
         # Before a byte of weights is read: a model that cannot hold a short chat here is refused.
         kv, given = self.pending or (self.kv_quantization, self.memory_limit_bytes)
-        limit = given
-        if limit is None and self.model is not None:  # what is available now, plus the weights this load replaces
-            limit = fit.available_bytes() + self.weight_bytes
+        limit = fit.default_limit(self.weight_bytes if self.model is not None else 0) if given is None else given
         plan = fit.plan(path, limit, kv, info.name or info.id)
         plan.check(kv)
         if plan.leaner:  # held leaner than usual here, where the usual form would not fit the limit

@@ -1,6 +1,9 @@
 """The curated model catalogue shipped in resources/catalogue.json, whether each model
 fits this machine's memory, and about how fast it would write here. No Qt, no network.
 
+Fit: the same Plan that refuses a model before loading it (engine/models/fit.py), sized from the
+entry's parameters, bits and config figures, against the limit the engine would use.
+
 Each entry names its mlx-lm architecture (the config's model_type); the kind of cache that
 architecture keeps while it writes comes from one table here (CACHE_KINDS), so the JSON cannot
 disagree with it. Sizes are the repo's files as Hugging Face lists them, or, where no listing
@@ -20,15 +23,16 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from engine.cpu import DEQUANTIZE_ENV, DEQUANTIZE_MAX_RAM_FRACTION
 from engine.errors import ChinwagError
+from engine.models import fit
+from engine.types import KVQuantization
 
 GROUP_OVERHEAD_BITS = 0.5  # MLX affine quantization: bf16 scale + bias per 64 weights
-RUNTIME_OVERHEAD = 1.2  # activations, KV cache of a normal chat, the runtime itself
-USABLE_RAM_FRACTION = 0.75  # leave a quarter of memory to the system and other apps
 BANDWIDTH_PROBE_BYTES = 64 << 20  # well past any CPU cache, and copied in a few hundredths of a second
 BANDWIDTH_PROBE_COPIES = 3  # the best of these: the first also pays for page faults
 CPU_SCALE_BITS = 1.0  # on the CPU the scale and bias per 64 weights are float32
@@ -100,6 +104,7 @@ class CatalogueEntry:
     active_params_b: float | None = None  # read per token, if fewer (mixture of experts)
     quantization: str = ""  # a label other than "4-bit" (gpt-oss: MXFP4)
     note: str = ""
+    config: dict[str, Any] = field(default_factory=dict)  # config.json's cache figures (fit.figures_config)
 
     def __post_init__(self) -> None:
         if not self.quantization:
@@ -118,10 +123,12 @@ class CatalogueEntry:
     def approx_size_bytes(self) -> int:
         return self.size_bytes
 
-    @property
-    def approx_memory_bytes(self) -> int:
-        """About what running it takes: the weights and some room for a chat."""
-        return int(self.approx_size_bytes * RUNTIME_OVERHEAD)
+    def plan(self, limit: int | None, kv: KVQuantization | None) -> fit.Plan:
+        """What it would need here against `limit` (None: the engine's default), by the Plan that
+        refuses a model before loading it."""
+        others = "sliding_attention" if self.cache_kind == CacheKind.SLIDING_WINDOW else "linear_attention"
+        config = fit.figures_config(self.config, others)
+        return fit.estimated_plan(self.name, round(self.params_b * 1e9), self.bits, config, limit, kv)
 
 
 def load_catalogue() -> list[CatalogueEntry]:
@@ -135,6 +142,9 @@ def load_catalogue() -> list[CatalogueEntry]:
     unknown = sorted({e.model_type for e in entries} - CACHE_KINDS.keys())
     if unknown:
         raise ChinwagError(f"the model catalogue shipped with Chinwag names unknown architectures: {unknown}")
+    unsized = [e.repo for e in entries if not e.config.get("num_hidden_layers")]
+    if unsized:  # fit would count no cache for them
+        raise ChinwagError(f"the model catalogue shipped with Chinwag gives no cache figures for {unsized}")
     return entries
 
 
@@ -197,10 +207,3 @@ def speed_text(tps: float) -> str:
         return "over 100 tokens/s here"
     n = round(tps)
     return f"about {n} token{'s' if n != 1 else ''}/s here"
-
-
-def fits(entry: CatalogueEntry, ram_bytes: int) -> bool | None:
-    """Whether the model should run in this much memory; None if the memory is unknown."""
-    if ram_bytes <= 0:
-        return None
-    return entry.approx_memory_bytes <= ram_bytes * USABLE_RAM_FRACTION

@@ -1,5 +1,7 @@
 """Whether a model fits this machine, from its folder alone: no weight is read and MLX is not
-imported (`plan(folder, limit)` reads config.json and the safetensors headers).
+imported (`plan(folder, limit)` reads config.json and the safetensors headers). A model not
+downloaded yet (the download dialog's catalogue) is judged by the same Plan, sized from its
+parameter count and a few config.json figures (`estimated_plan`).
 
 What a model needs here: its weights as this machine's load path holds them (on the CPU backend
 engine/local/loading.py casts float16/bfloat16 to float32 and engine/local/blas.py may run a small
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from engine.types import KVQuantization
 MINIMAL_CHAT_TOKENS = 2048  # the smallest chat worth loading a model for
 WINDOW_RESERVE = 64  # positions a sliding window's cache keeps behind it (engine/context/window_cache.py)
 RESERVE_BYTES = 256 << 20  # activations, the tokenizer, the interpreter: a working reserve
+QUANT_GROUP = 64  # MLX's affine quantization: a scale and a bias per this many weights
 DTYPE_BYTES = {
     "F64": 8,
     "F32": 4,
@@ -100,6 +104,12 @@ def available_bytes() -> int:
     return ram_bytes()
 
 
+def default_limit(loaded_weight_bytes: int = 0) -> int:
+    """The limit without a setting: what is available now, plus the weights of the model a load would
+    replace (Session.load and the download dialog both ask here)."""
+    return available_bytes() + loaded_weight_bytes
+
+
 def _on_cpu_float32() -> bool:
     """Whether this machine's load path casts floats to float32 (the CPU backend: not Apple silicon)."""
     return (
@@ -172,6 +182,24 @@ def _tensor_bytes(
         layer_bits = int(own.get("bits", bits)) if isinstance(own, dict) else bits
         return loaded, count * (32 // layer_bits) * 4
     return loaded, count * (4 if is_float else size)
+
+
+def _estimated_weights(params: float, bits: int, float32: bool) -> _Weights:
+    """`params` weights stored at `bits` (16: bf16, unquantized), for a model with no safetensors
+    header at hand (not downloaded yet): as `_weights` counts a real folder's, with a scale and a
+    bias per QUANT_GROUP weights."""
+    floats = 4 if float32 else 2
+    if bits >= 16:
+        return _Weights(int(params * floats), int(params * 4), 0)
+    return _Weights(int(params * bits / 8 + params / QUANT_GROUP * 2 * floats), int(params * 4), bits)
+
+
+def estimated_weight_bytes(params: float, bits: int) -> int:
+    """The bytes `params` weights stored at `bits` take once loaded here as usual: floats cast to
+    float32 on the CPU and a small quantized model dequantized where this machine's path would."""
+    float32 = _on_cpu_float32()
+    w = _estimated_weights(params, bits, float32)
+    return w.dequantized if _runs_dequantized(float32, w.bits, w.dequantized) else w.loaded
 
 
 def _runs_dequantized(float32: bool, bits: int, dequantized: int) -> bool:
@@ -253,20 +281,33 @@ class Plan:
             self.needs(MINIMAL_CHAT_TOKENS) - self.weights - self.reserve, self.limit - self.weights - self.reserve
         )
 
-    def check(self, kv: KVQuantization | None) -> None:
-        """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
+    def refusal(self, kv: KVQuantization | None) -> DoesNotFitError | None:
+        """Why the model does not fit the limit (None when its weights and a minimal chat fit): what it
+        needs and what there is; the error's advice says what to do."""
         need = self.needs(MINIMAL_CHAT_TOKENS)
         if need <= self.limit:
-            return
+            return None
         held = f" {self.form.text()}" if self.leaner else ""
-        raise DoesNotFitError(
-            f"{self.name} does not fit in memory: it needs {_size(need)} (weights {_size(self.weights)}{held}"
-            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {_size(self.limit)}",
+        return DoesNotFitError(
+            f"{self.name} does not fit in memory: it needs {size_text(need)} (weights {size_text(self.weights)}{held}"
+            f" and a {MINIMAL_CHAT_TOKENS}-token chat), and there is {size_text(self.limit)}",
             quantized=kv is not None,
         )
 
+    def reason(self, kv: KVQuantization | None, settings: tuple[str, str] = DoesNotFitError.CLI) -> str:
+        """The refusal's line ("" when it fits), naming `settings` (the KV cache's and the limit's)."""
+        refused = self.refusal(kv)
+        return refused.advice(*settings) if refused else ""
 
-def _size(n: float) -> str:
+    def check(self, kv: KVQuantization | None) -> None:
+        """Refuse, in one line, a model whose weights and a minimal chat do not fit the limit."""
+        refused = self.refusal(kv)
+        if refused:
+            raise refused
+
+
+def size_text(n: float) -> str:
+    """A size as the fit messages write it: decimal units, as --memory-limit 6GB reads them."""
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -285,15 +326,21 @@ def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None
     if not isinstance(config, dict):
         raise ChinwagError(f"{folder / 'config.json'} is not a JSON object")
     room = available_bytes() if limit is None else limit
+    return _choose(name or folder.name, config, kv, room, lambda float32: _weights(folder, config, float32))
+
+
+def _choose(
+    name: str, config: dict[str, Any], kv: KVQuantization | None, room: int, weights: Callable[[bool], _Weights]
+) -> Plan:
+    """The usual form's plan, or where it does not fit `room` the leanest form's (weights(float32))."""
     float32 = _on_cpu_float32()
-    w = _weights(folder, config, float32)
+    w = weights(float32)
     usual = Form(float32, _runs_dequantized(float32, w.bits, w.dequantized))
-    plans = [_plan_in(usual, w, config, kv, room, name or folder.name)]
+    plans = [_plan_in(usual, w, config, kv, room, name)]
     if usual.dequantized:  # the quantized weights, with float32 norms and scales
-        plans.append(_plan_in(Form(float32, False), w, config, kv, room, plans[0].name))
+        plans.append(_plan_in(Form(float32, False), w, config, kv, room, name))
     elif float32 and not w.bits:  # floats as stored: slower here, half the memory
-        stored = _weights(folder, config, False)
-        plans.append(_plan_in(Form(False, False), stored, config, kv, room, plans[0].name))
+        plans.append(_plan_in(Form(False, False), weights(False), config, kv, room, name))
     fitting = [p for p in plans if p.needs(MINIMAL_CHAT_TOKENS) <= p.limit]
     if fitting and fitting[0] is plans[0]:
         return plans[0]
@@ -305,6 +352,29 @@ def _plan_in(form: Form, w: _Weights, config: dict[str, Any], kv: KVQuantization
     per_token, fixed = cache_bytes_per_token(config, kv, form.float32)
     weights = w.dequantized if form.dequantized else w.loaded
     return Plan(name, weights, per_token, fixed, RESERVE_BYTES, limit, form)
+
+
+def figures_config(figures: dict[str, Any], other_layers: str) -> dict[str, Any]:
+    """A config.json as cache_bytes_per_token reads it, from a catalogue entry's figures: config.json's
+    own keys (num_hidden_layers, num_key_value_heads, head_dim, hidden_size, sliding_window,
+    kv_lora_rank, qk_rope_head_dim), plus `full_attention_layers`: how many layers keep every token,
+    the rest being `other_layers` ("sliding_attention" or "linear_attention")."""
+    config = {k: v for k, v in figures.items() if k != "full_attention_layers"}
+    full = figures.get("full_attention_layers")
+    if full is not None:
+        layers = int(figures.get("num_hidden_layers", 0) or 0)
+        config["layer_types"] = ["full_attention"] * int(full) + [other_layers] * max(0, layers - int(full))
+    return config
+
+
+def estimated_plan(
+    name: str, params: float, bits: int, config: dict[str, Any], limit: int | None, kv: KVQuantization | None
+) -> Plan:
+    """The Plan of a model not downloaded yet: `params` weights at `bits` and the cache `config`
+    describes (figures_config), against `limit` (None: this machine's available memory), in the form
+    a load would choose (plan)."""
+    room = available_bytes() if limit is None else limit
+    return _choose(name, config, kv, room, lambda float32: _estimated_weights(params, bits, float32))
 
 
 def fit_reason(path: str, limit: int | None, kv: KVQuantization | None, name: str = "") -> str:

@@ -9,6 +9,8 @@ from engine.errors import ChinwagError
 from engine.types import DEFAULT_KV_GROUP_SIZE, KVQuantization
 
 MEMORY_LIMIT_FIELD = "Preferences › Memory limit"
+KV_CACHE_FIELD = "Preferences › KV cache"
+SETTINGS = (KV_CACHE_FIELD, MEMORY_LIMIT_FIELD)  # where the window sets what a refusal advises changing
 KV_CHOICES = ((0, "Full precision"), (8, "8-bit"), (4, "4-bit"))  # what the window offers; the CLI takes more
 GROUP_CHOICES = (32, 64, 128)
 
@@ -28,7 +30,7 @@ def kv_setting(values: dict[str, Any], model_id: str) -> KVQuantization | None:
     try:
         return KVQuantization(entry["bits"], entry.get("group_size", DEFAULT_KV_GROUP_SIZE))
     except ChinwagError as e:
-        raise ChinwagError(f"Preferences › KV cache of {model_id}: {e}") from None
+        raise ChinwagError(f"{KV_CACHE_FIELD} of {model_id}: {e}") from None
 
 
 def fit_options(values: dict[str, Any], model_id: str) -> tuple[KVQuantization | None, int | None]:

@@ -82,11 +82,14 @@ def test_a_bad_memory_limit_is_one_line_and_exit_2(command, value, tmp_path, cap
     assert len(lines) == 1 and "--memory-limit" in lines[0] and value in lines[0]
 
 
-def test_a_bad_memory_limit_in_the_environment_names_the_variable(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CHINWAG_MEMORY_LIMIT", "banana")
-    assert main(["replay", str(_script(tmp_path)), "--model", "x"]) == 2
+@pytest.mark.parametrize("value", ["banana", "-1GB", "0"])
+@pytest.mark.parametrize("command", ["chat", "replay", "serve"])
+def test_a_bad_memory_limit_in_the_environment_names_the_variable(command, value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CHINWAG_MEMORY_LIMIT", value)
+    extra = [str(_script(tmp_path)), "--model", "x"] if command == "replay" else []
+    assert main([command, *extra]) == 2
     lines = _error_lines(capsys)
-    assert len(lines) == 1 and "CHINWAG_MEMORY_LIMIT" in lines[0]
+    assert len(lines) == 1 and "CHINWAG_MEMORY_LIMIT" in lines[0] and repr(value) in lines[0]
 
 
 def test_a_model_that_does_not_fit_the_limit_is_refused_naming_it(tiny_model_path, tmp_path, capsys):
@@ -129,3 +132,25 @@ def test_serve_refuses_a_model_over_the_limit_in_one_line_before_serving(tiny_mo
     assert main(["serve", "--port", "0", "--model", str(tiny_model_path), "--memory-limit", "1MB"]) == 2
     lines = _error_lines(capsys)
     assert len(lines) == 1 and "does not fit" in lines[0]
+
+
+def test_models_says_which_model_a_load_would_refuse_and_why(chinwag_home, capsys):
+    """`chinwag models` gives Plan.check's line for a model over the limit (as the Model menu greys it)."""
+    build_tiny_model(chinwag_home / "models" / "tiny", config=dict(CONFIG, head_dim=64))
+    assert main(["models", "--memory-limit", "1MB"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny"))
+    assert "tiny does not fit in memory:" in line and "there is 1.0 MB; try a smaller model" in line
+    assert main(["models", "--memory-limit", "1GB"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny"))
+    assert "does not fit" not in line
+    assert main(["models", "--json", "--memory-limit", "1MB"]) == 0
+    listed = next(m["fit"] for m in json.loads(capsys.readouterr().out) if m["path"].endswith("tiny"))
+    assert listed["reason"].startswith("tiny does not fit in memory") and listed["memory_limit_bytes"] == 10**6
+    assert main(["models", "--json", "--memory-limit", "1GB"]) == 0
+    assert next(m["fit"] for m in json.loads(capsys.readouterr().out) if m["path"].endswith("tiny"))["reason"] == ""
+
+
+def test_models_with_a_bad_limit_is_one_line_and_exit_2(capsys):
+    assert main(["models", "--memory-limit", "banana"]) == 2
+    lines = _error_lines(capsys)
+    assert len(lines) == 1 and "--memory-limit" in lines[0]

@@ -95,3 +95,49 @@ def test_the_peak_measured_holds_the_weights_when_the_starter_runs(starter_home,
     home, weights, baseline = starter_home
     _, peak = _replay(home, tmp_path, "--memory-limit", "8GB")
     assert peak > baseline + weights / 2, (peak, baseline)
+
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name three fruits.",
+    "What is 2+2?",
+    "Who wrote Hamlet?",
+    "What colour is the sky?",
+    "Name a large animal.",
+    "What is water made of?",
+    "How many days are in a week?",
+    "What is the opposite of hot?",
+    "Name a planet.",
+    "What do bees make?",
+    "Say goodbye.",
+]
+
+
+def test_a_12_turn_replay_with_quantized_kv_reuses_its_history_in_a_fraction_of_the_bytes(starter_home, tmp_path):
+    """Issue 32's Done-when, on `chinwag replay` itself: every follow-up reuses the whole history;
+    the last turn's kv_bytes at most 0.35 (8 bits) and 0.2 (4 bits) of the full-precision run's; most
+    8-bit replies equal the full-precision ones."""
+    home, _, _ = starter_home
+    script = tmp_path / "twelve.json"
+    script.write_text(json.dumps({"system": "Be brief.", "turns": QUESTIONS}))
+    runs = {}
+    for bits in (None, 8, 4):
+        flags = ["--kv-bits", str(bits)] if bits else []
+        argv = ["replay", str(script), "--model", STARTER_ID, "--max-tokens", "8", *flags]
+        env = {k: v for k, v in os.environ.items() if k != "CHINWAG_MEMORY_LIMIT"}
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", *argv],
+            env={**env, "CHINWAG_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        runs[bits] = [json.loads(line) for line in done.stdout.splitlines()]
+    for turns in runs.values():
+        assert len(turns) == 12
+        for prev, turn in zip(turns, turns[1:]):
+            assert turn["reused_tokens"] == len(prev["prompt_ids"]) + len(prev["reply_ids"])
+    full = runs[None][-1]["kv_bytes"]
+    assert runs[8][-1]["kv_bytes"] <= 0.35 * full and runs[4][-1]["kv_bytes"] <= 0.2 * full
+    assert sum(a["reply_ids"] == b["reply_ids"] for a, b in zip(runs[8], runs[None])) > 6

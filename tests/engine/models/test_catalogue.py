@@ -16,7 +16,6 @@ from engine.models.catalogue import (
     CacheKind,
     bytes_per_token,
     estimated_size_bytes,
-    fits,
     load_catalogue,
     memory_bandwidth,
     speed_text,
@@ -82,8 +81,31 @@ def test_catalogue_is_two_dozen_mlx_community_chat_models():
     assert min(sizes) < 1e9 and max(sizes) > 10e9
     small = next(e for e in entries if e.params_b < 1 and e.bits == 4)
     huge = max(entries, key=lambda e: e.approx_size_bytes)
-    assert fits(small, 8 << 30) and not fits(huge, 8 << 30) and fits(huge, 64 << 30)
-    assert fits(small, 0) is None  # memory unknown
+    assert not small.plan(8 << 30, None).reason(None) and small.plan(8 << 30, None).longest_context > 8192
+    assert huge.plan(8 << 30, None).reason(None) and not huge.plan(64 << 30, None).reason(None)
+
+
+def test_every_entry_gives_the_figures_that_size_its_cache():
+    for e in load_catalogue():
+        plan = e.plan(64 << 30, None)
+        assert plan.per_token > 0 and e.params_b * 1e9 * e.bits / 8 < plan.weights, e.repo
+    by_repo = {e.repo: e for e in load_catalogue()}
+    qwen, hybrid = by_repo["mlx-community/Qwen3-8B-4bit"], by_repo["mlx-community/Qwen3.5-9B-4bit"]
+    # A hybrid's recurrent layers hold no cache per token: only its attention layers grow with the chat.
+    assert hybrid.plan(64 << 30, None).per_token < qwen.plan(64 << 30, None).per_token / 4
+
+
+def test_a_catalogue_entry_without_cache_figures_is_a_packaging_error(monkeypatch):
+    import engine.models.catalogue as catalogue
+
+    real = catalogue.CatalogueEntry
+
+    def unsized(**m):
+        return real(**{**m, "config": {}} if m["repo"] == "mlx-community/Qwen3-8B-4bit" else m)
+
+    monkeypatch.setattr(catalogue, "CatalogueEntry", unsized)
+    with pytest.raises(ChinwagError, match=r"no cache figures for \['mlx-community/Qwen3-8B-4bit'\]"):
+        load_catalogue()
 
 
 def test_every_architecture_is_one_mlx_lm_runs_and_has_a_cache_kind():
@@ -166,7 +188,7 @@ def test_memory_bandwidth_is_measured_once():
 def test_dialog_says_how_fast_a_model_that_fits_would_write(qtbot):
     from app.gui.models.download_dialog import FIT, REPO_ROLE, CatalogueDownloadDialog
 
-    dialog = CatalogueDownloadDialog(ram_bytes=32 << 30, bandwidth=10e9, cpu=True)
+    dialog = CatalogueDownloadDialog(ram_bytes=32 << 30, bandwidth=10e9, cpu=True, limit=32 << 30)
     qtbot.addWidget(dialog)
     rows = [dialog.catalogue.topLevelItem(i) for i in range(dialog.catalogue.topLevelItemCount())]
     by_repo = {r.data(0, REPO_ROLE): r for r in rows}
@@ -176,10 +198,10 @@ def test_dialog_says_how_fast_a_model_that_fits_would_write(qtbot):
     # 3 B of GLM-4.7-Flash's 29.9 B parameters are read per token: 10 GB/s / 1.875 GB.
     assert by_repo["mlx-community/GLM-4.7-Flash-4bit"].text(FIT) == "Fits · about 5 tokens/s here"
     assert by_repo["mlx-community/Qwen3-0.6B-4bit"].text(FIT) == "Fits · about 4 tokens/s here"  # float32
-    small = CatalogueDownloadDialog(ram_bytes=8 << 30, bandwidth=10e9, cpu=True)
+    small = CatalogueDownloadDialog(ram_bytes=8 << 30, bandwidth=10e9, cpu=True, limit=8 << 30)
     qtbot.addWidget(small)
     rows = [small.catalogue.topLevelItem(i) for i in range(small.catalogue.topLevelItemCount())]
-    assert {r.data(0, REPO_ROLE): r.text(FIT) for r in rows}["mlx-community/GLM-4.7-Flash-4bit"] == "Too large"
+    assert {r.data(0, REPO_ROLE): r.text(FIT) for r in rows}["mlx-community/GLM-4.7-Flash-4bit"] == "Does not fit"
 
 
 @pytest.mark.qt
@@ -246,7 +268,9 @@ def test_dialog_lists_the_catalogue_with_fit_and_picking_fills_the_repo(qtbot):
         CatalogueDownloadDialog,
     )
 
-    dialog = CatalogueDownloadDialog(ram_bytes=8 << 30, installed=["mlx-community/Llama-3.2-1B-Instruct-4bit"])
+    dialog = CatalogueDownloadDialog(
+        ram_bytes=8 << 30, limit=8 << 30, installed=["mlx-community/Llama-3.2-1B-Instruct-4bit"]
+    )
     qtbot.addWidget(dialog)
     rows = [dialog.catalogue.topLevelItem(i) for i in range(dialog.catalogue.topLevelItemCount())]
     assert len(rows) == len(load_catalogue())
@@ -255,7 +279,7 @@ def test_dialog_lists_the_catalogue_with_fit_and_picking_fills_the_repo(qtbot):
     assert small.text(SIZE) == "≈ " + format_bytes(337_500_000)
     assert small.text(QUANTIZATION) == "4-bit" and small.text(CONTEXT) == "32K"
     assert small.text(FIT).startswith("Fits")
-    assert by_repo["mlx-community/GLM-4.7-Flash-4bit"].text(FIT) == "Too large"
+    assert by_repo["mlx-community/GLM-4.7-Flash-4bit"].text(FIT) == "Does not fit"
     assert by_repo["mlx-community/gpt-oss-20b-MXFP4-Q8"].text(QUANTIZATION) == "MXFP4"
     have = by_repo["mlx-community/Llama-3.2-1B-Instruct-4bit"]
     assert have.text(NAME).endswith(" ✓") and have.text(FIT) == "Downloaded"
