@@ -93,15 +93,8 @@ def kv_dir() -> Path:
 
 def kv_file_name(conv_id: str) -> str:
     """A conversation's saved KV cache file, in kv/<model key>/ (the id itself never on disk)."""
-    return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
-
-
-def forget_saved_caches(conv_id: str, folder: Path | None = None) -> None:
-    """Delete a conversation's saved KV caches under every model: its text decodes from them.
-    Needs no MLX, so a chat deleted before the engine has started is erased too."""
-    folder = Path(folder) if folder is not None else data_dir_path() / "kv"
-    for path in folder.glob(f"*/{kv_file_name(conv_id)}"):
-        path.unlink(missing_ok=True)
+    # surrogatepass: an id read from a damaged prefix index may hold a lone surrogate
+    return hashlib.sha1(conv_id.encode("utf-8", "surrogatepass")).hexdigest() + ".safetensors"
 
 
 def private_file(path: Path) -> None:

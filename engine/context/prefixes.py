@@ -99,12 +99,24 @@ class PrefixIndex:
                 self._set(conv_id, chain)
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("ignoring %s: %s", path, e)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            log.warning("ignoring %s: %s", path, str(e)[:200])
             self.clear()
 
     def save(self, path: Path) -> None:
         write(path, dict(self.chains))
+
+
+def drop(path: Path, conv_id: str) -> None:
+    """Take a conversation out of the index saved at `path` (another model's: a deleted chat's ids
+    leave no trace, not even hashed); a missing or damaged index is left as it is."""
+    index = PrefixIndex()
+    if not path.is_file():
+        return
+    index.load(path)
+    if conv_id in index:
+        index.remove(conv_id)
+        index.save(path)
 
 
 def write(path: Path, chains: dict[str, list[str]]) -> None:

@@ -337,9 +337,9 @@ class LocalBackend:
             await self.start()  # the session exists once start has finished
             await self.call(self.drained(self.running()[1].forget), conversation_id)
         else:  # not started: no cache in memory, but files saved by an earlier run may be there
-            from engine.paths import forget_saved_caches
+            from engine.context.erase import erase_saved
 
-            await asyncio.to_thread(forget_saved_caches, conversation_id)
+            await asyncio.to_thread(erase_saved, conversation_id)
 
 
 def _log_failure(future: concurrent.futures.Future[Any]) -> None:
