@@ -155,3 +155,32 @@ def test_a_damaged_prefix_index_breaks_no_load_switch_or_forget(
     assert stats.error == "" and stats.reused_tokens > 0  # "kept"'s own saved cache, restored
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
     assert traces(kv, "kept") == []
+
+
+def test_a_switch_that_fails_after_the_weights_load_leaves_no_model_on_another_models_caches(
+    tiny_model_path, other_model, monkeypatch
+):
+    """The new weights were made current before the cache layout was probed: a probe that failed
+    left them running on the old model's caches."""
+    from engine.local import session as session_module
+
+    probe = session_module.layout_of
+
+    async def body(engine):
+        await turn(engine, "c", LONG, GREEDY)
+        session = engine._local.session
+        old = session.model
+
+        def failing(model, *args):
+            if model is not old:
+                raise RuntimeError("the probe failed")
+            return probe(model, *args)
+
+        monkeypatch.setattr(session_module, "layout_of", failing)
+        with pytest.raises(Exception, match="the probe failed"):
+            await engine.load_model(str(other_model))
+        held = (await engine.memory_stats()).conversations_in_memory
+        return session.model is old, held
+
+    kept_old, held = run_with_engine(tiny_model_path, body)
+    assert kept_old and held == 1  # the old model, with its own cache
