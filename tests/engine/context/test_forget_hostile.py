@@ -184,3 +184,26 @@ def test_a_switch_that_fails_after_the_weights_load_leaves_no_model_on_another_m
 
     kept_old, held = run_with_engine(tiny_model_path, body)
     assert kept_old and held == 1  # the old model, with its own cache
+
+
+def test_a_draft_read_ahead_before_a_switch_leaves_no_copy_once_its_chat_is_sent(
+    tiny_model_path, other_model, chinwag_home
+):
+    """A draft read ahead on one model (a document's text), then a switch, then the message sent:
+    adopt found no cache under the new model and left the draft's file under the old one, where
+    deleting the chat never reached it."""
+    kv = chinwag_home / "kv"
+    draft = [{"role": "system", "content": "Be brief."}, *LONG]
+
+    async def body(engine):
+        await engine.prefill("draft", draft, GREEDY)
+        assert (await engine.wait_background()).finished
+        await engine.load_model(str(other_model))  # the draft's cache is saved under the first model
+        assert traces(kv, "draft")
+        adopted = await engine.adopt("draft", "chat")
+        await turn(engine, "chat", draft, GREEDY)
+        await engine.forget("chat")  # the chat is deleted
+        return adopted
+
+    assert run_with_engine(tiny_model_path, body) is False
+    assert traces(kv, "draft") == [] and traces(kv, "chat") == []
