@@ -43,10 +43,20 @@ def private_dir(path: Path, what: str = "data folder", tighten: bool = True) -> 
         if tighten and st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
     except FileExistsError as e:
-        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from e
+        raise ChinwagError(f"cannot use the {what} {path}: {_not_a_folder(path)}") from e
     except OSError as e:
         raise ChinwagError(f"cannot use the {what} {path}: {e.strerror or e}") from e
     return path
+
+
+def _not_a_folder(path: Path) -> str:
+    """What is at `path` where a folder should be: a dangling symlink (whose target may be made) or a file."""
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            return f"it is a symlink to {os.readlink(path)}, which does not exist"
+    except OSError:
+        pass
+    return "it is a file, not a folder"
 
 
 _secured: set[Path] = set()  # data folders whose older files were made private in this process

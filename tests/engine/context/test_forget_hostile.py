@@ -207,3 +207,12 @@ def test_a_draft_read_ahead_before_a_switch_leaves_no_copy_once_its_chat_is_sent
 
     assert run_with_engine(tiny_model_path, body) is False
     assert traces(kv, "draft") == [] and traces(kv, "chat") == []
+
+
+def test_a_kv_folder_that_is_a_dangling_symlink_is_named_as_one(tiny_model_path, chinwag_home, tmp_path):
+    """It was called "a file, not a folder"."""
+    from engine import ChinwagError
+
+    (chinwag_home / "kv").symlink_to(tmp_path / "gone")
+    with pytest.raises(ChinwagError, match=r"KV cache folder .*kv: it is a symlink to .*gone, which does not exist$"):
+        run_with_engine(tiny_model_path, lambda engine: turn(engine, "c", OTHER, GREEDY))
