@@ -60,6 +60,10 @@ class PastMaxTokens(StreamLimit):
     """A stream that kept sending pieces well past the reply's max_tokens: the reply is cut there."""
 
 
+class NotAStream(ChinwagError):
+    """A chat request answered 200 with something that is no reply (a web page)."""
+
+
 class TimedOut(ChinwagError):
     """A deadline passed; the message names the figure that passed."""
 

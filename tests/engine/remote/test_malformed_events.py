@@ -117,3 +117,24 @@ def test_tool_calls_that_end_without_a_json_object_are_one_line_not_a_silent_emp
         stats.error.startswith("server 127.0.0.1:")
         and "a tool call to 'add' whose arguments are not a JSON object" in stats.error
     )
+
+
+def test_a_page_of_html_with_status_200_says_it_is_not_an_event_stream():
+    """A captive portal or a web page at the URL: it was "the stream ended without a reply"."""
+    page = [b"<!DOCTYPE html>\n<html><body>Please log in</body></html>\n"]
+    with StandIn(script=lambda b, h: page, stream_type="text/html; charset=utf-8") as s:
+        result, _ = chat_once(f"{s.url}#scripted")
+    assert one_line_error(result).endswith("answered with text/html, not an event stream (is it an OpenAI API?)")
+
+
+def test_a_whole_reply_as_json_is_read_as_the_reply():
+    """A server that ignores stream: true answers with one chat.completion object."""
+    reply = {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Whole\n\nreply"}, "finish_reason": "stop"}
+        ]
+    }
+    body = json.dumps(reply, indent=2).encode()
+    with StandIn(script=lambda b, h: [body], stream_type="application/json") as s:
+        (text, stats), _ = chat_once(f"{s.url}#scripted")
+    assert text == "Whole\n\nreply" and stats.finish_reason == FinishReason.STOP and stats.error == ""
