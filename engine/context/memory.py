@@ -268,10 +268,10 @@ class ConversationCaches:
         self._drafts.pop(conv_id, None)
         if conv_id in self._writing:
             self._stop_writing(conv_id)  # before the files go: a write under way ends first
-        erase_saved(conv_id, self.save_dir)  # and its entry in every other model's index
-        if conv_id in self.prefixes:  # its ids' hashes go too (another model's index drops them at its load)
-            self.prefixes.remove(conv_id)
-            self._save_index_later()
+        erase_saved(conv_id, self.save_dir)  # and its entry in every model's saved index
+        # Its ids' hashes go from this index too, written after any copy of it still queued.
+        self.prefixes.remove(conv_id)
+        self._save_index_later()
 
     # --- shared prefixes -----------------------------------------------------
 
