@@ -24,6 +24,7 @@ REDACTED = "[redacted]"
 # An Authorization header echoed back: its scheme stays, its credential (8 characters or more,
 # so "bearer token required" stays readable) goes. Our own key goes whatever its length.
 _CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;}\]]{8,}")
+_CLOSED = re.compile(r"closed|disconnected|without sending", re.I)  # the connection ended, not bad HTTP
 _OVERFLOW = re.compile(
     r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
     r"|exceeds? the (available |model's )?context",
@@ -189,6 +190,8 @@ def describe_http_error(e: Exception, server: _Named) -> str:
         return f"did not answer in time ({text[:160] or type(e).__name__})"
     if isinstance(e, httpx.ConnectError):
         return _connect_error(e, text, where)
+    if isinstance(e, httpx.RemoteProtocolError) and not _CLOSED.search(text):  # h11 refused what it sent
+        return f"sent a malformed HTTP response ({text[:120]})"
     if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError)):
         return "closed the connection mid-reply"
     if isinstance(e, (httpx.InvalidURL, httpx.UnsupportedProtocol)):

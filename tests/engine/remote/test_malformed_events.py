@@ -138,3 +138,39 @@ def test_a_whole_reply_as_json_is_read_as_the_reply():
     with StandIn(script=lambda b, h: [body], stream_type="application/json") as s:
         (text, stats), _ = chat_once(f"{s.url}#scripted")
     assert text == "Whole\n\nreply" and stats.finish_reason == FinishReason.STOP and stats.error == ""
+
+
+@pytest.mark.parametrize(
+    "answer, said",
+    [
+        (b"HTTP/1.1 abc OK\r\n\r\n", "sent a malformed HTTP response (illegal status line: "),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+            "sent a malformed HTTP response (illegal chunk",
+        ),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + chunk("Hi"), "closed the connection mid-reply"),
+    ],
+    ids=["status line", "chunk header", "body cut short"],
+)
+def test_http_that_is_not_http_is_named_for_what_it_is(answer, said):
+    """Every protocol error was "closed the connection mid-reply", even a reply that never began."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_once():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1 << 16)
+            conn.sendall(answer)
+
+    threading.Thread(target=answer_once, daemon=True).start()
+    try:
+        result, _ = chat_once(f"http://127.0.0.1:{listener.getsockname()[1]}/v1#m")
+    finally:
+        listener.close()
+    if isinstance(result, tuple):  # the reply began: kept, marked
+        assert result[0] == "Hi" and said in result[1].error
+    else:
+        assert said in one_line_error(result)
