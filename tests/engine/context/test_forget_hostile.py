@@ -216,3 +216,41 @@ def test_a_kv_folder_that_is_a_dangling_symlink_is_named_as_one(tiny_model_path,
     (chinwag_home / "kv").symlink_to(tmp_path / "gone")
     with pytest.raises(ChinwagError, match=r"KV cache folder .*kv: it is a symlink to .*gone, which does not exist$"):
         run_with_engine(tiny_model_path, lambda engine: turn(engine, "c", OTHER, GREEDY))
+
+
+def test_a_symlink_at_the_prefix_index_is_replaced_never_written_through(tiny_model_path, chinwag_home, tmp_path):
+    """Cache files were guarded; prefixes.json was written through a link onto whatever it named."""
+    kv = chinwag_home / "kv"
+    run_with_engine(tiny_model_path, lambda engine: turn(engine, "a", LONG, GREEDY))
+    (index,) = kv.rglob(FILE_NAME)
+    victim = tmp_path / "notes.txt"
+    victim.write_text("the user's own file")
+    index.unlink()
+    index.symlink_to(victim)
+    run_with_engine(tiny_model_path, lambda engine: turn(engine, "b", OTHER, GREEDY))
+    assert victim.read_text() == "the user's own file"
+    assert index.is_file() and not index.is_symlink() and '"b"' in index.read_text()
+
+
+def test_a_named_pipe_at_the_prefix_index_blocks_no_load(tiny_model_path, chinwag_home):
+    """The index was read with read_text: a named pipe there held the model's load forever."""
+    import os
+    import threading
+
+    kv = chinwag_home / "kv"
+    run_with_engine(tiny_model_path, lambda engine: turn(engine, "a", LONG, GREEDY))
+    (index,) = kv.rglob(FILE_NAME)
+    index.unlink()
+    os.mkfifo(index)
+    result: list = []
+    worker = threading.Thread(
+        target=lambda: result.append(run_with_engine(tiny_model_path, lambda e: turn(e, "a", LONG, GREEDY))),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():
+        with open(index, "w"):  # let the engine thread go, so the run can end
+            pass
+        pytest.fail("a named pipe at the prefix index blocked the load")
+    assert result[0][1].error == ""
