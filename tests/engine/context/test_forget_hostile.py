@@ -209,13 +209,25 @@ def test_a_draft_read_ahead_before_a_switch_leaves_no_copy_once_its_chat_is_sent
     assert traces(kv, "draft") == [] and traces(kv, "chat") == []
 
 
-def test_a_kv_folder_that_is_a_dangling_symlink_is_named_as_one(tiny_model_path, chinwag_home, tmp_path):
-    """It was called "a file, not a folder"."""
+def test_a_kv_folder_that_is_a_dangling_symlink_is_named_as_one_and_breaks_no_forget(
+    tiny_model_path, chinwag_home, tmp_path
+):
+    """It was called "a file, not a folder"; and once the engine had failed to start on it, deleting
+    a chat raised that error again."""
     from engine import ChinwagError
 
     (chinwag_home / "kv").symlink_to(tmp_path / "gone")
-    with pytest.raises(ChinwagError, match=r"KV cache folder .*kv: it is a symlink to .*gone, which does not exist$"):
-        run_with_engine(tiny_model_path, lambda engine: turn(engine, "c", OTHER, GREEDY))
+
+    async def body():
+        engine = Engine()
+        try:
+            with pytest.raises(ChinwagError, match=r"KV cache folder .*kv: it is a symlink to .*gone, which does not"):
+                await engine.load_model(str(tiny_model_path))
+            await engine.forget("secret")  # must not raise
+        finally:
+            await engine.close()
+
+    asyncio.run(body())
 
 
 def test_a_symlink_at_the_prefix_index_is_replaced_never_written_through(tiny_model_path, chinwag_home, tmp_path):
