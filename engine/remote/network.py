@@ -40,6 +40,7 @@ LIMITS = Limits()
 ACCEPT_ENCODING = "gzip, deflate"
 _PIECE = 64 << 10
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_SSE_FIELD = re.compile(r"(data|event|id|retry)?:")
 
 _network: asyncio.AbstractEventLoop | None = None
 _network_lock = threading.Lock()
@@ -261,7 +262,8 @@ def _reader(content_type: str, on_line: Callable[[str], bool]) -> Callable[[str]
         raise errors.NotAStream(f"answered with {media}, not an event stream (is it an OpenAI API?)")
     if media != "application/json":
         return on_line
-    return lambda line: on_line("data: " + line if line.strip() else line)
+    # An event stream mislabelled as JSON keeps its fields; a JSON body's lines become data lines.
+    return lambda line: on_line(line if not line.strip() or _SSE_FIELD.match(line) else "data: " + line)
 
 
 async def _get(url: str, headers: dict[str, str], total_s: float) -> tuple[int, bytes]:

@@ -174,3 +174,11 @@ def test_http_that_is_not_http_is_named_for_what_it_is(answer, said):
         assert result[0] == "Hi" and said in result[1].error
     else:
         assert said in one_line_error(result)
+
+
+def test_an_event_stream_labelled_json_is_still_read_as_one():
+    with StandIn(
+        script=lambda b, h: [chunk("Hi"), chunk(" there"), chunk(finish="stop"), DONE], stream_type="application/json"
+    ) as s:
+        (text, stats), _ = chat_once(f"{s.url}#scripted")
+    assert text == "Hi there" and stats.error == ""
