@@ -252,8 +252,9 @@ def tool_calls(turn: Turn) -> tuple[ToolCall, ...]:
 
 
 def unusable_call(turn: Turn) -> str:
-    """Why a reply that ended with tool calls has one that cannot run ("" if every call can)."""
-    if turn.finish != FinishReason.TOOL_CALLS:
+    """Why a reply that ended with tool calls has one that cannot run ("" if every call can; a reply
+    cut at its length is only cut)."""
+    if turn.finish not in (FinishReason.TOOL_CALLS, FinishReason.STOP):
         return ""
     for c in turn.tool_calls.values():
         if not c["name"]:

@@ -108,10 +108,11 @@ def test_a_tool_call_of_the_wrong_shape_is_one_line(call):
     assert "sent a stream event of the wrong shape" in message
 
 
+@pytest.mark.parametrize("finish", ["tool_calls", "stop"])
 @pytest.mark.parametrize("arguments", ["NaN", '{"a": NaN}', "[1, 2]", '{"a": 1,'], ids=str)
-def test_tool_calls_that_end_without_a_json_object_are_one_line_not_a_silent_empty_reply(arguments):
+def test_tool_calls_that_end_without_a_json_object_are_one_line_not_a_silent_empty_reply(arguments, finish):
     call = {"index": 0, "id": "c", "function": {"name": "add", "arguments": arguments}}
-    text, stats = served([event({"tool_calls": [call]}), chunk(finish="tool_calls"), DONE])
+    text, stats = served([event({"tool_calls": [call]}), chunk(finish=finish), DONE])
     assert text == "" and stats.tool_calls == () and stats.finish_reason == FinishReason.ERROR
     assert (
         stats.error.startswith("server 127.0.0.1:")
