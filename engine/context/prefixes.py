@@ -131,9 +131,12 @@ def _read(path: Path) -> str:
 def drop(path: Path, conv_id: str) -> None:
     """Take a conversation out of the index saved at `path` (another model's: a deleted chat's ids
     leave no trace, not even hashed); a missing or damaged index is left as it is."""
-    index = PrefixIndex()
-    if not path.is_file():
+    try:
+        if json.dumps(conv_id) not in _read(path):  # most indexes never held it: not parsed
+            return
+    except (OSError, ValueError):  # none there, or one that load() would ignore anyway
         return
+    index = PrefixIndex()
     index.load(path)
     if conv_id in index:
         index.remove(conv_id)
