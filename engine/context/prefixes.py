@@ -26,7 +26,7 @@ BLOCK = 32  # ids per hashed block: also the shortest prefix worth sharing
 FILE_NAME = "prefixes.json"
 _VERSION = 1
 _CANDIDATES = 4  # files tried for one prompt, deepest match first
-MAX_BYTES = 64 << 20  # an index past this is not read (a long chat's entry is some tens of KB)
+MAX_BYTES = 16 << 20  # an index past this is not read (4 GB of saved caches index in a few MB at most)
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
