@@ -247,7 +247,8 @@ def tool_calls(turn: Turn) -> tuple[ToolCall, ...]:
         c = turn.tool_calls[index]
         arguments = _arguments(c["arguments"])
         if c["name"] and arguments is not None:
-            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))
+            text = _text(json.dumps(arguments, ensure_ascii=False))  # "\ud800" in the JSON is a lone surrogate now
+            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], text))
     return tuple(out)
 
 

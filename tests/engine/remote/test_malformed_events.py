@@ -183,3 +183,14 @@ def test_an_event_stream_labelled_json_is_still_read_as_one():
     ) as s:
         (text, stats), _ = chat_once(f"{s.url}#scripted")
     assert text == "Hi there" and stats.error == ""
+
+
+@pytest.mark.parametrize("arguments", ['{"a": "\\ud800"}', {"a": "\ud800"}], ids=["text", "object"])
+def test_a_lone_surrogate_in_tool_call_arguments_is_replaced_as_in_content(arguments):
+    """As in content, JSON's "\\ud800" (no UTF-8 holds it) becomes U+FFFD: the store, a tool server
+    and the next request all encode the arguments."""
+    call = {"index": 0, "id": "c", "function": {"name": "add", "arguments": arguments}}
+    _, stats = served([event({"tool_calls": [call]}), chunk(finish="tool_calls"), DONE])
+    (made,) = stats.tool_calls
+    assert json.loads(made.arguments) == {"a": "\ufffd"}
+    made.arguments.encode()
