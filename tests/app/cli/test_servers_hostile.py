@@ -343,3 +343,24 @@ def test_token_counts_past_a_float_are_not_a_bug_in_chat_or_replay(monkeypatch, 
         [conv] = store.list_conversations()
         reply = store.get_conversation(conv.id).messages[-1]
     assert (reply.content, reply.status) == ("Hi", "complete")
+
+
+def test_a_lone_surrogate_in_a_servers_tool_call_is_not_a_bug(monkeypatch, capsys, chinwag_home):
+    """JSON's "\\ud800" in a tool call's arguments reached the MCP server as a string no UTF-8 holds:
+    the tool server's connection broke and `chinwag chat` ended as a bug (exit 1)."""
+    from tests.tools_servers.launch import stdio_entry
+
+    (chinwag_home / "mcp.json").write_text(json.dumps({"mcpServers": {"calc": stdio_entry("calculator")}}))
+    call = {"index": 0, "id": "c", "function": {"name": "add", "arguments": '{"a": "\\ud800", "b": 1}'}}
+    asked = f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'tool_calls': [call]}}]})}\n\n".encode()
+
+    def script(body, headers):
+        if body["messages"][-1]["role"] == "tool":
+            return [chunk("Done"), chunk(finish="stop"), b"data: [DONE]\n\n"]
+        return [asked, chunk(finish="tool_calls"), b"data: [DONE]\n\n"]
+
+    with StandIn(script=script) as s:
+        monkeypatch.setattr("sys.stdin", io.StringIO("add them\n/exit\n"))
+        assert main(["chat", "--model", f"{s.url}#scripted", "--allow-tools"]) == 0
+    out = capsys.readouterr()
+    assert "bug" not in out.err and "stopped" not in out.out and "Done" in out.out
