@@ -24,6 +24,7 @@ REDACTED = "[redacted]"
 # An Authorization header echoed back: its scheme stays, its credential (8 characters or more,
 # so "bearer token required" stays readable) goes. Our own key goes whatever its length.
 _CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;}\]]{8,}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _CLOSED = re.compile(r"closed|disconnected|without sending", re.I)  # the connection ended, not bad HTTP
 _OVERFLOW = re.compile(
     r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
@@ -119,8 +120,8 @@ def server_message(body: bytes, secret: str = "") -> str:
             value = data.get(key)
             if isinstance(value, dict):
                 value = value.get("message") or value.get("detail") or _dumps(value)
-            if value:
-                return redact(" ".join(str(value).split()), secret)[:300]
+            if value:  # JSON's "\ud800" is a lone surrogate: no terminal, log or database takes it
+                return _LONE_SURROGATE.sub("\ufffd", redact(" ".join(str(value).split()), secret)[:300])
     return redact(" ".join(text.split()), secret)[:200]
 
 

@@ -364,3 +364,19 @@ def test_a_lone_surrogate_in_a_servers_tool_call_is_not_a_bug(monkeypatch, capsy
         assert main(["chat", "--model", f"{s.url}#scripted", "--allow-tools"]) == 0
     out = capsys.readouterr()
     assert "bug" not in out.err and "stopped" not in out.out and "Done" in out.out
+
+
+def test_a_lone_surrogate_in_an_error_mid_reply_keeps_the_reply_and_is_not_a_bug(monkeypatch, capsys):
+    """The error line could not be stored: `chinwag chat` ended as a bug (exit 1), the reply lost."""
+    from app.core.store import Store
+
+    events = [chunk("Partial"), b'data: {"error": {"message": "bad \\ud800 thing"}}\n\n']
+    with StandIn(script=lambda b, h: events) as s:
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", f"{s.url}#scripted", "--no-tools"]) == 0
+    assert "bug" not in capsys.readouterr().err
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert (reply.content, reply.status) == ("Partial", "failed")
+    assert reply.stats["error"].endswith("failed mid-reply: bad \ufffd thing")

@@ -194,3 +194,21 @@ def test_a_lone_surrogate_in_tool_call_arguments_is_replaced_as_in_content(argum
     (made,) = stats.tool_calls
     assert json.loads(made.arguments) == {"a": "\ufffd"}
     made.arguments.encode()
+
+
+@pytest.mark.parametrize(
+    "error_event",
+    [
+        b'data: {"error": {"message": "bad \\ud800 thing"}}\n\n',
+        b'event: error\ndata: {"message": "bad \\udfff thing"}\n\n',
+    ],
+    ids=["error object", "error event"],
+)
+def test_a_lone_surrogate_in_a_servers_error_message_is_replaced(error_event):
+    """It reached the store and the terminal as a string no UTF-8 holds: `chinwag chat` ended as a
+    bug (exit 1) and lost the reply it had."""
+    message = one_line_error(served([error_event]))
+    assert message.endswith("failed mid-reply: bad \ufffd thing")
+    text, stats = served([chunk("Hi"), error_event])
+    assert text == "Hi" and stats.error.endswith("failed mid-reply: bad \ufffd thing")
+    stats.error.encode()
