@@ -43,10 +43,20 @@ def private_dir(path: Path, what: str = "data folder", tighten: bool = True) -> 
         if tighten and st.st_mode & 0o077 and st.st_uid == os.getuid():
             os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
     except FileExistsError as e:
-        raise ChinwagError(f"cannot use the {what} {path}: it is a file, not a folder") from e
+        raise ChinwagError(f"cannot use the {what} {path}: {_not_a_folder(path)}") from e
     except OSError as e:
         raise ChinwagError(f"cannot use the {what} {path}: {e.strerror or e}") from e
     return path
+
+
+def _not_a_folder(path: Path) -> str:
+    """What is at `path` where a folder should be: a dangling symlink (whose target may be made) or a file."""
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            return f"it is a symlink to {os.readlink(path)}, which does not exist"
+    except OSError:
+        pass
+    return "it is a file, not a folder"
 
 
 _secured: set[Path] = set()  # data folders whose older files were made private in this process
@@ -93,15 +103,8 @@ def kv_dir() -> Path:
 
 def kv_file_name(conv_id: str) -> str:
     """A conversation's saved KV cache file, in kv/<model key>/ (the id itself never on disk)."""
-    return hashlib.sha1(conv_id.encode()).hexdigest() + ".safetensors"
-
-
-def forget_saved_caches(conv_id: str, folder: Path | None = None) -> None:
-    """Delete a conversation's saved KV caches under every model: its text decodes from them.
-    Needs no MLX, so a chat deleted before the engine has started is erased too."""
-    folder = Path(folder) if folder is not None else data_dir_path() / "kv"
-    for path in folder.glob(f"*/{kv_file_name(conv_id)}"):
-        path.unlink(missing_ok=True)
+    # surrogatepass: an id read from a damaged prefix index may hold a lone surrogate
+    return hashlib.sha1(conv_id.encode("utf-8", "surrogatepass")).hexdigest() + ".safetensors"
 
 
 def private_file(path: Path) -> None:

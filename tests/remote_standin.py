@@ -9,7 +9,7 @@ Every request body is recorded as received.
 
 Hostile answers on demand: `models_drip_s` sends the model list one byte at a time,
 `models_gzip` says the (already compressed) body is gzip-encoded, `models_status` answers it with another status, `echo_auth` refuses every request with an error body that
-quotes the Authorization header back, `error_body` answers every chat request HTTP 500 with it.
+quotes the Authorization header back, `error_body` answers every chat request HTTP 500 with it, `stream_type` is the Content-Type of a 200 answer.
 """
 
 import json
@@ -59,6 +59,7 @@ class StandIn:
         echo_auth: bool = False,
         stream_headers: dict | None = None,
         error_body: bytes | None = None,
+        stream_type: str = "text/event-stream",
     ):
         self.api_key = api_key
         self.models_body = models_body
@@ -70,6 +71,7 @@ class StandIn:
         self.echo_auth = echo_auth
         self.stream_headers = stream_headers or {}  # e.g. a Content-Encoding for a scripted stream
         self.error_body = error_body  # every chat request is answered HTTP 500 with this body
+        self.stream_type = stream_type  # the Content-Type of a 200 answer to a chat request
         self.sent = 0  # bytes a scripted stream got out before the client went away
         self.requests = []  # (path, raw body bytes, parsed)
         self.release = threading.Event()  # ends a stalled stream
@@ -142,7 +144,7 @@ class StandIn:
                 if model not in MODELS:
                     return self._json(404, {"error": f"model {model} not found"})
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Type", standin.stream_type)
                 self.send_header("Connection", "close")
                 for name, value in standin.stream_headers.items():
                     self.send_header(name, value)

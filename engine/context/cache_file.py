@@ -382,10 +382,11 @@ def _load(path: Path, layout: CacheLayout, conv_id: str) -> tuple[dict[str, Any]
     except OSError as e:  # ELOOP: a symlink
         kind = "a symlink" if os.path.islink(path) else (e.strerror or str(e))
         raise UnusableCache(f"cannot open it: {kind}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # checked before a file object: a folder cannot be one
+        os.close(fd)
+        raise UnusableCache(f"it is {describe_kind(st.st_mode)}, not a file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UnusableCache(f"it is {describe_kind(st.st_mode)}, not a file")
         if st.st_size > layout.max_file_bytes:
             raise UnusableCache(f"it is {st.st_size} bytes, more than a cache of this model can hold")
         try:

@@ -32,9 +32,10 @@ from engine.context import cache_file, prefixes
 from engine.context.cache_file import CacheLayout, Snapshot, UnusableCache
 from engine.context.cache_writer import CacheWriter, Job
 from engine.context.conversation import ConversationCache, common_prefix
+from engine.context.erase import erase_saved
 from engine.context.prompt import History
 from engine.errors import ChinwagError
-from engine.paths import FILE_MODE, forget_saved_caches, kv_file_name, private_dir
+from engine.paths import FILE_MODE, kv_file_name, private_dir
 from engine.types import MemoryReport
 
 log = logging.getLogger(__name__)
@@ -267,10 +268,10 @@ class ConversationCaches:
         self._drafts.pop(conv_id, None)
         if conv_id in self._writing:
             self._stop_writing(conv_id)  # before the files go: a write under way ends first
-        forget_saved_caches(conv_id, self.save_dir)
-        if conv_id in self.prefixes:  # its ids' hashes go too (another model's index drops them at its load)
-            self.prefixes.remove(conv_id)
-            self._save_index_later()
+        erase_saved(conv_id, self.save_dir)  # and its entry in every model's saved index
+        # Its ids' hashes go from this index too, written after any copy of it still queued.
+        self.prefixes.remove(conv_id)
+        self._save_index_later()
 
     # --- shared prefixes -----------------------------------------------------
 

@@ -11,6 +11,8 @@ so a stale or damaged index costs at most a wasted read. Engine thread only.
 import hashlib
 import json
 import logging
+import os
+import stat
 from array import array
 from pathlib import Path
 
@@ -24,6 +26,8 @@ BLOCK = 32  # ids per hashed block: also the shortest prefix worth sharing
 FILE_NAME = "prefixes.json"
 _VERSION = 1
 _CANDIDATES = 4  # files tried for one prompt, deepest match first
+MAX_BYTES = 16 << 20  # an index past this is not read (4 GB of saved caches index in a few MB at most)
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def block_hashes(ids: list[int]) -> list[str]:
@@ -90,7 +94,7 @@ class PrefixIndex:
         """Read a saved index; a damaged one is logged and ignored (its files are not shared)."""
         self.clear()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(_read(path))
             if not isinstance(data, dict) or data.get("version") != _VERSION:
                 raise ValueError("not a prefix index of this version")
             for conv_id, chain in data["chains"].items():
@@ -99,12 +103,44 @@ class PrefixIndex:
                 self._set(conv_id, chain)
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("ignoring %s: %s", path, e)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            log.warning("ignoring %s: %s", path, str(e)[:200])
             self.clear()
 
     def save(self, path: Path) -> None:
         write(path, dict(self.chains))
+
+
+def _read(path: Path) -> str:
+    """The index file's text: a regular file only (a symlink or a named pipe never redirects or
+    blocks the read), of a size an index can have."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = b""
+        while len(data) <= MAX_BYTES and (piece := os.read(fd, MAX_BYTES + 1 - len(data))):
+            data += piece
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"over {MAX_BYTES:,} bytes")
+    return data.decode("utf-8")
+
+
+def drop(path: Path, conv_id: str) -> None:
+    """Take a conversation out of the index saved at `path` (another model's: a deleted chat's ids
+    leave no trace, not even hashed); a missing or damaged index is left as it is."""
+    try:
+        if json.dumps(conv_id) not in _read(path):  # most indexes never held it: not parsed
+            return
+    except (OSError, ValueError):  # none there, or one that load() would ignore anyway
+        return
+    index = PrefixIndex()
+    index.load(path)
+    if conv_id in index:
+        index.remove(conv_id)
+        index.save(path)
 
 
 def write(path: Path, chains: dict[str, list[str]]) -> None:
@@ -112,6 +148,8 @@ def write(path: Path, chains: dict[str, list[str]]) -> None:
     after a restart, nothing else."""
     try:
         private_dir(path.parent, "KV cache folder")
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            path.unlink()  # as for a cache file: a link would have the index written wherever it points
         write_atomic(path, json.dumps({"version": _VERSION, "chains": chains}), mode=0o600)
     except (ChinwagError, OSError) as e:
         log.warning("prefix index not saved: %s", e)

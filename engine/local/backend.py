@@ -334,12 +334,18 @@ class LocalBackend:
 
     async def forget(self, conversation_id: str) -> None:
         if self.thread is not None:
-            await self.start()  # the session exists once start has finished
-            await self.call(self.drained(self.running()[1].forget), conversation_id)
-        else:  # not started: no cache in memory, but files saved by an earlier run may be there
-            from engine.paths import forget_saved_caches
+            try:
+                await self.start()  # the session exists once start has finished
+            except Exception:  # noqa: BLE001 - start's own failure (said where it was asked for) holds no cache
+                if not self.failed:
+                    raise
+            else:
+                await self.call(self.drained(self.running()[1].forget), conversation_id)
+                return
+        # Not started (or it failed to): no cache in memory, but files saved by an earlier run may be there.
+        from engine.context.erase import erase_saved
 
-            await asyncio.to_thread(forget_saved_caches, conversation_id)
+        await asyncio.to_thread(erase_saved, conversation_id)
 
 
 def _log_failure(future: concurrent.futures.Future[Any]) -> None:

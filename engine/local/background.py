@@ -139,10 +139,12 @@ def prepare_next_window(
 
 
 def adopt(session: "Session", draft_id: str, conv_id: str) -> bool:
-    """Give the cache read ahead under `draft_id` (a new chat's draft) to the chat created for it."""
+    """Give the cache read ahead under `draft_id` (a new chat's draft) to the chat created for it.
+    The draft is over either way: one saved under another model (read ahead before a switch) is
+    erased, or the chat's documents would outlive its deletion there."""
     cache = session.caches.get(draft_id)
+    session.caches.forget(draft_id)
     if cache is None:
         return False
-    session.caches.forget(draft_id)
     session.caches.put(conv_id, cache)
     return True

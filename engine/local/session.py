@@ -149,15 +149,21 @@ class Session:
         )
         kinds.check_model(model, kv)  # a cache Chinwag cannot keep: refused here, not mid-turn
         info = dataclasses.replace(info, tools_off=tools_off_reason(tokenizer))  # said from the load on
-        # Only a model that loaded replaces the current one (and only then do its options apply).
-        self.model, self.tokenizer, self.info = model, tokenizer, info
-        self.batch_off = model_refusal(model, kv)  # why its turns cannot batch (engine/local/batch.py)
-        self.kv_quantization, self.memory_limit_bytes, self.pending = kv, given, None
-        self.weight_bytes = plan.weights
-        self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
-        self._draft = None
-        self.context_length = info.context_length or context_length_of(path)
-        self.caches.set_model(str(path), layout_of(model, self.context_length, self.kv_quantization))
+        batch_off = model_refusal(model, kv)  # why its turns cannot batch (engine/local/batch.py)
+        context_length = info.context_length or context_length_of(path)
+        layout = layout_of(model, context_length, kv)
+        # Only a model that loaded replaces the current one (and only then do its options apply), and
+        # with the caches: set_model drops the old ones even if saving them fails, so the new weights
+        # never run on them, and a failure above leaves the old model on its own.
+        try:
+            self.caches.set_model(str(path), layout)
+        finally:
+            self.model, self.tokenizer, self.info = model, tokenizer, info
+            self.batch_off, self.context_length = batch_off, context_length
+            self.kv_quantization, self.memory_limit_bytes, self.pending = kv, given, None
+            self.weight_bytes = plan.weights
+            self.verify_cost = VerifyCost(device_kind())  # learned from this model's own passes
+            self._draft = None
         if not self.budget_given:  # what the limit leaves the caches; without one, the share of RAM
             self.caches.budget_bytes = plan.cache_budget if given is not None else default_budget_bytes()
         self.wired.raise_to(plan.weights + self.caches.budget_bytes)

@@ -222,7 +222,7 @@ class RemoteBackend:
             if payload is None:
                 return False
             pieces = turn.deltas
-            done = sse.decode(payload, turn, relay.put, clean)
+            done = sse.decode(payload, turn, relay.put, clean, lines.kind)
             if turn.deltas > pieces:
                 watch.progress(replying=True)
                 sse.check_length(turn, params.max_tokens)
@@ -256,6 +256,9 @@ class RemoteBackend:
             return ""
         if (e := task.exception()) is not None:
             return self._failure(e, turn)
+        if unusable := sse.unusable_call(turn):  # kept, marked failed: nothing runs
+            turn.finish = FinishReason.ERROR
+            return redact(f"server {name}: {unusable}", self.target.server.api_key)
         if turn.finish:
             return ""
         if not turn.deltas:

@@ -24,6 +24,8 @@ REDACTED = "[redacted]"
 # An Authorization header echoed back: its scheme stays, its credential (8 characters or more,
 # so "bearer token required" stays readable) goes. Our own key goes whatever its length.
 _CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;}\]]{8,}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_CLOSED = re.compile(r"closed|disconnected|without sending", re.I)  # the connection ended, not bad HTTP
 _OVERFLOW = re.compile(
     r"context (length|window|size)|maximum context|too many tokens|prompt is too long"
     r"|exceeds? the (available |model's )?context",
@@ -58,6 +60,10 @@ class StreamLimit(ChinwagError):
 
 class PastMaxTokens(StreamLimit):
     """A stream that kept sending pieces well past the reply's max_tokens: the reply is cut there."""
+
+
+class NotAStream(ChinwagError):
+    """A chat request answered 200 with something that is no reply (a web page)."""
 
 
 class TimedOut(ChinwagError):
@@ -114,8 +120,8 @@ def server_message(body: bytes, secret: str = "") -> str:
             value = data.get(key)
             if isinstance(value, dict):
                 value = value.get("message") or value.get("detail") or _dumps(value)
-            if value:
-                return redact(" ".join(str(value).split()), secret)[:300]
+            if value:  # JSON's "\ud800" is a lone surrogate: no terminal, log or database takes it
+                return _LONE_SURROGATE.sub("\ufffd", redact(" ".join(str(value).split()), secret)[:300])
     return redact(" ".join(text.split()), secret)[:200]
 
 
@@ -185,6 +191,8 @@ def describe_http_error(e: Exception, server: _Named) -> str:
         return f"did not answer in time ({text[:160] or type(e).__name__})"
     if isinstance(e, httpx.ConnectError):
         return _connect_error(e, text, where)
+    if isinstance(e, httpx.RemoteProtocolError) and not _CLOSED.search(text):  # h11 refused what it sent
+        return f"sent a malformed HTTP response ({text[:120]})"
     if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError)):
         return "closed the connection mid-reply"
     if isinstance(e, (httpx.InvalidURL, httpx.UnsupportedProtocol)):

@@ -40,6 +40,7 @@ LIMITS = Limits()
 ACCEPT_ENCODING = "gzip, deflate"
 _PIECE = 64 << 10
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_SSE_FIELD = re.compile(r"(data|event|id|retry)?:")
 
 _network: asyncio.AbstractEventLoop | None = None
 _network_lock = threading.Lock()
@@ -237,19 +238,32 @@ async def post_lines(
             async with client.stream("POST", url, json=body, headers=headers) as r:
                 if r.status_code != 200:
                     raise errors.ServerError(r.status_code, await _read(r, limits.error_bytes))
+                read = _reader(r.headers.get("content-type", ""), on_line)
                 lines = Lines(limits.line_bytes)
                 async for piece in _body(r, limits.stream_bytes, "a reply"):
                     watch.heard = True
                     for line in lines.feed(piece):
-                        if on_line(line):
+                        if read(line):
                             return
                     watch.unfinished = lines.unfinished()
                     deadline.reschedule(watch.due())
                 for line in [*lines.end(), ""]:
-                    if on_line(line):
+                    if read(line):
                         return
     except TimeoutError:
         raise watch.expired() from None
+
+
+def _reader(content_type: str, on_line: Callable[[str], bool]) -> Callable[[str], bool]:
+    """How a chat reply's lines are read: an event stream's as they are; a whole reply in JSON (a
+    server that ignores `stream`) as one event's data lines. A web page is no reply: NotAStream."""
+    media = content_type.split(";")[0].strip().lower()
+    if media in ("text/html", "application/xhtml+xml"):
+        raise errors.NotAStream(f"answered with {media}, not an event stream (is it an OpenAI API?)")
+    if media != "application/json":
+        return on_line
+    # An event stream mislabelled as JSON keeps its fields; a JSON body's lines become data lines.
+    return lambda line: on_line(line if not line.strip() or _SSE_FIELD.match(line) else "data: " + line)
 
 
 async def _get(url: str, headers: dict[str, str], total_s: float) -> tuple[int, bytes]:

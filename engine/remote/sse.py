@@ -24,6 +24,9 @@ _KEEPALIVE = re.compile(r"keepalive\s+(\d{1,15})\s*/\s*(\d{1,15})")
 EXTRA_PIECES = 64
 # The server's finish_reason -> ours; anything else that ends a reply normally is a stop.
 FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "tool_calls": FinishReason.TOOL_CALLS}
+# A token count past this is no model's: a server that sends one is not believed (the figure is 0).
+MAX_COUNT = 1 << 40
+_BOM = "\ufeff"
 
 
 class EventLines:
@@ -33,18 +36,28 @@ class EventLines:
         """`max_bytes`: the most one event's data lines may hold together (network.Limits)."""
         self._data: list[str] = []
         self._size = 0
+        self._first = True
+        self._kind = ""
         self.max_bytes = max_bytes
+        self.kind = ""  # the `event:` field of the event feed last returned ("" for a plain one)
 
     def feed(self, line: str) -> str | None:
         """The event's payload when `line` ends one (a blank line after data lines), else None."""
+        if self._first:  # the standard drops one byte order mark at the start of the stream
+            line, self._first = line.removeprefix(_BOM), False
         if line.startswith("data:"):
             self._data.append(line[5:].removeprefix(" "))
             self._size += len(line)
             if self._size > self.max_bytes:
                 raise StreamLimit(f"sent an event over {self.max_bytes:,} bytes: Chinwag stopped reading the reply")
+        elif line.startswith("event:"):
+            self._kind = line[6:].strip()[:40]
         elif not line.strip() and self._data:
             payload, self._data, self._size = "\n".join(self._data), [], 0
+            self.kind, self._kind = self._kind, ""
             return payload
+        elif not line.strip():
+            self._kind = ""  # an event without data is not dispatched
         return None
 
 
@@ -103,9 +116,13 @@ class WrongShape(ChinwagError):
     """Well-formed JSON that is not a chat-completions chunk."""
 
 
-def decode(payload: str, turn: Turn, put: Callable[[TextDelta], None], redact: Callable[[str], str] = str) -> bool:
+def decode(
+    payload: str, turn: Turn, put: Callable[[TextDelta], None], redact: Callable[[str], str] = str, kind: str = ""
+) -> bool:
     """Handle one event's payload: its text goes to `put`; True at [DONE]. `redact` cleans what a
-    server sent before a message quotes it."""
+    server sent before a message quotes it; `kind` is the event's `event:` field."""
+    if kind == "error":  # whatever its payload holds, it is the server's message
+        raise ChinwagError(f"failed mid-reply: {server_message(redact(payload).encode())}")
     if payload.strip() == "[DONE]":
         return True
     try:
@@ -157,8 +174,8 @@ def _choice(choice: dict[str, Any], turn: Turn, put: Callable[[TextDelta], None]
             turn.in_reasoning = True
             reasoning = THINK_OPEN + reasoning
         put(turn.show(reasoning))
-    content = delta.get("content")
-    if isinstance(content, str) and content:
+    content = _content(delta.get("content"))
+    if content:
         content = _text(content)
         turn.arrive()
         turn.content.append(content)
@@ -177,25 +194,50 @@ def _choice(choice: dict[str, Any], turn: Turn, put: Callable[[TextDelta], None]
         turn.finish = FINISH.get(finish, FinishReason.STOP) if isinstance(finish, str) else FinishReason.STOP
 
 
+def _content(value: object) -> str:
+    """A delta's content: text, or a list of text parts (as in a request); None is no text."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in value):
+        return "".join(p["text"] for p in value)
+    raise WrongShape("a delta's 'content' is not text")
+
+
 def _tool_delta(turn: Turn, call: object) -> None:
     """One streamed piece of a tool call: its id and name come once, its arguments in pieces."""
-    if not isinstance(call, dict):
-        return
+    call = _object(call, "a tool call")
     index = call.get("index", len(turn.tool_calls))
     if not isinstance(index, (int, str)) or isinstance(index, bool):
         raise WrongShape("a tool call's 'index' is not a number")
     function = _object(call.get("function"), "a tool call's 'function'")
+    name, arguments = function.get("name"), function.get("arguments")
+    if name is not None and not isinstance(name, str):
+        raise WrongShape("a tool call's 'name' is not text")
+    if arguments is not None and not isinstance(arguments, (str, dict)):
+        raise WrongShape("a tool call's 'arguments' are not text")
     turn.arrive()
     known = turn.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
     if isinstance(call.get("id"), str) and call["id"]:
         known["id"] = _text(call["id"])
-    if isinstance(function.get("name"), str) and function["name"]:
-        known["name"] = _text(function["name"])
-    arguments = function.get("arguments")
+    if name:
+        known["name"] = _text(name)
     if isinstance(arguments, str):
         known["arguments"] += _text(arguments)
     elif isinstance(arguments, dict):
         known["arguments"] = json.dumps(arguments)
+
+
+def _arguments(text: str) -> dict[str, Any] | None:
+    """A tool call's arguments as a JSON object, or None (not JSON, NaN or Infinity in it, not an object)."""
+    try:
+        arguments = json.loads(text or "{}", parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def tool_calls(turn: Turn) -> tuple[ToolCall, ...]:
@@ -203,13 +245,24 @@ def tool_calls(turn: Turn) -> tuple[ToolCall, ...]:
     out = []
     for index in sorted(turn.tool_calls, key=str):
         c = turn.tool_calls[index]
-        try:
-            arguments = json.loads(c["arguments"] or "{}")
-        except (ValueError, RecursionError):
-            continue
-        if c["name"] and isinstance(arguments, dict):
-            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], json.dumps(arguments, ensure_ascii=False)))
+        arguments = _arguments(c["arguments"])
+        if c["name"] and arguments is not None:
+            text = _text(json.dumps(arguments, ensure_ascii=False))  # "\ud800" in the JSON is a lone surrogate now
+            out.append(ToolCall(c["id"] or f"call_{index}", c["name"], text))
     return tuple(out)
+
+
+def unusable_call(turn: Turn) -> str:
+    """Why a reply that ended with tool calls has one that cannot run ("" if every call can; a reply
+    cut at its length is only cut)."""
+    if turn.finish not in (FinishReason.TOOL_CALLS, FinishReason.STOP):
+        return ""
+    for c in turn.tool_calls.values():
+        if not c["name"]:
+            return "sent a tool call without a name"
+        if _arguments(c["arguments"]) is None:
+            return f"sent a tool call to {c['name'][:60]!r} whose arguments are not a JSON object"
+    return ""
 
 
 def stats(turn: Turn, started: float, dropped: int, error: str) -> TurnStats:
@@ -248,4 +301,5 @@ def without_reasoning(text: str) -> str:
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
+    """A count the server sent, if it is one a model could reach (else 0: not known)."""
+    return value if type(value) is int and 0 < value <= MAX_COUNT else 0

@@ -322,3 +322,61 @@ def test_a_replay_turn_a_server_cuts_short_stops_the_replay_with_one_line_and_ex
     assert turn["turn"] == 0 and "kept sending past max_tokens (5)" in turn["error"]
     [line] = captured.err.splitlines()
     assert line.startswith("chinwag: error: turn 0: server 127.0.0.1:") and "past max_tokens (5)" in line
+
+
+def test_token_counts_past_a_float_are_not_a_bug_in_chat_or_replay(monkeypatch, capsys, tmp_path):
+    """A usage event counting 10**400 tokens ended `chinwag chat` and `replay` as "a bug" (exit 1),
+    the reply marked failed."""
+    from app.core.store import Store
+
+    huge = json.dumps({"choices": [], "usage": {"prompt_tokens": 10**400, "completion_tokens": 10**400}})
+    events = [chunk("Hi"), f"data: {huge}\n\n".encode(), chunk(finish="stop"), b"data: [DONE]\n\n"]
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps({"system": "", "turns": ["hi"]}))
+    with StandIn(script=lambda b, h: events) as s:
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", f"{s.url}#scripted", "--no-tools"]) == 0
+        assert main(["replay", str(script), "--model", f"{s.url}#scripted"]) == 0
+    out = capsys.readouterr()
+    assert "bug" not in out.err and out.out.count("Hi") >= 2
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert (reply.content, reply.status) == ("Hi", "complete")
+
+
+def test_a_lone_surrogate_in_a_servers_tool_call_is_not_a_bug(monkeypatch, capsys, chinwag_home):
+    """JSON's "\\ud800" in a tool call's arguments reached the MCP server as a string no UTF-8 holds:
+    the tool server's connection broke and `chinwag chat` ended as a bug (exit 1)."""
+    from tests.tools_servers.launch import stdio_entry
+
+    (chinwag_home / "mcp.json").write_text(json.dumps({"mcpServers": {"calc": stdio_entry("calculator")}}))
+    call = {"index": 0, "id": "c", "function": {"name": "add", "arguments": '{"a": "\\ud800", "b": 1}'}}
+    asked = f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'tool_calls': [call]}}]})}\n\n".encode()
+
+    def script(body, headers):
+        if body["messages"][-1]["role"] == "tool":
+            return [chunk("Done"), chunk(finish="stop"), b"data: [DONE]\n\n"]
+        return [asked, chunk(finish="tool_calls"), b"data: [DONE]\n\n"]
+
+    with StandIn(script=script) as s:
+        monkeypatch.setattr("sys.stdin", io.StringIO("add them\n/exit\n"))
+        assert main(["chat", "--model", f"{s.url}#scripted", "--allow-tools"]) == 0
+    out = capsys.readouterr()
+    assert "bug" not in out.err and "stopped" not in out.out and "Done" in out.out
+
+
+def test_a_lone_surrogate_in_an_error_mid_reply_keeps_the_reply_and_is_not_a_bug(monkeypatch, capsys):
+    """The error line could not be stored: `chinwag chat` ended as a bug (exit 1), the reply lost."""
+    from app.core.store import Store
+
+    events = [chunk("Partial"), b'data: {"error": {"message": "bad \\ud800 thing"}}\n\n']
+    with StandIn(script=lambda b, h: events) as s:
+        monkeypatch.setattr("sys.stdin", io.StringIO("hi\n/exit\n"))
+        assert main(["chat", "--model", f"{s.url}#scripted", "--no-tools"]) == 0
+    assert "bug" not in capsys.readouterr().err
+    with Store() as store:
+        [conv] = store.list_conversations()
+        reply = store.get_conversation(conv.id).messages[-1]
+    assert (reply.content, reply.status) == ("Partial", "failed")
+    assert reply.stats["error"].endswith("failed mid-reply: bad \ufffd thing")

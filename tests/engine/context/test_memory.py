@@ -215,6 +215,24 @@ def test_a_chat_deleted_before_its_file_is_written_is_never_written(evicting):
     assert saved_files(caches) == []
 
 
+def test_a_chat_deleted_after_it_came_back_leaves_no_entry_in_the_saved_index(evicting):
+    """Evicted (its file and a copy of the index queued), back before they were written, then
+    deleted: the queued copy wrote its id into prefixes.json after the deletion."""
+    from engine.context.prefixes import FILE_NAME
+    from tests.engine.context.test_cache_writer import held
+
+    caches, conv = evicting
+    caches.put("secret", conv)
+    release = held(caches.writer)
+    caches.enforce(keep="new")
+    assert caches.get("secret") is conv
+    caches.forget("secret")
+    release.set()
+    caches.writer.flush()
+    (index,) = caches.save_dir.rglob(FILE_NAME)
+    assert '"secret"' not in index.read_text()
+
+
 def test_saving_on_close_waits_for_the_evictions_being_written(evicting):
     import threading
 

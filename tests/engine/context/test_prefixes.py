@@ -120,3 +120,16 @@ def test_a_forgotten_chat_leaves_the_saved_index_at_once(engine_with, chinwag_ho
     before, after = engine_with(body, idle_work=False)
     assert '"a"' in before and '"b"' in before
     assert '"a"' not in after and '"b"' in after  # a deleted chat's ids leave no trace, not even hashed
+
+
+def test_an_index_larger_than_any_real_one_is_not_read(tmp_path, monkeypatch, caplog):
+    from engine.context import prefixes
+
+    path = tmp_path / FILE_NAME
+    index = PrefixIndex()
+    index.add("a", list(range(64)))
+    index.save(path)
+    monkeypatch.setattr(prefixes, "MAX_BYTES", path.stat().st_size - 1)
+    loaded = PrefixIndex()
+    loaded.load(path)
+    assert len(loaded) == 0 and "over" in caplog.text

@@ -190,3 +190,19 @@ def test_a_turn_speculating_alone_joins_the_batch_when_another_comes(engine_with
     assert [t for t, _ in both] == [t for t, _ in alone]
     assert [s.reply_ids for _, s in both] == [s.reply_ids for _, s in alone]
     assert both[0][1].generated_tokens == 64
+
+
+def test_rows_sampling_with_a_top_k_past_the_vocabulary_keep_every_token(engine_with):
+    """issue 35 item 11: top_k up to 1000 is allowed, the tiny vocabulary has 400 tokens (mlx-lm
+    refuses k >= it); batched rows sample through the same sampler as a turn alone."""
+    params = GenerationParams(temperature=1.0, top_k=1000, max_tokens=12)
+
+    async def main(engine):
+        engine._local.batcher.peak_rows = 0
+        together = await asyncio.gather(*(collect(engine, f"k-{i}", m, params) for i, m in enumerate(PROMPTS)))
+        return together, engine._local.batcher.peak_rows
+
+    together, peak = engine_with(main)
+    assert peak >= 2
+    for _, stats in together:
+        assert stats.error == "" and stats.generated_tokens > 0
