@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 from app.chat.events import Delta, Reading
-from engine.errors import ChinwagError
+from engine.errors import ChinwagError, ContextOverflowError
 from engine.protocol import EngineAPI
 from engine.turns import ChatTurn
 from engine.types import ChatMessage, GenerationParams, PrefillProgress, TextDelta, TurnOrigin, TurnStats
@@ -23,6 +23,7 @@ class Streamed:
     text: str
     stats: TurnStats | None
     error: str = ""
+    client_error: bool = False  # refused for what was asked (a history longer than the context)
 
 
 class EngineTurn:
@@ -73,7 +74,7 @@ class EngineTurn:
                 else:
                     stats = ev
         except ChinwagError as e:  # refused (a prompt longer than the context...): the reply fails, the chat goes on
-            return Streamed("".join(parts), None, str(e))
+            return Streamed("".join(parts), None, str(e), isinstance(e, ContextOverflowError))
         except BaseException as e:
             events.stop()
             kept("".join(parts), isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)))

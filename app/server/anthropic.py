@@ -22,7 +22,7 @@ from app.server.errors import ApiError, no_paths
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest
-from app.server.service import ChatService, Generated, Outcome, Waiting, collect
+from app.server.service import ChatService, Generated, Outcome, Waiting, collect, generation_failed
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -111,7 +111,7 @@ class _Message:
                 yield _event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": item}})
             elif isinstance(item, Outcome):
                 if item.finish_reason == "error":
-                    yield self._failed(item.error)
+                    yield _event("error", generation_failed(item).anthropic_body())
                     return
                 if text_open:
                     yield _event("content_block_stop", {"index": index})
@@ -160,7 +160,7 @@ class AnthropicRoutes:
         except ClientGone:
             return Response(status_code=499)
         if outcome.finish_reason == "error":
-            raise ApiError(500, f"generation failed: {outcome.error}")
+            raise generation_failed(outcome)
         return JSONResponse(shape.whole(text, outcome))
 
     async def count_tokens(self, request: Request) -> Response:

@@ -23,7 +23,7 @@ from app.server.guard import Guard
 from app.server.http import PIN_HEADER, ClientGone, ClosingStream, ServerConfig, client_of, first, unless_gone
 from app.server.limits import read_json
 from app.server.requests import GenerationRequest, chat_request, completion_request
-from app.server.service import ChatService, Generated, Outcome, Waiting, collect
+from app.server.service import ChatService, Generated, Outcome, Waiting, collect, generation_failed
 from engine.log import report_bug
 from engine.types import ToolCall
 
@@ -83,7 +83,7 @@ class Routes:
         except ClientGone:
             return GONE
         if outcome.finish_reason == "error":
-            raise ApiError(500, f"generation failed: {outcome.error}")
+            raise generation_failed(outcome)
         return JSONResponse(shape.whole(text, outcome))
 
 
@@ -149,7 +149,7 @@ class _Shape:
             elif isinstance(item, str):
                 yield _sse(self._chunk(item, None))
             elif isinstance(item, Outcome) and item.finish_reason == "error":
-                yield self._failed(item.error)
+                yield _sse(generation_failed(item).body())
                 yield _sse(self._chunk(None, "error"))
             elif isinstance(item, Outcome):
                 if item.tool_calls:

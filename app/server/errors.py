@@ -20,6 +20,7 @@ ERROR_TYPES = {
     421: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
+    502: "server_error",
     503: "server_error",
 }
 # Anthropic's error types (https://docs.anthropic.com/en/api/errors); others are invalid_request_error.
@@ -30,6 +31,7 @@ ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    502: "api_error",
     503: "overloaded_error",
 }
 ANTHROPIC_PREFIX = "/v1/messages"  # the routes whose errors take Anthropic's shape

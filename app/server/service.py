@@ -96,6 +96,12 @@ class Outcome:
     tool_calls: tuple[ToolCall, ...] = ()  # engine.types.ToolCall, when finish_reason is tool_calls
     stop_sequence: str = ""  # the stop sequence that ended the reply, if one did
     context_full: bool = False  # "length" because the context window is full, not max_tokens
+    upstream: bool = False  # the model is a server's elsewhere: its failure is a bad gateway, not Chinwag's
+
+
+def generation_failed(outcome: Outcome) -> ApiError:
+    """A turn that failed: a server elsewhere's failure is a bad gateway (502), Chinwag's own a 500."""
+    return ApiError(502 if outcome.upstream else 500, f"generation failed: {outcome.error}")
 
 
 Generated = Started | Waiting | str | Outcome  # what ChatService.generate yields
@@ -145,6 +151,8 @@ class StopScanner:
 def finish_reason(stats: TurnStats, stopped: bool) -> str:
     if stats.finish_reason == FinishReason.TOOL_CALLS and not stopped:
         return "tool_calls"
+    if stats.finish_reason == FinishReason.CANCELLED and stats.error and not stopped:
+        return "error"  # cut short by a server elsewhere (the client's own stop ends its request)
     if stopped or stats.finish_reason in (FinishReason.STOP, FinishReason.CANCELLED):
         return "stop"
     if stats.finish_reason in (FinishReason.LENGTH, FinishReason.CONTEXT):
@@ -348,7 +356,9 @@ class ChatService:
         self, served: "_Served", conv_id: str, model: str, request: GenerationRequest, client: str, waited: float
     ) -> AsyncGenerator[str | Outcome, None]:
         """The end of a turn: the rest of its text, what the conversation map keeps, the record, the Outcome."""
-        stats = _stats(served)
+        current = self.engine.current_model
+        upstream = current is not None and bool(current.server)
+        stats = _stats(served, upstream)
         scanner, reply = served.scanner, served.reply
         rest = scanner.flush()
         if rest:
@@ -377,6 +387,7 @@ class ChatService:
             calls,
             scanner.matched,
             stats.finish_reason == FinishReason.CONTEXT and not scanner.hit,
+            upstream,
         )
 
     def _remember_calls(self, calls: tuple[ToolCall, ...], text: str) -> None:
@@ -431,12 +442,13 @@ class ChatService:
             listener(record)
 
 
-def _stats(served: _Served) -> TurnStats:
-    """The turn's stats; a turn refused before it began is the client's error (400)."""
+def _stats(served: _Served, upstream: bool) -> TurnStats:
+    """The turn's stats; a turn refused before it began is the client's error (400), or where a server
+    elsewhere failed it (unreachable, its error, a malformed stream), a bad gateway (502)."""
     ended = served.ended
     assert ended is not None
     if ended.stats is None and ended.error:  # a prompt longer than the context...
-        raise ApiError(400, no_paths(ended.error))
+        raise ApiError(502 if upstream and not ended.client_error else 400, no_paths(ended.error))
     if ended.stats is None:
         raise RuntimeError("the engine ended a turn without its stats")
     return ended.stats
