@@ -78,6 +78,7 @@ CASES = [
     ({"messages": HELLO, "model": "no-such-model"}, 404, "does not exist"),
     ({"messages": HELLO, "model": "smollm2-135m-instruct"}, 404, "--allow-switch"),
     ({"messages": HELLO, "user": 7}, 400, "user"),
+    ({"messages": HELLO, "user": "\ud800"}, 400, "user: holds a lone surrogate"),  # it was a bug, a 500
     ({"messages": [{"role": "user", "content": [[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]}]}, 400, "nested"),
 ]
 

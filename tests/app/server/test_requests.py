@@ -70,3 +70,47 @@ def test_a_bad_message_is_a_400_naming_its_place(messages: list[object], error: 
     with pytest.raises(ApiError) as raised:
         chat_request({"messages": messages})
     assert raised.value.status == 400 and str(raised.value).startswith(error)
+
+
+HI = [{"role": "user", "content": "hi"}]
+CALL_BACK = {"role": "assistant", "content": "x"}
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"messages": HI, "stream_options": []}, "stream_options: must be an object"),
+        ({"messages": HI, "stream_options": 0}, "stream_options: must be an object"),
+        ({"messages": HI, "user": False}, "user: must be a string"),
+        ({"messages": HI, "user": 0}, "user: must be a string"),
+        ({"messages": HI, "user": "\udc00"}, "user: holds a lone surrogate"),
+        ({"messages": HI, "tools": "x", "tool_choice": "none"}, "tools: must be a list"),
+        ({"messages": HI, "tools": [1], "tool_choice": "none"}, "tools[0]: must be"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": {}}]}, "messages[1].tool_calls: must be a list"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": 0}]}, "messages[1].tool_calls: must be a list"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": [{"function": {"name": "", "arguments": "{}"}}]}]},
+         "messages[1].tool_calls[0]: must be"),
+        ({"messages": [*HI, {"role": "tool", "content": "1", "tool_call_id": 5}]}, "messages[1].tool_call_id: must be a string"),
+    ],
+)  # fmt: skip
+def test_a_wrong_type_the_falsy_way_is_a_400_too(body: dict[str, object], error: str) -> None:
+    """0, false, [] and {} where an object, a string or a list goes were taken for "not given"."""
+    with pytest.raises(ApiError) as raised:
+        chat_request(body)
+    assert raised.value.status == 400 and str(raised.value).startswith(error), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"system": 0}, "system: must be a string or a list of text blocks"),
+        ({"system": False}, "system: must be a string or a list of text blocks"),
+        ({"tools": "x", "tool_choice": {"type": "none"}}, "tools: must be a list"),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "1",
+                                                    "is_error": "yes"}]}]}, "messages[0].content[0].is_error: must be"),
+    ],
+)  # fmt: skip
+def test_an_anthropic_wrong_type_the_falsy_way_is_a_400_too(body: dict[str, object], error: str) -> None:
+    with pytest.raises(ApiError) as raised:
+        messages_request({"messages": HI, "max_tokens": 8, **body})
+    assert raised.value.status == 400 and str(raised.value).startswith(error), str(raised.value)
