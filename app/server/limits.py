@@ -1,6 +1,7 @@
 """Bounds on what a request may hold, checked before any of it reaches the engine."""
 
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -45,7 +46,9 @@ async def read_json(request: Request) -> dict[str, Any]:
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = json.loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+    except NotJson as e:
+        raise ApiError(400, f"request body is not valid JSON: {e}") from None
     except UnicodeDecodeError as e:
         raise ApiError(400, f"request body is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -57,6 +60,21 @@ async def read_json(request: Request) -> dict[str, Any]:
     if depth(body) > MAX_DEPTH:
         raise ApiError(400, f"request body is nested more than {MAX_DEPTH} levels deep")
     return body
+
+
+class NotJson(ValueError):
+    """A value Python's json module reads but JSON has not: NaN, Infinity, a number past a float."""
+
+
+def _not_json(name: str) -> float:
+    raise NotJson(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NotJson(f"the number {text:.40} is out of range")
+    return value
 
 
 def depth(value: object) -> int:
