@@ -12,6 +12,9 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # a 20,000-token chat is about 100 KB of JSON
 MAX_MESSAGES = 4096
 MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API
+# Characters in one stop sequence: the reply's text that may start one is held back and searched on every
+# token, so a 2 MB stop held the server's loop for minutes per token.
+MAX_STOP_CHARS = 1000
 MAX_TOOLS = 128  # as the OpenAI API
 MAX_WAITING = 64  # requests queued for the engine before more get a 429
 # Connections: a new one past MAX_CONNECTIONS closes the oldest that has no request under way (503 if

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.server.errors import ApiError
 from app.server.formats import one_format, openai_format, openai_tool_choice
-from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
+from app.server.limits import MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS
 from engine.errors import ChinwagError
 from engine.types import ChatMessage, GenerationParams, Role, ToolCall, param_specs
 
@@ -173,6 +173,9 @@ def stop_sequences(stop: Any, param: str = "stop") -> tuple[str, ...]:
         raise bad(param, "must be a non-empty string or a list of non-empty strings")
     if len(stops) > MAX_STOP_SEQUENCES:
         raise bad(param, f"at most {MAX_STOP_SEQUENCES} sequences, got {len(stops)}")
+    longest = max(len(s) for s in stops)
+    if longest > MAX_STOP_CHARS:
+        raise bad(param, f"a stop sequence holds {longest} characters, more than the limit of {MAX_STOP_CHARS}")
     return tuple(stops)
 
 

@@ -9,7 +9,7 @@ from app.server.anthropic_requests import messages_request
 from app.server.conversations import digest
 from app.server.errors import ApiError
 from app.server.requests import chat_request, completion_request
-from app.server.service import ChatService
+from app.server.service import ChatService, StopScanner
 from engine.types import ChatMessage, Role, ToolCall
 from tests.app_helpers import FakeEngine
 
@@ -114,3 +114,22 @@ def test_an_anthropic_wrong_type_the_falsy_way_is_a_400_too(body: dict[str, obje
     with pytest.raises(ApiError) as raised:
         messages_request({"messages": HI, "max_tokens": 8, **body})
     assert raised.value.status == 400 and str(raised.value).startswith(error), str(raised.value)
+
+
+def test_a_stop_sequence_past_the_limit_is_a_400() -> None:
+    """A 2 MB stop sequence was searched on every token: minutes each, on the server's loop."""
+    for body, param in ((chat_request, "stop"), (lambda b: messages_request({**b, "max_tokens": 8}), "stop_sequences")):
+        with pytest.raises(ApiError) as raised:
+            body({"messages": HI, param: ["x" * 1001]})
+        assert str(raised.value) == f"{param}: a stop sequence holds 1001 characters, more than the limit of 1000"
+    assert chat_request({"messages": HI, "stop": "x" * 1000}).stop == ("x" * 1000,)
+
+
+def test_the_stop_scanner_holds_back_only_what_may_begin_a_stop() -> None:
+    scanner = StopScanner(("END!", "xyz"))
+    assert scanner.feed("abc EN") == "abc "  # "EN" may begin END!
+    assert scanner.feed("D") == ""
+    assert scanner.feed(" x") == "END "  # not END!: out; "x" may begin xyz
+    assert scanner.feed("yzzz") == "" and scanner.matched == "xyz"
+    long = StopScanner(("a" * 1000,))
+    assert long.feed("b" + "a" * 999) == "b" and long.feed("a") == "" and long.matched == "a" * 1000
