@@ -10,6 +10,7 @@ from app.server.errors import ApiError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a 20,000-token chat is about 100 KB of JSON
 MAX_MESSAGES = 4096
+MAX_DIGITS = 400  # in one integer (a float's range ends at 309)
 MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API
 # Characters in one stop sequence: the reply's text that may start one is held back and searched on every
@@ -49,7 +50,7 @@ async def read_json(request: Request) -> dict[str, Any]:
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+        body = json.loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite, parse_int=_integer)
     except NotJson as e:
         raise ApiError(400, f"request body is not valid JSON: {e}") from None
     except UnicodeDecodeError as e:
@@ -78,6 +79,12 @@ def _finite(text: str) -> float:
     if math.isinf(value):
         raise NotJson(f"the number {text:.40} is out of range")
     return value
+
+
+def _integer(text: str) -> int:
+    if len(text) > MAX_DIGITS:  # past Python's 4,300 digits int() raised a ValueError: a bug's 500
+        raise NotJson(f"a number of {len(text)} digits is out of range")
+    return int(text)
 
 
 def depth(value: object) -> int:

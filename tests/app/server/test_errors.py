@@ -82,6 +82,7 @@ CASES = [
     # Python reads these; JSON has no such values (they reached tool schemas and the prompt as NaN).
     ('{"messages": [{"role": "user", "content": "Hello"}], "temperature": NaN}', 400, "NaN is not a JSON value"),
     ('{"messages": [{"role": "user", "content": "Hello"}], "seed": -Infinity}', 400, "-Infinity is not a JSON"),
+    ('{"messages": [{"role": "user", "content": "Hello"}], "seed": ' + "1" * 5000 + "}", 400, "5000 digits"),
     (
         '{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": "f", '
         '"parameters": {"maximum": 1e999}}}]}',
