@@ -64,7 +64,9 @@ def _user(content: Any, where: str) -> list[ChatMessage]:
             if not isinstance(block.get("tool_use_id"), str):
                 raise bad(f"{at}.tool_use_id", "must be a string")
             result = _text_blocks(block.get("content", ""), f"{at}.content")
-            if block.get("is_error") is True:
+            if not isinstance(block.get("is_error", False), bool):
+                raise bad(f"{at}.is_error", f"must be true or false, got {block['is_error']!r:.40}")
+            if block.get("is_error"):
                 result = f"Error: {result}"
             out.append(ChatMessage(Role.TOOL, result, tool_call_id=block["tool_use_id"]))
         elif kind == "text":
@@ -102,8 +104,8 @@ def _assistant(content: Any, where: str) -> ChatMessage:
 
 def _messages(body: dict[str, Any]) -> tuple[ChatMessage, ...]:
     messages = message_list(body, "a conversation")
-    system = body.get("system")
-    clean = [ChatMessage(Role.SYSTEM, _text_blocks(system, "system"))] if system else []
+    system = "" if body.get("system") is None else _text_blocks(body["system"], "system")
+    clean = [ChatMessage(Role.SYSTEM, system)] if system else []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -126,7 +128,7 @@ def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """Anthropic's tool definitions as OpenAI function tools (what the chat templates read)."""
     tools, choice = body.get("tools"), body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if tools is None or kind == "none":
+    if tools is None:
         return ()
     clean = []
     for i, tool in enumerate(tool_count(tools)):
@@ -139,7 +141,7 @@ def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         if not isinstance(tool.get("input_schema"), dict):
             raise bad(f"tools[{i}].input_schema", "is required: a JSON Schema object")
         clean.append(function_tool(tool, f"tools[{i}]", "input_schema"))
-    return tuple(clean)
+    return () if kind == "none" else tuple(clean)  # checked all the same
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:

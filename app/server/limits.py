@@ -1,6 +1,7 @@
 """Bounds on what a request may hold, checked before any of it reaches the engine."""
 
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -9,8 +10,12 @@ from app.server.errors import ApiError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a 20,000-token chat is about 100 KB of JSON
 MAX_MESSAGES = 4096
+MAX_DIGITS = 400  # in one integer (a float's range ends at 309)
 MAX_DEPTH = 16  # {"messages": [{"content": [{"text": ...}]}]} is 5 deep
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API
+# Characters in one stop sequence: the reply's text that may start one is held back and searched on every
+# token, so a 2 MB stop held the server's loop for minutes per token.
+MAX_STOP_CHARS = 1000
 MAX_TOOLS = 128  # as the OpenAI API
 MAX_WAITING = 64  # requests queued for the engine before more get a 429
 # Connections: a new one past MAX_CONNECTIONS closes the oldest that has no request under way (503 if
@@ -45,7 +50,9 @@ async def read_json(request: Request) -> dict[str, Any]:
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = json.loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite, parse_int=_integer)
+    except NotJson as e:
+        raise ApiError(400, f"request body is not valid JSON: {e}") from None
     except UnicodeDecodeError as e:
         raise ApiError(400, f"request body is not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -57,6 +64,27 @@ async def read_json(request: Request) -> dict[str, Any]:
     if depth(body) > MAX_DEPTH:
         raise ApiError(400, f"request body is nested more than {MAX_DEPTH} levels deep")
     return body
+
+
+class NotJson(ValueError):
+    """A value Python's json module reads but JSON has not: NaN, Infinity, a number past a float."""
+
+
+def _not_json(name: str) -> float:
+    raise NotJson(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NotJson(f"the number {text:.40} is out of range")
+    return value
+
+
+def _integer(text: str) -> int:
+    if len(text) > MAX_DIGITS:  # past Python's 4,300 digits int() raised a ValueError: a bug's 500
+        raise NotJson(f"a number of {len(text)} digits is out of range")
+    return int(text)
 
 
 def depth(value: object) -> int:

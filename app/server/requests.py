@@ -1,12 +1,13 @@
 """OpenAI request bodies -> what the engine needs, every field checked (a 400 says which one)."""
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.server.errors import ApiError
 from app.server.formats import one_format, openai_format, openai_tool_choice
-from app.server.limits import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
+from app.server.limits import MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS
 from engine.errors import ChinwagError
 from engine.types import ChatMessage, GenerationParams, Role, ToolCall, param_specs
 
@@ -31,6 +32,7 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "suffix": (None, ""),
 }
 _SPECS = {spec.name: spec for spec in param_specs()}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def _params(body: dict[str, Any]) -> GenerationParams:
 def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The tool definitions (OpenAI's function tools), checked; () without tools or with tool_choice "none"."""
     tools = body.get("tools")
-    if tools is None or body.get("tool_choice") == "none":
+    if tools is None:
         return ()
     tool_count(tools)
     clean = []
@@ -98,7 +100,7 @@ def _tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
             raise bad(f"tools[{i}]", "must be {'type': 'function', 'function': {'name': ..., 'parameters': ...}}")
         clean.append(function_tool(fn, f"tools[{i}].function", "parameters"))
-    return tuple(clean)
+    return () if body.get("tool_choice") == "none" else tuple(clean)  # checked all the same
 
 
 def tool_count(tools: Any, param: str = "tools") -> list[Any]:
@@ -139,6 +141,10 @@ def tool_arguments(text: str, where: str) -> dict[str, Any]:
     return value
 
 
+def _named(fn: dict[str, Any]) -> bool:
+    return isinstance(fn.get("name"), str) and bool(fn["name"])
+
+
 def _tool_calls(calls: Any, where: str) -> tuple[ToolCall, ...]:
     """An assistant message's tool_calls as the client sent them back (arguments as the text it sent)."""
     if not isinstance(calls, list):
@@ -146,7 +152,7 @@ def _tool_calls(calls: Any, where: str) -> tuple[ToolCall, ...]:
     clean = []
     for i, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+        if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str) or not _named(fn):
             raise bad(
                 f"{where}[{i}]", "must be {'id', 'type': 'function', 'function': {'name': str, 'arguments': str}}"
             )
@@ -167,6 +173,9 @@ def stop_sequences(stop: Any, param: str = "stop") -> tuple[str, ...]:
         raise bad(param, "must be a non-empty string or a list of non-empty strings")
     if len(stops) > MAX_STOP_SEQUENCES:
         raise bad(param, f"at most {MAX_STOP_SEQUENCES} sequences, got {len(stops)}")
+    longest = max(len(s) for s in stops)
+    if longest > MAX_STOP_CHARS:
+        raise bad(param, f"a stop sequence holds {longest} characters, more than the limit of {MAX_STOP_CHARS}")
     return tuple(stops)
 
 
@@ -208,11 +217,13 @@ def _messages(body: dict[str, Any]) -> tuple[ChatMessage, ...]:
         if role not in ROLES:
             raise bad(f"{where}.role", f"must be one of system, developer, user, assistant, tool; got {role!r:.40}")
         calls: tuple[ToolCall, ...] = ()
-        if role == "assistant" and m.get("tool_calls"):  # the service writes the calls back as the model made them
+        if role == "assistant" and m.get("tool_calls") is not None:  # written back as the model made them
             calls = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
-        call_id = m.get("tool_call_id") if role == "tool" else ""  # which call it answers, as the window keeps it
+        call_id = m.get("tool_call_id", "") if role == "tool" else ""  # which call it answers, as the window keeps it
+        if not isinstance(call_id, str):
+            raise bad(f"{where}.tool_call_id", f"must be a string, got {type(call_id).__name__}")
         content = _content(m.get("content"), where)
-        clean.append(ChatMessage(ROLES[role], content, calls, call_id if isinstance(call_id, str) else ""))
+        clean.append(ChatMessage(ROLES[role], content, calls, call_id))
     if all(m.role == Role.SYSTEM for m in clean):
         raise bad("messages", "has no user message")
     return tuple(clean)
@@ -226,12 +237,16 @@ def _common(body: dict[str, Any], messages: tuple[ChatMessage, ...], pin_header:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", f"must be true or false, got {stream!r:.40}")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    options = {} if options is None else options
     if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
         raise bad("stream_options", "must be an object like {'include_usage': true}")
-    user = body.get("user") or ""
+    user = body.get("user")
+    user = "" if user is None else user
     if not isinstance(user, str):
         raise bad("user", f"must be a string, got {type(user).__name__}")
+    if _SURROGATE.search(user):  # it names a conversation: "\ud800" and "\udc00" must not both become U+FFFD
+        raise bad("user", "holds a lone surrogate (JSON's \\ud800 to \\udfff alone), which is no Unicode text")
     tools = _tools(body)
     fmt = one_format(openai_format(body), openai_tool_choice(body, tools), "tool_choice")
     return GenerationRequest(

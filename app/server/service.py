@@ -138,7 +138,7 @@ class StopScanner:
             at, self.matched = min(cuts, key=lambda c: c[0])
             out, self.pending, self.hit = self.pending[:at], "", True
             return out
-        keep = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
+        keep = max((_held(self.pending, s) for s in self.stops), default=0)
         out = self.pending[: len(self.pending) - keep]
         self.pending = self.pending[len(out) :]
         return out
@@ -146,6 +146,14 @@ class StopScanner:
     def flush(self) -> str:
         out, self.pending = self.pending, ""
         return out
+
+
+def _held(text: str, stop: str) -> int:
+    """The length of the longest end of `text` that begins `stop` (and is not all of it)."""
+    for n in range(min(len(stop) - 1, len(text)), 0, -1):
+        if stop.startswith(text[-n:]):
+            return n
+    return 0
 
 
 def finish_reason(stats: TurnStats, stopped: bool) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.tools.config import ServerConfig
-from app.tools.results import clip, neutralise
+from app.tools.results import neutralise, shown_name
 from engine.errors import one_line
 
 
@@ -46,4 +46,4 @@ async def server_rows(configs: Sequence[ServerConfig]) -> list[dict[str, Any]]:
 
 
 def _description(text: str | None) -> str:
-    return clip(one_line(neutralise(text or "")), 500)
+    return shown_name(one_line(neutralise(text or "")), 500)  # bidi, zero-width, tag characters escaped too

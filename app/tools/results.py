@@ -6,6 +6,7 @@ are neutralised, and binary content (images, audio, blobs) is described, never d
 
 import json
 import re
+import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from app.core.sizes import format_bytes
@@ -19,8 +20,10 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|
 # Every other C0/C1 control character except tab and newline.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# What a name is never shown with as it is: controls, bidi overrides and isolates, invisible characters.
-_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
+# Blank or invisible characters of other categories than the ones `_hidden` escapes by category:
+# the combining grapheme joiner, Hangul fillers, Khmer and Mongolian vowel marks and selectors,
+# the braille blank, variation selectors.
+_BLANK = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\uffa0\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 MAX_NAME_CHARS = 80
 
 
@@ -34,11 +37,20 @@ def shown_name(name: str, limit: int = MAX_NAME_CHARS) -> str:
     or invisible character written as its escape (`\\x1b`), so a name can neither act on the terminal
     nor pass for another name; cut with an ellipsis."""
 
-    def escape(m: re.Match[str]) -> str:
-        code = ord(m.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return clip("".join(_escaped(c) if _hidden(c) else c for c in name[: limit + 1]), limit)
 
-    return clip(_HIDDEN.sub(escape, name), limit)
+
+def _hidden(c: str) -> bool:
+    """Whether a character is not shown as itself: a control, format (bidi, zero-width, tag), surrogate,
+    private or unassigned character, a line or paragraph separator (Qt breaks the line there), a space
+    other than ' ', or a blank one (`_BLANK`)."""
+    kind = unicodedata.category(c)
+    return kind[0] == "C" or kind in ("Zl", "Zp") or (kind == "Zs" and c != " ") or bool(_BLANK.match(c))
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def neutralise(text: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any, cast
 from engine.context.specials import (
     Specials,
     WithTools,
-    encode_plain,
+    encode_run,
     encode_spans,
     encode_template,
     markers,
@@ -108,18 +108,22 @@ def tools_cost(
     return len(encode_template(tokenizer, render(WithTools(tokenizer, tools), rows))) - plain if tools else 0
 
 
-def encode_text(tokenizer: Any, text: str) -> list[int]:
-    """`text` as plain text: a special token's string in it is the ordinary tokens of its characters.
+def encode_text(tokenizer: Any, text: str, outside: bool = True) -> list[int]:
+    """`text` as plain text: a special token's string in it is the ordinary tokens of its characters
+    (and, `outside`, another added token's: text not written by the model).
 
     Text without such a string gets exactly the ids it always got.
     """
     specials = specials_of(tokenizer)
-    if not text or specials is None or not specials.pattern.search(text):
+    if not text or specials is None or not specials.finder(outside).search(text):
         return encode_template(tokenizer, text)
-    return encode_plain(tokenizer, specials, text, after_special=False)
+    whole = [(a, b) for a, b in specials.spans(text, outside=outside) if text[a:b] in specials.others]
+    return encode_run(tokenizer, specials, text, (0, len(text)), whole, after_special=False)
 
 
-def encode_piece(tokenizer: Any, prefix: str, content: str, given: Sequence[tuple[int, int]] = ()) -> list[int]:
+def encode_piece(
+    tokenizer: Any, prefix: str, content: str, given: Sequence[tuple[int, int]] = (), outside: bool = True
+) -> list[int]:
     """The ids of `prefix + content` as the model must read them: the prefix's special tokens are
     special, the content is plain text.
 
@@ -129,17 +133,19 @@ def encode_piece(tokenizer: Any, prefix: str, content: str, given: Sequence[tupl
     and SentencePiece's word starts are unchanged). Content without a special token's string gets
     exactly the ids it always got. `given`: the (start, end) spans of special-token strings in the
     prefix that are not the template's either (the tool definitions' text), also plain text.
+    `outside`: content not written by the model (any but an assistant's): its other added tokens'
+    strings are text too (`Specials`).
     """
     specials = specials_of(tokenizer)
-    if specials is None or not (given or specials.pattern.search(content)):
+    if specials is None or not (given or specials.finder(outside).search(content)):
         return encode_template(tokenizer, prefix + content)
     at = len(prefix)
-    spans = [*given, *((at + a, at + b) for a, b in specials.spans(content))]
+    spans = [*given, *((at + a, at + b) for a, b in specials.spans(content, outside=outside))]
     return encode_spans(tokenizer, specials, prefix + content, spans)
 
 
 def encode_many(tokenizer: Any, pieces: Sequence[tuple[Any, ...]]) -> list[list[int]]:
-    """Tokenize several (prefix, content[, given]) pieces (one place to batch them if a tokenizer offers a faster path)."""
+    """Tokenize several (prefix, content[, given[, outside]]) pieces (one place to batch them if a tokenizer offers a faster path)."""
     return [encode_piece(tokenizer, *piece) for piece in pieces]
 
 
@@ -180,7 +186,7 @@ def encode_tail(
     special-token strings at the spans `given` (the tool definitions') too."""
     rest = messages[len(prefixes) :]
     specials = specials_of(tokenizer)
-    if specials is None or not any(specials.pattern.search(m["content"]) for m in rest):
+    if specials is None or not any(specials.finder(_outside(m)).search(m["content"]) for m in rest):
         return (
             encode_spans(tokenizer, specials, tail, given) if specials and given else encode_template(tokenizer, tail)
         )
@@ -200,7 +206,7 @@ def _marked_content_spans(
     head = "".join(p + m["content"] for p, m in zip(prefixes, messages))
     begin, end = markers(head + tail + "".join(m["content"] for m in rest))
     marked = [
-        dict(m, content=specials.pattern.sub(lambda t: begin + t.group() + end, m["content"]))
+        dict(m, content=specials.finder(_outside(m)).sub(lambda t: begin + t.group() + end, m["content"]))
         if j >= len(prefixes)
         else m
         for j, m in enumerate(messages)
@@ -211,7 +217,7 @@ def _marked_content_spans(
         text = ""
     if text.startswith(head):
         plain, spans = unmark(text[len(head) :], begin, end)
-        wrapped = sum(len(specials.spans(m["content"])) for m in rest)
+        wrapped = sum(len(specials.spans(m["content"], outside=_outside(m))) for m in rest)
         if plain == tail and len(spans) == wrapped and all(tail[a:b] in specials.ids for a, b in spans):
             return spans
     return None
@@ -224,8 +230,13 @@ def _found_content_spans(specials: Specials, rest: list[dict[str, Any]], tail: s
     for m in rest:
         found = m["content"].strip()
         for at in (i.start() for i in re.finditer(re.escape(found), tail)) if found else ():
-            spans += [(at + a, at + b) for a, b in specials.spans(found)]
+            spans += [(at + a, at + b) for a, b in specials.spans(found, outside=_outside(m))]
     return spans
+
+
+def _outside(message: dict[str, Any]) -> bool:
+    """Whether a message's content was not written by the model: its other added tokens' strings are text."""
+    return bool(message["role"] != "assistant")
 
 
 def _definition_spans(tokenizer: Any, messages: list[dict[str, Any]], text: str) -> list[tuple[int, int]]:
@@ -233,11 +244,11 @@ def _definition_spans(tokenizer: Any, messages: list[dict[str, Any]], text: str)
     tool definitions (an MCP server's, an API client's) put there: no template's markers either."""
     specials = specials_of(tokenizer)
     tools = tokenizer.tools if isinstance(tokenizer, WithTools) else []
-    strings = [t for t in _strings(tools) if specials is not None and specials.pattern.search(t)]
+    strings = [t for t in _strings(tools) if specials is not None and specials.outside.search(t)]
     if specials is None or not strings:
         return []
     begin, end = markers(text + "".join(_strings(tools)))
-    marked = _map_strings(tools, lambda t: specials.pattern.sub(lambda m: begin + m.group() + end, t))
+    marked = _map_strings(tools, lambda t: specials.outside.sub(lambda m: begin + m.group() + end, t))
     try:
         plain, spans = unmark(render(WithTools(tokenizer._tokenizer, marked), messages), begin, end)
     except ChinwagError:
@@ -254,7 +265,7 @@ def _found_definition_spans(specials: Specials, strings: list[str], text: str) -
     for t in strings:
         for written in {t, json.dumps(t, ensure_ascii=False)[1:-1]}:
             for at in (i.start() for i in re.finditer(re.escape(written), text)):
-                found.update((at + a, at + b) for a, b in specials.spans(written))
+                found.update((at + a, at + b) for a, b in specials.spans(written, outside=True))
     return sorted(found)
 
 
@@ -282,9 +293,10 @@ def _map_strings(obj: Any, f: Any) -> Any:
 def _read_content_as_special(tokenizer: Any, span: "Span") -> bool:
     """Whether a remembered piece's ids read special-token strings in its content as special tokens."""
     specials = specials_of(tokenizer)
-    if specials is None or not specials.pattern.search(span.content):
+    outside = span.role != "assistant"
+    if specials is None or not specials.finder(outside).search(span.content):
         return False
-    return specials.count(span.ids) > len(specials.spans(span.prefix))
+    return specials.count(span.ids, outside) > len(specials.spans(span.prefix, outside=outside))
 
 
 @dataclass
@@ -336,7 +348,9 @@ class History:
                 return known.ids
             # A reply keeps its generated ids under another prefix.
             return tuple(encode_template(tokenizer, prefix)) + known.reply
-        ids = tuple(fresh if fresh is not None else encode_piece(tokenizer, prefix, message["content"]))
+        ids = tuple(
+            fresh if fresh is not None else encode_piece(tokenizer, prefix, message["content"], (), _outside(message))
+        )
         self._put(index, Span(message["role"], message["content"], prefix, ids))
         return ids
 
@@ -421,7 +435,7 @@ def build(tokenizer: Any, messages: list[dict[str, Any]], keep: list[int], histo
     given = _definitions_given(tokenizer, kept, prefixes, tail)
     # Pieces never seen (a new chat, a restart without a saved cache) are tokenized in one batch.
     missing = [j for j, prefix in enumerate(prefixes) if not history.knows(keep[j], kept[j], prefix, tokenizer)]
-    pieces = [(prefixes[j], kept[j]["content"], given[j]) for j in missing]
+    pieces = [(prefixes[j], kept[j]["content"], given[j], _outside(kept[j])) for j in missing]
     fresh = dict(zip(missing, encode_many(tokenizer, pieces)))
     ids: list[int] = []
     lengths: list[int] = []

@@ -30,28 +30,44 @@ def encode_template(tokenizer: Any, text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class Specials:
-    """A tokenizer's special tokens: how to find their strings, and how it tokenizes around them."""
+    """A tokenizer's special tokens (and its other added tokens): how to find their strings, and how
+    it tokenizes around them.
+
+    The other added tokens (`special: false`) that the chat template writes (Qwen's `<tool_call>`,
+    `<tool_response>`, `<think>`) are read whole by the tokenizer as special tokens are, and
+    `split_special_tokens` does not split them: content from outside (a user's, a document's, a
+    tool's, the tool definitions') holds them as text too; an assistant's reply keeps them as the
+    model wrote them (`outside=False`). Those the template does not write (Gemma's `<table>`) stay
+    the vocabulary's, read whole everywhere.
+    """
 
     pattern: re.Pattern[str]  # those content must not hold: all but whitespace (a "\n" token is no turn marker)
     every: re.Pattern[str]  # all: where the tokenizer cuts a text
-    ids: dict[str, int]  # string -> id
+    ids: dict[str, int]  # string -> id (the other added tokens' too)
     id_set: frozenset[int]
     lstrip: frozenset[str]  # tokens that take the whitespace before them
     rstrip: frozenset[str]  # tokens that take the whitespace after them
     # Whether a text is tokenized otherwise at the input's start than after a special token
     # (SentencePiece's "▁" prepended to the first word only: Metaspace's prepend_scheme "first").
     start_dependent: bool
+    outside: re.Pattern[str] = re.compile("(?!)")  # special and other added tokens: content from outside's
+    others: frozenset[str] = frozenset()  # the other added tokens' strings (not whitespace)
+    other_ids: frozenset[int] = frozenset()
 
-    def spans(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-        """Where the tokenizer finds special tokens in text[start:end] (leftmost, the longest first)."""
-        return [m.span() for m in self.pattern.finditer(text, start, len(text) if end is None else end)]
+    def finder(self, outside: bool = False) -> re.Pattern[str]:
+        return self.outside if outside else self.pattern
+
+    def spans(self, text: str, start: int = 0, end: int | None = None, outside: bool = False) -> list[tuple[int, int]]:
+        """Where the tokenizer finds special tokens in text[start:end] (leftmost, the longest first);
+        `outside`: its other added tokens too."""
+        return [m.span() for m in self.finder(outside).finditer(text, start, len(text) if end is None else end)]
 
     def cuts(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
         """Where the tokenizer cuts text[start:end]: at every special token, whitespace ones too."""
         return [m.span() for m in self.every.finditer(text, start, end)]
 
-    def count(self, ids: Iterable[int]) -> int:
-        return sum(1 for i in ids if i in self.id_set)
+    def count(self, ids: Iterable[int], outside: bool = False) -> int:
+        return sum(1 for i in ids if i in self.id_set or (outside and i in self.other_ids))
 
 
 _SPECIALS: dict[int, tuple[Any, Specials | None]] = {}
@@ -71,28 +87,67 @@ def specials_of(tokenizer: Any) -> Specials | None:
     return specials
 
 
-def _read_specials(tokenizer: Any) -> Specials | None:
+_SIDES = ("lstrip", "rstrip")
+
+
+def _added_tokens(tokenizer: Any) -> dict[Any, Any] | None:
     try:
         added = tokenizer.added_tokens_decoder
     except (AttributeError, NotImplementedError):
         return None
-    if not isinstance(added, dict):
+    return added if isinstance(added, dict) else None
+
+
+def _read_specials(tokenizer: Any) -> Specials | None:
+    added = _added_tokens(tokenizer)
+    if added is None:
         return None
-    tokens = {int(i): t for i, t in added.items() if getattr(t, "special", False) and getattr(t, "content", "")}
-    if all(t.content.isspace() for t in tokens.values()):
+    tokens = [(int(i), t) for i, t in added.items() if getattr(t, "special", False) and getattr(t, "content", "")]
+    ids = {t.content: i for i, t in tokens}
+    others = _markers(tokenizer, added, ids)
+    if all(s.isspace() for s in ids) and not others:
         return None
-    ids = {t.content: i for i, t in tokens.items()}
-    lstrip = frozenset(t.content for t in tokens.values() if getattr(t, "lstrip", False))
-    rstrip = frozenset(t.content for t in tokens.values() if getattr(t, "rstrip", False))
+    lstrip, rstrip = (frozenset(t.content for _, t in tokens if getattr(t, side, False)) for side in _SIDES)
+    marked = [s for s in ids if not s.isspace()]
     return Specials(
-        pattern=re.compile(_trie_pattern(s for s in ids if not s.isspace())),
-        every=re.compile(_trie_pattern(ids)),
-        ids=ids,
+        pattern=_compile(marked),
+        every=_compile(ids),
+        ids={**ids, **others},
         id_set=frozenset(ids.values()),
         lstrip=lstrip,
         rstrip=rstrip,
         start_dependent=_starts_differ(tokenizer, ids, lstrip | rstrip),
+        outside=_compile([*marked, *others]),
+        others=frozenset(others),
+        other_ids=frozenset(others.values()),
     )
+
+
+def _markers(tokenizer: Any, added: dict[Any, Any], specials: dict[str, int]) -> dict[str, int]:
+    """The added tokens that are not special but that the chat template writes: string -> id."""
+    text = _template_text(tokenizer)
+    found = {}
+    for i, t in added.items():
+        content = getattr(t, "content", "")
+        if isinstance(content, str) and content and not content.isspace() and content not in specials:
+            if not getattr(t, "special", False) and content in text:
+                found[content] = int(i)
+    return found
+
+
+def _template_text(tokenizer: Any) -> str:
+    """The chat template's source and the tool-call markers mlx-lm reads: an added token they name
+    is a marker of the chat's structure (Qwen's `<tool_call>`, `<tool_response>`, `<think>`), one they
+    do not is the vocabulary's (Gemma's `<table>`, `<b>`: read whole in content, as trained)."""
+    template = getattr(tokenizer, "chat_template", None)
+    texts = list(template.values()) if isinstance(template, dict) else [template]
+    for name in ("tool_call_start", "tool_call_end", "think_start", "think_end"):
+        texts.append(getattr(tokenizer, name, ""))
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def _compile(strings: Iterable[str]) -> re.Pattern[str]:
+    return re.compile(_trie_pattern(strings) or "(?!)")  # none: a pattern that never matches
 
 
 def _trie_pattern(strings: Iterable[str]) -> str:
@@ -140,19 +195,42 @@ def encode_spans(tokenizer: Any, specials: Specials, text: str, plain: Sequence[
     for a, b in [*plain, (len(text), len(text))]:
         cuts += specials.cuts(text, start, a)
         start = b
+    whole = [(a, b) for a, b in plain if text[a:b] in specials.others]  # split_special_tokens keeps these
     ids: list[int] = []
     at = 0
     for a, b in cuts:
         token = text[a:b]
-        run = text[at:a]
-        if token in specials.lstrip:
-            run = run.rstrip()
-        ids += encode_plain(tokenizer, specials, run, after_special=at > 0)
+        end = at + len(text[at:a].rstrip()) if token in specials.lstrip else a
+        ids += encode_run(tokenizer, specials, text, (at, end), whole, after_special=at > 0)
         ids.append(specials.ids[token])
         at = b
         if token in specials.rstrip:
             at += len(text[b:]) - len(text[b:].lstrip())
-    return ids + encode_plain(tokenizer, specials, text[at:], after_special=bool(cuts))
+    return ids + encode_run(tokenizer, specials, text, (at, len(text)), whole, after_special=bool(cuts))
+
+
+def encode_run(
+    tokenizer: Any,
+    specials: Specials,
+    text: str,
+    run: tuple[int, int],
+    whole: Sequence[tuple[int, int]],
+    after_special: bool,
+) -> list[int]:
+    """text[start:end] as plain text, cut before and after the other added tokens' strings in it at
+    the spans `whole`, each of those tokenized as its first character and the rest."""
+    start, end = run
+    inside = [(a, b) for a, b in whole if start <= a and b <= end]
+    if not inside:
+        return encode_plain(tokenizer, specials, text[start:end], after_special)
+    ids: list[int] = []
+    at = start
+    for a, b in inside:
+        ids += encode_plain(tokenizer, specials, text[at:a], after_special or at > start)
+        ids += encode_plain(tokenizer, specials, text[a], after_special or a > start)
+        ids += encode_plain(tokenizer, specials, text[a + 1 : b], True)
+        at = b
+    return ids + encode_plain(tokenizer, specials, text[at:end], True)
 
 
 # Text put before a run and cut off again, so the run is not tokenized as the input's start.

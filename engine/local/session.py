@@ -254,7 +254,7 @@ class Session:
         known = history.spans[index] if index < len(history.spans) else None
         if known is not None and known.reply is not None and known.content == last["content"]:
             return list(known.reply)
-        return encode_text(self.tokenizer, last["content"])
+        return encode_text(self.tokenizer, last["content"], outside=False)  # the model's own text
 
     def prompt_tokenizer(self, params: GenerationParams) -> Any:
         """The tokenizer whose chat template renders the prompt: given the tools if the model can call them."""

@@ -78,6 +78,17 @@ CASES = [
     ({"messages": HELLO, "model": "no-such-model"}, 404, "does not exist"),
     ({"messages": HELLO, "model": "smollm2-135m-instruct"}, 404, "--allow-switch"),
     ({"messages": HELLO, "user": 7}, 400, "user"),
+    ({"messages": HELLO, "user": "\ud800"}, 400, "user: holds a lone surrogate"),  # it was a bug, a 500
+    # Python reads these; JSON has no such values (they reached tool schemas and the prompt as NaN).
+    ('{"messages": [{"role": "user", "content": "Hello"}], "temperature": NaN}', 400, "NaN is not a JSON value"),
+    ('{"messages": [{"role": "user", "content": "Hello"}], "seed": -Infinity}', 400, "-Infinity is not a JSON"),
+    ('{"messages": [{"role": "user", "content": "Hello"}], "seed": ' + "1" * 5000 + "}", 400, "5000 digits"),
+    (
+        '{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": "f", '
+        '"parameters": {"maximum": 1e999}}}]}',
+        400,
+        "the number 1e999 is out of range",
+    ),
     ({"messages": [{"role": "user", "content": [[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]}]}, 400, "nested"),
 ]
 

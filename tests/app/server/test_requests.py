@@ -9,7 +9,7 @@ from app.server.anthropic_requests import messages_request
 from app.server.conversations import digest
 from app.server.errors import ApiError
 from app.server.requests import chat_request, completion_request
-from app.server.service import ChatService
+from app.server.service import ChatService, StopScanner
 from engine.types import ChatMessage, Role, ToolCall
 from tests.app_helpers import FakeEngine
 
@@ -70,3 +70,66 @@ def test_a_bad_message_is_a_400_naming_its_place(messages: list[object], error: 
     with pytest.raises(ApiError) as raised:
         chat_request({"messages": messages})
     assert raised.value.status == 400 and str(raised.value).startswith(error)
+
+
+HI = [{"role": "user", "content": "hi"}]
+CALL_BACK = {"role": "assistant", "content": "x"}
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"messages": HI, "stream_options": []}, "stream_options: must be an object"),
+        ({"messages": HI, "stream_options": 0}, "stream_options: must be an object"),
+        ({"messages": HI, "user": False}, "user: must be a string"),
+        ({"messages": HI, "user": 0}, "user: must be a string"),
+        ({"messages": HI, "user": "\udc00"}, "user: holds a lone surrogate"),
+        ({"messages": HI, "tools": "x", "tool_choice": "none"}, "tools: must be a list"),
+        ({"messages": HI, "tools": [1], "tool_choice": "none"}, "tools[0]: must be"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": {}}]}, "messages[1].tool_calls: must be a list"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": 0}]}, "messages[1].tool_calls: must be a list"),
+        ({"messages": [*HI, {**CALL_BACK, "tool_calls": [{"function": {"name": "", "arguments": "{}"}}]}]},
+         "messages[1].tool_calls[0]: must be"),
+        ({"messages": [*HI, {"role": "tool", "content": "1", "tool_call_id": 5}]}, "messages[1].tool_call_id: must be a string"),
+    ],
+)  # fmt: skip
+def test_a_wrong_type_the_falsy_way_is_a_400_too(body: dict[str, object], error: str) -> None:
+    """0, false, [] and {} where an object, a string or a list goes were taken for "not given"."""
+    with pytest.raises(ApiError) as raised:
+        chat_request(body)
+    assert raised.value.status == 400 and str(raised.value).startswith(error), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"system": 0}, "system: must be a string or a list of text blocks"),
+        ({"system": False}, "system: must be a string or a list of text blocks"),
+        ({"tools": "x", "tool_choice": {"type": "none"}}, "tools: must be a list"),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "1",
+                                                    "is_error": "yes"}]}]}, "messages[0].content[0].is_error: must be"),
+    ],
+)  # fmt: skip
+def test_an_anthropic_wrong_type_the_falsy_way_is_a_400_too(body: dict[str, object], error: str) -> None:
+    with pytest.raises(ApiError) as raised:
+        messages_request({"messages": HI, "max_tokens": 8, **body})
+    assert raised.value.status == 400 and str(raised.value).startswith(error), str(raised.value)
+
+
+def test_a_stop_sequence_past_the_limit_is_a_400() -> None:
+    """A 2 MB stop sequence was searched on every token: minutes each, on the server's loop."""
+    for body, param in ((chat_request, "stop"), (lambda b: messages_request({**b, "max_tokens": 8}), "stop_sequences")):
+        with pytest.raises(ApiError) as raised:
+            body({"messages": HI, param: ["x" * 1001]})
+        assert str(raised.value) == f"{param}: a stop sequence holds 1001 characters, more than the limit of 1000"
+    assert chat_request({"messages": HI, "stop": "x" * 1000}).stop == ("x" * 1000,)
+
+
+def test_the_stop_scanner_holds_back_only_what_may_begin_a_stop() -> None:
+    scanner = StopScanner(("END!", "xyz"))
+    assert scanner.feed("abc EN") == "abc "  # "EN" may begin END!
+    assert scanner.feed("D") == ""
+    assert scanner.feed(" x") == "END "  # not END!: out; "x" may begin xyz
+    assert scanner.feed("yzzz") == "" and scanner.matched == "xyz"
+    long = StopScanner(("a" * 1000,))
+    assert long.feed("b" + "a" * 999) == "b" and long.feed("a") == "" and long.matched == "a" * 1000

@@ -130,3 +130,34 @@ def test_cli_list_shows_a_tool_name_with_escapes_neutralised(chinwag_home, capsy
     assert "ok_tool\\x1b]0;PWNED\\x07\\x1b[2J" in out  # the name as it is, every escape visible
     assert main(["mcp", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["tools"][0]["name"] == ESCAPE_NAME  # JSON keeps the exact name
+
+
+INVISIBLE_NAMES = [
+    "x\u2028Allowed by its policy",
+    "read\U000e0041\U000e0042",
+    "rea\u00add",
+    "rm\u2003",
+    "\u3164",
+    "x\ufe0f",
+]
+
+
+def test_cli_list_shows_invisible_and_line_breaking_characters_in_a_tool_name(chinwag_home, capsys):
+    """A line separator (Qt breaks the line there), tag characters, a soft hyphen, an em space, a Hangul
+    filler, a variation selector: each written as its escape, so no name passes for another or breaks a line."""
+    names = ",".join(INVISIBLE_NAMES)
+    write_mcp(
+        chinwag_home, {"mcpServers": {"odd": {"command": sys.executable, "args": [SCRIPT, "names", f"odd:{names}"]}}}
+    )
+    assert main(["mcp", "list"]) == 0
+    out = capsys.readouterr().out
+    for shown in (
+        "x\\u2028Allowed by its policy",
+        "read\\U000e0041\\U000e0042",
+        "rea\\xadd",
+        "rm\\u2003",
+        "\\u3164",
+        "x\\ufe0f",
+    ):
+        assert shown in out, shown
+    assert set(out).isdisjoint(c for name in INVISIBLE_NAMES for c in name if not c.isascii())
