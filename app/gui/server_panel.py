@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import serving
+from app.gui import tooltips
 from engine.errors import ChinwagError
 
 if TYPE_CHECKING:
@@ -260,7 +261,9 @@ class ServerDialog(QDialog):
         self.table.insertRow(0)
         for column, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            item.setToolTip(record.model if COLUMNS[column] == "Model" else text)  # the model may be elided
+            item.setToolTip(
+                tooltips.plain(record.model if COLUMNS[column] == "Model" else text)
+            )  # the model may be elided
             self.table.setItem(0, column, item)
         while self.table.rowCount() > LISTED_REQUESTS:
             self.table.removeRow(self.table.rowCount() - 1)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.store import FORK_SUFFIX
+from app.gui import tooltips
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -243,7 +244,9 @@ class Sidebar(QWidget):
             snippet = getattr(s, "snippet", "")
             if search and snippet and snippet != s.title:
                 item.setData(SNIPPET_ROLE, snippet)
-            item.setToolTip(f"{s.title}\n{snippet}" if snippet and snippet != s.title else (s.title or ""))
+            item.setToolTip(
+                tooltips.plain(f"{s.title}\n{snippet}" if snippet and snippet != s.title else (s.title or ""))
+            )
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if s.id == current_id:

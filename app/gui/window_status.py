@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar, QTo
 
 from app.core.sizes import format_bytes
 from app.core.turns import stat
+from app.gui import tooltips
 from app.gui.chat.controller import reading_text
 from engine.types import LOADED_STAGE, EngineStatus
 
@@ -134,7 +135,7 @@ class StatusBar(QStatusBar):
     def show_model(self, info):
         self.progress.setVisible(False)
         self.model_label.setText(info.name or info.id)
-        self.model_label.setToolTip(info.path)
+        self.model_label.setToolTip(tooltips.plain(info.path))
 
     def show_load_progress(self, p):
         self.progress.setVisible(True)

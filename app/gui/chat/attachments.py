@@ -25,6 +25,7 @@ from app.documents import limits
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index
 from app.documents.turn import TEMPLATE_SLACK, Turn, context_share, index_of
+from app.gui import tooltips
 from app.gui.chat.chip_label import ElidingLabel
 from app.gui.icons import icon
 from engine.context.policy import reply_room
@@ -73,12 +74,12 @@ class AttachmentChip(QFrame):
         self.kind.setVisible(False)
         self.name = ElidingLabel(Path(doc.path).name)  # both elide in a narrow composer (chip_label.py)
         self.name.setObjectName("attachmentName")
-        self.setToolTip(Path(doc.path).name)
+        self.setToolTip(tooltips.plain(Path(doc.path).name))
         self.status = ElidingLabel("waiting…")
         self.status.setObjectName("attachmentStatus")
         self.remove_button = QToolButton()
         self.remove_button.setText("×")
-        self.remove_button.setToolTip(f"Remove {Path(doc.path).name}")
+        self.remove_button.setToolTip(tooltips.plain(f"Remove {Path(doc.path).name}"))
         self.remove_button.setAutoRaise(True)
         self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self))
         for w in (self.icon, self.kind, self.name, self.status, self.remove_button):
@@ -114,7 +115,9 @@ class AttachmentChip(QFrame):
                 tip = "Already read into the conversation: sending computes only your question."
             self.status.setText(text)
             self.status.setToolTip(tip)
-        self.setToolTip(f"{Path(doc.path).name}: {self.status.text()}")  # the whole line, when the chip is elided
+        self.setToolTip(
+            tooltips.plain(f"{Path(doc.path).name}: {self.status.text()}")
+        )  # the whole line, when the chip is elided
         self.style().unpolish(self)
         self.style().polish(self)
 

@@ -5,6 +5,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
+from app.gui import tooltips
+
 
 class ElidedLabel(QLabel):
     """Keeps the whole text; elides it only when drawn narrower than it needs."""
@@ -18,7 +20,7 @@ class ElidedLabel(QLabel):
 
     def set_full_text(self, text: str):
         self._full = text
-        self.setToolTip(text)
+        self.setToolTip(tooltips.plain(text))
         self._elide()
 
     def full_text(self) -> str:
@@ -97,4 +99,4 @@ class ChatHeader(QWidget):
         self.prompt_marker.setVisible(prompt is not None)
         prompt = prompt or "(empty: no system prompt)"
         short = prompt if len(prompt) <= 300 else prompt[:300] + "…"
-        self.prompt_marker.setToolTip(f"This chat has its own system prompt (click to edit):\n{short}")
+        self.prompt_marker.setToolTip(tooltips.plain(f"This chat has its own system prompt (click to edit):\n{short}"))

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QMenu, QPlainTextEdi
 
 from app.core.attachments import StoredAttachment, openable_copy, original_path
 from app.documents.retrieval import references
+from app.gui import tooltips
 from app.gui.icons import icon
 
 
@@ -27,7 +28,7 @@ class MessageAttachments(QWidget):
             button.setObjectName("messageAttachment")
             button.setFlat(True)
             note = " (the passages related to the question were sent)" if item.passages else ""
-            button.setToolTip(f"{item.name}: {item.size:,} bytes{note}. Click to read the text.")
+            button.setToolTip(tooltips.plain(f"{item.name}: {item.size:,} bytes{note}. Click to read the text."))
             button.clicked.connect(lambda _=False, a=item: self.show_text(a))
             button.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
             button.customContextMenuRequested.connect(lambda pos, a=item, b=button: self._menu(a, b, pos))

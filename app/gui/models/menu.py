@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.sizes import format_bytes
+from app.gui import tooltips
 from app.gui.models.model_list import ModelList
 from engine.types import UNREACHABLE, UNUSABLE, ModelSource, ModelStatus, down_state
 
@@ -73,7 +74,7 @@ class ModelMenu(QMenu):
             tip = (info.reason or sentence(info.fit_reason)) if not usable else (info.path or info.id)
             if info.context_length:
                 tip += f"\ncontext {info.context_length:,} tokens"
-            action.setToolTip(tip)
+            action.setToolTip(tooltips.plain(tip))
             action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
             self.model_actions.append(action)
         self._add_server_models([m for m in models.models if m.source == ModelSource.SERVER])
@@ -97,7 +98,7 @@ class ModelMenu(QMenu):
                 action.setChecked(info.id == self.models.current_id)
                 action.setData(info.id)
                 action.setEnabled(usable and not self.models.busy)
-                action.setToolTip(f"{info.path}\n{info.reason}" if info.reason else info.path)
+                action.setToolTip(tooltips.plain(f"{info.path}\n{info.reason}" if info.reason else info.path))
                 action.triggered.connect(lambda _checked=False, mid=info.id: self._choose(mid))
                 self.model_actions.append(action)
 

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui import tooltips
 from app.gui.folders import start_folder
 from app.tools import config
 from app.tools.config import Policy
@@ -278,7 +279,7 @@ class ToolsDialog(QDialog):
         for tool in row["tools"]:
             box = _policy_box(Policy(tool["policy"]))
             box.setObjectName(f"mcpToolPolicy_{tool['name']}")
-            box.setToolTip(tool["description"])
+            box.setToolTip(tooltips.plain(tool["description"]))
             box.currentIndexChanged.connect(
                 lambda _i, t=tool["name"], b=box: self._do(lambda: config.set_policy(name, Policy(b.currentData()), t))
             )
