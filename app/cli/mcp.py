@@ -63,6 +63,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"    {one_line(r['reason'])}")
         for t in r["tools"]:
             print(f"    {shown_name(t['name']):28} {t['policy']:5}  {clip(t['description'], 80)}")
+        for line in r.get("left_out", []):
+            print(f"    left out: {one_line(line)}")
     return 0
 
 

@@ -13,6 +13,7 @@ the loop, with no time bound): in a child process, within the call's timeout (ap
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import tempfile
 import time
@@ -21,6 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from app.core.sizes import format_bytes
 from app.tools.config import ServerConfig
 from app.tools.results import clip, neutralise, result_text, shown_name
 from app.tools.schema_check import CheckerBug, SchemaChecker
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 20.0  # a server that has not listed its tools by then is reported as hanging
 CALL_TIMEOUT_S = 60.0
+MAX_TOOLS = 128  # a server's tools offered to a model: each one costs prompt tokens every turn
+MAX_TOOL_NAME = 64  # OpenAI's limit on a function's name
+MAX_SCHEMA_BYTES = 16_384  # a tool's input schema as JSON: written into every prompt
 STOP_TIMEOUT_S = 5.0
 
 
@@ -88,6 +93,31 @@ def _short(e: BaseException) -> str:
     return clip(" ".join(text.split()), 300)
 
 
+def _within_bounds(server: str, tools: list[Any]) -> tuple[list[Any], list[str]]:
+    """The tools a model may be offered, and a line for each left out: a name past MAX_TOOL_NAME, an
+    input schema past MAX_SCHEMA_BYTES (it would be written into every prompt), past MAX_TOOLS."""
+    kept: list[Any] = []
+    left: list[str] = []
+    for t in tools:
+        schema = len(json.dumps(t.input_schema or {}, ensure_ascii=False, default=str).encode())
+        if len(t.name) > MAX_TOOL_NAME:
+            left.append(
+                f"{shown_name(t.name[:MAX_TOOL_NAME])}…: its name is {len(t.name):,} characters (at most {MAX_TOOL_NAME})"
+            )
+        elif schema > MAX_SCHEMA_BYTES:
+            left.append(
+                f"{shown_name(t.name)}: its input schema is {format_bytes(schema)} (at most {format_bytes(MAX_SCHEMA_BYTES)})"
+            )
+        elif len(kept) == MAX_TOOLS:
+            left.append(f"{shown_name(t.name)} and later tools: the server lists over {MAX_TOOLS}")
+            break
+        else:
+            kept.append(t)
+    for line in left:
+        log.warning("MCP server %s: tool %s left out", server, line)
+    return kept, left
+
+
 class ServerConnection:
     """One MCP server: `start()` connects and lists its tools; `call()`; `stop()`."""
 
@@ -95,6 +125,7 @@ class ServerConnection:
         self.config = config
         self.start_timeout = start_timeout
         self.tools: list[Any] = []  # mcp Tool objects
+        self.left_out: list[str] = []  # why a listed tool is not offered (past a bound), one line each
         self.error = ""  # why it is not running
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -174,9 +205,9 @@ class ServerConnection:
                     page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
                     tools.extend(page.tools)
                     cursor = page.next_cursor
-                    if not cursor or len(tools) > 1000:
+                    if not cursor or len(tools) > MAX_TOOLS:
                         break
-                self.tools = tools
+                self.tools, self.left_out = _within_bounds(self.name, tools)
                 self._session = session
                 ready.set_result(True)
                 await self._stop.wait()

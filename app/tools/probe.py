@@ -24,6 +24,7 @@ async def server_rows(configs: Sequence[ServerConfig]) -> list[dict[str, Any]]:
             "status": "disabled",
             "reason": "",
             "tools": [],
+            "left_out": [],  # a line for each tool past a bound (app/tools/client.py MAX_*)
         }
         if not c.enabled:
             return row
@@ -35,6 +36,7 @@ async def server_rows(configs: Sequence[ServerConfig]) -> list[dict[str, Any]]:
                     {"name": t.name, "description": _description(t.description), "policy": c.policy_for(t.name)}
                     for t in conn.tools
                 ]
+                row["left_out"] = conn.left_out
             else:
                 row["status"], row["reason"] = "failed", conn.error
         finally:

@@ -65,11 +65,29 @@ def named_tools(arg: str) -> list:
     return [tool(n) for n in listed]
 
 
+def bloated_tools() -> list:
+    """A fine tool, then what a model must not be offered: a 2 MB input schema, a 200-character name,
+    and 200 more tools (each costs prompt tokens every turn)."""
+
+    def fine() -> str:
+        return "fine"
+
+    huge = Tool.from_function(fine, name="huge_schema", description="a tool whose schema is 2 MB")
+    huge.parameters = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "x" * 1000} for i in range(2000)},
+    }
+    tools = [Tool.from_function(fine), huge, Tool.from_function(fine, name="n" * 200)]
+    return tools + [Tool.from_function(fine, name=f"more_{i}") for i in range(200)]
+
+
 def build(kind: str, arg: str) -> MCPServer:  # noqa: C901 - one tool per kind of server, defined side by side
     if kind == "schema":
         return MCPServer(kind, tools=schema_tools())
     if kind == "names":
         return MCPServer(kind, tools=named_tools(arg))
+    if kind == "bloated":
+        return MCPServer(kind, tools=bloated_tools())
     mcp = MCPServer(kind)
     if kind == "calculator":
 

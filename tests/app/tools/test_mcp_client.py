@@ -1,6 +1,7 @@
 """The MCP client against real servers written with the SDK (tests/tools_servers), stdio and HTTP."""
 
 import asyncio
+import json
 import os
 import sys
 
@@ -307,3 +308,25 @@ def test_a_long_last_line_is_cut_with_an_ellipsis():
 
     error = run(body)
     assert error.endswith("…)") and "the end" not in error and "its last words: crash: cannot start" in error
+
+
+def test_a_server_cannot_put_megabytes_of_tools_into_every_prompt():
+    """Issue 35, re-tried: descriptions were capped, but an input schema of 2 MB, a 200-character name
+    or a thousand tools went into every prompt."""
+    from app.tools.client import MAX_TOOLS
+
+    async def body():
+        host = ToolHost([stdio("big", "bloated")])
+        try:
+            assert await host.start() == {}
+            return host.tools, host.connections["big"].left_out
+        finally:
+            await host.close()
+
+    tools, left_out = run(body)
+    names = [t.name for t in tools]
+    assert names[0] == "fine" and "huge_schema" not in names and "n" * 200 not in names
+    assert len(tools) == MAX_TOOLS and sum(len(json.dumps(t.to_openai())) for t in tools) < 64_000
+    assert any(line.startswith("huge_schema: its input schema is 2.") for line in left_out)
+    assert any("its name is 200 characters (at most 64)" in line for line in left_out)
+    assert left_out[-1].endswith(f"and later tools: the server lists over {MAX_TOOLS}")

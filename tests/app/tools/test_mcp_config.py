@@ -161,3 +161,11 @@ def test_cli_list_shows_invisible_and_line_breaking_characters_in_a_tool_name(ch
     ):
         assert shown in out, shown
     assert set(out).isdisjoint(c for name in INVISIBLE_NAMES for c in name if not c.isascii())
+
+
+def test_cli_list_says_which_tools_are_left_out_and_why(chinwag_home, capsys):
+    write_mcp(chinwag_home, {"mcpServers": {"big": {"command": sys.executable, "args": [SCRIPT, "bloated"]}}})
+    assert main(["mcp", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "    left out: huge_schema: its input schema is 2." in out
+    assert "its name is 200 characters (at most 64)" in out and "the server lists over 128" in out
