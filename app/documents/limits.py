@@ -18,6 +18,9 @@ PDF_PAGE_SECONDS = 30.0
 PDF_PAGE_CHARS = 500_000
 # Starting the reader and opening the file (pypdfium2's import included).
 PDF_OPEN_SECONDS = 60.0
+# All of a PDF's pages: each page just under its own bounds, 5,000 times over, would take hours (pdfium reads
+# a plain page in about a millisecond: 5,000 pages take seconds).
+PDF_TOTAL_SECONDS = 300.0
 # A DOCX (a ZIP) whose members declare more than this uncompressed is a zip bomb; zipfile never
 # inflates a member past its declared size, so checking the declarations bounds the work.
 MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024

@@ -292,3 +292,18 @@ def write_inflating_pdf(path: Path, inflated: int = 400_000_000) -> Path:
     parts.append(packer.flush())
     contents = _stream(b"".join(parts), b" /Filter /FlateDecode")
     return _write_objects(path, _one_page(contents, b"<< /Font << /F1 4 0 R >> >>"))
+
+
+def write_slow_pages_pdf(path: Path, pages: int, inflated: int = 10 << 20) -> Path:
+    """`pages` pages sharing one content stream of `inflated` bytes of no-op operators (each page costs pdfium
+    a fraction of a second and a few dozen MB: each just under the per-page bounds); the file is a few KB a page."""
+    import zlib
+
+    noops = b"1 0 0 1 0 0 cm\n" * (inflated // 15)
+    contents = _stream(
+        zlib.compress(b"BT /F1 12 Tf 10 10 Td (Page words) Tj ET\n" + noops, 9), b" /Filter /FlateDecode"
+    )
+    kids = b" ".join(b"%d 0 R" % (5 + i) for i in range(pages))
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 3 0 R >> >> >>"
+    head = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)]
+    return _write_objects(path, [*head, _HELVETICA, contents, *[page] * pages])

@@ -2,7 +2,9 @@
 gets one line naming the file, and bounds are checked before the work they bound."""
 
 import os
+import re
 import socket
+import time
 
 import pytest
 
@@ -387,6 +389,23 @@ def test_pdf_page_that_takes_too_long_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ChinwagError) as caught:
         extract(write_xobject_bomb_pdf(tmp_path / "slow.pdf", depth=5))
     assert str(caught.value) == "slow.pdf is too costly to read: page 1 took more than 0.01 s (a PDF bomb?)"
+
+
+def test_pdf_pages_each_under_their_bounds_are_bounded_in_all(tmp_path, monkeypatch):
+    """Issue 35 item 3, re-tried: 5,000 pages each just under the page bounds (a shared stream of no-op
+    operators, half a second a page here) took hours; all the pages have one time bound too."""
+    from tests.app.documents.files import write_slow_pages_pdf
+
+    monkeypatch.setattr(limits, "PDF_TOTAL_SECONDS", 1.0)
+    path = write_slow_pages_pdf(tmp_path / "pages.pdf", pages=200)
+    started = time.monotonic()
+    with pytest.raises(ChinwagError) as caught:
+        extract(path)
+    assert re.fullmatch(
+        r"pages\.pdf is too costly to read: its pages took more than 1 s in all \([\d,]+ read, a PDF bomb\?\)",
+        str(caught.value),
+    ), str(caught.value)
+    assert time.monotonic() - started < 30
 
 
 def test_pdf_reader_is_gone_after_reading(tmp_path):
