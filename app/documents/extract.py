@@ -220,6 +220,7 @@ def _docx(name: str, data: bytes) -> str:
         return _refuse(name, what)
     if len(members) > limits.MAX_DOCX_MEMBERS:
         raise ChinwagError(_too_many_members(name, len(members)))
+    _check_members(name, members)
     declared = sum(m.file_size for m in members)
     if declared > limits.MAX_DOCX_UNCOMPRESSED:
         raise ChinwagError(f"{name} unpacks to {format_bytes(declared)}: too big to be a document (a zip bomb?)")
@@ -250,14 +251,27 @@ def _docx_lines(document: Any) -> list[str]:
     lines = []
     for block in document.iter_inner_content():
         if isinstance(block, Table):
-            for row in block.rows:
-                lines.append(" | ".join(cell.text.strip() for cell in row.cells))
+            lines.extend(_table_rows(block))
             lines.append("")
             continue
         style_id = block._p.style
         style_name = styles.get(style_id, default_name) if style_id is not None else default_name
         lines.append(_markdown_line(block.text.strip(), style_name))
     return lines
+
+
+def _table_rows(table: Any) -> list[str]:
+    """Each row's cells' text joined by " | ", each cell once, its text in the first row it spans.
+
+    Not python-docx's `row.cells`: it repeats a cell once per column it spans (a declared span of a billion
+    is a billion cells) and finds a vertically merged cell's text by walking up the rows recursively
+    (quadratic in the rows, and a RecursionError past a thousand)."""
+    from docx.table import _Cell
+
+    return [
+        " | ".join("" if tc.vMerge == "continue" else _Cell(tc, table).text.strip() for tc in tr.tc_lst)
+        for tr in table._tbl.tr_lst
+    ]
 
 
 def _paragraph_styles(document: Any) -> tuple[dict[str, str], str]:
@@ -284,6 +298,22 @@ def _markdown_line(text: str, style_name: str) -> str:
     if text and style_name == "Title":
         return "# " + text
     return text
+
+
+# The compression methods zipfile reads (stored, deflate, bzip2, LZMA); any other raises NotImplementedError.
+_ZIP_METHODS = frozenset((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA))
+
+
+def _check_members(name: str, members: list[zipfile.ZipInfo]) -> None:
+    """Members zipfile cannot open are the file's fault: an encrypted one, or one of another compression method."""
+    for member in members:
+        if member.flag_bits & 0x1:
+            raise ChinwagError(f"{name} is password-protected")
+        if member.compress_type not in _ZIP_METHODS:
+            raise ChinwagError(
+                f"{name} is not a readable DOCX: {member.filename} is compressed by a method Chinwag cannot read"
+                f" (method {member.compress_type})"
+            )
 
 
 def _too_many_members(name: str, count: int) -> str:
