@@ -9,6 +9,7 @@ Bad input raises ChinwagError with one line naming the file.
 import hashlib
 import io
 import os
+import re
 import stat
 import struct
 import zipfile
@@ -142,6 +143,9 @@ def _text(name: str, data: bytes) -> str:
                 return _refuse(name, "a binary file")
     if not text.strip():
         raise ChinwagError(f"{name} has no text: it holds only spaces and line breaks")
+    at = _binary_from(text)
+    if at >= 0:
+        raise ChinwagError(f"{name} holds binary data from character {at:,} on: {SUPPORTED}")
     return text.replace("\r\n", "\n")
 
 
@@ -171,6 +175,24 @@ def _odd_share(text: str, also: str = "") -> float:
     sample = text[:8192]
     odd = sum(1 for c in sample if c in also or (unicodedata.category(c) in _ODD and c not in "\t\n\r\f"))
     return odd / max(1, len(sample))
+
+
+# What no text holds, found fast by a regex: controls but tab, line breaks and form feed; lone surrogates;
+# private use; what the decoder put for a byte it could not read.
+_ODD_FAST = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffd]")
+_WINDOW = 65_536
+
+
+def _binary_from(text: str) -> int:
+    """Where binary data starts in `text` (the first odd character of the first window of _WINDOW characters
+    in which more than BINARY_SHARE are odd), or -1: the first 8,192 characters say nothing of the rest (64 KB of
+    text and then megabytes of noise or zeros)."""
+    for start in range(0, len(text), _WINDOW):
+        window = text[start : start + _WINDOW]
+        if len(_ODD_FAST.findall(window)) > BINARY_SHARE * len(window):
+            first = _ODD_FAST.search(window)
+            return start + (first.start() if first else 0)
+    return -1
 
 
 def _refuse(name: str, what: str) -> str:

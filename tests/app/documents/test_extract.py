@@ -265,6 +265,27 @@ def test_binary_after_a_utf16_bom_that_does_not_decode_is_called_binary():
         extract_bytes("noise.txt", data)
 
 
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [
+        (b"", b"\x00" * 200_000),  # zeros: the NUL check read only the first 8 KB
+        (b"", bytes(range(256)) * 1_000),  # noise: not UTF-8, so read as Latin-1, whose check read 8,192 characters
+        (b"\xef\xbb\xbf", bytes(range(32)) * 5_000),  # after a UTF-8 mark: controls, valid UTF-8
+    ],
+)
+def test_binary_after_64_kb_of_text_is_refused(head, tail):
+    """Issue 35 item 8, re-tried: 68 KB of text and then binary was read as text, noise and all (a file's
+    first 8,192 characters were all the binary checks read)."""
+    with pytest.raises(ChinwagError) as caught:
+        extract_bytes("mixed.txt", head + b"plain words here\n" * 4_000 + tail)
+    assert str(caught.value) == "mixed.txt holds binary data from character 68,000 on: Chinwag reads text, PDF and DOCX"
+
+
+def test_text_with_a_few_odd_characters_is_still_text():
+    text = ("Words and more words.\n" * 3_000 + "\x07\ufffd\ue000") * 40
+    assert extract_bytes("odd.txt", text.encode()).text == text
+
+
 def test_an_empty_text_file_is_refused():
     with pytest.raises(ChinwagError, match=r"^empty\.txt is empty$"):
         extract_bytes("empty.txt", b"")
