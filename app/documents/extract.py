@@ -133,7 +133,10 @@ def _text(name: str, data: bytes) -> str:
     elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
         text = _decoded(name, data, "utf-16")
     elif b"\x00" in data[:8192]:
-        return _refuse(name, "a binary file")
+        encoding = _utf16_without_mark(data[:8192])
+        if not encoding:
+            return _refuse(name, "a binary file")
+        text = _decoded(name, data, encoding)
     else:
         try:
             text = data.decode("utf-8")
@@ -165,6 +168,20 @@ def _decoded(name: str, data: bytes, encoding: str) -> str:
     if _odd_share(text) > BINARY_SHARE:
         return _refuse(name, "a binary file")
     return text
+
+
+def _utf16_without_mark(sample: bytes) -> str:
+    """`utf-16-le` or `utf-16-be` when `sample` is mostly Latin text in UTF-16 with no byte-order mark (every
+    other byte zero, the others not), else "" (its text is then still checked for binary)."""
+    if len(sample) < 16:
+        return ""
+    even, odd = sample[0::2], sample[1::2]
+    share = {half: half.count(0) / len(half) for half in (even, odd)}
+    if share[odd] > 0.9 and share[even] < 0.01:
+        return "utf-16-le"
+    if share[even] > 0.9 and share[odd] < 0.01:
+        return "utf-16-be"
+    return ""
 
 
 def _odd_share(text: str, also: str = "") -> float:

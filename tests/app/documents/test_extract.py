@@ -281,6 +281,19 @@ def test_binary_after_64_kb_of_text_is_refused(head, tail):
     assert str(caught.value) == "mixed.txt holds binary data from character 68,000 on: Chinwag reads text, PDF and DOCX"
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_read(encoding):
+    """Issue 35 item 8, re-tried: UTF-16 saved with no mark (its NULs) was called a binary file."""
+    text = "Plain words in UTF-16, café included.\n" * 500
+    assert extract_bytes("wide.txt", text.encode(encoding)).text == text
+
+
+def test_small_numbers_in_16_bits_are_still_binary():
+    data = b"".join(n.to_bytes(2, "little") for n in list(range(32)) * 500)  # every other byte zero, like UTF-16
+    with pytest.raises(ChinwagError, match=r"^counts\.bin is a binary file: Chinwag reads text, PDF and DOCX$"):
+        extract_bytes("counts.bin", data)
+
+
 def test_text_with_a_few_odd_characters_is_still_text():
     text = ("Words and more words.\n" * 3_000 + "\x07\ufffd\ue000") * 40
     assert extract_bytes("odd.txt", text.encode()).text == text
