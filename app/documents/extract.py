@@ -14,7 +14,7 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,15 +383,21 @@ _W_P = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}p"
 
 class _ParsingCost:
     """What python-docx's parse of a DOCX will build, counted by the same parser with no tree: elements,
-    paragraphs, characters of text, the longest text node. Each past its limit refuses the file at once."""
+    attributes, paragraphs, characters of text, the longest text node. Each past its limit refuses the file at once."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.elements = self.paragraphs = self.chars = self.node_bytes = 0
+        self.elements = self.attributes = self.paragraphs = self.chars = self.node_bytes = 0
 
-    def start(self, tag: str, attrib: object) -> None:
+    def start(self, tag: str, attrib: Sized) -> None:
         self.elements += 1
+        self.attributes += len(attrib)
         self.node_bytes = 0
+        if self.attributes > limits.MAX_DOCX_ATTRIBUTES:
+            raise ChinwagError(
+                f"{self.name} holds more than {limits.MAX_DOCX_ATTRIBUTES:,} XML attributes: too costly to be a"
+                " document (a DOCX bomb?)"
+            )
         if self.elements > limits.MAX_DOCX_ELEMENTS:
             raise ChinwagError(
                 f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"

@@ -31,6 +31,9 @@ MAX_DOCX_DIRECTORY_BYTES = MAX_DOCX_MEMBERS * 512
 # streaming parse that builds nothing. At these limits extraction peaks near 350 MB and takes about 15 s on
 # a slow CPU; a 1,000-page report holds some 30,000 paragraphs and well under a million elements.
 MAX_DOCX_ELEMENTS = 2_000_000
+# Attributes cost python-docx's tree about as much as elements (some 240 bytes each): a 144 KB file of 200,000
+# runs of 26 empty attributes took 1.3 GB. A real document has one or two an element.
+MAX_DOCX_ATTRIBUTES = 2_000_000
 MAX_DOCX_PARAGRAPHS = 200_000
 # Files attached to one message.
 MAX_FILES_PER_MESSAGE = 20

@@ -337,3 +337,10 @@ def write_member_flags_docx(path: Path, source: Path, method: int | None = None,
         at += 46 + size + extra + comment
     path.write_bytes(bytes(data))
     return path
+
+
+def write_attributes_docx(path: Path, source: Path, runs: int) -> Path:
+    """`runs` empty runs of 26 empty attributes each, in paragraphs of 1,000: few elements, many attributes."""
+    run = b"<w:r " + b" ".join(b'%s=""' % bytes([c]) for c in range(97, 123)) + b"/>"
+    paragraph = b"<w:p>" + run * 1_000 + b"</w:p>"
+    return _with_body(path, source, lambda f: [f.write(paragraph) for _ in range(runs // 1_000)])
