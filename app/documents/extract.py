@@ -398,11 +398,7 @@ class _ParsingCost:
                 f"{self.name} holds more than {limits.MAX_DOCX_ATTRIBUTES:,} XML attributes: too costly to be a"
                 " document (a DOCX bomb?)"
             )
-        if self.elements > limits.MAX_DOCX_ELEMENTS:
-            raise ChinwagError(
-                f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"
-                " (a DOCX bomb?)"
-            )
+        self._check_nodes()
         if tag == _W_P:
             self.paragraphs += 1
             if self.paragraphs > limits.MAX_DOCX_PARAGRAPHS:
@@ -410,6 +406,21 @@ class _ParsingCost:
                     f"{self.name} holds more than {limits.MAX_DOCX_PARAGRAPHS:,} paragraphs: too many for a document"
                     " (a DOCX bomb?)"
                 )
+
+    def comment(self, text: str) -> None:
+        """A comment is a node of python-docx's tree as an element is (three million took 500 MB)."""
+        self.elements += 1
+        self._check_nodes()
+
+    def pi(self, target: str, data: str | None = None) -> None:
+        self.comment("")
+
+    def _check_nodes(self) -> None:
+        if self.elements > limits.MAX_DOCX_ELEMENTS:
+            raise ChinwagError(
+                f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"
+                " (a DOCX bomb?)"
+            )
 
     def end(self, tag: str) -> None:
         self.node_bytes = 0

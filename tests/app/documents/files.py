@@ -344,3 +344,9 @@ def write_attributes_docx(path: Path, source: Path, runs: int) -> Path:
     run = b"<w:r " + b" ".join(b'%s=""' % bytes([c]) for c in range(97, 123)) + b"/>"
     paragraph = b"<w:p>" + run * 1_000 + b"</w:p>"
     return _with_body(path, source, lambda f: [f.write(paragraph) for _ in range(runs // 1_000)])
+
+
+def write_nodes_docx(path: Path, source: Path, node: bytes, count: int) -> Path:
+    """`count` copies of `node` (a comment, a processing instruction) in paragraphs of 1,000."""
+    paragraph = b"<w:p>" + node * 1_000 + b"</w:p>"
+    return _with_body(path, source, lambda f: [f.write(paragraph) for _ in range(count // 1_000)])

@@ -6,7 +6,13 @@ import pytest
 
 from app.documents.extract import extract
 from engine.errors import ChinwagError
-from tests.app.documents.files import write_attributes_docx, write_docx, write_member_flags_docx, write_table_docx
+from tests.app.documents.files import (
+    write_attributes_docx,
+    write_docx,
+    write_member_flags_docx,
+    write_nodes_docx,
+    write_table_docx,
+)
 
 _CELL = b"<w:tc>%s<w:p><w:r><w:t>%s</w:t></w:r></w:p></w:tc>"
 
@@ -90,3 +96,17 @@ def test_attributes_are_bounded_like_elements(tmp_path, source):
     ), result
     assert result["peak"] < 400 << 20
     assert limits.MAX_DOCX_ATTRIBUTES == 2_000_000
+
+
+@pytest.mark.parametrize("node", [b"<!---->", b"<?a?>"])
+def test_comments_and_processing_instructions_count_as_elements(tmp_path, source, node):
+    """Only elements were counted: three million empty comments (74 KB of file) took 500 MB in python-docx's
+    tree, and the 256 MB a DOCX may unpack to holds 36 million."""
+    from tests.app.documents.bounded import extract_bounded
+
+    path = write_nodes_docx(tmp_path / "nodes.docx", source, node, 3_000_000)
+    result = extract_bounded(path, max_bytes=2 << 30, timeout=120)
+    assert result["line"] == (
+        "nodes.docx holds more than 2,000,000 XML elements: too costly to be a document (a DOCX bomb?)"
+    ), result
+    assert result["peak"] < 300 << 20
