@@ -9,11 +9,12 @@ Bad input raises ChinwagError with one line naming the file.
 import hashlib
 import io
 import os
+import re
 import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,10 @@ def _text(name: str, data: bytes) -> str:
     elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
         text = _decoded(name, data, "utf-16")
     elif b"\x00" in data[:8192]:
-        return _refuse(name, "a binary file")
+        encoding = _utf16_without_mark(data[:8192])
+        if not encoding:
+            return _refuse(name, "a binary file")
+        text = _decoded(name, data, encoding)
     else:
         try:
             text = data.decode("utf-8")
@@ -142,6 +146,9 @@ def _text(name: str, data: bytes) -> str:
                 return _refuse(name, "a binary file")
     if not text.strip():
         raise ChinwagError(f"{name} has no text: it holds only spaces and line breaks")
+    at = _binary_from(text)
+    if at >= 0:
+        raise ChinwagError(f"{name} holds binary data from character {at:,} on: {SUPPORTED}")
     return text.replace("\r\n", "\n")
 
 
@@ -163,6 +170,20 @@ def _decoded(name: str, data: bytes, encoding: str) -> str:
     return text
 
 
+def _utf16_without_mark(sample: bytes) -> str:
+    """`utf-16-le` or `utf-16-be` when `sample` is mostly Latin text in UTF-16 with no byte-order mark (every
+    other byte zero, the others not), else "" (its text is then still checked for binary)."""
+    if len(sample) < 16:
+        return ""
+    even, odd = sample[0::2], sample[1::2]
+    share = {half: half.count(0) / len(half) for half in (even, odd)}
+    if share[odd] > 0.9 and share[even] < 0.01:
+        return "utf-16-le"
+    if share[even] > 0.9 and share[odd] < 0.01:
+        return "utf-16-be"
+    return ""
+
+
 def _odd_share(text: str, also: str = "") -> float:
     """The share of characters no text holds in its first 8,192: controls but tab, line breaks and form
     feed, unassigned code points, private use, lone surrogates (and `also`)."""
@@ -171,6 +192,24 @@ def _odd_share(text: str, also: str = "") -> float:
     sample = text[:8192]
     odd = sum(1 for c in sample if c in also or (unicodedata.category(c) in _ODD and c not in "\t\n\r\f"))
     return odd / max(1, len(sample))
+
+
+# What no text holds, found fast by a regex: controls but tab, line breaks and form feed; lone surrogates;
+# private use; what the decoder put for a byte it could not read.
+_ODD_FAST = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\ufffd]")
+_WINDOW = 65_536
+
+
+def _binary_from(text: str) -> int:
+    """Where binary data starts in `text` (the first odd character of the first window of _WINDOW characters
+    in which more than BINARY_SHARE are odd), or -1: the first 8,192 characters say nothing of the rest (64 KB of
+    text and then megabytes of noise or zeros)."""
+    for start in range(0, len(text), _WINDOW):
+        window = text[start : start + _WINDOW]
+        if len(_ODD_FAST.findall(window)) > BINARY_SHARE * len(window):
+            first = _ODD_FAST.search(window)
+            return start + (first.start() if first else 0)
+    return -1
 
 
 def _refuse(name: str, what: str) -> str:
@@ -220,6 +259,7 @@ def _docx(name: str, data: bytes) -> str:
         return _refuse(name, what)
     if len(members) > limits.MAX_DOCX_MEMBERS:
         raise ChinwagError(_too_many_members(name, len(members)))
+    _check_members(name, members)
     declared = sum(m.file_size for m in members)
     if declared > limits.MAX_DOCX_UNCOMPRESSED:
         raise ChinwagError(f"{name} unpacks to {format_bytes(declared)}: too big to be a document (a zip bomb?)")
@@ -250,14 +290,27 @@ def _docx_lines(document: Any) -> list[str]:
     lines = []
     for block in document.iter_inner_content():
         if isinstance(block, Table):
-            for row in block.rows:
-                lines.append(" | ".join(cell.text.strip() for cell in row.cells))
+            lines.extend(_table_rows(block))
             lines.append("")
             continue
         style_id = block._p.style
         style_name = styles.get(style_id, default_name) if style_id is not None else default_name
         lines.append(_markdown_line(block.text.strip(), style_name))
     return lines
+
+
+def _table_rows(table: Any) -> list[str]:
+    """Each row's cells' text joined by " | ", each cell once, its text in the first row it spans.
+
+    Not python-docx's `row.cells`: it repeats a cell once per column it spans (a declared span of a billion
+    is a billion cells) and finds a vertically merged cell's text by walking up the rows recursively
+    (quadratic in the rows, and a RecursionError past a thousand)."""
+    from docx.table import _Cell
+
+    return [
+        " | ".join("" if tc.vMerge == "continue" else _Cell(tc, table).text.strip() for tc in tr.tc_lst)
+        for tr in table._tbl.tr_lst
+    ]
 
 
 def _paragraph_styles(document: Any) -> tuple[dict[str, str], str]:
@@ -284,6 +337,22 @@ def _markdown_line(text: str, style_name: str) -> str:
     if text and style_name == "Title":
         return "# " + text
     return text
+
+
+# The compression methods zipfile reads (stored, deflate, bzip2, LZMA); any other raises NotImplementedError.
+_ZIP_METHODS = frozenset((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA))
+
+
+def _check_members(name: str, members: list[zipfile.ZipInfo]) -> None:
+    """Members zipfile cannot open are the file's fault: an encrypted one, or one of another compression method."""
+    for member in members:
+        if member.flag_bits & 0x1:
+            raise ChinwagError(f"{name} is password-protected")
+        if member.compress_type not in _ZIP_METHODS:
+            raise ChinwagError(
+                f"{name} is not a readable DOCX: {member.filename} is compressed by a method Chinwag cannot read"
+                f" (method {member.compress_type})"
+            )
 
 
 def _too_many_members(name: str, count: int) -> str:
@@ -314,20 +383,17 @@ _W_P = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}p"
 
 class _ParsingCost:
     """What python-docx's parse of a DOCX will build, counted by the same parser with no tree: elements,
-    paragraphs, characters of text, the longest text node. Each past its limit refuses the file at once."""
+    attributes, paragraphs, characters of text, the longest text node. Each past its limit refuses the file at once."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.elements = self.paragraphs = self.chars = self.node_bytes = 0
+        self.elements = self.attributes = self.paragraphs = self.chars = self.node_bytes = 0
 
-    def start(self, tag: str, attrib: object) -> None:
+    def start(self, tag: str, attrib: Sized) -> None:
         self.elements += 1
         self.node_bytes = 0
-        if self.elements > limits.MAX_DOCX_ELEMENTS:
-            raise ChinwagError(
-                f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"
-                " (a DOCX bomb?)"
-            )
+        self._attributes(len(attrib))
+        self._check_nodes()
         if tag == _W_P:
             self.paragraphs += 1
             if self.paragraphs > limits.MAX_DOCX_PARAGRAPHS:
@@ -335,6 +401,33 @@ class _ParsingCost:
                     f"{self.name} holds more than {limits.MAX_DOCX_PARAGRAPHS:,} paragraphs: too many for a document"
                     " (a DOCX bomb?)"
                 )
+
+    def start_ns(self, prefix: str | None, uri: str) -> None:
+        """A namespace declaration costs the tree as an attribute does (200,000 runs of 26 took 940 MB)."""
+        self._attributes(1)
+
+    def _attributes(self, count: int) -> None:
+        self.attributes += count
+        if self.attributes > limits.MAX_DOCX_ATTRIBUTES:
+            raise ChinwagError(
+                f"{self.name} holds more than {limits.MAX_DOCX_ATTRIBUTES:,} XML attributes: too costly to be a"
+                " document (a DOCX bomb?)"
+            )
+
+    def comment(self, text: str) -> None:
+        """A comment is a node of python-docx's tree as an element is (three million took 500 MB)."""
+        self.elements += 1
+        self._check_nodes()
+
+    def pi(self, target: str, data: str | None = None) -> None:
+        self.comment("")
+
+    def _check_nodes(self) -> None:
+        if self.elements > limits.MAX_DOCX_ELEMENTS:
+            raise ChinwagError(
+                f"{self.name} holds more than {limits.MAX_DOCX_ELEMENTS:,} XML elements: too costly to be a document"
+                " (a DOCX bomb?)"
+            )
 
     def end(self, tag: str) -> None:
         self.node_bytes = 0

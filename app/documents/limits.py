@@ -18,6 +18,9 @@ PDF_PAGE_SECONDS = 30.0
 PDF_PAGE_CHARS = 500_000
 # Starting the reader and opening the file (pypdfium2's import included).
 PDF_OPEN_SECONDS = 60.0
+# All of a PDF's pages: each page just under its own bounds, 5,000 times over, would take hours (pdfium reads
+# a plain page in about a millisecond: 5,000 pages take seconds).
+PDF_TOTAL_SECONDS = 300.0
 # A DOCX (a ZIP) whose members declare more than this uncompressed is a zip bomb; zipfile never
 # inflates a member past its declared size, so checking the declarations bounds the work.
 MAX_DOCX_UNCOMPRESSED = 256 * 1024 * 1024
@@ -28,6 +31,9 @@ MAX_DOCX_DIRECTORY_BYTES = MAX_DOCX_MEMBERS * 512
 # streaming parse that builds nothing. At these limits extraction peaks near 350 MB and takes about 15 s on
 # a slow CPU; a 1,000-page report holds some 30,000 paragraphs and well under a million elements.
 MAX_DOCX_ELEMENTS = 2_000_000
+# Attributes cost python-docx's tree about as much as elements (some 240 bytes each): a 144 KB file of 200,000
+# runs of 26 empty attributes took 1.3 GB. A real document has one or two an element.
+MAX_DOCX_ATTRIBUTES = 2_000_000
 MAX_DOCX_PARAGRAPHS = 200_000
 # Files attached to one message.
 MAX_FILES_PER_MESSAGE = 20

@@ -93,23 +93,18 @@ def read_pages(name: str, data: bytes, progress: Callable[[int, int], None] | No
     """Each page's text as pdfium gives it; ChinwagError with one line when the file is refused.
 
     Bounds: opening within PDF_OPEN_SECONDS; each page within PDF_PAGE_SECONDS, PDF_PAGE_BYTES more memory
-    than the open document holds, and PDF_PAGE_CHARS characters; at most MAX_PDF_PAGES pages and
-    MAX_TEXT_CHARS characters in all."""
+    than the open document holds, and PDF_PAGE_CHARS characters; all the pages within PDF_TOTAL_SECONDS;
+    at most MAX_PDF_PAGES pages and MAX_TEXT_CHARS characters in all."""
     child = _Child(data)
     pages: list[str] = []
     count, chars = -1, 0
+    deadline = 0.0  # for all the pages, from the first
     try:
         while count < 0 or len(pages) < count:
-            seconds = limits.PDF_OPEN_SECONDS if count < 0 else limits.PDF_PAGE_SECONDS
-            try:
-                message = child.receive(seconds)
-            except _Stopped as stopped:
-                raise ChinwagError(_stopped_line(name, len(pages) + 1 if count >= 0 else 0, stopped.code)) from None
-            if message is None:
-                raise ChinwagError(_slow_line(name, len(pages) + 1 if count >= 0 else 0, seconds))
-            kind, payload = message
+            kind, payload = _next_message(child, name, count, len(pages), deadline)
             if kind == _PAGES:
                 (count,) = struct.unpack(">I", payload)
+                deadline = time.monotonic() + limits.PDF_TOTAL_SECONDS
                 if count > limits.MAX_PDF_PAGES:
                     raise ChinwagError(f"{name} has {count:,} pages: the limit is {limits.MAX_PDF_PAGES:,}")
             elif kind == _PAGE:
@@ -126,6 +121,23 @@ def read_pages(name: str, data: bytes, progress: Callable[[int, int], None] | No
         return pages
     finally:
         child.stop()
+
+
+def _next_message(child: _Child, name: str, count: int, read: int, deadline: float) -> tuple[bytes, bytes]:
+    """The child's next message in the time left (opening while `count` < 0, else page `read` + 1 before
+    `deadline`); ChinwagError when it is too slow or stops."""
+    seconds = limits.PDF_OPEN_SECONDS if count < 0 else limits.PDF_PAGE_SECONDS
+    left = seconds if count < 0 else min(seconds, deadline - time.monotonic())
+    page = read + 1 if count >= 0 else 0
+    try:
+        message = child.receive(left)
+    except _Stopped as stopped:
+        raise ChinwagError(_stopped_line(name, page, stopped.code)) from None
+    if message is None and left < seconds:
+        raise ChinwagError(_total_line(name, read))
+    if message is None:
+        raise ChinwagError(_slow_line(name, page, seconds))
+    return message
 
 
 def _error_line(name: str, error: dict[str, Any]) -> str:
@@ -148,6 +160,13 @@ def _where(page: int) -> str:
 
 def _slow_line(name: str, page: int, seconds: float) -> str:
     return f"{name} is too costly to read: {_where(page)} took more than {seconds:g} s (a PDF bomb?)"
+
+
+def _total_line(name: str, read: int) -> str:
+    return (
+        f"{name} is too costly to read: its pages took more than {limits.PDF_TOTAL_SECONDS:g} s in all"
+        f" ({read:,} read, a PDF bomb?)"
+    )
 
 
 def _stopped_line(name: str, page: int, code: int) -> str:

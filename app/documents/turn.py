@@ -24,6 +24,28 @@ INDEXES = IndexCache()
 _INDEXES_LOCK = threading.Lock()
 
 
+# Characters the tokenizer is given at once: its working memory grows with the text (a 7.7 MB paragraph took
+# near 1 GB in one call). Pieces are cut before a space, where tokenizers split words anyway.
+COUNT_PIECE_CHARS = 100_000
+
+
+async def count_tokens(engine: EngineAPI, text: str, params: GenerationParams) -> TokenCount:
+    """`engine.count_tokens(text)`, counted in pieces of at most COUNT_PIECE_CHARS characters."""
+    if len(text) <= COUNT_PIECE_CHARS:
+        return await engine.count_tokens(text, params)
+    tokens, start = 0, 0
+    while True:
+        end = min(len(text), start + COUNT_PIECE_CHARS)
+        if end < len(text):
+            space = text.rfind(" ", start + COUNT_PIECE_CHARS // 2, end)
+            end = space if space > 0 else end
+        count = await engine.count_tokens(text[start:end], params)
+        tokens += count.tokens
+        start = end
+        if start >= len(text):
+            return TokenCount(tokens, count.context_limit, count.exact)
+
+
 def index_of(name: str, text: str, kind: str = "text", size: int = 0, sha256: str = "") -> Index:
     """The document's index: built once per document (by its sha256), then kept in INDEXES."""
     if not sha256:
@@ -85,11 +107,11 @@ async def prepare(
     new ones are added, and every later question gets its own passages from them."""
     indexes = indexes if indexes is not None else []
     typed = [ChatMessage.from_openai(m, f"messages[{i}]") for i, m in enumerate(history)]
-    counts = [(m.role, (await engine.count_tokens(m.content, params)).tokens) for m in typed]
+    counts = [(m.role, (await count_tokens(engine, m.content, params)).tokens) for m in typed]
     before = sum(n for _, n in counts)
     system = sum(n for role, n in counts if role == "system")
-    asked = (await engine.count_tokens(question, params)).tokens
-    whole = [await engine.count_tokens(document_block(d), params) for d in documents]
+    asked = (await count_tokens(engine, question, params)).tokens
+    whole = [await count_tokens(engine, document_block(d), params) for d in documents]
     limit = whole[0].context_limit if whole else (await engine.count_tokens("", params)).context_limit
     free = limit - reply_room(params.max_tokens, limit) - before - asked - TEMPLATE_SLACK
     turn = Turn("", [], 0, context_limit=limit)

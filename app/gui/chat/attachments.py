@@ -24,7 +24,7 @@ from app.core.document_block import Attachment, document_block
 from app.documents import limits
 from app.documents.extract import Extracted, extract
 from app.documents.retrieval import Index
-from app.documents.turn import TEMPLATE_SLACK, Turn, context_share, index_of
+from app.documents.turn import TEMPLATE_SLACK, Turn, context_share, count_tokens, index_of
 from app.gui import tooltips
 from app.gui.chat.chip_label import ElidingLabel
 from app.gui.icons import icon
@@ -216,7 +216,7 @@ class AttachmentTray(QWidget):
             return
         block = document_block(Attachment(doc.extracted.name, doc.extracted.text, doc.extracted.kind))
         params = self._params()
-        count = await engine.count_tokens(block, params)
+        count = await count_tokens(engine, block, params)
         doc.tokens, doc.limit = count.tokens, count.context_limit
         # Until the draft's plan says otherwise: whole if it fits alone beside the reply's room.
         doc.whole = doc.tokens <= doc.limit - reply_room(params.max_tokens, doc.limit) - TEMPLATE_SLACK

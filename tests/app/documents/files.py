@@ -292,3 +292,61 @@ def write_inflating_pdf(path: Path, inflated: int = 400_000_000) -> Path:
     parts.append(packer.flush())
     contents = _stream(b"".join(parts), b" /Filter /FlateDecode")
     return _write_objects(path, _one_page(contents, b"<< /Font << /F1 4 0 R >> >>"))
+
+
+def write_slow_pages_pdf(path: Path, pages: int, inflated: int = 10 << 20) -> Path:
+    """`pages` pages sharing one content stream of `inflated` bytes of no-op operators (each page costs pdfium
+    a fraction of a second and a few dozen MB: each just under the per-page bounds); the file is a few KB a page."""
+    import zlib
+
+    noops = b"1 0 0 1 0 0 cm\n" * (inflated // 15)
+    contents = _stream(
+        zlib.compress(b"BT /F1 12 Tf 10 10 Td (Page words) Tj ET\n" + noops, 9), b" /Filter /FlateDecode"
+    )
+    kids = b" ".join(b"%d 0 R" % (5 + i) for i in range(pages))
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 3 0 R >> >> >>"
+    head = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)]
+    return _write_objects(path, [*head, _HELVETICA, contents, *[page] * pages])
+
+
+def write_table_docx(path: Path, source: Path, rows: bytes) -> Path:
+    """A copy of a real DOCX whose body is one table of `rows` (<w:tr> elements, written as they are)."""
+    return _with_body(
+        path, source, lambda f: f.write(b"<w:tbl><w:tblGrid><w:gridCol/></w:tblGrid>" + rows + b"</w:tbl>")
+    )
+
+
+def write_member_flags_docx(path: Path, source: Path, method: int | None = None, encrypted: bool = False) -> Path:
+    """A copy of a real DOCX whose document.xml says (in its local header and the central directory) it is
+    compressed by `method`, or encrypted: what zipfile cannot open."""
+    import struct
+
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as z:
+        local = z.getinfo("word/document.xml").header_offset
+    end = data.rfind(b"PK\x05\x06")
+    (at,) = struct.unpack_from("<L", data, end + 16)
+    while data[at : at + 4] == b"PK\x01\x02":
+        size, extra, comment = struct.unpack_from("<HHH", data, at + 28)
+        if data[at + 46 : at + 46 + size] == b"word/document.xml":
+            for flags in (at + 8, local + 6):  # general purpose flags, then the method right after them
+                if encrypted:
+                    struct.pack_into("<H", data, flags, struct.unpack_from("<H", data, flags)[0] | 0x1)
+                if method is not None:
+                    struct.pack_into("<H", data, flags + 2, method)
+        at += 46 + size + extra + comment
+    path.write_bytes(bytes(data))
+    return path
+
+
+def write_attributes_docx(path: Path, source: Path, runs: int) -> Path:
+    """`runs` empty runs of 26 empty attributes each, in paragraphs of 1,000: few elements, many attributes."""
+    run = b"<w:r " + b" ".join(b'%s=""' % bytes([c]) for c in range(97, 123)) + b"/>"
+    paragraph = b"<w:p>" + run * 1_000 + b"</w:p>"
+    return _with_body(path, source, lambda f: [f.write(paragraph) for _ in range(runs // 1_000)])
+
+
+def write_nodes_docx(path: Path, source: Path, node: bytes, count: int) -> Path:
+    """`count` copies of `node` (a comment, a processing instruction) in paragraphs of 1,000."""
+    paragraph = b"<w:p>" + node * 1_000 + b"</w:p>"
+    return _with_body(path, source, lambda f: [f.write(paragraph) for _ in range(count // 1_000)])

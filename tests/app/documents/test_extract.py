@@ -2,7 +2,9 @@
 gets one line naming the file, and bounds are checked before the work they bound."""
 
 import os
+import re
 import socket
+import time
 
 import pytest
 
@@ -263,6 +265,40 @@ def test_binary_after_a_utf16_bom_that_does_not_decode_is_called_binary():
         extract_bytes("noise.txt", data)
 
 
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [
+        (b"", b"\x00" * 200_000),  # zeros: the NUL check read only the first 8 KB
+        (b"", bytes(range(256)) * 1_000),  # noise: not UTF-8, so read as Latin-1, whose check read 8,192 characters
+        (b"\xef\xbb\xbf", bytes(range(32)) * 5_000),  # after a UTF-8 mark: controls, valid UTF-8
+    ],
+)
+def test_binary_after_64_kb_of_text_is_refused(head, tail):
+    """Issue 35 item 8, re-tried: 68 KB of text and then binary was read as text, noise and all (a file's
+    first 8,192 characters were all the binary checks read)."""
+    with pytest.raises(ChinwagError) as caught:
+        extract_bytes("mixed.txt", head + b"plain words here\n" * 4_000 + tail)
+    assert str(caught.value) == "mixed.txt holds binary data from character 68,000 on: Chinwag reads text, PDF and DOCX"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_read(encoding):
+    """Issue 35 item 8, re-tried: UTF-16 saved with no mark (its NULs) was called a binary file."""
+    text = "Plain words in UTF-16, café included.\n" * 500
+    assert extract_bytes("wide.txt", text.encode(encoding)).text == text
+
+
+def test_small_numbers_in_16_bits_are_still_binary():
+    data = b"".join(n.to_bytes(2, "little") for n in list(range(32)) * 500)  # every other byte zero, like UTF-16
+    with pytest.raises(ChinwagError, match=r"^counts\.bin is a binary file: Chinwag reads text, PDF and DOCX$"):
+        extract_bytes("counts.bin", data)
+
+
+def test_text_with_a_few_odd_characters_is_still_text():
+    text = ("Words and more words.\n" * 3_000 + "\x07\ufffd\ue000") * 40
+    assert extract_bytes("odd.txt", text.encode()).text == text
+
+
 def test_an_empty_text_file_is_refused():
     with pytest.raises(ChinwagError, match=r"^empty\.txt is empty$"):
         extract_bytes("empty.txt", b"")
@@ -387,6 +423,23 @@ def test_pdf_page_that_takes_too_long_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ChinwagError) as caught:
         extract(write_xobject_bomb_pdf(tmp_path / "slow.pdf", depth=5))
     assert str(caught.value) == "slow.pdf is too costly to read: page 1 took more than 0.01 s (a PDF bomb?)"
+
+
+def test_pdf_pages_each_under_their_bounds_are_bounded_in_all(tmp_path, monkeypatch):
+    """Issue 35 item 3, re-tried: 5,000 pages each just under the page bounds (a shared stream of no-op
+    operators, half a second a page here) took hours; all the pages have one time bound too."""
+    from tests.app.documents.files import write_slow_pages_pdf
+
+    monkeypatch.setattr(limits, "PDF_TOTAL_SECONDS", 1.0)
+    path = write_slow_pages_pdf(tmp_path / "pages.pdf", pages=200)
+    started = time.monotonic()
+    with pytest.raises(ChinwagError) as caught:
+        extract(path)
+    assert re.fullmatch(
+        r"pages\.pdf is too costly to read: its pages took more than 1 s in all \([\d,]+ read, a PDF bomb\?\)",
+        str(caught.value),
+    ), str(caught.value)
+    assert time.monotonic() - started < 30
 
 
 def test_pdf_reader_is_gone_after_reading(tmp_path):

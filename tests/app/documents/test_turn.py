@@ -75,3 +75,59 @@ def test_documents_go_whole_in_the_order_attached_while_each_fits():
     assert len(turn.notes) == 1 and turn.notes[0].startswith("second.txt is too big for the context")
     stored = turn.stored({second.sha256: second.text})
     assert stored[1].text == second.text and stored[1].passages  # the whole text kept beside the passages
+
+
+_COUNT_CHILD = """
+import asyncio, json, random, sys, time
+from app.core.document_block import Attachment
+from app.documents.turn import count_tokens, prepare
+from engine import Engine
+from engine.types import GenerationParams
+
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+async def main():
+    engine = Engine(idle_work=False)
+    await engine.load_model(sys.argv[1])
+    params = GenerationParams(max_tokens=8)
+    words = random.Random(3).choices(["alpha", "river", "stone", "garden", "window", "copper"], k=500_000)
+    text = " ".join(words)  # about 3 MB, one paragraph
+    small = " ".join(words[:20_000])
+    await prepare(engine, [], "What about stones?", [Attachment("small.txt", small)], params)  # warm up
+    before = peak()
+    started = time.monotonic()
+    turn = await prepare(engine, [], "What about stones?", [Attachment("one.txt", text)], params)
+    print(json.dumps({"grew": peak() - before, "seconds": time.monotonic() - started, "notes": turn.notes,
+                      "pieces": (await count_tokens(engine, small * 3, params)).tokens,
+                      "whole": (await engine.count_tokens(small * 3, params)).tokens}))
+    await engine.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_big_one_paragraph_document_is_counted_in_bounded_memory(tiny_model_path):
+    """Issue 35, re-tried: a 7.7 MB one-paragraph text still peaked near 1.8 GB in `chinwag chat --attach` (the
+    index was bounded; counting its tokens in one tokenizer call took near 1 GB). It is counted in pieces."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux's /proc/self/status (VmHWM)")
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNT_CHILD, str(tiny_model_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["notes"] and "too big for the context" in result["notes"][0]
+    assert result["pieces"] == result["whole"]  # counted in pieces, the same count
+    assert result["grew"] < 120 << 20, f"counting grew the peak by {result['grew'] >> 20} MB"
