@@ -12,6 +12,7 @@ connection holds a request does a new one get a 503 (a JSON error) and close.
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -124,3 +125,42 @@ class GuardedH11(H11Protocol):
         except h11.LocalProtocolError:  # mid-way through a request's headers: just close
             pass
         self.transport.close()
+
+
+ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's words (selector_events)
+ACCEPT_RETRY = "_start_serving"  # asyncio's retry of accept(); run once the socket is closed, it raises
+ACCEPT_REPORT_S = 10.0  # at most one line this often while accept() keeps failing
+
+
+class QuietAcceptErrors:
+    """The loop's exception handler once a server listens on it. Out of file descriptors, asyncio
+    reports every accept() that fails with its traceback, and schedules a retry for each (CPython's
+    selector loop goes on through its whole backlog): hundreds a second, megabytes of log, and each
+    retry still pending when the socket closes raises again. Here one line every ACCEPT_REPORT_S with
+    how many were left out; everything else goes to the handler there was before."""
+
+    def __init__(self, previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None) -> None:
+        self.previous = previous
+        self.said, self.left_out = -ACCEPT_REPORT_S, 0
+
+    @classmethod
+    def install(cls, loop: asyncio.AbstractEventLoop) -> None:
+        """Put it on `loop` for good (a server started again finds it there)."""
+        if not isinstance(loop.get_exception_handler(), cls):
+            loop.set_exception_handler(cls(loop.get_exception_handler()))
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if message != ACCEPT_FAILED and not (message.startswith("Exception in callback") and ACCEPT_RETRY in message):
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        now = loop.time()
+        if now - self.said < ACCEPT_REPORT_S or message != ACCEPT_FAILED:
+            self.left_out += 1
+            return
+        more = f" ({self.left_out} more since the last line)" if self.left_out else ""
+        log.warning("cannot accept a connection: %s%s", context.get("exception"), more)
+        self.said, self.left_out = now, 0

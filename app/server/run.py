@@ -16,7 +16,7 @@ import uvicorn
 
 from app.server import limits
 from app.server.api import create_app
-from app.server.connections import Connections, protocol_class
+from app.server.connections import Connections, QuietAcceptErrors, protocol_class
 from app.server.conversations import ConversationMap
 from app.server.http import ServerConfig
 from app.server.service import ChatService
@@ -24,6 +24,7 @@ from engine.errors import ChinwagError
 from engine.protocol import EngineAPI
 
 log = logging.getLogger("chinwag.server")
+LISTEN_BACKLOG = 128  # connections the kernel holds before they are accepted
 SHUTDOWN_GRACE_S = 5  # open streams get this long to end once their turns are stopped
 # Headless, nobody waits on a window: every cache in memory is saved on stop (within the disk budget),
 # bounded below systemd's 90 s before SIGKILL. The window keeps the engine's short default.
@@ -56,7 +57,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock = socket.socket(info[0], socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(info[4])
-        sock.listen(128)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as e:
         raise ChinwagError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     sock.setblocking(False)
@@ -116,9 +117,12 @@ class ApiServer:
             lifespan="off",
             timeout_keep_alive=limits.KEEP_ALIVE_S,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            backlog=LISTEN_BACKLOG,  # asyncio tries accept() this often a tick: when each fails, a retry each
         )
         self._server = _Uvicorn(uv_config, on_exit=self._stop_turns)
-        self.task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[self._sock]))
+        loop = asyncio.get_running_loop()
+        QuietAcceptErrors.install(loop)  # out of descriptors: a line, not a traceback per accept()
+        self.task = loop.create_task(self._server.serve(sockets=[self._sock]))
         return self.task
 
     def _stop_turns(self) -> None:
