@@ -183,6 +183,7 @@ SLOW = {
     "tests/app/server/test_lifecycle.py": {
         "test_chinwag_remote_backend_chats_through_the_server",
     },
+    "tests/app/server/test_accept_errors.py": {"*"},  # a serve process flooded past its descriptors
     "tests/app/server/test_safety.py": {
         "test_a_post_whose_body_is_not_declared_json_gets_415",
     },
