@@ -234,7 +234,8 @@ class StandIn:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # Polled every 20 ms, not 500: shutdown() waits for the poll, and each test stops a stand-in.
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
     def __enter__(self):
         self._thread.start()
