@@ -15,10 +15,11 @@ CAPPED = dataclasses.replace(FAKE_MODELS[1], id="fake-capped", name="Fake Capped
 
 @pytest.fixture
 def engine():
-    return FakeEngine(reply="one two three four five six seven eight nine ten " * 3, token_delay=0.05)
+    return FakeEngine(reply="one two three four five six seven eight nine ten " * 3)
 
 
 def test_the_kv_figure_grows_while_a_reply_is_written(qtbot, window, engine):
+    engine.token_delay = 0.05  # a reply written over 1.5 s: the bar shows its figure every 200 ms
     label = window.status.kv_label
     seen = []
     window.bridge.delta.connect(lambda _conv, _text: seen.append(label.text()))
