@@ -82,19 +82,25 @@ def test_members_zipfile_cannot_open_are_one_line(tmp_path, source, flags, line)
     assert str(caught.value) == line
 
 
+def refused_as_a_bomb(path, what: str, max_bytes: int, peak: int) -> None:
+    """Read in a child under `max_bytes`: one line saying the DOCX holds too many `what`, at a peak under `peak`."""
+    from tests.app.documents.bounded import extract_bounded
+
+    result = extract_bounded(path, max_bytes=max_bytes, timeout=120)
+    assert result["line"] == (
+        f"{path.name} holds more than 2,000,000 XML {what}: too costly to be a document (a DOCX bomb?)"
+    ), result
+    assert result["peak"] < peak
+
+
 def test_attributes_are_bounded_like_elements(tmp_path, source):
     """Elements were counted, attributes not: a 144 KB file of 200,000 runs of 26 empty attributes took 1.3 GB in
     python-docx's tree (2.6 GB for this one), and two million such runs would take over 12 GB."""
     from app.documents import limits
-    from tests.app.documents.bounded import extract_bounded
 
     path = write_attributes_docx(tmp_path / "attributes.docx", source, runs=400_000)
     assert path.stat().st_size < 1 << 20
-    result = extract_bounded(path, max_bytes=(3 << 30) // 2, timeout=120)
-    assert result["line"] == (
-        "attributes.docx holds more than 2,000,000 XML attributes: too costly to be a document (a DOCX bomb?)"
-    ), result
-    assert result["peak"] < 400 << 20
+    refused_as_a_bomb(path, "attributes", (3 << 30) // 2, 400 << 20)
     assert limits.MAX_DOCX_ATTRIBUTES == 2_000_000
 
 
@@ -102,25 +108,13 @@ def test_attributes_are_bounded_like_elements(tmp_path, source):
 def test_comments_and_processing_instructions_count_as_elements(tmp_path, source, node):
     """Only elements were counted: three million empty comments (74 KB of file) took 500 MB in python-docx's
     tree, and the 256 MB a DOCX may unpack to holds 36 million."""
-    from tests.app.documents.bounded import extract_bounded
-
     path = write_nodes_docx(tmp_path / "nodes.docx", source, node, 3_000_000)
-    result = extract_bounded(path, max_bytes=2 << 30, timeout=120)
-    assert result["line"] == (
-        "nodes.docx holds more than 2,000,000 XML elements: too costly to be a document (a DOCX bomb?)"
-    ), result
-    assert result["peak"] < 300 << 20
+    refused_as_a_bomb(path, "elements", 2 << 30, 300 << 20)
 
 
 def test_namespace_declarations_count_as_attributes(tmp_path, source):
     """Namespace declarations are no attributes to lxml's target parser: 200,000 runs declaring 26 each (315 KB of
     file) took 940 MB in python-docx's tree."""
-    from tests.app.documents.bounded import extract_bounded
-
     run = b"<w:r " + b" ".join(b'xmlns:%s="u"' % bytes([c]) for c in range(97, 123)) + b"/>"
     path = write_nodes_docx(tmp_path / "spaces.docx", source, run, 100_000)
-    result = extract_bounded(path, max_bytes=2 << 30, timeout=120)
-    assert result["line"] == (
-        "spaces.docx holds more than 2,000,000 XML attributes: too costly to be a document (a DOCX bomb?)"
-    ), result
-    assert result["peak"] < 300 << 20
+    refused_as_a_bomb(path, "attributes", 2 << 30, 300 << 20)
