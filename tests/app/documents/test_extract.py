@@ -72,6 +72,21 @@ def test_docx_headings_paragraphs_tables(tmp_path):
     assert "Travel costs rose." in doc.text and "Item | Cost" in doc.text and "Tea | 3" in doc.text
 
 
+def test_a_table_inside_a_table_cell_is_read_too(tmp_path):
+    """python-docx's cell text holds only the cell's own paragraphs: a nested table's text was lost."""
+    import docx
+
+    document = docx.Document()
+    outer = document.add_table(rows=1, cols=2)
+    outer.cell(0, 0).text = "Region"
+    inner = outer.cell(0, 1).add_table(rows=1, cols=2)
+    inner.cell(0, 0).text = "North: 12 shops"
+    inner.cell(0, 1).text = "South: 7 shops"
+    document.save(tmp_path / "shops.docx")
+    text = extract(tmp_path / "shops.docx").text
+    assert "Region |" in text and "North: 12 shops" in text and "South: 7 shops" in text
+
+
 def test_encrypted_pdf(tmp_path):
     source = write_pdf(tmp_path / "plain.pdf", PAGES)
     path = write_encrypted_pdf(tmp_path / "report.pdf", source)
