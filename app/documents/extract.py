@@ -306,17 +306,18 @@ def _table_rows(table: Any) -> list[str]:
     is a billion cells) and finds a vertically merged cell's text by walking up the rows recursively
     (quadratic in the rows, and a RecursionError past a thousand)."""
     return [
-        " | ".join("" if tc.vMerge == "continue" else _cell_text(tc) for tc in tr.tc_lst) for tr in table._tbl.tr_lst
+        " | ".join("" if tc.vMerge == "continue" else _cell_text(tc, table) for tc in tr.tc_lst)
+        for tr in table._tbl.tr_lst
     ]
 
 
-def _cell_text(tc: Any) -> str:
+def _cell_text(tc: Any, table: Any) -> str:
     """A cell's paragraphs at any depth, in order: a table inside the cell is read too (python-docx's
     `_Cell.text` reads only the cell's own paragraphs, and a nested table's text was lost)."""
     from docx.oxml.ns import qn
     from docx.text.paragraph import Paragraph
 
-    return "\n".join(Paragraph(p, None).text for p in tc.iter(qn("w:p"))).strip()
+    return "\n".join(Paragraph(p, table).text for p in tc.iter(qn("w:p"))).strip()
 
 
 def _paragraph_styles(document: Any) -> tuple[dict[str, str], str]:
