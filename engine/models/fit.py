@@ -136,6 +136,13 @@ class _Weights:
     dequantized: int  # bytes once every quantized layer is float32
     bits: int  # the quantization's bits (0: not quantized)
 
+    def usual_form(self, float32: bool) -> Form:
+        """The form this machine's load path gives them (engine/local/loading.py, blas.py)."""
+        return Form(float32, _runs_dequantized(float32, self.bits, self.dequantized))
+
+    def bytes_in(self, form: Form) -> int:
+        return self.dequantized if form.dequantized else self.loaded
+
 
 def _weights(folder: Path, config: dict[str, Any], float32: bool) -> _Weights:
     """The folder's weight bytes from its safetensors headers."""
@@ -155,13 +162,6 @@ def _weights(folder: Path, config: dict[str, Any], float32: bool) -> _Weights:
             loaded += as_loaded
             dequantized += as_float32
     return _Weights(loaded, dequantized, bits)
-
-
-def weight_bytes(folder: Path, config: dict[str, Any]) -> int:
-    """The bytes the folder's weights take once loaded here by default, from the safetensors headers."""
-    float32 = _on_cpu_float32()
-    w = _weights(folder, config, float32)
-    return w.dequantized if _runs_dequantized(float32, w.bits, w.dequantized) else w.loaded
 
 
 def _tensor_bytes(
@@ -199,7 +199,7 @@ def estimated_weight_bytes(params: float, bits: int) -> int:
     float32 on the CPU and a small quantized model dequantized where this machine's path would."""
     float32 = _on_cpu_float32()
     w = _estimated_weights(params, bits, float32)
-    return w.dequantized if _runs_dequantized(float32, w.bits, w.dequantized) else w.loaded
+    return w.bytes_in(w.usual_form(float32))
 
 
 def _runs_dequantized(float32: bool, bits: int, dequantized: int) -> bool:
@@ -325,17 +325,22 @@ def plan(folder: str | Path, limit: int | None, kv: KVQuantization | None = None
         raise ChinwagError(f"cannot read {folder / 'config.json'}: {e}") from e
     if not isinstance(config, dict):
         raise ChinwagError(f"{folder / 'config.json'} is not a JSON object")
-    room = available_bytes() if limit is None else limit
-    return _choose(name or folder.name, config, kv, room, lambda float32: _weights(folder, config, float32))
+    return _choose(name or folder.name, config, kv, limit, lambda float32: _weights(folder, config, float32))
 
 
 def _choose(
-    name: str, config: dict[str, Any], kv: KVQuantization | None, room: int, weights: Callable[[bool], _Weights]
+    name: str,
+    config: dict[str, Any],
+    kv: KVQuantization | None,
+    limit: int | None,
+    weights: Callable[[bool], _Weights],
 ) -> Plan:
-    """The usual form's plan, or where it does not fit `room` the leanest form's (weights(float32))."""
+    """The usual form's plan, or where it does not fit `limit` (None: the memory available now) the
+    leanest form's; `weights(float32)` sizes the weights with floats cast to float32 or not."""
+    room = available_bytes() if limit is None else limit
     float32 = _on_cpu_float32()
     w = weights(float32)
-    usual = Form(float32, _runs_dequantized(float32, w.bits, w.dequantized))
+    usual = w.usual_form(float32)
     plans = [_plan_in(usual, w, config, kv, room, name)]
     if usual.dequantized:  # the quantized weights, with float32 norms and scales
         plans.append(_plan_in(Form(float32, False), w, config, kv, room, name))
@@ -350,8 +355,7 @@ def _choose(
 
 def _plan_in(form: Form, w: _Weights, config: dict[str, Any], kv: KVQuantization | None, limit: int, name: str) -> Plan:
     per_token, fixed = cache_bytes_per_token(config, kv, form.float32)
-    weights = w.dequantized if form.dequantized else w.loaded
-    return Plan(name, weights, per_token, fixed, RESERVE_BYTES, limit, form)
+    return Plan(name, w.bytes_in(form), per_token, fixed, RESERVE_BYTES, limit, form)
 
 
 def figures_config(figures: dict[str, Any], other_layers: str) -> dict[str, Any]:
@@ -373,8 +377,7 @@ def estimated_plan(
     """The Plan of a model not downloaded yet: `params` weights at `bits` and the cache `config`
     describes (figures_config), against `limit` (None: this machine's available memory), in the form
     a load would choose (plan)."""
-    room = available_bytes() if limit is None else limit
-    return _choose(name, config, kv, room, lambda float32: _estimated_weights(params, bits, float32))
+    return _choose(name, config, kv, limit, lambda float32: _estimated_weights(params, bits, float32))
 
 
 def fit_reason(path: str, limit: int | None, kv: KVQuantization | None, name: str = "") -> str:
