@@ -1,6 +1,7 @@
 """A database written by an earlier release (tests/app/core/data/schemaN.db), opened by today's Store."""
 
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,3 +17,9 @@ def store_from(fixture: Path, home: Path) -> Iterator[Store]:
     s = Store()
     yield s
     s.close()
+
+
+def raw_copy(fixture: Path, folder: Path) -> sqlite3.Connection:
+    """A plain SQLite connection to a copy of the fixture in `folder` (the fixture itself stays as it is)."""
+    shutil.copyfile(fixture, folder / "old.db")
+    return sqlite3.connect(folder / "old.db")

@@ -7,7 +7,6 @@ has a user message with one document and a reply, and the servers calc and files
 chat's ("") and a deleted chat's.
 """
 
-import shutil
 import sqlite3
 
 import pytest
@@ -17,7 +16,7 @@ from app.core.settings import TOOLS_OFF_KEY, set_tools_off, tools_off
 from app.core.store import MIGRATIONS, SCHEMA_VERSION, Store
 from app.transcripts.export import to_json
 from app.transcripts.json_import import import_conversation
-from tests.app.core.old_release import DATA, store_from
+from tests.app.core.old_release import DATA, raw_copy, store_from
 
 FIXTURE = DATA / "schema2.db"
 A = "17c9da28-3ae8-4a20-a03d-794bba91f4b3"
@@ -30,9 +29,7 @@ def old_store(chinwag_home):
 
 
 def test_the_fixture_is_the_previous_release(tmp_path):
-    copy = tmp_path / "old.db"
-    shutil.copyfile(FIXTURE, copy)
-    raw = sqlite3.connect(copy)
+    raw = raw_copy(FIXTURE, tmp_path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
     assert raw.execute("SELECT value FROM state WHERE key='chat_tools_off'").fetchone() is not None
     raw.close()

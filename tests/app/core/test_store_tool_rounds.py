@@ -22,7 +22,7 @@ from app.transcripts.export import to_json, to_markdown
 from app.transcripts.json_import import import_conversation
 from engine.errors import ChinwagError
 from engine.types import ChatMessage, Role, ToolCall
-from tests.app.core.old_release import DATA, store_from
+from tests.app.core.old_release import DATA, raw_copy, store_from
 
 FIXTURE = DATA / "schema4.db"
 A = "876796ef-71b6-42a0-9423-5e7d1e1c22ec"
@@ -38,9 +38,7 @@ def old_store(chinwag_home):
 
 
 def test_the_fixture_is_the_previous_release(tmp_path):
-    copy = tmp_path / "old.db"
-    shutil.copyfile(FIXTURE, copy)
-    raw = sqlite3.connect(copy)
+    raw = raw_copy(FIXTURE, tmp_path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
     assert "tool_calls" in raw.execute("SELECT stats FROM messages WHERE id=2").fetchone()[0]
     raw.close()
