@@ -39,6 +39,7 @@ CALL_TIMEOUT_S = 60.0
 MAX_TOOLS = 128  # a server's tools offered to a model: each one costs prompt tokens every turn
 MAX_TOOL_NAME = 64  # OpenAI's limit on a function's name
 MAX_SCHEMA_BYTES = 16_384  # a tool's input schema as JSON: written into every prompt
+MAX_DESCRIPTION = 2000  # characters of a tool's description offered to a model (cut, not left out)
 STOP_TIMEOUT_S = 5.0
 
 
@@ -348,7 +349,7 @@ class ToolHost:
                         pairs.append((c.name, t))
         names = model_names([(server, t.name) for server, t in pairs])
         return [
-            ToolSpec(server, t.name, name, neutralise(t.description or "")[:2000], dict(t.input_schema or {}))
+            ToolSpec(server, t.name, name, neutralise(t.description or "")[:MAX_DESCRIPTION], dict(t.input_schema or {}))
             for (server, t), name in zip(pairs, names)
         ]
 
