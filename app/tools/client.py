@@ -349,7 +349,9 @@ class ToolHost:
                         pairs.append((c.name, t))
         names = model_names([(server, t.name) for server, t in pairs])
         return [
-            ToolSpec(server, t.name, name, neutralise(t.description or "")[:MAX_DESCRIPTION], dict(t.input_schema or {}))
+            ToolSpec(
+                server, t.name, name, neutralise(t.description or "")[:MAX_DESCRIPTION], dict(t.input_schema or {})
+            )
             for (server, t), name in zip(pairs, names)
         ]
 
