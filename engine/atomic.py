@@ -1,4 +1,5 @@
-"""One way to write a file: a temp file in the same folder, fsync, then os.replace.
+"""One way to write a file: a temp file in the same folder, fsync, then os.replace; and one way to
+read a small file Chinwag wrote (`read_capped`), which never blocks on a pipe or reads without end.
 
 A crash leaves the old file or the new one, never half of one. Used by export, the
 registry's folder list, the download's ref, and the KV caches that memory.py evicts.
@@ -29,6 +30,29 @@ def describe_kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+class NotAFile(OSError):
+    """A path that holds a folder, a named pipe, a device... where a regular file should be."""
+
+
+def read_capped(path: str | os.PathLike[str], limit: int, follow_links: bool = True) -> bytes:
+    """At most `limit` + 1 bytes of the regular file at `path` (one more than `limit`: the caller sees
+    it is over). Opened without blocking (a named pipe there never holds the read), and with
+    `follow_links` False never through a symlink (ELOOP). OSError as opening or reading raises it;
+    NotAFile for anything but a regular file."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotAFile(f"it is {describe_kind(mode)}, not a file")
+        data = b""
+        while len(data) <= limit and (piece := os.read(fd, limit + 1 - len(data))):
+            data += piece
+        return data
+    finally:
+        os.close(fd)
 
 
 def writable_target(path: str | os.PathLike[str]) -> Path:

@@ -11,12 +11,10 @@ so a stale or damaged index costs at most a wasted read. Engine thread only.
 import hashlib
 import json
 import logging
-import os
-import stat
 from array import array
 from pathlib import Path
 
-from engine.atomic import write_atomic
+from engine.atomic import read_capped, write_atomic
 from engine.errors import ChinwagError
 from engine.paths import private_dir
 
@@ -27,7 +25,6 @@ FILE_NAME = "prefixes.json"
 _VERSION = 1
 _CANDIDATES = 4  # files tried for one prompt, deepest match first
 MAX_BYTES = 16 << 20  # an index past this is not read (4 GB of saved caches index in a few MB at most)
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def block_hashes(ids: list[int]) -> list[str]:
@@ -114,15 +111,7 @@ class PrefixIndex:
 def _read(path: Path) -> str:
     """The index file's text: a regular file only (a symlink or a named pipe never redirects or
     blocks the read), of a size an index can have."""
-    fd = os.open(path, _OPEN_FLAGS)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        data = b""
-        while len(data) <= MAX_BYTES and (piece := os.read(fd, MAX_BYTES + 1 - len(data))):
-            data += piece
-    finally:
-        os.close(fd)
+    data = read_capped(path, MAX_BYTES, follow_links=False)
     if len(data) > MAX_BYTES:
         raise ValueError(f"over {MAX_BYTES:,} bytes")
     return data.decode("utf-8")

@@ -11,13 +11,12 @@ import concurrent.futures
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.atomic import describe_kind, write_atomic
+from engine.atomic import read_capped, write_atomic
 from engine.errors import ChinwagError
 from engine.remote.errors import check_key, describe_http_error, headers_for, is_http_error, response_error
 from engine.remote.urls import display_url, normalize_url
@@ -36,7 +35,6 @@ LIST_TIMEOUT_S = 3.0  # the whole GET /models: listing servers must not hold the
 MAX_MODELS = 1000
 MAX_ID_CHARS = 1000
 MAX_FILE_BYTES = 1 << 20  # servers.json or the key file: a few hundred bytes each
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,39}$")
 
 
@@ -73,19 +71,11 @@ def _read_json(path: Path, default: Any) -> Any:
     """The JSON in `path`, `default` if there is none; a regular file only, opened without blocking
     (a named pipe there would hold every listing) and bounded (a link to /dev/zero never ends)."""
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        data = read_capped(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return default
-    except OSError as e:
+    except OSError as e:  # NotAFile says what is there
         raise ChinwagError(f"cannot read {path}: {e.strerror or e}") from None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            mode = os.fstat(f.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise ChinwagError(f"cannot read {path}: it is {describe_kind(mode)}, not a file")
-            data = f.read(MAX_FILE_BYTES + 1)
-        except OSError as e:
-            raise ChinwagError(f"cannot read {path}: {e.strerror or e}") from None
     if len(data) > MAX_FILE_BYTES:
         raise ChinwagError(f"cannot read {path}: it is over {MAX_FILE_BYTES:,} bytes, not a list Chinwag wrote")
     try:
